@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs what capsim's commands and tests need beyond the Rust toolchain, from the package
+# registries only: a project-local Python environment (.venv) with the pinned packages of
+# scripts/requirements.txt (ONNX Runtime's shared library comes from its PyPI wheel).
+# Safe to run again: it only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv with $($python --version 2>&1)"
+  "$python" -m venv .venv
+fi
+if ! .venv/bin/python -m pip install -q --disable-pip-version-check -r scripts/requirements.txt; then
+  echo "setup: installing scripts/requirements.txt into .venv failed (is PyPI reachable?)" >&2
+  exit 1
+fi
