@@ -1,0 +1,268 @@
+//! Service-level objectives: `e2e.p99<=800ms`, several joined by `,` or `&&`.
+//!
+//! An objective names a latency metric of the run summary (`e2e`, `queue`, ...), a statistic
+//! (`p50`, `p99`, `p99.9`, `mean`, `max`) and an upper bound with a unit. An [`Slo`] holds when
+//! every objective holds.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::duration::parse_duration_ns;
+use crate::error::ParseError;
+
+/// Latency metrics an objective may name: the end-to-end latency and the time spent in each
+/// stage of the serving path, as named in the run summary.
+pub const LATENCY_METRICS: &[&str] = &[
+    "e2e",
+    "network",
+    "gateway",
+    "queue",
+    "batch_wait",
+    "execution",
+    "postprocess",
+];
+
+/// The statistic of a latency distribution an objective bounds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum LatencyStat {
+    /// The arithmetic mean.
+    Mean,
+    /// The largest value seen.
+    Max,
+    /// A percentile in (0, 100), e.g. 99.0 for `p99`, 99.9 for `p99.9` or `p999`.
+    Percentile(f64),
+}
+
+impl LatencyStat {
+    /// The percentile in (0, 100] this statistic reads (`max` is 100), or `None` for the mean.
+    pub fn percentile(self) -> Option<f64> {
+        match self {
+            LatencyStat::Mean => None,
+            LatencyStat::Max => Some(100.0),
+            LatencyStat::Percentile(p) => Some(p),
+        }
+    }
+
+    fn parse(text: &str) -> Option<LatencyStat> {
+        match text {
+            "mean" => return Some(LatencyStat::Mean),
+            "max" => return Some(LatencyStat::Max),
+            _ => {}
+        }
+        let digits = text.strip_prefix('p')?;
+        if digits.is_empty() || !digits.chars().all(|c| c.is_ascii_digit() || c == '.') {
+            return None;
+        }
+        // `p999` means 99.9 and `p9999` 99.99, as in latency dashboards; `p99.9` is explicit.
+        let percentile = if !digits.contains('.') && digits.len() > 2 && digits.starts_with("99") {
+            let (whole, fraction) = digits.split_at(2);
+            format!("{whole}.{fraction}").parse().ok()?
+        } else {
+            digits.parse().ok()?
+        };
+        (percentile > 0.0 && percentile < 100.0).then_some(LatencyStat::Percentile(percentile))
+    }
+}
+
+impl fmt::Display for LatencyStat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LatencyStat::Mean => write!(f, "mean"),
+            LatencyStat::Max => write!(f, "max"),
+            LatencyStat::Percentile(p) => write!(f, "p{p}"),
+        }
+    }
+}
+
+/// One bound: `metric.stat <= bound`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Objective {
+    /// One of [`LATENCY_METRICS`].
+    pub metric: String,
+    /// The statistic bounded.
+    pub stat: LatencyStat,
+    /// The largest allowed value, in nanoseconds (inclusive).
+    pub bound_ns: u64,
+}
+
+impl Objective {
+    /// Whether a measured value, in nanoseconds, meets the bound.
+    pub fn holds(&self, value_ns: f64) -> bool {
+        value_ns <= self.bound_ns as f64
+    }
+}
+
+impl fmt::Display for Objective {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}.{}<={}ms",
+            self.metric,
+            self.stat,
+            self.bound_ns as f64 / 1e6
+        )
+    }
+}
+
+/// A service-level objective: every [`Objective`] must hold. Never empty.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Slo {
+    objectives: Vec<Objective>,
+}
+
+impl Slo {
+    /// The objectives, in the order written.
+    pub fn objectives(&self) -> &[Objective] {
+        &self.objectives
+    }
+
+    /// The first objective, which plots draw as the SLO line.
+    pub fn primary(&self) -> &Objective {
+        &self.objectives[0]
+    }
+
+    /// Whether every objective holds, reading each measured value with `value_ns(metric, stat)`.
+    /// A value the reader cannot supply (`None`) fails the objective.
+    pub fn holds(&self, mut value_ns: impl FnMut(&str, LatencyStat) -> Option<f64>) -> bool {
+        self.objectives.iter().all(|objective| {
+            value_ns(&objective.metric, objective.stat).is_some_and(|value| objective.holds(value))
+        })
+    }
+}
+
+impl fmt::Display for Slo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, objective) in self.objectives.iter().enumerate() {
+            if i > 0 {
+                write!(f, ",")?;
+            }
+            write!(f, "{objective}")?;
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for Slo {
+    type Err = ParseError;
+
+    fn from_str(text: &str) -> Result<Slo, ParseError> {
+        let objectives = text
+            .split([',', '&'])
+            .map(str::trim)
+            .filter(|part| !part.is_empty())
+            .map(|part| parse_objective(text, part))
+            .collect::<Result<Vec<_>, _>>()?;
+        if objectives.is_empty() {
+            return Err(ParseError::new(
+                "SLO",
+                text,
+                "no objective; write e.g. `e2e.p99<=800ms`",
+            ));
+        }
+        Ok(Slo { objectives })
+    }
+}
+
+fn parse_objective(whole: &str, part: &str) -> Result<Objective, ParseError> {
+    let error = |reason: String| ParseError::new("SLO", whole, reason);
+    let (lhs, bound) = part
+        .split_once("<=")
+        .or_else(|| part.split_once('<'))
+        .ok_or_else(|| error(format!("`{part}` has no `<=`; write e.g. `e2e.p99<=800ms`")))?;
+    let (metric, stat) = lhs.trim().split_once('.').ok_or_else(|| {
+        error(format!(
+            "`{lhs}` must be metric.statistic, e.g. `e2e.p99` or `queue.mean`"
+        ))
+    })?;
+    if !LATENCY_METRICS.contains(&metric) {
+        return Err(error(format!(
+            "unknown metric `{metric}`; known metrics: {}",
+            LATENCY_METRICS.join(", ")
+        )));
+    }
+    let stat = LatencyStat::parse(stat).ok_or_else(|| {
+        error(format!(
+            "unknown statistic `{stat}`; use p50, p90, p95, p99, p99.9 (or p999), mean or max"
+        ))
+    })?;
+    let bound_ns = parse_duration_ns(bound).map_err(error)?;
+    Ok(Objective {
+        metric: metric.to_string(),
+        stat,
+        bound_ns,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn single_objective_parses_metric_stat_and_bound() {
+        let slo: Slo = "e2e.p99<=800ms".parse().unwrap();
+        assert_eq!(
+            slo.objectives(),
+            &[Objective {
+                metric: "e2e".into(),
+                stat: LatencyStat::Percentile(99.0),
+                bound_ns: 800_000_000
+            }]
+        );
+    }
+
+    #[test]
+    fn joined_objectives_all_parse() {
+        let slo: Slo = "e2e.p99<=800ms, queue.mean<=20ms && execution.p999<=1.5s"
+            .parse()
+            .unwrap();
+        let objectives = slo.objectives();
+        assert_eq!(objectives.len(), 3);
+        assert_eq!(objectives[1].metric, "queue");
+        assert_eq!(objectives[1].stat, LatencyStat::Mean);
+        assert_eq!(objectives[2].stat, LatencyStat::Percentile(99.9));
+        assert_eq!(objectives[2].bound_ns, 1_500_000_000);
+    }
+
+    #[test]
+    fn slo_holds_only_when_every_objective_holds() {
+        let slo: Slo = "e2e.p99<=800ms,queue.p50<=10ms".parse().unwrap();
+        let ok = |metric: &str, _stat: LatencyStat| match metric {
+            "e2e" => Some(800e6),
+            _ => Some(10e6),
+        };
+        assert!(slo.holds(ok));
+        let queue_too_slow = |metric: &str, _stat: LatencyStat| match metric {
+            "e2e" => Some(700e6),
+            _ => Some(10.5e6),
+        };
+        assert!(!slo.holds(queue_too_slow));
+        assert!(!slo.holds(|_, _| None), "a missing value must fail the SLO");
+    }
+
+    #[test]
+    fn bad_slos_quote_the_bad_value() {
+        let cases = [
+            ("e2e.p99", "<="),
+            ("latency.p99<=800ms", "latency"),
+            ("e2e.p100<=800ms", "p100"),
+            ("e2e.q99<=800ms", "q99"),
+            ("e2e.p99<=800", "800"),
+            ("e2ep99<=800ms", "e2ep99"),
+            ("", "no objective"),
+        ];
+        for (text, quoted) in cases {
+            let err = text.parse::<Slo>().unwrap_err().to_string();
+            assert!(
+                err.contains(quoted),
+                "error `{err}` should mention `{quoted}`"
+            );
+        }
+    }
+
+    #[test]
+    fn display_round_trips() {
+        let slo: Slo = "e2e.p99<=800ms,queue.mean<=2.5ms".parse().unwrap();
+        let again: Slo = slo.to_string().parse().unwrap();
+        assert_eq!(slo, again);
+    }
+}
