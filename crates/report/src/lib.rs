@@ -14,9 +14,12 @@
 //! assert_eq!(axis.values.len(), 4);
 //! ```
 
+pub mod capacity;
 pub mod duration;
 pub mod error;
 pub mod grid;
+pub mod interval;
+pub mod knee;
 pub mod load;
 pub mod shard;
 pub mod slo;
