@@ -1,5 +1,44 @@
 //! The `capsim` command: wires flags to the library crates.
+//!
+//! Every error prints as one `error: ...` line (with its context chain) and exits non-zero:
+//! 2 when the input was bad (a file, flag or value the user can fix), 1 otherwise. Usage errors
+//! from clap also exit with 2.
 
-fn main() {
-    println!("capsim {}", env!("CARGO_PKG_VERSION"));
+mod cmd;
+mod input;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Trace-replay simulator and capacity planner for online inference services.
+#[derive(Debug, Parser)]
+#[command(name = "capsim", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Inspect, convert and synthesize request traces.
+    #[command(subcommand)]
+    Trace(cmd::trace::TraceCommand),
+    /// Measure an ONNX model's batch latencies through ONNX Runtime and write a profile.
+    Calibrate(cmd::calibrate::CalibrateArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Trace(c) => cmd::trace::run(c),
+        Command::Calibrate(a) => cmd::calibrate::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::from(cmd::exit_code(&err))
+        }
+    }
 }

@@ -185,7 +185,7 @@ impl Trace {
     /// sorted (readers sort before calling this), or when a list column's offsets are malformed.
     pub fn from_columns(cols: Columns) -> Result<Trace, TraceError> {
         let rows = cols.arrival_ns.len();
-        let mut check = |name: &str, len: Option<usize>| match len {
+        let check = |name: &str, len: Option<usize>| match len {
             Some(len) if len != rows => Err(TraceError::ColumnLength {
                 column: name.to_string(),
                 expected: rows,
@@ -195,14 +195,23 @@ impl Trace {
         };
         check("input_tokens", Some(cols.input_tokens.len()))?;
         check("output_tokens", cols.output_tokens.as_ref().map(Vec::len))?;
-        check("request_id", cols.request_id.as_ref().map(StringColumn::len))?;
+        check(
+            "request_id",
+            cols.request_id.as_ref().map(StringColumn::len),
+        )?;
         check("model", cols.model.as_ref().map(StringColumn::len))?;
         check("class", cols.class.as_ref().map(Vec::len))?;
-        check("prefix_blocks", cols.prefix_blocks.as_ref().map(ListColumn::len))?;
+        check(
+            "prefix_blocks",
+            cols.prefix_blocks.as_ref().map(ListColumn::len),
+        )?;
         check("failed", cols.failed.as_ref().map(Vec::len))?;
         check("e2e_ms", cols.observed.e2e_ms.as_ref().map(Vec::len))?;
         check("queue_ms", cols.observed.queue_ms.as_ref().map(Vec::len))?;
-        check("compute_ms", cols.observed.compute_ms.as_ref().map(Vec::len))?;
+        check(
+            "compute_ms",
+            cols.observed.compute_ms.as_ref().map(Vec::len),
+        )?;
         if let Some(row) = cols.arrival_ns.windows(2).position(|w| w[0] > w[1]) {
             return Err(TraceError::Unsorted { row: row + 1 });
         }
@@ -275,6 +284,18 @@ impl Trace {
             (Some(first), Some(last)) => last - first,
             _ => 0,
         }
+    }
+
+    /// Heap bytes held by arrival times and the two size columns (capacity, not length): the
+    /// figure the 24-bytes-a-request memory budget is checked against.
+    pub fn core_heap_bytes(&self) -> usize {
+        self.cols.arrival_ns.capacity() * 8
+            + self.cols.input_tokens.capacity() * 4
+            + self
+                .cols
+                .output_tokens
+                .as_ref()
+                .map_or(0, |v| v.capacity() * 4)
     }
 
     /// Read-only access to all columns.

@@ -1,0 +1,407 @@
+//! Trace file formats, the presets for public traces, and the column mapping (`--map`).
+//!
+//! A [`ColumnMap`] says which source column feeds which canonical column. Every format starts
+//! from a base map (the canonical names, or a preset's), and `--map` entries override it:
+//!
+//! ```text
+//! --map arrival=TIMESTAMP:datetime,input_tokens=ContextTokens,output_tokens=GeneratedTokens
+//! ```
+//!
+//! Keys: `arrival` (with `:UNIT`, one of `datetime`, `s`, `ms`, `us`, `ns`), `input_tokens`,
+//! `output_tokens`, `request_id`, `model`, `class`, `prefix_blocks`, `failed`, `e2e_ms`,
+//! `queue_ms`, `compute_ms`. `key=` (empty column) drops an optional column.
+
+use std::io::Read;
+use std::path::Path;
+
+use crate::TraceError;
+use crate::timestamp::TimeUnit;
+
+/// How a file is read. Presets are CSV or JSONL with a fixed [`ColumnMap`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Parquet: canonical columns, or any schema through `--map`.
+    Parquet,
+    /// CSV with a header row, canonical names or `--map`.
+    Csv,
+    /// One JSON object per line, canonical names or `--map`.
+    Jsonl,
+    /// Azure LLM inference trace CSV (`TIMESTAMP,ContextTokens,GeneratedTokens`).
+    Azure,
+    /// BurstGPT CSV (`Timestamp` s, `Request tokens`, `Response tokens`, `Model`); rows with 0
+    /// response tokens are failed requests.
+    BurstGpt,
+    /// Mooncake JSONL (`timestamp` ms, `input_length`, `output_length`, `hash_ids`).
+    Mooncake,
+}
+
+impl Format {
+    /// Parses a `--format` value.
+    pub fn parse(text: &str) -> Result<Format, TraceError> {
+        Ok(match text.to_ascii_lowercase().as_str() {
+            "parquet" => Format::Parquet,
+            "csv" => Format::Csv,
+            "jsonl" | "json" => Format::Jsonl,
+            "azure" => Format::Azure,
+            "burstgpt" => Format::BurstGpt,
+            "mooncake" => Format::Mooncake,
+            _ => {
+                return Err(TraceError::BadOption {
+                    option: "--format",
+                    value: text.to_string(),
+                    reason: "use parquet, csv, jsonl, azure, burstgpt or mooncake".to_string(),
+                });
+            }
+        })
+    }
+
+    /// The name `--format` accepts.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Parquet => "parquet",
+            Format::Csv => "csv",
+            Format::Jsonl => "jsonl",
+            Format::Azure => "azure",
+            Format::BurstGpt => "burstgpt",
+            Format::Mooncake => "mooncake",
+        }
+    }
+
+    /// The container the format is read with.
+    pub(crate) fn container(self) -> Container {
+        match self {
+            Format::Parquet => Container::Parquet,
+            Format::Csv | Format::Azure | Format::BurstGpt => Container::Csv,
+            Format::Jsonl | Format::Mooncake => Container::Jsonl,
+        }
+    }
+
+    /// The column map this format starts from, before `--map` overrides.
+    pub fn base_map(self) -> ColumnMap {
+        match self {
+            Format::Parquet | Format::Csv | Format::Jsonl => ColumnMap::canonical(),
+            Format::Azure => ColumnMap {
+                arrival: "TIMESTAMP".into(),
+                arrival_unit: Some(TimeUnit::Datetime),
+                input_tokens: "ContextTokens".into(),
+                output_tokens: Field::required("GeneratedTokens"),
+                ..ColumnMap::none()
+            },
+            Format::BurstGpt => ColumnMap {
+                arrival: "Timestamp".into(),
+                arrival_unit: Some(TimeUnit::Seconds),
+                input_tokens: "Request tokens".into(),
+                output_tokens: Field::required("Response tokens"),
+                model: Field::optional("Model"),
+                zero_output_is_failed: true,
+                ..ColumnMap::none()
+            },
+            Format::Mooncake => ColumnMap {
+                arrival: "timestamp".into(),
+                arrival_unit: Some(TimeUnit::Millis),
+                input_tokens: "input_length".into(),
+                output_tokens: Field::required("output_length"),
+                prefix_blocks: Field::optional("hash_ids"),
+                ..ColumnMap::none()
+            },
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Container {
+    Parquet,
+    Csv,
+    Jsonl,
+}
+
+/// Where an optional canonical column comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Field {
+    /// Source column name; `None` means the trace has no such column.
+    pub column: Option<String>,
+    /// When true, a missing source column is an error; otherwise the column is just absent.
+    pub required: bool,
+}
+
+impl Field {
+    fn required(column: &str) -> Field {
+        Field {
+            column: Some(column.to_string()),
+            required: true,
+        }
+    }
+    fn optional(column: &str) -> Field {
+        Field {
+            column: Some(column.to_string()),
+            required: false,
+        }
+    }
+}
+
+/// Which source column feeds each canonical column. See the module docs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnMap {
+    /// Source column of arrival times (required).
+    pub arrival: String,
+    /// Unit of the arrival column; `None` infers it: Parquet timestamps and text are datetimes,
+    /// numbers are nanoseconds.
+    pub arrival_unit: Option<TimeUnit>,
+    /// Source column of input sizes (required).
+    pub input_tokens: String,
+    pub output_tokens: Field,
+    pub request_id: Field,
+    pub model: Field,
+    pub class: Field,
+    pub prefix_blocks: Field,
+    pub failed: Field,
+    pub e2e_ms: Field,
+    pub queue_ms: Field,
+    pub compute_ms: Field,
+    /// BurstGPT: a row with 0 output tokens is a failed request (kept and flagged).
+    pub zero_output_is_failed: bool,
+}
+
+/// The keys `--map` accepts.
+pub const MAP_KEYS: [&str; 11] = [
+    "arrival",
+    "input_tokens",
+    "output_tokens",
+    "request_id",
+    "model",
+    "class",
+    "prefix_blocks",
+    "failed",
+    "e2e_ms",
+    "queue_ms",
+    "compute_ms",
+];
+
+impl ColumnMap {
+    /// The canonical column names; every optional column is used when present.
+    pub fn canonical() -> ColumnMap {
+        ColumnMap {
+            arrival: "arrival".into(),
+            arrival_unit: None,
+            input_tokens: "input_tokens".into(),
+            output_tokens: Field::optional("output_tokens"),
+            request_id: Field::optional("request_id"),
+            model: Field::optional("model"),
+            class: Field::optional("class"),
+            prefix_blocks: Field::optional("prefix_blocks"),
+            failed: Field::optional("failed"),
+            e2e_ms: Field::optional("e2e_ms"),
+            queue_ms: Field::optional("queue_ms"),
+            compute_ms: Field::optional("compute_ms"),
+            zero_output_is_failed: false,
+        }
+    }
+
+    fn none() -> ColumnMap {
+        ColumnMap {
+            arrival: String::new(),
+            arrival_unit: None,
+            input_tokens: String::new(),
+            output_tokens: Field::default(),
+            request_id: Field::default(),
+            model: Field::default(),
+            class: Field::default(),
+            prefix_blocks: Field::default(),
+            failed: Field::default(),
+            e2e_ms: Field::default(),
+            queue_ms: Field::default(),
+            compute_ms: Field::default(),
+            zero_output_is_failed: false,
+        }
+    }
+
+    /// Applies one `--map` value (`key=COL[:UNIT],key=COL,...`) on top of this map. A mapped
+    /// optional column becomes required (it was asked for by name); `key=` drops it.
+    pub fn apply(&mut self, spec: &str) -> Result<(), TraceError> {
+        let bad = |reason: String| TraceError::BadMap {
+            spec: spec.to_string(),
+            reason,
+        };
+        for entry in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            let (key, column) = entry
+                .split_once('=')
+                .ok_or_else(|| bad(format!("entry {entry:?} is not key=COLUMN")))?;
+            let key = key.trim();
+            let column = column.trim();
+            match key {
+                "arrival" => {
+                    let (name, unit) = match column.rsplit_once(':') {
+                        Some((name, unit)) => {
+                            let unit = TimeUnit::parse(unit).ok_or_else(|| {
+                                bad(format!(
+                                    "unknown time unit {unit:?} (use datetime, s, ms, us or ns)"
+                                ))
+                            })?;
+                            (name, Some(unit))
+                        }
+                        None => (column, None),
+                    };
+                    if name.is_empty() {
+                        return Err(bad("arrival needs a column".into()));
+                    }
+                    self.arrival = name.to_string();
+                    self.arrival_unit = unit;
+                }
+                "input_tokens" => {
+                    if column.is_empty() {
+                        return Err(bad("input_tokens needs a column".into()));
+                    }
+                    self.input_tokens = column.to_string();
+                }
+                _ => {
+                    let field = self.field_mut(key).ok_or_else(|| {
+                        bad(format!(
+                            "unknown key {key:?} (keys: {})",
+                            MAP_KEYS.join(", ")
+                        ))
+                    })?;
+                    *field = if column.is_empty() {
+                        Field::default()
+                    } else {
+                        Field::required(column)
+                    };
+                    if key == "failed" {
+                        self.zero_output_is_failed = false;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn field_mut(&mut self, key: &str) -> Option<&mut Field> {
+        Some(match key {
+            "output_tokens" => &mut self.output_tokens,
+            "request_id" => &mut self.request_id,
+            "model" => &mut self.model,
+            "class" => &mut self.class,
+            "prefix_blocks" => &mut self.prefix_blocks,
+            "failed" => &mut self.failed,
+            "e2e_ms" => &mut self.e2e_ms,
+            "queue_ms" => &mut self.queue_ms,
+            "compute_ms" => &mut self.compute_ms,
+            _ => return None,
+        })
+    }
+}
+
+/// The `--map` hint printed with a missing-column error.
+pub(crate) const MAP_HINT: &str =
+    "arrival=COL:UNIT,input_tokens=COL,output_tokens=COL (UNIT: datetime, s, ms, us, ns)";
+
+/// Decides the format of `path` from its extension and first bytes (header line or JSON keys).
+pub fn detect(path: &Path) -> Result<Format, TraceError> {
+    let mut head = vec![0u8; 4096];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| read_up_to(&mut f, &mut head))
+        .map_err(|source| TraceError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    head.truncate(n);
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase)
+        .unwrap_or_default();
+    if ext == "parquet" || head.starts_with(b"PAR1") {
+        return Ok(Format::Parquet);
+    }
+    let first_line = head.split(|&b| b == b'\n').next().unwrap_or_default();
+    let first_line = String::from_utf8_lossy(first_line).trim().to_string();
+    let looks_json = first_line.starts_with('{');
+    if ext == "jsonl" || ext == "json" || looks_json {
+        let keys: Vec<String> =
+            serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&first_line)
+                .map(|m| m.keys().cloned().collect())
+                .unwrap_or_default();
+        let has = |k: &str| keys.iter().any(|x| x == k);
+        if has("timestamp") && has("input_length") && has("output_length") {
+            return Ok(Format::Mooncake);
+        }
+        return Ok(Format::Jsonl);
+    }
+    let header: Vec<&str> = first_line.split(',').map(str::trim).collect();
+    if header == ["TIMESTAMP", "ContextTokens", "GeneratedTokens"] {
+        return Ok(Format::Azure);
+    }
+    let has = |k: &str| header.contains(&k);
+    if has("Timestamp") && has("Request tokens") && has("Response tokens") {
+        return Ok(Format::BurstGpt);
+    }
+    if ext == "csv" || first_line.contains(',') {
+        return Ok(Format::Csv);
+    }
+    Err(TraceError::UnknownFormat {
+        path: path.to_path_buf(),
+        header: first_line.chars().take(80).collect(),
+    })
+}
+
+fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match r.read(&mut buf[filled..])? {
+            0 => break,
+            n => filled += n,
+        }
+    }
+    Ok(filled)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn map_overrides_and_drops_columns() {
+        let mut map = Format::Azure.base_map();
+        map.apply("arrival=t:s, output_tokens=").unwrap();
+        assert_eq!(map.arrival, "t");
+        assert_eq!(map.arrival_unit, Some(TimeUnit::Seconds));
+        assert_eq!(map.output_tokens, Field::default());
+        assert_eq!(map.input_tokens, "ContextTokens");
+    }
+
+    #[test]
+    fn map_rejects_unknown_keys_and_units() {
+        let mut map = ColumnMap::canonical();
+        let err = map.apply("arival=x").unwrap_err().to_string();
+        assert!(err.contains("unknown key \"arival\""), "{err}");
+        let err = map.apply("arrival=x:hours").unwrap_err().to_string();
+        assert!(err.contains("unknown time unit"), "{err}");
+    }
+
+    #[test]
+    fn detects_shared_trace_presets_from_headers() {
+        let dir = tempfile::tempdir().unwrap();
+        let cases = [
+            (
+                "a.csv",
+                "TIMESTAMP,ContextTokens,GeneratedTokens\n",
+                Format::Azure,
+            ),
+            (
+                "b.csv",
+                "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n",
+                Format::BurstGpt,
+            ),
+            (
+                "c.jsonl",
+                "{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 2, \"hash_ids\": []}\n",
+                Format::Mooncake,
+            ),
+            ("d.csv", "arrival,input_tokens\n", Format::Csv),
+        ];
+        for (name, text, want) in cases {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            assert_eq!(detect(&path).unwrap(), want, "{name}");
+        }
+    }
+}

@@ -1,0 +1,420 @@
+//! Ingest: files and directories in, one validated [`Trace`] and an [`IngestReport`] out.
+//!
+//! Each file is read with its own format (given, or detected from its name and header) and the
+//! same column mapping; the parts are concatenated, stably sorted by arrival (the number of rows
+//! that arrived out of order is reported), and rebased: datetimes start at the earliest arrival,
+//! numeric offsets keep their values.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::format::{self, ColumnMap, Format};
+use crate::read::{self, Builder, Part, ReadOptions, TimeBase};
+use crate::table::{Columns, ObservedLatencies};
+use crate::{Trace, TraceError};
+
+/// How to read trace files.
+#[derive(Debug, Clone, Default)]
+pub struct IngestOptions {
+    /// Format of every file; `None` detects it per file from the extension and header.
+    pub format: Option<Format>,
+    /// `--map` values, applied in order on top of the format's base map.
+    pub maps: Vec<String>,
+    /// Skip and count rows with unusable values instead of failing on the first.
+    pub skip_invalid: bool,
+}
+
+/// What ingest (and the transforms after it) did, so that every row read is accounted for:
+/// `rows_read == rows_skipped + rows + dropped_by_window + dropped_by_sample + dropped_by_limit`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct IngestReport {
+    /// Per file: path, format, data rows read, rows skipped.
+    pub files: Vec<FileReport>,
+    /// Data rows in all files.
+    pub rows_read: u64,
+    /// Rows skipped as invalid (only with `--skip-invalid`).
+    pub rows_skipped: u64,
+    /// Skipped rows by reason (labels as in [`InvalidReason::label`]).
+    pub skipped_by_reason: BTreeMap<String, u64>,
+    /// Rows that arrived earlier than a row before them in the input (they were sorted).
+    pub out_of_order: u64,
+    /// Rows flagged failed (kept in the trace).
+    pub failed: u64,
+    /// Rows dropped by `--window`.
+    pub dropped_by_window: u64,
+    /// Rows dropped by `--sample`.
+    pub dropped_by_sample: u64,
+    /// Rows dropped by `--limit`.
+    pub dropped_by_limit: u64,
+    /// Rows in the final trace.
+    pub rows: u64,
+}
+
+/// One input file's share of an [`IngestReport`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FileReport {
+    pub path: PathBuf,
+    pub format: &'static str,
+    pub rows_read: u64,
+    pub rows_skipped: u64,
+}
+
+impl IngestReport {
+    /// True when every row read is in the trace, skipped, or dropped by a transform.
+    pub fn adds_up(&self) -> bool {
+        self.rows_read
+            == self.rows_skipped
+                + self.rows
+                + self.dropped_by_window
+                + self.dropped_by_sample
+                + self.dropped_by_limit
+    }
+}
+
+/// File extensions read from a directory.
+const TRACE_EXTENSIONS: [&str; 4] = ["parquet", "csv", "jsonl", "json"];
+
+/// Expands directories into their trace files (sorted by name); checks that paths exist.
+pub fn expand_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>, TraceError> {
+    if paths.is_empty() {
+        return Err(TraceError::NoInput);
+    }
+    let mut files = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            let entries = std::fs::read_dir(path).map_err(|source| TraceError::Io {
+                path: path.clone(),
+                source,
+            })?;
+            let mut found: Vec<PathBuf> = entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.is_file() && has_trace_extension(p))
+                .collect();
+            if found.is_empty() {
+                return Err(TraceError::EmptyDirectory { path: path.clone() });
+            }
+            found.sort();
+            files.extend(found);
+        } else if path.exists() {
+            files.push(path.clone());
+        } else {
+            return Err(TraceError::NotFound { path: path.clone() });
+        }
+    }
+    Ok(files)
+}
+
+fn has_trace_extension(path: &Path) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| TRACE_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()))
+}
+
+/// Reads `paths` (files or directories) as one trace ordered by arrival.
+pub fn read_trace(
+    paths: &[PathBuf],
+    opts: &IngestOptions,
+) -> Result<(Trace, IngestReport), TraceError> {
+    let files = expand_paths(paths)?;
+    let mut report = IngestReport::default();
+    let mut merged: Option<Part> = None;
+    for path in &files {
+        let format = match opts.format {
+            Some(f) => f,
+            None => format::detect(path)?,
+        };
+        let mut map: ColumnMap = format.base_map();
+        for spec in &opts.maps {
+            map.apply(spec)?;
+        }
+        let ro = ReadOptions {
+            map: &map,
+            skip_invalid: opts.skip_invalid,
+        };
+        let part = match format.container() {
+            format::Container::Parquet => read::parquet::read(path, &ro)?,
+            format::Container::Csv => read::csv::read(path, &ro)?,
+            format::Container::Jsonl => read::jsonl::read(path, &ro)?,
+        };
+        let skipped: u64 = part.skipped.values().sum();
+        report.files.push(FileReport {
+            path: path.clone(),
+            format: format.name(),
+            rows_read: part.rows_read,
+            rows_skipped: skipped,
+        });
+        report.rows_read += part.rows_read;
+        report.rows_skipped += skipped;
+        for (reason, n) in &part.skipped {
+            *report
+                .skipped_by_reason
+                .entry(reason.label().to_string())
+                .or_insert(0) += n;
+        }
+        merged = Some(match merged {
+            None => part,
+            Some(mut first) => {
+                check_compatible(&first, &part)?;
+                first.cols.append(part.cols);
+                first
+            }
+        });
+    }
+    let Some(part) = merged else {
+        return Err(TraceError::NoInput);
+    };
+    if part.cols.len() == 0 {
+        let what = describe_inputs(&files);
+        let hint = if report.rows_skipped > 0 {
+            format!(
+                "all {} rows were invalid ({})",
+                report.rows_skipped,
+                reasons(&report.skipped_by_reason)
+            )
+        } else {
+            String::new()
+        };
+        return Err(TraceError::Empty { what, hint });
+    }
+    let (columns, out_of_order) = finish(part.cols, part.base);
+    report.out_of_order = out_of_order;
+    let trace = Trace::from_columns(columns)?;
+    report.failed = trace
+        .failed()
+        .map_or(0, |f| f.iter().filter(|&&x| x).count() as u64);
+    report.rows = trace.len() as u64;
+    Ok((trace, report))
+}
+
+fn describe_inputs(files: &[PathBuf]) -> String {
+    match files {
+        [one] => one.display().to_string(),
+        many => format!("{} files", many.len()),
+    }
+}
+
+fn reasons(by_reason: &BTreeMap<String, u64>) -> String {
+    by_reason
+        .iter()
+        .map(|(r, n)| format!("{r}: {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn check_compatible(first: &Part, next: &Part) -> Result<(), TraceError> {
+    let a = first.cols.presence().list();
+    let b = next.cols.presence().list();
+    if let Some(((column, _), (_, present))) = a.iter().zip(b.iter()).find(|(x, y)| x.1 != y.1) {
+        return Err(TraceError::SchemaMismatch {
+            path: next.path.clone(),
+            first: first.path.clone(),
+            column: column.to_string(),
+            present: *present,
+        });
+    }
+    if first.base != next.base {
+        return Err(TraceError::MixedTimeBase {
+            path: next.path.clone(),
+            first: first.path.clone(),
+            this: next.base.describe(),
+            other: first.base.describe(),
+        });
+    }
+    Ok(())
+}
+
+/// Sorts (stably) and rebases the builder into canonical columns. Returns the columns and the
+/// number of rows that arrived out of order.
+fn finish(mut b: Builder, base: TimeBase) -> (Columns, u64) {
+    let mut out_of_order = 0u64;
+    let mut latest = i64::MIN;
+    for &a in &b.arrival {
+        if a < latest {
+            out_of_order += 1;
+        } else {
+            latest = a;
+        }
+    }
+    if out_of_order > 0 {
+        let mut order: Vec<usize> = (0..b.arrival.len()).collect();
+        order.sort_by_key(|&i| b.arrival[i]);
+        b = permute(b, &order);
+    }
+    let min = b.arrival.first().copied().unwrap_or(0);
+    let (shift, start_unix_ns) = match base {
+        TimeBase::Unix => (min, Some(min)),
+        TimeBase::Offset => (0, None),
+    };
+    // Same size and alignment: this collect reuses the allocation.
+    let mut arrival_ns: Vec<u64> = b.arrival.into_iter().map(|a| (a - shift) as u64).collect();
+    arrival_ns.shrink_to_fit();
+    let mut input_tokens = b.input;
+    input_tokens.shrink_to_fit();
+    let shrink = |v: Option<Vec<u32>>| {
+        v.map(|mut v| {
+            v.shrink_to_fit();
+            v
+        })
+    };
+    let cols = Columns {
+        arrival_ns,
+        input_tokens,
+        output_tokens: shrink(b.output),
+        request_id: b.request_id,
+        model: b.model,
+        class: shrink(b.class),
+        prefix_blocks: b.prefix_blocks,
+        failed: b.failed,
+        observed: ObservedLatencies {
+            e2e_ms: b.e2e_ms,
+            queue_ms: b.queue_ms,
+            compute_ms: b.compute_ms,
+        },
+        start_unix_ns,
+    };
+    (cols, out_of_order)
+}
+
+fn permute(b: Builder, order: &[usize]) -> Builder {
+    fn take<T: Copy>(v: &[T], order: &[usize]) -> Vec<T> {
+        order.iter().map(|&i| v[i]).collect()
+    }
+    Builder {
+        arrival: take(&b.arrival, order),
+        input: take(&b.input, order),
+        output: b.output.as_deref().map(|v| take(v, order)),
+        request_id: b.request_id.as_ref().map(|c| c.take(order)),
+        model: b.model.as_ref().map(|c| c.take(order)),
+        class: b.class.as_deref().map(|v| take(v, order)),
+        prefix_blocks: b.prefix_blocks.as_ref().map(|c| c.take(order)),
+        failed: b.failed.as_deref().map(|v| take(v, order)),
+        e2e_ms: b.e2e_ms.as_deref().map(|v| take(v, order)),
+        queue_ms: b.queue_ms.as_deref().map(|v| take(v, order)),
+        compute_ms: b.compute_ms.as_deref().map(|v| take(v, order)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    #[test]
+    fn unsorted_csv_is_sorted_stably_and_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(
+            dir.path(),
+            "t.csv",
+            "arrival,input_tokens\n5,1\n3,2\n3,3\n9,4\n1,5\n",
+        );
+        let (trace, report) = read_trace(&[p], &IngestOptions::default()).unwrap();
+        assert_eq!(trace.arrival_ns(), &[1, 3, 3, 5, 9]);
+        assert_eq!(
+            trace.input_tokens(),
+            &[5, 2, 3, 1, 4],
+            "ties keep input order"
+        );
+        assert_eq!(report.out_of_order, 3);
+        assert!(report.adds_up());
+    }
+
+    #[test]
+    fn skip_invalid_counts_rows_by_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(
+            dir.path(),
+            "t.csv",
+            "arrival,input_tokens,output_tokens\n1,10,2\n2,-4,2\n3,NaN,1\n4,5,\n5,5,5\n",
+        );
+        let opts = IngestOptions {
+            skip_invalid: true,
+            ..IngestOptions::default()
+        };
+        let (trace, report) = read_trace(std::slice::from_ref(&p), &opts).unwrap();
+        assert_eq!(trace.len(), 2);
+        assert_eq!(report.rows_read, 5);
+        assert_eq!(report.skipped_by_reason.get("negative"), Some(&1));
+        assert_eq!(report.skipped_by_reason.get("not_finite"), Some(&1));
+        assert_eq!(report.skipped_by_reason.get("missing_value"), Some(&1));
+        assert!(report.adds_up(), "{report:?}");
+        let err = read_trace(&[p], &IngestOptions::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("line 3, column `input_tokens`: negative value \"-4\""),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn datetimes_rebase_to_the_earliest_arrival() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(
+            dir.path(),
+            "a.csv",
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:47.5,1,2\n2023-11-16 18:15:46.0000001,3,4\n",
+        );
+        let (trace, report) = read_trace(&[p], &IngestOptions::default()).unwrap();
+        assert_eq!(trace.arrival_ns(), &[0, 1_499_999_900]);
+        assert_eq!(report.out_of_order, 1);
+        assert!(trace.start_unix_ns().is_some());
+    }
+
+    #[test]
+    fn several_files_merge_into_one_timeline() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = write(
+            dir.path(),
+            "a.jsonl",
+            "{\"arrival\": 10, \"input_tokens\": 1}\n{\"arrival\": 30, \"input_tokens\": 3}\n",
+        );
+        let b = write(
+            dir.path(),
+            "b.jsonl",
+            "{\"arrival\": 20, \"input_tokens\": 2}\n",
+        );
+        let (trace, report) = read_trace(&[a, b], &IngestOptions::default()).unwrap();
+        assert_eq!(trace.input_tokens(), &[1, 2, 3]);
+        assert_eq!(report.files.len(), 2);
+    }
+
+    #[test]
+    fn files_with_different_optional_columns_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = write(
+            dir.path(),
+            "a.csv",
+            "arrival,input_tokens,output_tokens\n1,1,1\n",
+        );
+        let b = write(dir.path(), "b.csv", "arrival,input_tokens\n2,2\n");
+        let err = read_trace(&[a, b], &IngestOptions::default())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("output_tokens"), "{err}");
+    }
+
+    #[test]
+    fn burstgpt_zero_token_rows_are_kept_and_flagged_failed() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(
+            dir.path(),
+            "b.csv",
+            "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n\
+             5,ChatGPT,472,18,490,Conversation log\n\
+             7,GPT-4,0,0,0,Conversation log\n",
+        );
+        let (trace, report) = read_trace(&[p], &IngestOptions::default()).unwrap();
+        assert_eq!(trace.len(), 2);
+        assert_eq!(trace.failed(), Some(&[false, true][..]));
+        assert_eq!(report.failed, 1);
+        assert_eq!(trace.model().unwrap().get(1), "GPT-4");
+        assert_eq!(trace.arrival_ns(), &[5_000_000_000, 7_000_000_000]);
+    }
+}

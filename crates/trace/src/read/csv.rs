@@ -1,0 +1,260 @@
+//! CSV with a header row: generic through a [`ColumnMap`], and the Azure and BurstGPT presets.
+//!
+//! Fields are parsed straight from the csv crate's reused `ByteRecord` (no per-row `String`);
+//! the Azure datetime shape has a hand-written parser.
+
+use std::fs::File;
+use std::io::BufReader;
+use std::path::Path;
+
+use super::{Builder, Issues, Part, Presence, ReadOptions, RowBuf, TimeBase};
+use crate::format::Field;
+use crate::timestamp::{self, TimeUnit};
+use crate::{InvalidReason, TraceError};
+
+struct Indices {
+    arrival: usize,
+    input: usize,
+    output: Option<usize>,
+    request_id: Option<usize>,
+    model: Option<usize>,
+    class: Option<usize>,
+    prefix_blocks: Option<usize>,
+    failed: Option<usize>,
+    e2e_ms: Option<usize>,
+    queue_ms: Option<usize>,
+    compute_ms: Option<usize>,
+}
+
+pub(crate) fn read(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceError> {
+    let io_err = |source| TraceError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = File::open(path).map_err(io_err)?;
+    let file_len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let mut rdr = csv::ReaderBuilder::new()
+        .has_headers(true)
+        .flexible(true)
+        .from_reader(BufReader::with_capacity(1 << 18, file));
+    let header: Vec<String> = rdr
+        .byte_headers()
+        .map_err(|e| csv_error(path, e))?
+        .iter()
+        .map(|h| String::from_utf8_lossy(h).trim().to_string())
+        .collect();
+    let map = opts.map;
+    let find = |name: &str| header.iter().position(|h| h == name);
+    let required =
+        |name: &str| find(name).ok_or_else(|| super::missing_column(path, name, header.clone()));
+    let optional = |field: &Field| -> Result<Option<usize>, TraceError> {
+        match &field.column {
+            None => Ok(None),
+            Some(name) => match find(name) {
+                Some(i) => Ok(Some(i)),
+                None if field.required => Err(super::missing_column(path, name, header.clone())),
+                None => Ok(None),
+            },
+        }
+    };
+    let idx = Indices {
+        arrival: required(&map.arrival)?,
+        input: required(&map.input_tokens)?,
+        output: optional(&map.output_tokens)?,
+        request_id: optional(&map.request_id)?,
+        model: optional(&map.model)?,
+        class: optional(&map.class)?,
+        prefix_blocks: optional(&map.prefix_blocks)?,
+        failed: optional(&map.failed)?,
+        e2e_ms: optional(&map.e2e_ms)?,
+        queue_ms: optional(&map.queue_ms)?,
+        compute_ms: optional(&map.compute_ms)?,
+    };
+    let presence = Presence {
+        output_tokens: idx.output.is_some(),
+        request_id: idx.request_id.is_some(),
+        model: idx.model.is_some(),
+        class: idx.class.is_some(),
+        prefix_blocks: idx.prefix_blocks.is_some(),
+        failed: idx.failed.is_some() || (map.zero_output_is_failed && idx.output.is_some()),
+        e2e_ms: idx.e2e_ms.is_some(),
+        queue_ms: idx.queue_ms.is_some(),
+        compute_ms: idx.compute_ms.is_some(),
+    };
+    // A guess from the file size keeps the vectors from doubling many times; the exact size is
+    // trimmed after ingest.
+    let estimate = usize::try_from(file_len / 40).unwrap_or(0).min(1 << 26);
+    let mut cols = Builder::new(presence, estimate);
+    let mut issues = Issues::new(path, opts.skip_invalid);
+    let mut unit = map.arrival_unit;
+    let mut row = RowBuf::default();
+    let mut rec = csv::ByteRecord::new();
+    let mut rows_read = 0u64;
+    let col_name = |i: usize| header[i].as_str();
+    loop {
+        match rdr.read_byte_record(&mut rec) {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(e) => {
+                if let csv::ErrorKind::Io(_) = e.kind() {
+                    return Err(csv_error(path, e));
+                }
+                // A record the csv parser rejects (e.g. a broken quote): count or fail.
+                rows_read += 1;
+                let line = e.position().map(|p| p.line()).unwrap_or(0);
+                issues.bad(line, "(record)", b"", InvalidReason::BadRecord)?;
+                continue;
+            }
+        }
+        // A blank line is no record.
+        if rec.len() == 1 && rec[0].is_empty() {
+            continue;
+        }
+        rows_read += 1;
+        let line = rec.position().map(|p| p.line()).unwrap_or(0);
+        if rec.len() < header.len() {
+            let got = rec.iter().collect::<Vec<_>>().join(&b","[..]);
+            issues.bad(line, "(record)", &got, InvalidReason::BadRecord)?;
+            continue;
+        }
+        let field = |i: usize| rec.get(i).unwrap_or_default();
+        // Arrival.
+        let raw = field(idx.arrival);
+        let unit_now = *unit.get_or_insert_with(|| {
+            if timestamp::parse_u64(raw).is_some() {
+                TimeUnit::Nanos
+            } else {
+                TimeUnit::Datetime
+            }
+        });
+        let parsed = if raw.is_empty() {
+            Err(InvalidReason::MissingValue)
+        } else if unit_now == TimeUnit::Datetime {
+            timestamp::parse_datetime_ns(raw)
+        } else {
+            timestamp::parse_offset_ns(raw, unit_now)
+        };
+        match parsed {
+            Ok(v) => row.arrival = v,
+            Err(reason) => {
+                issues.bad(line, col_name(idx.arrival), raw, reason)?;
+                continue;
+            }
+        }
+        // Sizes.
+        match timestamp::parse_size(field(idx.input)) {
+            Ok(v) => row.input = v,
+            Err(reason) => {
+                issues.bad(line, col_name(idx.input), field(idx.input), reason)?;
+                continue;
+            }
+        }
+        if let Some(i) = idx.output {
+            match timestamp::parse_size(field(i)) {
+                Ok(v) => row.output = v,
+                Err(reason) => {
+                    issues.bad(line, col_name(i), field(i), reason)?;
+                    continue;
+                }
+            }
+        }
+        if !read_optional(&idx, &mut row, &rec, line, &mut issues, &header)? {
+            continue;
+        }
+        if map.zero_output_is_failed && idx.output.is_some() {
+            row.failed = row.output == 0;
+        }
+        cols.push(&row);
+    }
+    let base = match unit {
+        Some(TimeUnit::Datetime) => TimeBase::Unix,
+        _ => TimeBase::Offset,
+    };
+    Ok(Part {
+        path: path.to_path_buf(),
+        cols,
+        base,
+        rows_read,
+        skipped: issues.counts,
+    })
+}
+
+/// Parses the optional columns of one record. `Ok(false)` means the row is skipped.
+fn read_optional(
+    idx: &Indices,
+    row: &mut RowBuf,
+    rec: &csv::ByteRecord,
+    line: u64,
+    issues: &mut Issues<'_>,
+    header: &[String],
+) -> Result<bool, TraceError> {
+    let field = |i: usize| rec.get(i).unwrap_or_default();
+    macro_rules! parse_into {
+        ($index:expr, $slot:expr, $parse:expr) => {
+            if let Some(i) = $index {
+                match $parse(field(i)) {
+                    Ok(v) => $slot = v,
+                    Err(reason) => {
+                        issues.bad(line, &header[i], field(i), reason)?;
+                        return Ok(false);
+                    }
+                }
+            }
+        };
+    }
+    if let Some(i) = idx.request_id {
+        row.request_id.clear();
+        row.request_id.push_str(&String::from_utf8_lossy(field(i)));
+    }
+    if let Some(i) = idx.model {
+        row.model.clear();
+        row.model.push_str(&String::from_utf8_lossy(field(i)));
+    }
+    parse_into!(idx.class, row.class, timestamp::parse_size);
+    parse_into!(idx.failed, row.failed, super::parse_bool);
+    parse_into!(idx.e2e_ms, row.e2e_ms, super::parse_latency);
+    parse_into!(idx.queue_ms, row.queue_ms, super::parse_latency);
+    parse_into!(idx.compute_ms, row.compute_ms, super::parse_latency);
+    if let Some(i) = idx.prefix_blocks {
+        row.blocks.clear();
+        if let Err(reason) = parse_block_list(field(i), &mut row.blocks) {
+            issues.bad(line, &header[i], field(i), reason)?;
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Parses a block list written in one CSV field: `[1, 2, 3]`, `1 2 3` or `1;2;3`.
+fn parse_block_list(b: &[u8], out: &mut Vec<u64>) -> Result<(), InvalidReason> {
+    let inner = b
+        .trim_ascii()
+        .strip_prefix(b"[")
+        .and_then(|s| s.strip_suffix(b"]"))
+        .unwrap_or(b.trim_ascii());
+    for item in inner.split(|&c| c == b',' || c == b' ' || c == b';') {
+        if item.is_empty() {
+            continue;
+        }
+        out.push(timestamp::parse_u64(item).ok_or(InvalidReason::BadNumber)?);
+    }
+    Ok(())
+}
+
+fn csv_error(path: &Path, e: csv::Error) -> TraceError {
+    match e.into_kind() {
+        csv::ErrorKind::Io(source) => TraceError::Io {
+            path: path.to_path_buf(),
+            source,
+        },
+        other => TraceError::InvalidValue {
+            path: path.to_path_buf(),
+            at: "line",
+            line: 1,
+            column: "(header)".to_string(),
+            value: format!("{other:?}").chars().take(60).collect(),
+            reason: InvalidReason::BadRecord,
+            hint: "the header row could not be read as CSV".to_string(),
+        },
+    }
+}

@@ -1,0 +1,310 @@
+//! JSON Lines: one object per line, generic through a [`ColumnMap`], and the Mooncake preset.
+//!
+//! The first object's keys decide which optional columns exist; a later object missing a key
+//! the first one had is an invalid row (missing value).
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::{Builder, Issues, Part, Presence, ReadOptions, RowBuf, TimeBase};
+use crate::format::Field;
+use crate::timestamp::{self, TimeUnit};
+use crate::{InvalidReason, TraceError};
+
+type Object = serde_json::Map<String, Value>;
+
+pub(crate) fn read(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceError> {
+    let io_err = |source| TraceError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = File::open(path).map_err(io_err)?;
+    let mut reader = BufReader::with_capacity(1 << 18, file);
+    let map = opts.map;
+    let mut issues = Issues::new(path, opts.skip_invalid);
+    let mut line_buf = Vec::new();
+    let mut line_no = 0u64;
+    let mut rows_read = 0u64;
+    let mut cols: Option<Builder> = None;
+    let mut keys = Keys::default();
+    let mut unit = map.arrival_unit;
+    let mut row = RowBuf::default();
+    loop {
+        line_buf.clear();
+        let n = reader.read_until(b'\n', &mut line_buf).map_err(io_err)?;
+        if n == 0 {
+            break;
+        }
+        line_no += 1;
+        let text = line_buf.trim_ascii();
+        if text.is_empty() {
+            continue;
+        }
+        rows_read += 1;
+        let obj = match serde_json::from_slice::<Value>(text) {
+            Ok(Value::Object(obj)) => obj,
+            _ => {
+                issues.bad(line_no, "(record)", text, InvalidReason::BadRecord)?;
+                continue;
+            }
+        };
+        let cols = match &mut cols {
+            Some(c) => c,
+            None => {
+                keys = Keys::resolve(path, &obj, map)?;
+                cols.insert(Builder::new(keys.presence(map.zero_output_is_failed), 1024))
+            }
+        };
+        // Arrival.
+        let raw = obj.get(&keys.arrival).unwrap_or(&Value::Null);
+        let unit_now = *unit.get_or_insert(match raw {
+            Value::String(_) => TimeUnit::Datetime,
+            _ => TimeUnit::Nanos,
+        });
+        match arrival_value(raw, unit_now) {
+            Ok(v) => row.arrival = v,
+            Err(reason) => {
+                issues.bad(line_no, &keys.arrival, &show(raw), reason)?;
+                continue;
+            }
+        }
+        match size_value(obj.get(&keys.input)) {
+            Ok(v) => row.input = v,
+            Err(reason) => {
+                issues.bad(
+                    line_no,
+                    &keys.input,
+                    &show_opt(obj.get(&keys.input)),
+                    reason,
+                )?;
+                continue;
+            }
+        }
+        if !read_optional(&keys, &obj, &mut row, line_no, &mut issues)? {
+            continue;
+        }
+        if map.zero_output_is_failed && keys.output.is_some() {
+            row.failed = row.output == 0;
+        }
+        cols.push(&row);
+    }
+    let base = match unit {
+        Some(TimeUnit::Datetime) => TimeBase::Unix,
+        _ => TimeBase::Offset,
+    };
+    let cols = cols.unwrap_or_else(|| Builder::new(Presence::default(), 0));
+    Ok(Part {
+        path: path.to_path_buf(),
+        cols,
+        base,
+        rows_read,
+        skipped: issues.counts,
+    })
+}
+
+/// Source keys, resolved against the first object.
+#[derive(Default)]
+struct Keys {
+    arrival: String,
+    input: String,
+    output: Option<String>,
+    request_id: Option<String>,
+    model: Option<String>,
+    class: Option<String>,
+    prefix_blocks: Option<String>,
+    failed: Option<String>,
+    e2e_ms: Option<String>,
+    queue_ms: Option<String>,
+    compute_ms: Option<String>,
+}
+
+impl Keys {
+    fn resolve(path: &Path, first: &Object, map: &crate::ColumnMap) -> Result<Keys, TraceError> {
+        let present = || first.keys().cloned().collect::<Vec<_>>();
+        let required = |name: &str| {
+            if first.contains_key(name) {
+                Ok(name.to_string())
+            } else {
+                Err(super::missing_column(path, name, present()))
+            }
+        };
+        let optional = |f: &Field| -> Result<Option<String>, TraceError> {
+            match &f.column {
+                None => Ok(None),
+                Some(name) if first.contains_key(name) => Ok(Some(name.clone())),
+                Some(name) if f.required => Err(super::missing_column(path, name, present())),
+                Some(_) => Ok(None),
+            }
+        };
+        Ok(Keys {
+            arrival: required(&map.arrival)?,
+            input: required(&map.input_tokens)?,
+            output: optional(&map.output_tokens)?,
+            request_id: optional(&map.request_id)?,
+            model: optional(&map.model)?,
+            class: optional(&map.class)?,
+            prefix_blocks: optional(&map.prefix_blocks)?,
+            failed: optional(&map.failed)?,
+            e2e_ms: optional(&map.e2e_ms)?,
+            queue_ms: optional(&map.queue_ms)?,
+            compute_ms: optional(&map.compute_ms)?,
+        })
+    }
+
+    fn presence(&self, zero_output_is_failed: bool) -> Presence {
+        Presence {
+            output_tokens: self.output.is_some(),
+            request_id: self.request_id.is_some(),
+            model: self.model.is_some(),
+            class: self.class.is_some(),
+            prefix_blocks: self.prefix_blocks.is_some(),
+            failed: self.failed.is_some() || (zero_output_is_failed && self.output.is_some()),
+            e2e_ms: self.e2e_ms.is_some(),
+            queue_ms: self.queue_ms.is_some(),
+            compute_ms: self.compute_ms.is_some(),
+        }
+    }
+}
+
+/// Parses the optional columns of one object. `Ok(false)` means the row is skipped.
+fn read_optional(
+    keys: &Keys,
+    obj: &Object,
+    row: &mut RowBuf,
+    line: u64,
+    issues: &mut Issues<'_>,
+) -> Result<bool, TraceError> {
+    macro_rules! parse_into {
+        ($key:expr, $slot:expr, $parse:expr) => {
+            if let Some(k) = &$key {
+                let v = obj.get(k);
+                match $parse(v) {
+                    Ok(x) => $slot = x,
+                    Err(reason) => {
+                        issues.bad(line, k, &show_opt(v), reason)?;
+                        return Ok(false);
+                    }
+                }
+            }
+        };
+    }
+    parse_into!(keys.output, row.output, size_value);
+    parse_into!(keys.class, row.class, size_value);
+    parse_into!(keys.failed, row.failed, bool_value);
+    parse_into!(keys.e2e_ms, row.e2e_ms, latency_value);
+    parse_into!(keys.queue_ms, row.queue_ms, latency_value);
+    parse_into!(keys.compute_ms, row.compute_ms, latency_value);
+    for (key, slot) in [
+        (&keys.request_id, &mut row.request_id),
+        (&keys.model, &mut row.model),
+    ] {
+        if let Some(k) = key {
+            slot.clear();
+            match obj.get(k) {
+                Some(Value::String(s)) => slot.push_str(s),
+                Some(Value::Null) | None => {}
+                Some(other) => slot.push_str(&other.to_string()),
+            }
+        }
+    }
+    if let Some(k) = &keys.prefix_blocks {
+        row.blocks.clear();
+        let v = obj.get(k);
+        if let Err(reason) = blocks_value(v, &mut row.blocks) {
+            issues.bad(line, k, &show_opt(v), reason)?;
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+fn arrival_value(v: &Value, unit: TimeUnit) -> Result<i64, InvalidReason> {
+    match v {
+        Value::Null => Err(InvalidReason::MissingValue),
+        Value::String(s) if unit == TimeUnit::Datetime => {
+            timestamp::parse_datetime_ns(s.as_bytes())
+        }
+        Value::String(s) => timestamp::parse_offset_ns(s.as_bytes(), unit),
+        Value::Number(_) if unit == TimeUnit::Datetime => Err(InvalidReason::BadTimestamp),
+        Value::Number(n) => match n.as_u64() {
+            Some(u) => u
+                .checked_mul(unit.ns_per_unit())
+                .and_then(|ns| i64::try_from(ns).ok())
+                .ok_or(InvalidReason::TooLarge),
+            None => timestamp::offset_from_f64(n.as_f64().unwrap_or(f64::NAN), unit),
+        },
+        _ => Err(InvalidReason::BadTimestamp),
+    }
+}
+
+fn size_value(v: Option<&Value>) -> Result<u32, InvalidReason> {
+    match v {
+        None | Some(Value::Null) => Err(InvalidReason::MissingValue),
+        Some(Value::Number(n)) => match n.as_u64() {
+            Some(u) => u32::try_from(u).map_err(|_| InvalidReason::TooLarge),
+            None => timestamp::size_from_f64(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Some(Value::String(s)) => timestamp::parse_size(s.as_bytes()),
+        Some(_) => Err(InvalidReason::BadNumber),
+    }
+}
+
+fn bool_value(v: Option<&Value>) -> Result<bool, InvalidReason> {
+    match v {
+        None | Some(Value::Null) => Err(InvalidReason::MissingValue),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(Value::Number(n)) => match n.as_u64() {
+            Some(0) => Ok(false),
+            Some(1) => Ok(true),
+            _ => Err(InvalidReason::BadBool),
+        },
+        Some(Value::String(s)) => super::parse_bool(s.as_bytes()),
+        Some(_) => Err(InvalidReason::BadBool),
+    }
+}
+
+fn latency_value(v: Option<&Value>) -> Result<f64, InvalidReason> {
+    match v {
+        None | Some(Value::Null) => Ok(f64::NAN),
+        Some(Value::Number(n)) => {
+            let x = n.as_f64().ok_or(InvalidReason::BadNumber)?;
+            if x < 0.0 {
+                Err(InvalidReason::Negative)
+            } else {
+                Ok(x)
+            }
+        }
+        Some(Value::String(s)) => super::parse_latency(s.as_bytes()),
+        Some(_) => Err(InvalidReason::BadNumber),
+    }
+}
+
+fn blocks_value(v: Option<&Value>, out: &mut Vec<u64>) -> Result<(), InvalidReason> {
+    match v {
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::Array(items)) => {
+            for item in items {
+                match item.as_u64() {
+                    Some(x) => out.push(x),
+                    None if item.as_i64().is_some_and(|x| x < 0) => {
+                        return Err(InvalidReason::Negative);
+                    }
+                    None => return Err(InvalidReason::BadNumber),
+                }
+            }
+            Ok(())
+        }
+        Some(_) => Err(InvalidReason::BadNumber),
+    }
+}
+
+fn show(v: &Value) -> Vec<u8> {
+    v.to_string().into_bytes()
+}
+
+fn show_opt(v: Option<&Value>) -> Vec<u8> {
+    v.map(show).unwrap_or_default()
+}

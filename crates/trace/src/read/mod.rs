@@ -1,0 +1,299 @@
+//! Readers: one file in, one [`Part`] of columns out. `ingest` merges parts into a trace.
+//!
+//! Every reader fills a [`Builder`] column by column (no row structs are kept) and hands every
+//! row it cannot use to [`Issues`], which either fails with a message naming file, line, column
+//! and value, or (with `--skip-invalid`) counts the row by reason.
+
+pub(crate) mod csv;
+pub(crate) mod jsonl;
+pub(crate) mod parquet;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::format::ColumnMap;
+use crate::table::{ListColumn, StringColumn};
+use crate::{InvalidReason, TraceError};
+
+/// What arrival values mean.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TimeBase {
+    /// Unix nanoseconds (from datetimes); the trace is rebased to start at the earliest.
+    Unix,
+    /// Nanoseconds from the trace's start, as the log wrote them.
+    Offset,
+}
+
+impl TimeBase {
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            TimeBase::Unix => "wall-clock datetimes",
+            TimeBase::Offset => "offsets from trace start",
+        }
+    }
+}
+
+/// Which optional columns a part has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Presence {
+    pub output_tokens: bool,
+    pub request_id: bool,
+    pub model: bool,
+    pub class: bool,
+    pub prefix_blocks: bool,
+    pub failed: bool,
+    pub e2e_ms: bool,
+    pub queue_ms: bool,
+    pub compute_ms: bool,
+}
+
+impl Presence {
+    pub(crate) fn list(&self) -> [(&'static str, bool); 9] {
+        [
+            ("output_tokens", self.output_tokens),
+            ("request_id", self.request_id),
+            ("model", self.model),
+            ("class", self.class),
+            ("prefix_blocks", self.prefix_blocks),
+            ("failed", self.failed),
+            ("e2e_ms", self.e2e_ms),
+            ("queue_ms", self.queue_ms),
+            ("compute_ms", self.compute_ms),
+        ]
+    }
+}
+
+/// One row's parsed values, reused across rows so that reading allocates nothing per row once
+/// the strings and block list have grown to their largest.
+#[derive(Debug, Default)]
+pub(crate) struct RowBuf {
+    pub arrival: i64,
+    pub input: u32,
+    pub output: u32,
+    pub request_id: String,
+    pub model: String,
+    pub class: u32,
+    pub blocks: Vec<u64>,
+    pub failed: bool,
+    pub e2e_ms: f64,
+    pub queue_ms: f64,
+    pub compute_ms: f64,
+}
+
+/// Columns under construction. Arrivals are `i64` in the part's [`TimeBase`] until `ingest`
+/// rebases them.
+#[derive(Debug, Default)]
+pub(crate) struct Builder {
+    pub arrival: Vec<i64>,
+    pub input: Vec<u32>,
+    pub output: Option<Vec<u32>>,
+    pub request_id: Option<StringColumn>,
+    pub model: Option<StringColumn>,
+    pub class: Option<Vec<u32>>,
+    pub prefix_blocks: Option<ListColumn>,
+    pub failed: Option<Vec<bool>>,
+    pub e2e_ms: Option<Vec<f64>>,
+    pub queue_ms: Option<Vec<f64>>,
+    pub compute_ms: Option<Vec<f64>>,
+}
+
+impl Builder {
+    pub(crate) fn new(p: Presence, rows: usize) -> Builder {
+        Builder {
+            arrival: Vec::with_capacity(rows),
+            input: Vec::with_capacity(rows),
+            output: p.output_tokens.then(|| Vec::with_capacity(rows)),
+            request_id: p.request_id.then(|| StringColumn::with_capacity(rows)),
+            model: p.model.then(|| StringColumn::with_capacity(rows)),
+            class: p.class.then(|| Vec::with_capacity(rows)),
+            prefix_blocks: p.prefix_blocks.then(|| ListColumn::with_capacity(rows)),
+            failed: p.failed.then(|| Vec::with_capacity(rows)),
+            e2e_ms: p.e2e_ms.then(|| Vec::with_capacity(rows)),
+            queue_ms: p.queue_ms.then(|| Vec::with_capacity(rows)),
+            compute_ms: p.compute_ms.then(|| Vec::with_capacity(rows)),
+        }
+    }
+
+    pub(crate) fn presence(&self) -> Presence {
+        Presence {
+            output_tokens: self.output.is_some(),
+            request_id: self.request_id.is_some(),
+            model: self.model.is_some(),
+            class: self.class.is_some(),
+            prefix_blocks: self.prefix_blocks.is_some(),
+            failed: self.failed.is_some(),
+            e2e_ms: self.e2e_ms.is_some(),
+            queue_ms: self.queue_ms.is_some(),
+            compute_ms: self.compute_ms.is_some(),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.arrival.len()
+    }
+
+    /// Appends one row; columns the builder does not have are ignored.
+    pub(crate) fn push(&mut self, row: &RowBuf) {
+        self.arrival.push(row.arrival);
+        self.input.push(row.input);
+        if let Some(c) = &mut self.output {
+            c.push(row.output);
+        }
+        if let Some(c) = &mut self.request_id {
+            c.push(&row.request_id);
+        }
+        if let Some(c) = &mut self.model {
+            c.push(&row.model);
+        }
+        if let Some(c) = &mut self.class {
+            c.push(row.class);
+        }
+        if let Some(c) = &mut self.prefix_blocks {
+            c.push(&row.blocks);
+        }
+        if let Some(c) = &mut self.failed {
+            c.push(row.failed);
+        }
+        if let Some(c) = &mut self.e2e_ms {
+            c.push(row.e2e_ms);
+        }
+        if let Some(c) = &mut self.queue_ms {
+            c.push(row.queue_ms);
+        }
+        if let Some(c) = &mut self.compute_ms {
+            c.push(row.compute_ms);
+        }
+    }
+
+    /// Appends all rows of `other`, which must have the same presence.
+    pub(crate) fn append(&mut self, other: Builder) {
+        fn cat<T: Clone>(a: &mut Option<Vec<T>>, b: Option<Vec<T>>) {
+            if let (Some(a), Some(b)) = (a, b) {
+                a.extend_from_slice(&b);
+            }
+        }
+        self.arrival.extend_from_slice(&other.arrival);
+        self.input.extend_from_slice(&other.input);
+        cat(&mut self.output, other.output);
+        cat(&mut self.class, other.class);
+        cat(&mut self.failed, other.failed);
+        cat(&mut self.e2e_ms, other.e2e_ms);
+        cat(&mut self.queue_ms, other.queue_ms);
+        cat(&mut self.compute_ms, other.compute_ms);
+        if let (Some(a), Some(b)) = (&mut self.request_id, &other.request_id) {
+            b.iter().for_each(|s| a.push(s));
+        }
+        if let (Some(a), Some(b)) = (&mut self.model, &other.model) {
+            b.iter().for_each(|s| a.push(s));
+        }
+        if let (Some(a), Some(b)) = (&mut self.prefix_blocks, &other.prefix_blocks) {
+            (0..b.len()).for_each(|i| a.push(b.get(i)));
+        }
+    }
+}
+
+/// What one file yielded.
+#[derive(Debug)]
+pub(crate) struct Part {
+    pub path: PathBuf,
+    pub cols: Builder,
+    pub base: TimeBase,
+    /// Data rows in the file (kept + skipped).
+    pub rows_read: u64,
+    pub skipped: BTreeMap<InvalidReason, u64>,
+}
+
+/// Options every reader takes.
+#[derive(Debug, Clone)]
+pub(crate) struct ReadOptions<'a> {
+    pub map: &'a ColumnMap,
+    pub skip_invalid: bool,
+}
+
+/// Rows a reader could not use: fail on the first, or count them by reason.
+pub(crate) struct Issues<'a> {
+    path: &'a Path,
+    skip: bool,
+    /// `line` for text files, `row` for Parquet.
+    pub at: &'static str,
+    pub counts: BTreeMap<InvalidReason, u64>,
+}
+
+impl<'a> Issues<'a> {
+    pub(crate) fn new(path: &'a Path, skip: bool) -> Issues<'a> {
+        Issues {
+            path,
+            skip,
+            at: "line",
+            counts: BTreeMap::new(),
+        }
+    }
+
+    /// Records that `line`'s `column` holds an unusable `value`. `Ok` means "skip the row".
+    pub(crate) fn bad(
+        &mut self,
+        line: u64,
+        column: &str,
+        value: &[u8],
+        reason: InvalidReason,
+    ) -> Result<(), TraceError> {
+        if self.skip {
+            *self.counts.entry(reason).or_insert(0) += 1;
+            return Ok(());
+        }
+        let hint = match reason {
+            InvalidReason::BadTimestamp => {
+                "expected a datetime like `2023-11-16 18:15:46.68`, \
+                or numbers with --map arrival=COL:s (or ms, us, ns); \
+                --skip-invalid skips and counts such rows"
+            }
+            InvalidReason::BadRecord => {
+                "the row has fewer fields than the header, or is not \
+                a JSON object; --skip-invalid skips and counts such rows"
+            }
+            _ => "fix the value, or pass --skip-invalid to skip and count such rows",
+        };
+        let value: String = String::from_utf8_lossy(value).chars().take(60).collect();
+        Err(TraceError::InvalidValue {
+            path: self.path.to_path_buf(),
+            at: self.at,
+            line,
+            column: column.to_string(),
+            value,
+            reason,
+            hint: hint.to_string(),
+        })
+    }
+}
+
+/// Parses a boolean flag.
+pub(crate) fn parse_bool(b: &[u8]) -> Result<bool, InvalidReason> {
+    match b.trim_ascii() {
+        b"true" | b"True" | b"TRUE" | b"1" => Ok(true),
+        b"false" | b"False" | b"FALSE" | b"0" => Ok(false),
+        b"" => Err(InvalidReason::MissingValue),
+        _ => Err(InvalidReason::BadBool),
+    }
+}
+
+/// Parses a latency in ms; an empty field is NaN (not observed for this request).
+pub(crate) fn parse_latency(b: &[u8]) -> Result<f64, InvalidReason> {
+    if b.trim_ascii().is_empty() {
+        return Ok(f64::NAN);
+    }
+    let v = crate::timestamp::parse_f64(b)?;
+    if v < 0.0 {
+        return Err(InvalidReason::Negative);
+    }
+    Ok(v)
+}
+
+/// Builds the missing-column error.
+pub(crate) fn missing_column(path: &Path, column: &str, present: Vec<String>) -> TraceError {
+    TraceError::MissingColumn {
+        path: path.to_path_buf(),
+        column: column.to_string(),
+        present,
+        suggestion: crate::format::MAP_HINT.to_string(),
+    }
+}

@@ -1,0 +1,198 @@
+//! `capsim calibrate`: measure an ONNX model through ONNX Runtime and write a profile.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use capsim_calibrate::{
+    CalibrateError, CalibrationConfig, Progress, ProviderChoice, Runtime, calibrate, check_model_file, library,
+};
+use clap::{Args, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::BadInput;
+
+/// Execution provider flag values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Ep {
+    /// ONNX Runtime's CPU provider.
+    Cpu,
+    /// The CUDA provider; fails when it cannot be registered.
+    Cuda,
+    /// CUDA when it can be registered, otherwise CPU (says which).
+    Auto,
+}
+
+#[derive(Debug, Args)]
+pub struct CalibrateArgs {
+    /// The ONNX model to measure.
+    #[arg(long, value_name = "MODEL.onnx")]
+    pub model: PathBuf,
+    /// Execution provider.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub ep: Ep,
+    /// Batch sizes of the grid.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8", value_name = "B,B,...")]
+    pub batch: Vec<u32>,
+    /// A dynamic dimension and its values, `NAME=V,V,...` (repeatable). The one with several
+    /// values is the grid's length axis (the simulator pads batches to their longest input on it).
+    #[arg(long = "dim", value_name = "NAME=V,V,...")]
+    pub dims: Vec<String>,
+    /// Untimed runs before each grid point.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub warmup: u32,
+    /// Most timed runs per grid point.
+    #[arg(long, default_value_t = 200, value_name = "N")]
+    pub iters: u32,
+    /// Fewest timed runs before a grid point may stop early.
+    #[arg(long, default_value_t = 30, value_name = "N")]
+    pub min_iters: u32,
+    /// Stop a grid point early when p50 and p99 move by less than this fraction between checks.
+    #[arg(long, default_value_t = 0.03, value_name = "FRACTION")]
+    pub tolerance: f64,
+    /// ONNX Runtime intra-op threads (0: its default, one per physical core).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub threads: u32,
+    /// Integer (token id) inputs are drawn below this.
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    pub vocab: u64,
+    /// Seed of the random input data.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// ONNX Runtime shared library (default: ORT_DYLIB_PATH, the project's .venv, then the
+    /// active Python's onnxruntime package).
+    #[arg(long, value_name = "libonnxruntime.so")]
+    pub ort_lib: Option<PathBuf>,
+    /// Where to write the profile (JSON).
+    #[arg(short = 'o', long = "out", value_name = "PROFILE.json")]
+    pub out: PathBuf,
+}
+
+/// A library error as the command reports it: bad input (exit 2) when the user can fix it.
+fn user_facing(err: CalibrateError) -> anyhow::Error {
+    if err.is_bad_input() {
+        BadInput(err.to_string()).into()
+    } else {
+        err.into()
+    }
+}
+
+/// Parses `NAME=V,V,...`.
+fn parse_dim(text: &str) -> Result<(String, Vec<u32>), BadInput> {
+    let bad = || {
+        BadInput(format!(
+            "--dim {text:?}: expected NAME=V,V,... with positive integers, for example --dim seq=16,32,64"
+        ))
+    };
+    let (name, values) = text.split_once('=').ok_or_else(bad)?;
+    let values: Vec<u32> = values
+        .split(',')
+        .map(|v| v.trim().parse::<u32>().ok().filter(|&v| v > 0))
+        .collect::<Option<_>>()
+        .ok_or_else(bad)?;
+    if name.trim().is_empty() || values.is_empty() {
+        return Err(bad());
+    }
+    Ok((name.trim().to_string(), values))
+}
+
+pub fn run(args: CalibrateArgs) -> Result<()> {
+    let mut dims = BTreeMap::new();
+    for text in &args.dims {
+        let (name, values) = parse_dim(text)?;
+        if dims.insert(name.clone(), values).is_some() {
+            return Err(BadInput(format!("--dim {name} is given twice")).into());
+        }
+    }
+    check_model_file(&args.model).map_err(user_facing)?;
+    let location = library::locate(args.ort_lib.as_deref()).map_err(user_facing)?;
+    let runtime = Runtime::load(&location).map_err(user_facing)?;
+    let config = CalibrationConfig {
+        model: args.model.clone(),
+        provider: match args.ep {
+            Ep::Cpu => ProviderChoice::Cpu,
+            Ep::Cuda => ProviderChoice::Cuda,
+            Ep::Auto => ProviderChoice::Auto,
+        },
+        batch_sizes: args.batch.clone(),
+        dims,
+        warmup_iters: args.warmup,
+        max_iters: args.iters,
+        min_iters: args.min_iters,
+        convergence_tolerance: args.tolerance,
+        intra_threads: args.threads,
+        vocab: args.vocab,
+        seed: args.seed,
+    };
+
+    let started = Instant::now();
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} grid points  {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let length_name = config.dims.iter().find(|(_, v)| v.len() > 1).map(|(k, _)| k.clone());
+    let mut converged = 0usize;
+    let profile = calibrate(&runtime, &config, &mut |event| match event {
+        Progress::Started { points, decision } => {
+            bar.set_length(points as u64);
+            let line = match (&decision.cuda_unavailable, config.provider) {
+                (Some(reason), ProviderChoice::Auto) => {
+                    format!("execution provider: cpu (CUDA not used: {reason})")
+                }
+                _ => format!("execution provider: {}", decision.provider.name()),
+            };
+            bar.println(format!("calibrate: {line}; ONNX Runtime {} from {}", runtime.version(), runtime.library().display()));
+        }
+        Progress::PointStarted { batch, length } => {
+            let at = match (length, &length_name) {
+                (Some(l), Some(name)) => format!("batch {batch}, {name}={l}"),
+                _ => format!("batch {batch}"),
+            };
+            bar.set_message(at);
+        }
+        Progress::PointFinished(point) => {
+            converged += usize::from(point.converged);
+            bar.inc(1);
+        }
+    })
+    .map_err(user_facing)?;
+    bar.finish_and_clear();
+    profile
+        .write(&args.out)
+        .with_context(|| format!("writing the profile to {}", args.out.display()))?;
+    let fit = profile.fit;
+    println!(
+        "calibrated {} on {} ({}): {} grid points ({} converged early) in {:.1}s",
+        args.model.display(),
+        profile.environment.execution_provider,
+        profile.environment.device_name,
+        profile.points.len(),
+        converged,
+        started.elapsed().as_secs_f64()
+    );
+    println!(
+        "affine fit of mean latency: {:.3}ms + {:.3}ms*batch + {:.5}ms*batch*length, R^2 = {:.4}",
+        fit.a_ns * 1e-6,
+        fit.b_ns * 1e-6,
+        fit.c_ns * 1e-6,
+        fit.r_squared
+    );
+    println!("profile written to {}", args.out.display());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dim_flags_parse_names_and_values_and_reject_junk() {
+        assert_eq!(parse_dim("seq=16,32").expect("parse"), ("seq".to_string(), vec![16, 32]));
+        for bad in ["seq", "seq=", "seq=a", "=16", "seq=0"] {
+            assert!(parse_dim(bad).is_err(), "{bad} should be rejected");
+        }
+    }
+}

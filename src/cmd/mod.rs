@@ -1,0 +1,28 @@
+//! One module per subcommand group; each maps its flags onto a library call.
+
+pub mod calibrate;
+pub mod trace;
+
+/// Marks an error as caused by the user's input (exit code 2), for commands whose libraries do
+/// not already say so. Wrap the message: `return Err(BadInput(msg).into())`.
+#[derive(Debug)]
+pub struct BadInput(pub String);
+
+impl std::fmt::Display for BadInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadInput {}
+
+/// Exit code for an error: 2 when any cause in its chain is bad input, 1 otherwise.
+pub fn exit_code(err: &anyhow::Error) -> u8 {
+    let bad_input = err.chain().any(|cause| {
+        cause.is::<BadInput>()
+            || cause
+                .downcast_ref::<capsim_trace::TraceError>()
+                .is_some_and(capsim_trace::TraceError::is_bad_input)
+    });
+    if bad_input { 2 } else { 1 }
+}
