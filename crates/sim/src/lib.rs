@@ -1,4 +1,59 @@
 //! capsim's discrete-event engine and the model of the serving path.
+//!
+//! A [`Scenario`] (read from TOML) describes a serving system: client network, gateway
+//! (admission control, load balancing), pre-processing workers, instance queues, Triton's
+//! dynamic batcher, model execution with a [`ServiceTime`] model, and post-processing.
+//! [`simulate`] replays a [`capsim_trace::Trace`] through it, deterministically for a given seed,
+//! and returns a [`Summary`]; [`simulate_with_requests`] also keeps one [`RequestRecord`] per
+//! request, and [`output`] writes `summary.json`, `requests.parquet` and `timeseries.parquet`.
+//!
+//! ```
+//! use capsim_sim::{RunOptions, Scenario, simulate};
+//! use capsim_trace::{Columns, Trace};
+//!
+//! let scenario = Scenario::from_toml_str(r#"
+//!     [batcher]
+//!     max_batch_size = 4
+//!     max_queue_delay = "1ms"
+//!     [service]
+//!     kind = "affine"
+//!     a = "2ms"
+//!     b = "0.5ms"
+//! "#).unwrap();
+//! let trace = Trace::from_columns(Columns {
+//!     arrival_ns: (0..100).map(|i| i * 1_000_000).collect(),
+//!     input_tokens: vec![16; 100],
+//!     ..Columns::default()
+//! }).unwrap();
+//! let summary = simulate(&scenario, &trace, &RunOptions { seed: 7, ..RunOptions::default() }).unwrap();
+//! assert_eq!(summary.requests.completed, 100);
+//! ```
 
+pub mod batcher;
+pub mod engine;
+pub mod event;
+pub mod gateway;
+pub mod instance;
+pub mod network;
+pub mod output;
+pub mod postprocess;
+pub mod preprocess;
+pub mod quantity;
+pub mod queue;
+pub mod record;
 pub mod rng;
+pub mod scenario;
 pub mod service;
+pub mod summary;
+pub mod theory;
+pub mod time;
+pub mod timeseries;
+
+pub use engine::{
+    Run, RunOptions, SimError, Warmup, run_with_sink, simulate, simulate_with_requests,
+};
+pub use record::{Outcome, RecordSink, RejectReason, RequestLog, RequestRecord};
+pub use scenario::{Scenario, ScenarioError};
+pub use service::{BatchShape, ServiceTime};
+pub use summary::Summary;
+pub use time::SimTime;

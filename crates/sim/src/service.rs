@@ -26,3 +26,169 @@ pub trait ServiceTime: Send + Sync + std::fmt::Debug {
     /// and reports; the engine itself only samples).
     fn mean_ns(&self, batch: &BatchShape) -> f64;
 }
+
+/// Multiplicative variability drawn from an empirical distribution: each draw picks one observed
+/// ratio (measured time / model mean) uniformly at random, so the tails of the measurements
+/// survive in the simulation. The ratios are rescaled to mean 1 so the model's mean is kept.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Residuals {
+    factors: Vec<f64>,
+}
+
+impl Residuals {
+    /// Builds the distribution from observed ratios. Returns `None` when `ratios` is empty or
+    /// holds a non-finite or non-positive value.
+    pub fn from_ratios(ratios: &[f64]) -> Option<Residuals> {
+        if ratios.is_empty() || ratios.iter().any(|r| !r.is_finite() || *r <= 0.0) {
+            return None;
+        }
+        let mean = ratios.iter().sum::<f64>() / ratios.len() as f64;
+        Some(Residuals {
+            factors: ratios.iter().map(|r| r / mean).collect(),
+        })
+    }
+
+    /// Draws one factor (mean 1 over many draws).
+    #[inline]
+    pub fn draw(&self, rng: &mut SimRng) -> f64 {
+        use rand::RngExt;
+        self.factors[rng.random_range(0..self.factors.len())]
+    }
+
+    /// The factors, rescaled to mean 1.
+    pub fn factors(&self) -> &[f64] {
+        &self.factors
+    }
+}
+
+#[inline]
+fn scaled_ns(mean_ns: f64, residuals: Option<&Residuals>, rng: &mut SimRng) -> u64 {
+    let factor = residuals.map_or(1.0, |r| r.draw(rng));
+    (mean_ns * factor).round().max(0.0) as u64
+}
+
+/// Every batch takes `time_ns`, times an optional empirical residual factor.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConstantService {
+    /// Execution time of any batch, in nanoseconds.
+    pub time_ns: u64,
+    /// Optional variability.
+    pub residuals: Option<Residuals>,
+}
+
+impl ServiceTime for ConstantService {
+    fn sample_ns(&self, _batch: &BatchShape, rng: &mut SimRng) -> u64 {
+        match &self.residuals {
+            None => self.time_ns,
+            Some(r) => scaled_ns(self.time_ns as f64, Some(r), rng),
+        }
+    }
+
+    fn mean_ns(&self, _batch: &BatchShape) -> f64 {
+        self.time_ns as f64
+    }
+}
+
+/// Exponentially distributed batch time with mean `mean_ns` (the "M" of M/M/c), independent of
+/// the batch's shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExponentialService {
+    /// Mean execution time, in nanoseconds.
+    pub mean_ns: f64,
+}
+
+impl ServiceTime for ExponentialService {
+    fn sample_ns(&self, _batch: &BatchShape, rng: &mut SimRng) -> u64 {
+        use rand_distr::Distribution;
+        let e: f64 = rand_distr::Exp1.sample(rng);
+        (e * self.mean_ns).round() as u64
+    }
+
+    fn mean_ns(&self, _batch: &BatchShape) -> f64 {
+        self.mean_ns
+    }
+}
+
+/// Batch time `a + b*size + c*size*max_input_tokens` nanoseconds (fixed overhead, per-request
+/// cost, and per padded token cost), times an optional empirical residual factor.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AffineService {
+    /// Fixed cost per batch, in nanoseconds.
+    pub a_ns: f64,
+    /// Cost per request of the batch, in nanoseconds.
+    pub b_ns: f64,
+    /// Cost per padded input token (batch size times the longest input), in nanoseconds.
+    pub c_ns: f64,
+    /// Optional variability.
+    pub residuals: Option<Residuals>,
+}
+
+impl ServiceTime for AffineService {
+    fn sample_ns(&self, batch: &BatchShape, rng: &mut SimRng) -> u64 {
+        scaled_ns(self.mean_ns(batch), self.residuals.as_ref(), rng)
+    }
+
+    fn mean_ns(&self, batch: &BatchShape) -> f64 {
+        let size = f64::from(batch.size);
+        self.a_ns + self.b_ns * size + self.c_ns * size * f64::from(batch.max_input_tokens)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    const SHAPE: BatchShape = BatchShape {
+        size: 4,
+        max_input_tokens: 100,
+        total_input_tokens: 250,
+    };
+
+    #[test]
+    fn affine_mean_is_a_plus_b_batch_plus_c_batch_max_len() {
+        let s = AffineService {
+            a_ns: 1000.0,
+            b_ns: 10.0,
+            c_ns: 0.5,
+            residuals: None,
+        };
+        assert_eq!(s.mean_ns(&SHAPE), 1000.0 + 40.0 + 200.0);
+        let mut rng = SimRng::seed_from_u64(1);
+        assert_eq!(s.sample_ns(&SHAPE, &mut rng), 1240);
+    }
+
+    #[test]
+    fn residual_draws_keep_the_mean_and_reach_the_tail() {
+        let ratios = [0.9, 0.95, 1.0, 1.0, 1.05, 3.0];
+        let r = Residuals::from_ratios(&ratios).unwrap();
+        let s = ConstantService {
+            time_ns: 1_000_000,
+            residuals: Some(r),
+        };
+        let mut rng = SimRng::seed_from_u64(3);
+        let n = 200_000;
+        let draws: Vec<u64> = (0..n).map(|_| s.sample_ns(&SHAPE, &mut rng)).collect();
+        let mean = draws.iter().sum::<u64>() as f64 / n as f64;
+        assert!((mean / 1e6 - 1.0).abs() < 0.01, "mean {mean}");
+        let max = *draws.iter().max().unwrap();
+        let expected_max = (3.0 / (7.9 / 6.0) * 1e6_f64).round() as u64;
+        assert_eq!(max, expected_max, "the largest residual must be reachable");
+    }
+
+    #[test]
+    fn residuals_reject_empty_and_non_positive_ratios() {
+        assert!(Residuals::from_ratios(&[]).is_none());
+        assert!(Residuals::from_ratios(&[1.0, 0.0]).is_none());
+        assert!(Residuals::from_ratios(&[1.0, f64::NAN]).is_none());
+    }
+
+    #[test]
+    fn exponential_sample_mean_matches_its_parameter() {
+        let s = ExponentialService { mean_ns: 2e6 };
+        let mut rng = SimRng::seed_from_u64(9);
+        let n = 200_000;
+        let mean = (0..n).map(|_| s.sample_ns(&SHAPE, &mut rng)).sum::<u64>() as f64 / n as f64;
+        assert!((mean / 2e6 - 1.0).abs() < 0.01, "mean {mean}");
+    }
+}

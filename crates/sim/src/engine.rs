@@ -1,0 +1,1213 @@
+//! The discrete-event engine: replays a trace through a [`Scenario`] and accounts for every
+//! request.
+//!
+//! Time is an integer count of nanoseconds. Pending events sit in a binary heap ordered by
+//! (time, sequence number); trace arrivals are already sorted, so they are merged with the heap
+//! instead of being pushed through it (at equal times, heap events run first). Stages that take
+//! no time in a scenario (no network latency, no post-processing) are run inline, without an
+//! event. In-flight requests live in a small table of reusable *tickets*, so the engine's memory
+//! is bounded by the requests in flight, not by the trace's length; finished requests go to a
+//! [`RecordSink`] and a streaming [`SummaryBuilder`].
+//!
+//! At the end the engine asserts that every request sent was completed, rejected or timed out.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use rand::RngExt;
+
+use capsim_trace::Trace;
+
+use crate::batcher::{Batcher, Decision};
+use crate::event::{EventKind, EventQueue};
+use crate::gateway::{Admission, Balancer, Refusal};
+use crate::instance::{Instance, ModelInstance};
+use crate::network::NetworkPath;
+use crate::postprocess;
+use crate::preprocess::{self, WorkerPool};
+use crate::queue::{Entry, InstanceQueue, Part};
+use crate::record::{NoRecords, Outcome, RecordSink, RejectReason, RequestLog, RequestRecord};
+use crate::rng::{Component, SimRng, stream};
+use crate::scenario::{LoadMode, PostprocessSpec, PreprocessSpec, Scenario, TimeoutAction};
+use crate::service::{BatchShape, ServiceTime};
+use crate::summary::{InstanceUtilization, Summary, SummaryBuilder};
+use crate::time::SimTime;
+use crate::timeseries::{IntervalCounters, State, Timeseries};
+
+/// Which requests are excluded from statistics as warm-up (they are still simulated and counted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Warmup {
+    /// Measure everything.
+    #[default]
+    None,
+    /// Exclude requests sent before this time, in nanoseconds.
+    DurationNs(u64),
+    /// Exclude the first this-many requests of the trace.
+    Count(u64),
+}
+
+/// Options of one run that are not part of the scenario.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Seed of every random stream.
+    pub seed: u64,
+    /// Warm-up exclusion.
+    pub warmup: Warmup,
+    /// Replaces the service-time model of every pool (for example a calibrated profile).
+    pub service_override: Option<Arc<dyn ServiceTime>>,
+}
+
+/// What a run produced besides per-request records.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// The summary.
+    pub summary: Summary,
+    /// The sampled timeseries.
+    pub timeseries: Timeseries,
+}
+
+/// Why a run could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// The engine numbers requests with 32 bits.
+    #[error("the trace has {rows} requests; the simulator handles at most {max}", max = u32::MAX - 1)]
+    TooManyRequests {
+        /// Rows of the trace.
+        rows: usize,
+    },
+}
+
+/// Simulates `trace` through `scenario` and returns the summary only (no per-request records;
+/// memory stays bounded). This is the entry point for sweeps and capacity searches.
+pub fn simulate(
+    scenario: &Scenario,
+    trace: &Trace,
+    options: &RunOptions,
+) -> Result<Summary, SimError> {
+    run_with_sink(scenario, trace, options, &mut NoRecords).map(|run| run.summary)
+}
+
+/// Simulates and keeps every request's record, sorted by trace row then attempt.
+pub fn simulate_with_requests(
+    scenario: &Scenario,
+    trace: &Trace,
+    options: &RunOptions,
+) -> Result<(Run, RequestLog), SimError> {
+    let mut log = RequestLog::with_capacity(trace.len());
+    let run = run_with_sink(scenario, trace, options, &mut log)?;
+    log.sort_by_request();
+    Ok((run, log))
+}
+
+/// Simulates, handing every finished request to `sink`.
+pub fn run_with_sink<S: RecordSink>(
+    scenario: &Scenario,
+    trace: &Trace,
+    options: &RunOptions,
+    sink: &mut S,
+) -> Result<Run, SimError> {
+    if trace.len() >= u32::MAX as usize {
+        return Err(SimError::TooManyRequests { rows: trace.len() });
+    }
+    let mut engine = Engine::new(scenario, trace, options);
+    engine.run(sink);
+    Ok(engine.finish())
+}
+
+/// Where an in-flight request is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Free,
+    NetworkIn,
+    Gateway,
+    Preprocess,
+    Queued,
+    Delayed,
+    Executing,
+    Postprocess,
+    NetworkOut,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Ticket {
+    record: RequestRecord,
+    stage: Stage,
+    generation: u32,
+    level: u32,
+    measured: bool,
+    admitted: bool,
+}
+
+/// A pool's settings and random streams, ready for the hot loop.
+struct PoolState {
+    batcher: Batcher,
+    max_queue_size: u32,
+    timeout_ns: Option<u64>,
+    timeout_action: TimeoutAction,
+    levels: u32,
+    preprocess: Option<PreprocessSpec>,
+    postprocess: PostprocessSpec,
+    postprocess_instant: bool,
+    service: Arc<dyn ServiceTime>,
+    first_instance: u32,
+    instances: u32,
+    balancer: Balancer,
+    balancer_rng: SimRng,
+    execution_rng: SimRng,
+}
+
+struct Engine<'a> {
+    scenario: &'a Scenario,
+    seed: u64,
+    warmup: Warmup,
+    arrival_ns: &'a [u64],
+    input_tokens: &'a [u32],
+    output_tokens: Option<&'a [u32]>,
+    class: Option<&'a [u32]>,
+    model: Option<&'a capsim_trace::StringColumn>,
+    model_pool: HashMap<String, u16>,
+    class_pool: HashMap<u32, u16>,
+
+    uplink: NetworkPath,
+    uplink_instant: bool,
+    uplink_rng: SimRng,
+    downlink: NetworkPath,
+    downlink_instant: bool,
+    downlink_rng: SimRng,
+    gateway_overhead_ns: u64,
+    admission: Admission,
+    cache_hit_probability: f64,
+    cache_latency_ns: u64,
+    cache_rng: SimRng,
+    closed_loop: bool,
+    think_time_ns: u64,
+
+    pools: Vec<PoolState>,
+    instances: Vec<Instance>,
+    model_instances: Vec<ModelInstance>,
+    tickets: Vec<Ticket>,
+    free_tickets: Vec<u32>,
+    events: EventQueue,
+
+    now: SimTime,
+    next_request: usize,
+    next_batch_id: u64,
+    sent: u64,
+    finished: u64,
+    in_system: u32,
+    queued: u32,
+    preprocess_waiting: u32,
+    busy_model_instances: u32,
+    in_system_area: u128,
+
+    interval_ns: u64,
+    next_sample: SimTime,
+    last_sample: SimTime,
+    interval: IntervalCounters,
+    timeseries: Timeseries,
+    summary: SummaryBuilder,
+}
+
+impl<'a> Engine<'a> {
+    fn new(scenario: &'a Scenario, trace: &'a Trace, options: &RunOptions) -> Engine<'a> {
+        let seed = options.seed;
+        let mut pools = Vec::new();
+        let mut instances = Vec::new();
+        let mut model_instances = Vec::new();
+        let mut events = EventQueue::with_capacity(1024);
+        let mut model_pool = HashMap::new();
+        let mut class_pool = HashMap::new();
+        for (p, pool) in scenario.pools().iter().enumerate() {
+            let p16 = p as u16;
+            for m in &pool.models {
+                model_pool.entry(m.clone()).or_insert(p16);
+            }
+            for &c in &pool.classes {
+                class_pool.entry(c).or_insert(p16);
+            }
+            let first_instance = instances.len() as u32;
+            let per_instance = pool.execution.gpus * pool.execution.instance_count;
+            let cold_start_ns = pool.execution.cold_start.0;
+            for i in 0..pool.instances {
+                let index = instances.len() as u32;
+                instances.push(Instance {
+                    pool: p16,
+                    index_in_pool: i,
+                    queue: InstanceQueue::new(pool.queue.priority_levels),
+                    workers: pool
+                        .preprocess
+                        .as_ref()
+                        .map(|pre| WorkerPool::new(pre.workers)),
+                    first_model_instance: model_instances.len() as u32,
+                    model_instances: per_instance,
+                    outstanding: 0,
+                    timer_at: SimTime::NEVER,
+                });
+                for k in 0..per_instance {
+                    if cold_start_ns > 0 {
+                        events.push(
+                            cold_start_ns,
+                            EventKind::ModelInstanceReady,
+                            model_instances.len() as u32,
+                            0,
+                        );
+                    }
+                    model_instances.push(ModelInstance::new(
+                        index,
+                        k,
+                        cold_start_ns == 0,
+                        pool.batcher.max_batch_size,
+                    ));
+                }
+            }
+            pools.push(PoolState {
+                batcher: Batcher::new(&pool.batcher),
+                max_queue_size: pool.queue.max_queue_size,
+                timeout_ns: pool.queue.timeout.map(|d| d.0),
+                timeout_action: pool.queue.timeout_action,
+                levels: pool.queue.priority_levels,
+                preprocess: pool.preprocess.clone(),
+                postprocess: pool.postprocess.clone(),
+                postprocess_instant: postprocess::is_instant(&pool.postprocess),
+                service: options
+                    .service_override
+                    .clone()
+                    .unwrap_or_else(|| pool.service.clone()),
+                first_instance,
+                instances: pool.instances,
+                balancer: Balancer::new(scenario.gateway.load_balancing),
+                balancer_rng: stream(seed, Component::Balancer, p as u32),
+                execution_rng: stream(seed, Component::Execution, p as u32),
+            });
+        }
+        let uplink = NetworkPath::uplink(&scenario.network);
+        let downlink = NetworkPath::downlink(&scenario.network);
+        let closed_loop = scenario.load.mode == LoadMode::Closed;
+        if closed_loop {
+            for client in 0..scenario.load.concurrency {
+                events.push(0, EventKind::ClientSend, client, 0);
+            }
+        }
+        let interval_ns = scenario.timeseries.interval.0;
+        Engine {
+            scenario,
+            seed,
+            warmup: options.warmup,
+            arrival_ns: trace.arrival_ns(),
+            input_tokens: trace.input_tokens(),
+            output_tokens: trace.output_tokens(),
+            class: trace.class(),
+            model: trace.model(),
+            model_pool,
+            class_pool,
+            uplink_instant: uplink.is_instant(),
+            uplink,
+            uplink_rng: stream(seed, Component::NetworkUp, 0),
+            downlink_instant: downlink.is_instant(),
+            downlink,
+            downlink_rng: stream(seed, Component::NetworkDown, 0),
+            gateway_overhead_ns: scenario.gateway.overhead.0,
+            admission: Admission::new(&scenario.gateway),
+            cache_hit_probability: scenario.cache.hit_probability,
+            cache_latency_ns: scenario.cache.latency.0,
+            cache_rng: stream(seed, Component::Cache, 0),
+            closed_loop,
+            think_time_ns: scenario.load.think_time.0,
+            pools,
+            instances,
+            model_instances,
+            tickets: Vec::with_capacity(1024),
+            free_tickets: Vec::with_capacity(1024),
+            events,
+            now: SimTime::ZERO,
+            next_request: 0,
+            next_batch_id: 0,
+            sent: 0,
+            finished: 0,
+            in_system: 0,
+            queued: 0,
+            preprocess_waiting: 0,
+            busy_model_instances: 0,
+            in_system_area: 0,
+            interval_ns,
+            next_sample: SimTime(interval_ns),
+            last_sample: SimTime::ZERO,
+            interval: IntervalCounters::default(),
+            timeseries: Timeseries::default(),
+            summary: SummaryBuilder::new(scenario.slo.as_ref().map(|s| s.latency.0)),
+        }
+    }
+
+    fn run<S: RecordSink>(&mut self, sink: &mut S) {
+        let rows = self.arrival_ns.len();
+        loop {
+            let next_arrival_ns = if !self.closed_loop && self.next_request < rows {
+                self.arrival_ns[self.next_request]
+            } else {
+                u64::MAX
+            };
+            match self.events.peek_time_ns() {
+                Some(t) if t <= next_arrival_ns => {
+                    let Some(event) = self.events.pop() else {
+                        break;
+                    };
+                    self.advance(SimTime(t));
+                    self.handle(event.kind, event.target, event.aux, sink);
+                }
+                _ if next_arrival_ns != u64::MAX => {
+                    self.advance(SimTime(next_arrival_ns));
+                    let request = self.next_request;
+                    self.next_request += 1;
+                    self.send(request as u32, u32::MAX, sink);
+                }
+                _ => break,
+            }
+        }
+        assert_eq!(
+            self.in_system, 0,
+            "requests left in the system after the run drained"
+        );
+        assert_eq!(self.sent, self.finished, "every request sent must finish");
+        assert_eq!(
+            self.finished as usize, rows,
+            "every request of the trace must be sent exactly once"
+        );
+        let counts = self.summary.counts();
+        assert!(
+            counts.adds_up() && counts.total == self.sent,
+            "completed {} + rejected {} + timed out {} != total {}",
+            counts.completed,
+            counts.rejected,
+            counts.timed_out,
+            self.sent
+        );
+    }
+
+    /// Moves the clock to `t`, integrating time-weighted state and emitting timeseries rows.
+    #[inline]
+    fn advance(&mut self, t: SimTime) {
+        assert!(
+            t >= self.now,
+            "time went backwards: {:?} -> {:?}",
+            self.now,
+            t
+        );
+        while self.next_sample <= t {
+            let boundary = self.next_sample;
+            self.integrate(boundary);
+            self.sample(boundary);
+            self.next_sample = boundary + self.interval_ns;
+        }
+        self.integrate(t);
+    }
+
+    #[inline]
+    fn integrate(&mut self, t: SimTime) {
+        let dt = u128::from(t - self.now);
+        self.in_system_area += u128::from(self.in_system) * dt;
+        self.interval.busy_area += u128::from(self.busy_model_instances) * dt;
+        self.now = t;
+    }
+
+    fn sample(&mut self, at: SimTime) {
+        let state = State {
+            queued: self.queued,
+            preprocess_waiting: self.preprocess_waiting,
+            in_system: self.in_system,
+            busy_model_instances: self.busy_model_instances,
+        };
+        let length_ns = at - self.last_sample;
+        self.timeseries.push(
+            at.ns(),
+            length_ns,
+            self.model_instances.len() as u32,
+            state,
+            &self.interval,
+        );
+        self.interval = IntervalCounters::default();
+        self.last_sample = at;
+    }
+
+    fn handle<S: RecordSink>(&mut self, kind: EventKind, target: u32, aux: u32, sink: &mut S) {
+        let now = self.now;
+        match kind {
+            EventKind::GatewayArrival => self.gateway_arrival(target, sink),
+            EventKind::GatewayDone => self.route(target, sink),
+            EventKind::CacheAnswered => self.postprocessed(target, sink),
+            EventKind::PreprocessDone => self.preprocess_done(target, sink),
+            EventKind::QueueTimeout => self.queue_timeout(target, aux, sink),
+            EventKind::BatcherTimer => {
+                let instance = &mut self.instances[target as usize];
+                if instance.timer_at == now {
+                    instance.timer_at = SimTime::NEVER;
+                    self.dispatch(target);
+                }
+            }
+            EventKind::BatchDone => self.batch_done(target, sink),
+            EventKind::ModelInstanceReady => {
+                let mi = &mut self.model_instances[target as usize];
+                mi.ready = true;
+                let instance = mi.instance;
+                self.dispatch(instance);
+            }
+            EventKind::PostprocessDone => self.postprocessed(target, sink),
+            EventKind::ResponseDelivered => self.deliver(target, sink),
+            EventKind::ClientSend => {
+                if self.next_request < self.arrival_ns.len() {
+                    let request = self.next_request;
+                    self.next_request += 1;
+                    self.send(request as u32, target, sink);
+                }
+            }
+        }
+    }
+
+    fn new_ticket(&mut self, record: RequestRecord, level: u32, measured: bool) -> u32 {
+        let ticket = Ticket {
+            record,
+            stage: Stage::NetworkIn,
+            generation: 0,
+            level,
+            measured,
+            admitted: false,
+        };
+        match self.free_tickets.pop() {
+            Some(t) => {
+                let generation = self.tickets[t as usize].generation;
+                self.tickets[t as usize] = Ticket {
+                    generation,
+                    ..ticket
+                };
+                t
+            }
+            None => {
+                self.tickets.push(ticket);
+                (self.tickets.len() - 1) as u32
+            }
+        }
+    }
+
+    /// A client sends trace row `request` now.
+    fn send<S: RecordSink>(&mut self, request: u32, client: u32, sink: &mut S) {
+        let row = request as usize;
+        let now = self.now.ns();
+        let mut record = RequestRecord::new(request, 1, now);
+        record.client = client;
+        record.input_tokens = self.input_tokens[row];
+        record.output_tokens = self.output_tokens.map_or(0, |o| o[row]);
+        let level = self.class.map_or(0, |c| c[row]);
+        let measured = match self.warmup {
+            Warmup::None => true,
+            Warmup::DurationNs(d) => now >= d,
+            Warmup::Count(n) => u64::from(request) >= n,
+        };
+        let ticket = self.new_ticket(record, level, measured);
+        self.sent += 1;
+        self.in_system += 1;
+        self.interval.arrivals += 1;
+        if self.uplink_instant {
+            self.gateway_arrival(ticket, sink);
+        } else {
+            let delay_ns = self
+                .uplink
+                .delay_ns(record.input_tokens, &mut self.uplink_rng);
+            self.events
+                .push(now + delay_ns, EventKind::GatewayArrival, ticket, 0);
+        }
+    }
+
+    fn gateway_arrival<S: RecordSink>(&mut self, ticket: u32, sink: &mut S) {
+        let now = self.now.ns();
+        let t = &mut self.tickets[ticket as usize];
+        t.record.gateway_ns = now;
+        t.stage = Stage::Gateway;
+        match self.admission.admit(now) {
+            Err(refusal) => {
+                let reason = match refusal {
+                    Refusal::RateLimited => RejectReason::RateLimited,
+                    Refusal::MaxInFlight => RejectReason::MaxInFlight,
+                };
+                self.end(ticket, Outcome::Rejected(reason), sink);
+            }
+            Ok(()) => {
+                let t = &mut self.tickets[ticket as usize];
+                t.admitted = true;
+                if self.cache_hit_probability > 0.0
+                    && self.cache_rng.random_bool(self.cache_hit_probability)
+                {
+                    t.record.cache_hit = true;
+                    t.record.admitted_ns = now;
+                    self.events.push(
+                        now + self.cache_latency_ns,
+                        EventKind::CacheAnswered,
+                        ticket,
+                        0,
+                    );
+                    return;
+                }
+                if self.gateway_overhead_ns == 0 {
+                    self.route(ticket, sink);
+                } else {
+                    self.events.push(
+                        now + self.gateway_overhead_ns,
+                        EventKind::GatewayDone,
+                        ticket,
+                        0,
+                    );
+                }
+            }
+        }
+    }
+
+    fn pool_of(&self, row: usize) -> u16 {
+        if self.pools.len() == 1 {
+            return 0;
+        }
+        if let Some(model) = self.model
+            && let Some(&p) = self.model_pool.get(model.get(row))
+        {
+            return p;
+        }
+        if let Some(class) = self.class
+            && let Some(&p) = self.class_pool.get(&class[row])
+        {
+            return p;
+        }
+        0
+    }
+
+    /// The gateway routes an admitted request to an instance of its pool.
+    fn route<S: RecordSink>(&mut self, ticket: u32, sink: &mut S) {
+        let now = self.now.ns();
+        let row = self.tickets[ticket as usize].record.request as usize;
+        let p = self.pool_of(row);
+        let pool = &mut self.pools[p as usize];
+        let first = pool.first_instance as usize;
+        let instances = &self.instances;
+        let pick = pool.balancer.pick(
+            pool.instances,
+            &mut pool.balancer_rng,
+            |i| instances[first + i as usize].outstanding,
+            |i| instances[first + i as usize].waiting(),
+        );
+        let instance_index = pool.first_instance + pick;
+        let t = &mut self.tickets[ticket as usize];
+        t.record.pool = p;
+        t.record.instance = pick;
+        t.record.admitted_ns = now;
+        t.level = t.level.min(pool.levels - 1);
+        let instance = &mut self.instances[instance_index as usize];
+        instance.outstanding += 1;
+        match &pool.preprocess {
+            None => self.enqueue(ticket, instance_index, sink),
+            Some(spec) => {
+                t.stage = Stage::Preprocess;
+                let workers = instance
+                    .workers
+                    .as_mut()
+                    .expect("pool with preprocess has workers");
+                if workers.start_or_wait(ticket) {
+                    let done = now + preprocess::time_ns(spec, t.record.input_tokens);
+                    self.events.push(done, EventKind::PreprocessDone, ticket, 0);
+                } else {
+                    self.preprocess_waiting += 1;
+                }
+            }
+        }
+    }
+
+    fn preprocess_done<S: RecordSink>(&mut self, ticket: u32, sink: &mut S) {
+        let now = self.now.ns();
+        let record = self.tickets[ticket as usize].record;
+        let instance_index = self.pools[record.pool as usize].first_instance + record.instance;
+        let instance = &mut self.instances[instance_index as usize];
+        let workers = instance
+            .workers
+            .as_mut()
+            .expect("pool with preprocess has workers");
+        if let Some(next) = workers.finish() {
+            self.preprocess_waiting -= 1;
+            let spec = self.pools[record.pool as usize]
+                .preprocess
+                .as_ref()
+                .expect("pool with workers has a preprocess spec");
+            let tokens = self.tickets[next as usize].record.input_tokens;
+            self.events.push(
+                now + preprocess::time_ns(spec, tokens),
+                EventKind::PreprocessDone,
+                next,
+                0,
+            );
+        }
+        self.enqueue(ticket, instance_index, sink);
+    }
+
+    /// The request enters its instance's queue (or is rejected: queue full).
+    fn enqueue<S: RecordSink>(&mut self, ticket: u32, instance_index: u32, sink: &mut S) {
+        let now = self.now.ns();
+        let t = &mut self.tickets[ticket as usize];
+        let pool = &self.pools[t.record.pool as usize];
+        let instance = &mut self.instances[instance_index as usize];
+        if pool.max_queue_size > 0 && instance.queue.len() >= pool.max_queue_size {
+            instance.outstanding -= 1;
+            self.end(ticket, Outcome::Rejected(RejectReason::QueueFull), sink);
+            return;
+        }
+        t.record.queued_ns = now;
+        t.stage = Stage::Queued;
+        let entry = Entry {
+            ticket,
+            generation: t.generation,
+            queued_ns: now,
+        };
+        instance.queue.push(t.level, entry, Part::Main);
+        self.queued += 1;
+        if let Some(timeout_ns) = pool.timeout_ns {
+            self.events.push(
+                now + timeout_ns,
+                EventKind::QueueTimeout,
+                ticket,
+                t.generation,
+            );
+        }
+        self.dispatch(instance_index);
+    }
+
+    fn queue_timeout<S: RecordSink>(&mut self, ticket: u32, generation: u32, sink: &mut S) {
+        let t = &mut self.tickets[ticket as usize];
+        if t.generation != generation || t.stage != Stage::Queued {
+            return;
+        }
+        let pool = &self.pools[t.record.pool as usize];
+        let instance_index = pool.first_instance + t.record.instance;
+        let instance = &mut self.instances[instance_index as usize];
+        instance.queue.forget_one();
+        match pool.timeout_action {
+            TimeoutAction::Reject => {
+                self.queued -= 1;
+                instance.outstanding -= 1;
+                self.end(ticket, Outcome::TimedOut, sink);
+            }
+            TimeoutAction::Delay => {
+                t.stage = Stage::Delayed;
+                let entry = Entry {
+                    ticket,
+                    generation,
+                    queued_ns: t.record.queued_ns,
+                };
+                instance.queue.push(t.level, entry, Part::Delayed);
+            }
+        }
+    }
+
+    /// Forms and starts batches on `instance_index` while a model instance is free and the
+    /// batcher's rule says send.
+    fn dispatch(&mut self, instance_index: u32) {
+        let now = self.now;
+        loop {
+            let instance = &mut self.instances[instance_index as usize];
+            if instance.queue.is_empty() {
+                return;
+            }
+            let first = instance.first_model_instance as usize;
+            let count = instance.model_instances as usize;
+            let Some(free) = self.model_instances[first..first + count]
+                .iter()
+                .position(ModelInstance::is_free)
+            else {
+                return;
+            };
+            let tickets = &self.tickets;
+            let live = |e: Entry, part: Part| {
+                let t = &tickets[e.ticket as usize];
+                t.generation == e.generation
+                    && match part {
+                        Part::Main => t.stage == Stage::Queued,
+                        Part::Delayed => t.stage == Stage::Delayed,
+                    }
+            };
+            let oldest_ns = instance
+                .queue
+                .oldest_queued_ns(live)
+                .expect("a non-empty queue has an oldest request");
+            let pool = &self.pools[instance.pool as usize];
+            match pool
+                .batcher
+                .decide(now.ns(), instance.queue.len(), oldest_ns)
+            {
+                Decision::Send(size) => {
+                    self.start_batch(instance_index, (first + free) as u32, size)
+                }
+                Decision::WaitUntil(deadline_ns) => {
+                    let deadline = SimTime(deadline_ns);
+                    if instance.timer_at <= now || deadline < instance.timer_at {
+                        instance.timer_at = deadline;
+                        self.events
+                            .push(deadline_ns, EventKind::BatcherTimer, instance_index, 0);
+                    }
+                    return;
+                }
+                Decision::Idle => return,
+            }
+        }
+    }
+
+    fn start_batch(&mut self, instance_index: u32, mi_index: u32, size: u32) {
+        let now = self.now.ns();
+        let batch_id = self.next_batch_id;
+        self.next_batch_id += 1;
+        let instance = &mut self.instances[instance_index as usize];
+        let pool = &mut self.pools[instance.pool as usize];
+        let mi = &mut self.model_instances[mi_index as usize];
+        debug_assert!(mi.is_free() && mi.members.is_empty());
+        assert!(
+            size >= 1 && size <= pool.batcher.max_batch_size,
+            "batch of {size} exceeds its limit"
+        );
+        let tickets = &mut self.tickets;
+        let mut shape = BatchShape {
+            size,
+            max_input_tokens: 0,
+            total_input_tokens: 0,
+        };
+        for _ in 0..size {
+            let entry = instance
+                .queue
+                .pop(|e, part| {
+                    let t = &tickets[e.ticket as usize];
+                    t.generation == e.generation
+                        && match part {
+                            Part::Main => t.stage == Stage::Queued,
+                            Part::Delayed => t.stage == Stage::Delayed,
+                        }
+                })
+                .expect("the batcher never sends more requests than are queued");
+            let t = &mut tickets[entry.ticket as usize];
+            t.stage = Stage::Executing;
+            t.record.batch_formed_ns = now;
+            t.record.exec_start_ns = now;
+            t.record.batch_id = batch_id;
+            t.record.batch_size = size;
+            t.record.model_instance = mi.index_in_instance;
+            shape.max_input_tokens = shape.max_input_tokens.max(t.record.input_tokens);
+            shape.total_input_tokens += u64::from(t.record.input_tokens);
+            mi.members.push(entry.ticket);
+        }
+        self.queued -= size;
+        let duration_ns = pool.service.sample_ns(&shape, &mut pool.execution_rng);
+        mi.busy = true;
+        mi.batch_start = self.now;
+        mi.batches += 1;
+        self.busy_model_instances += 1;
+        self.interval.batches += 1;
+        self.interval.batched += u64::from(size);
+        self.summary.add_batch(size);
+        self.events
+            .push(now + duration_ns, EventKind::BatchDone, mi_index, 0);
+    }
+
+    fn batch_done<S: RecordSink>(&mut self, mi_index: u32, sink: &mut S) {
+        let now = self.now;
+        let mi = &mut self.model_instances[mi_index as usize];
+        mi.busy = false;
+        mi.busy_ns += now - mi.batch_start;
+        let instance_index = mi.instance;
+        let mut members = std::mem::take(&mut mi.members);
+        self.busy_model_instances -= 1;
+        let instance = &mut self.instances[instance_index as usize];
+        instance.outstanding -= members.len() as u32;
+        let pool = &mut self.pools[instance.pool as usize];
+        let post_instant = pool.postprocess_instant;
+        for &ticket in &members {
+            let t = &mut self.tickets[ticket as usize];
+            t.record.exec_end_ns = now.ns();
+            if post_instant {
+                self.postprocessed(ticket, sink);
+            } else {
+                t.stage = Stage::Postprocess;
+                let pool = &self.pools[t.record.pool as usize];
+                let done = now + postprocess::time_ns(&pool.postprocess, t.record.output_tokens);
+                self.events
+                    .push(done.ns(), EventKind::PostprocessDone, ticket, 0);
+            }
+        }
+        members.clear();
+        self.model_instances[mi_index as usize].members = members;
+        self.dispatch(instance_index);
+    }
+
+    /// Post-processing (or the cache) is done: the response leaves the gateway.
+    fn postprocessed<S: RecordSink>(&mut self, ticket: u32, sink: &mut S) {
+        let now = self.now.ns();
+        let t = &mut self.tickets[ticket as usize];
+        t.record.postprocessed_ns = now;
+        if t.admitted {
+            t.admitted = false;
+            self.admission.release();
+        }
+        if self.downlink_instant {
+            self.deliver(ticket, sink);
+        } else {
+            t.stage = Stage::NetworkOut;
+            let delay_ns = self
+                .downlink
+                .delay_ns(t.record.output_tokens, &mut self.downlink_rng);
+            self.events
+                .push(now + delay_ns, EventKind::ResponseDelivered, ticket, 0);
+        }
+    }
+
+    fn deliver<S: RecordSink>(&mut self, ticket: u32, sink: &mut S) {
+        self.end(ticket, Outcome::Completed, sink);
+    }
+
+    /// The request is finished: record it and free its ticket.
+    fn end<S: RecordSink>(&mut self, ticket: u32, outcome: Outcome, sink: &mut S) {
+        let now = self.now.ns();
+        let t = &mut self.tickets[ticket as usize];
+        debug_assert!(t.stage != Stage::Free, "a request finished twice");
+        if t.admitted {
+            t.admitted = false;
+            self.admission.release();
+        }
+        t.record.response_ns = now;
+        t.record.outcome = outcome;
+        t.stage = Stage::Free;
+        t.generation = t.generation.wrapping_add(1);
+        let record = t.record;
+        let measured = t.measured;
+        self.free_tickets.push(ticket);
+        self.in_system -= 1;
+        self.finished += 1;
+        self.interval.finished += 1;
+        sink.record(&record);
+        self.summary.add(&record, measured);
+        if self.closed_loop && record.client != u32::MAX {
+            self.events.push(
+                now + self.think_time_ns,
+                EventKind::ClientSend,
+                record.client,
+                0,
+            );
+        }
+    }
+
+    fn finish(mut self) -> Run {
+        let end = self.now;
+        if end > self.last_sample {
+            self.sample(end);
+        }
+        let end_ns = end.ns();
+        let utilization = self
+            .model_instances
+            .iter()
+            .map(|mi| {
+                let instance = &self.instances[mi.instance as usize];
+                InstanceUtilization {
+                    pool: self.scenario.pools()[instance.pool as usize].name.clone(),
+                    instance: instance.index_in_pool,
+                    model_instance: mi.index_in_instance,
+                    batches: mi.batches,
+                    busy_s: mi.busy_ns as f64 * 1e-9,
+                    utilization: if end_ns == 0 {
+                        0.0
+                    } else {
+                        mi.busy_ns as f64 / end_ns as f64
+                    },
+                }
+            })
+            .collect();
+        let mean_in_system = if end_ns == 0 {
+            0.0
+        } else {
+            self.in_system_area as f64 / end_ns as f64
+        };
+        Run {
+            summary: self.summary.finish(
+                &self.scenario.name,
+                self.seed,
+                utilization,
+                mean_in_system,
+                end_ns,
+            ),
+            timeseries: self.timeseries,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use capsim_trace::Columns;
+
+    const MS: u64 = 1_000_000;
+
+    fn trace_ms(arrivals_ms: &[u64], class: Option<Vec<u32>>) -> Trace {
+        Trace::from_columns(Columns {
+            arrival_ns: arrivals_ms.iter().map(|a| a * MS).collect(),
+            input_tokens: vec![10; arrivals_ms.len()],
+            class,
+            ..Columns::default()
+        })
+        .unwrap()
+    }
+
+    /// (request, batch formed ms, exec end ms, batch size, outcome) of one request.
+    type Step = (u32, Option<u64>, Option<u64>, u32, &'static str);
+
+    fn timeline(scenario: &str, trace: &Trace) -> Vec<Step> {
+        let scenario = Scenario::from_toml_str(scenario).unwrap();
+        let (_, log) = simulate_with_requests(&scenario, trace, &RunOptions::default()).unwrap();
+        let ms = |ns: u64| (ns != crate::record::NONE).then_some(ns / MS);
+        log.records()
+            .iter()
+            .map(|r| {
+                (
+                    r.request,
+                    ms(r.batch_formed_ns),
+                    ms(r.exec_end_ns),
+                    r.batch_size,
+                    r.outcome.as_str(),
+                )
+            })
+            .collect()
+    }
+
+    const DONE: &str = "completed";
+
+    #[test]
+    fn golden_doc_timeline_preferred_size_and_delay() {
+        let s = "[batcher]\nmax_batch_size = 8\npreferred_batch_size = [4]\nmax_queue_delay = \"2ms\"\n\
+                 [service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+        let got = timeline(s, &trace_ms(&[0, 1, 2, 3, 4, 5, 15], None));
+        let expected = vec![
+            (0, Some(2), Some(12), 2, DONE),
+            (1, Some(2), Some(12), 2, DONE),
+            (2, Some(12), Some(22), 4, DONE),
+            (3, Some(12), Some(22), 4, DONE),
+            (4, Some(12), Some(22), 4, DONE),
+            (5, Some(12), Some(22), 4, DONE),
+            (6, Some(22), Some(32), 1, DONE),
+        ];
+        assert_eq!(got, expected);
+    }
+
+    #[test]
+    fn golden_full_batch_goes_at_once_and_partial_batch_waits_the_delay() {
+        let s = "[batcher]\nmax_batch_size = 4\nmax_queue_delay = \"5ms\"\n\
+                 [service]\nkind = \"constant\"\ntime = \"3ms\"\n";
+        let got = timeline(s, &trace_ms(&[0, 1, 2, 3, 10, 11], None));
+        let expected = vec![
+            (0, Some(3), Some(6), 4, DONE),
+            (1, Some(3), Some(6), 4, DONE),
+            (2, Some(3), Some(6), 4, DONE),
+            (3, Some(3), Some(6), 4, DONE),
+            (4, Some(15), Some(18), 2, DONE),
+            (5, Some(15), Some(18), 2, DONE),
+        ];
+        assert_eq!(got, expected);
+    }
+
+    #[test]
+    fn golden_no_batching_uses_every_model_instance() {
+        let s =
+            "[execution]\ninstance_count = 2\n[service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+        let got = timeline(s, &trace_ms(&[0, 0, 0, 5], None));
+        let expected = vec![
+            (0, Some(0), Some(10), 1, DONE),
+            (1, Some(0), Some(10), 1, DONE),
+            (2, Some(10), Some(20), 1, DONE),
+            (3, Some(10), Some(20), 1, DONE),
+        ];
+        assert_eq!(got, expected);
+    }
+
+    #[test]
+    fn golden_zero_delay_sends_what_is_queued_when_an_instance_frees() {
+        let s = "[batcher]\nmax_batch_size = 4\n[service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+        let got = timeline(s, &trace_ms(&[0, 1, 2, 3, 4, 5], None));
+        let expected = vec![
+            (0, Some(0), Some(10), 1, DONE),
+            (1, Some(10), Some(20), 4, DONE),
+            (2, Some(10), Some(20), 4, DONE),
+            (3, Some(10), Some(20), 4, DONE),
+            (4, Some(10), Some(20), 4, DONE),
+            (5, Some(20), Some(30), 1, DONE),
+        ];
+        assert_eq!(got, expected);
+    }
+
+    #[test]
+    fn golden_queue_timeout_reject_and_delay() {
+        let reject =
+            "[queue]\ntimeout = \"5ms\"\n[service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+        let got = timeline(reject, &trace_ms(&[0, 1, 2, 8], None));
+        let expected = vec![
+            (0, Some(0), Some(10), 1, DONE),
+            (1, None, None, 0, "timed_out"),
+            (2, None, None, 0, "timed_out"),
+            (3, Some(10), Some(20), 1, DONE),
+        ];
+        assert_eq!(got, expected);
+        let delay = "[queue]\ntimeout = \"5ms\"\ntimeout_action = \"DELAY\"\n\
+                     [service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+        let got = timeline(delay, &trace_ms(&[0, 1, 8], None));
+        let expected = vec![
+            (0, Some(0), Some(10), 1, DONE),
+            (1, Some(20), Some(30), 1, DONE),
+            (2, Some(10), Some(20), 1, DONE),
+        ];
+        assert_eq!(
+            got, expected,
+            "a delayed request goes behind those that did not time out"
+        );
+    }
+
+    #[test]
+    fn golden_priority_levels_serve_urgent_classes_first() {
+        let s = "[queue]\npriority_levels = 2\n[service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+        let got = timeline(s, &trace_ms(&[0, 1, 2], Some(vec![1, 1, 0])));
+        let expected = vec![
+            (0, Some(0), Some(10), 1, DONE),
+            (1, Some(20), Some(30), 1, DONE),
+            (2, Some(10), Some(20), 1, DONE),
+        ];
+        assert_eq!(got, expected);
+    }
+
+    #[test]
+    fn golden_cold_start_delays_the_first_batch() {
+        let s =
+            "[execution]\ncold_start = \"5ms\"\n[service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+        let got = timeline(s, &trace_ms(&[0, 1], None));
+        assert_eq!(
+            got,
+            vec![
+                (0, Some(5), Some(15), 1, DONE),
+                (1, Some(15), Some(25), 1, DONE)
+            ]
+        );
+    }
+
+    #[test]
+    fn full_queue_rejects_at_once_with_its_reason() {
+        let s = "[queue]\nmax_queue_size = 1\n[service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+        let got = timeline(s, &trace_ms(&[0, 1, 2, 12], None));
+        assert_eq!(got[2], (2, None, None, 0, "rejected"));
+        assert_eq!(got[3], (3, Some(20), Some(30), 1, DONE));
+        let scenario = Scenario::from_toml_str(s).unwrap();
+        let summary = simulate(
+            &scenario,
+            &trace_ms(&[0, 1, 2, 12], None),
+            &RunOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(summary.rejected(RejectReason::QueueFull), 1);
+        assert!(summary.requests.adds_up());
+    }
+
+    #[test]
+    fn closed_loop_clients_send_after_each_response_and_think_time() {
+        let s = "[load]\nmode = \"closed\"\nconcurrency = 2\nthink_time = \"1ms\"\n\
+                 [execution]\ninstance_count = 2\n[service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+        let scenario = Scenario::from_toml_str(s).unwrap();
+        let trace = trace_ms(&[0; 5], None);
+        let (_, log) = simulate_with_requests(&scenario, &trace, &RunOptions::default()).unwrap();
+        let sends: Vec<u64> = log.records().iter().map(|r| r.arrival_ns / MS).collect();
+        assert_eq!(sends, vec![0, 0, 11, 11, 22]);
+        assert_eq!(log.records()[4].latency_ns(), 10 * MS);
+    }
+
+    #[test]
+    fn gateway_refusals_are_counted_by_reason_and_everything_adds_up() {
+        let s = "[gateway]\nrate_limit = \"100rps\"\nburst = 5\nmax_in_flight = 3\n\
+                 [network.latency]\nkind = \"lognormal\"\nmedian = \"1ms\"\np99 = \"4ms\"\n\
+                 [service]\nkind = \"exponential\"\nmean = \"20ms\"\n";
+        let scenario = Scenario::from_toml_str(s).unwrap();
+        let trace = trace_ms(&(0..2_000).collect::<Vec<u64>>(), None);
+        let summary = simulate(
+            &scenario,
+            &trace,
+            &RunOptions {
+                seed: 3,
+                ..RunOptions::default()
+            },
+        )
+        .unwrap();
+        assert!(summary.requests.adds_up(), "{:?}", summary.requests);
+        assert_eq!(summary.requests.total, 2_000);
+        assert!(
+            summary.rejected(RejectReason::RateLimited) > 0,
+            "{:?}",
+            summary.requests
+        );
+        assert!(
+            summary.rejected(RejectReason::MaxInFlight) > 0,
+            "{:?}",
+            summary.requests
+        );
+    }
+
+    #[test]
+    fn cache_hits_answer_without_a_model() {
+        let s = "[cache]\nhit_probability = 0.5\nlatency = \"1ms\"\n[service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+        let scenario = Scenario::from_toml_str(s).unwrap();
+        let trace = trace_ms(&(0..1_000).map(|i| i * 20).collect::<Vec<u64>>(), None);
+        let (run, log) = simulate_with_requests(&scenario, &trace, &RunOptions::default()).unwrap();
+        let hits = run.summary.requests.cache_hits;
+        assert!((400..600).contains(&hits), "{hits} hits of 1000 at p = 0.5");
+        assert_eq!(run.summary.batches, 1_000 - hits);
+        for r in log.records().iter().filter(|r| r.cache_hit) {
+            assert_eq!(r.latency_ns(), MS);
+            assert_eq!(r.batch_size, 0);
+        }
+    }
+
+    #[test]
+    fn requests_route_to_pools_by_class() {
+        let s = "[service]\nkind = \"constant\"\ntime = \"10ms\"\n\
+                 [pools.fast]\nclasses = [1]\n[pools.fast.service]\nkind = \"constant\"\ntime = \"1ms\"\n";
+        let scenario = Scenario::from_toml_str(s).unwrap();
+        let trace = trace_ms(&[0, 100], Some(vec![0, 1]));
+        let (_, log) = simulate_with_requests(&scenario, &trace, &RunOptions::default()).unwrap();
+        assert_eq!(
+            (log.records()[0].pool, log.records()[0].latency_ns()),
+            (0, 10 * MS)
+        );
+        assert_eq!(
+            (log.records()[1].pool, log.records()[1].latency_ns()),
+            (1, MS)
+        );
+    }
+
+    #[test]
+    fn preprocess_workers_queue_requests_fifo() {
+        let s = "[preprocess]\nworkers = 1\nbase = \"1ms\"\nper_input_token = \"100us\"\n\
+                 [execution]\ninstance_count = 4\n[service]\nkind = \"constant\"\ntime = \"1ms\"\n";
+        let got = timeline(s, &trace_ms(&[0, 0, 0], None));
+        // Each request takes 1ms + 10 tokens * 0.1ms = 2ms of the single worker.
+        let starts: Vec<Option<u64>> = got.iter().map(|g| g.1).collect();
+        assert_eq!(starts, vec![Some(2), Some(4), Some(6)]);
+    }
+
+    #[test]
+    fn warmup_by_count_excludes_the_first_requests_from_statistics() {
+        let s = "[service]\nkind = \"constant\"\ntime = \"1ms\"\n";
+        let scenario = Scenario::from_toml_str(s).unwrap();
+        let trace = trace_ms(&(0..100).map(|i| i * 10).collect::<Vec<u64>>(), None);
+        let options = RunOptions {
+            warmup: Warmup::Count(30),
+            ..RunOptions::default()
+        };
+        let summary = simulate(&scenario, &trace, &options).unwrap();
+        assert_eq!(
+            (
+                summary.requests.total,
+                summary.measured.total,
+                summary.warmup_excluded
+            ),
+            (100, 70, 30)
+        );
+        assert_eq!(summary.latency_ms["end_to_end"].count, 70);
+    }
+}

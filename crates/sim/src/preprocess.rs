@@ -1,0 +1,77 @@
+//! Pre-processing: a pool of CPU workers per instance (tokenization, decoding, resizing) whose
+//! time per request is `base + per_input_token * input_tokens`. Requests wait FIFO for a worker.
+
+use std::collections::VecDeque;
+
+use crate::scenario::PreprocessSpec;
+
+/// The worker pool of one instance.
+#[derive(Debug, Clone)]
+pub struct WorkerPool {
+    free: u32,
+    waiting: VecDeque<u32>,
+}
+
+impl WorkerPool {
+    /// `workers` idle workers.
+    pub fn new(workers: u32) -> WorkerPool {
+        WorkerPool {
+            free: workers,
+            waiting: VecDeque::new(),
+        }
+    }
+
+    /// Takes a worker for `ticket` if one is idle (`true`); otherwise queues it (`false`).
+    #[inline]
+    pub fn start_or_wait(&mut self, ticket: u32) -> bool {
+        if self.free > 0 {
+            self.free -= 1;
+            true
+        } else {
+            self.waiting.push_back(ticket);
+            false
+        }
+    }
+
+    /// A worker finished: returns the next waiting ticket it now serves, or frees the worker.
+    #[inline]
+    pub fn finish(&mut self) -> Option<u32> {
+        match self.waiting.pop_front() {
+            Some(t) => Some(t),
+            None => {
+                self.free += 1;
+                None
+            }
+        }
+    }
+
+    /// Requests waiting for a worker.
+    #[inline]
+    pub fn waiting(&self) -> u32 {
+        self.waiting.len() as u32
+    }
+}
+
+/// Pre-processing time of one request, in nanoseconds.
+#[inline]
+pub fn time_ns(spec: &PreprocessSpec, input_tokens: u32) -> u64 {
+    spec.base.0 + spec.per_input_token.0 * u64::from(input_tokens)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_wait_fifo_for_a_free_worker() {
+        let mut p = WorkerPool::new(1);
+        assert!(p.start_or_wait(1));
+        assert!(!p.start_or_wait(2));
+        assert!(!p.start_or_wait(3));
+        assert_eq!(p.waiting(), 2);
+        assert_eq!(p.finish(), Some(2));
+        assert_eq!(p.finish(), Some(3));
+        assert_eq!(p.finish(), None);
+        assert!(p.start_or_wait(4));
+    }
+}

@@ -1,0 +1,218 @@
+//! Human-readable quantities in scenario files and flags: durations (`5ms`, `2.5s`), rates
+//! (`120rps`), bandwidths (`10Gbps`) and sizes (`4KiB`). Each is parsed once, at the edge, into an
+//! integer or `f64` with its unit in the name; an error quotes the bad value and says what the
+//! accepted forms are.
+
+use std::fmt;
+
+/// Why a quantity string did not parse. The message quotes the value and lists accepted units.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind} {value:?} is not valid: {hint}")]
+pub struct QuantityError {
+    /// What was being parsed ("duration", "rate", ...).
+    pub kind: &'static str,
+    /// The text as given.
+    pub value: String,
+    /// What would be accepted.
+    pub hint: &'static str,
+}
+
+const DURATION_HINT: &str =
+    "write a number followed by a unit: ns, us, ms, s, m or h (for example \"5ms\" or \"2.5s\")";
+const RATE_HINT: &str = "write a number followed by rps, rpm or rph (for example \"120rps\")";
+const BANDWIDTH_HINT: &str = "write a number followed by bps, kbps, Mbps, Gbps, B/s, kB/s, MB/s or GB/s (for example \"10Gbps\")";
+const SIZE_HINT: &str = "write a number of bytes, optionally with B, kB, MB, GB, KiB, MiB or GiB (for example \"4KiB\")";
+
+fn split_number(text: &str) -> Option<(f64, &str)> {
+    let text = text.trim();
+    let end = text
+        .char_indices()
+        .find(|&(_, c)| {
+            !(c.is_ascii_digit() || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-')
+        })
+        .map_or(text.len(), |(i, _)| i);
+    // An exponent marker directly followed by a unit letter ("5e" + "ms") is not an exponent.
+    let (mut num, mut unit) = text.split_at(end);
+    while num.ends_with(['e', 'E']) {
+        num = &num[..num.len() - 1];
+        unit = &text[num.len()..];
+    }
+    let value: f64 = num.parse().ok()?;
+    if !value.is_finite() || value < 0.0 {
+        return None;
+    }
+    Some((value, unit.trim()))
+}
+
+/// Parses a duration such as `5ms`, `2.5s`, `250us`, `100ns`, `1m` or `0` into nanoseconds.
+/// Fractions below a nanosecond round to the nearest nanosecond.
+pub fn parse_duration_ns(text: &str) -> Result<u64, QuantityError> {
+    let err = || QuantityError {
+        kind: "duration",
+        value: text.to_string(),
+        hint: DURATION_HINT,
+    };
+    let (value, unit) = split_number(text).ok_or_else(err)?;
+    let scale_ns = match unit {
+        "ns" => 1.0,
+        "us" | "µs" => 1e3,
+        "ms" => 1e6,
+        "s" => 1e9,
+        "m" | "min" => 60e9,
+        "h" => 3600e9,
+        "" if value == 0.0 => 1.0,
+        _ => return Err(err()),
+    };
+    let ns = (value * scale_ns).round();
+    if ns > u64::MAX as f64 / 4.0 {
+        return Err(err());
+    }
+    Ok(ns as u64)
+}
+
+/// Parses a request rate such as `120rps`, `3000rpm` or `1.5rph` into requests per second.
+pub fn parse_rate_rps(text: &str) -> Result<f64, QuantityError> {
+    let err = || QuantityError {
+        kind: "rate",
+        value: text.to_string(),
+        hint: RATE_HINT,
+    };
+    let (value, unit) = split_number(text).ok_or_else(err)?;
+    let scale = match unit {
+        "rps" | "/s" => 1.0,
+        "krps" => 1e3,
+        "rpm" | "/min" => 1.0 / 60.0,
+        "rph" | "/h" => 1.0 / 3600.0,
+        _ => return Err(err()),
+    };
+    Ok(value * scale)
+}
+
+/// Parses a bandwidth such as `10Gbps` or `100MB/s` into bytes per second.
+pub fn parse_bandwidth_bytes_per_s(text: &str) -> Result<f64, QuantityError> {
+    let err = || QuantityError {
+        kind: "bandwidth",
+        value: text.to_string(),
+        hint: BANDWIDTH_HINT,
+    };
+    let (value, unit) = split_number(text).ok_or_else(err)?;
+    let scale = match unit {
+        "bps" => 1.0 / 8.0,
+        "kbps" | "Kbps" => 1e3 / 8.0,
+        "Mbps" => 1e6 / 8.0,
+        "Gbps" => 1e9 / 8.0,
+        "B/s" => 1.0,
+        "kB/s" | "KB/s" => 1e3,
+        "MB/s" => 1e6,
+        "GB/s" => 1e9,
+        _ => return Err(err()),
+    };
+    let bytes_per_s = value * scale;
+    if bytes_per_s <= 0.0 {
+        return Err(err());
+    }
+    Ok(bytes_per_s)
+}
+
+/// Parses a size such as `512`, `4KiB` or `1.5MB` into bytes.
+pub fn parse_size_bytes(text: &str) -> Result<u64, QuantityError> {
+    let err = || QuantityError {
+        kind: "size",
+        value: text.to_string(),
+        hint: SIZE_HINT,
+    };
+    let (value, unit) = split_number(text).ok_or_else(err)?;
+    let scale = match unit {
+        "" | "B" => 1.0,
+        "kB" | "KB" => 1e3,
+        "MB" => 1e6,
+        "GB" => 1e9,
+        "KiB" => 1024.0,
+        "MiB" => 1024.0 * 1024.0,
+        "GiB" => 1024.0 * 1024.0 * 1024.0,
+        _ => return Err(err()),
+    };
+    Ok((value * scale).round() as u64)
+}
+
+/// Formats nanoseconds as the shortest exact human duration (`5ms`, `2500us`), the inverse of
+/// [`parse_duration_ns`].
+pub fn format_duration_ns(ns: u64) -> String {
+    struct D(u64);
+    impl fmt::Display for D {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            let ns = self.0;
+            for (unit, scale) in [
+                ("h", 3_600_000_000_000u64),
+                ("s", 1_000_000_000),
+                ("ms", 1_000_000),
+                ("us", 1_000),
+            ] {
+                if ns != 0 && ns.is_multiple_of(scale) {
+                    return write!(f, "{}{unit}", ns / scale);
+                }
+            }
+            write!(f, "{ns}ns")
+        }
+    }
+    D(ns).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_every_unit() {
+        assert_eq!(parse_duration_ns("5ms"), Ok(5_000_000));
+        assert_eq!(parse_duration_ns("2.5s"), Ok(2_500_000_000));
+        assert_eq!(parse_duration_ns("250us"), Ok(250_000));
+        assert_eq!(parse_duration_ns("100ns"), Ok(100));
+        assert_eq!(parse_duration_ns("1m"), Ok(60_000_000_000));
+        assert_eq!(parse_duration_ns("0"), Ok(0));
+        assert_eq!(parse_duration_ns(" 1.5 ms "), Ok(1_500_000));
+        assert_eq!(parse_duration_ns("1e3ns"), Ok(1_000));
+    }
+
+    #[test]
+    fn bad_durations_are_rejected_quoting_the_value() {
+        for bad in ["5", "5 parsecs", "ms", "-1ms", "", "NaNms", "infs"] {
+            let err = parse_duration_ns(bad).unwrap_err();
+            assert!(err.to_string().contains(&format!("{bad:?}")), "{err}");
+        }
+    }
+
+    #[test]
+    fn rates_bandwidths_and_sizes_parse() {
+        assert_eq!(parse_rate_rps("120rps"), Ok(120.0));
+        assert_eq!(parse_rate_rps("60rpm"), Ok(1.0));
+        assert!(parse_rate_rps("120").is_err());
+        assert_eq!(parse_bandwidth_bytes_per_s("8Gbps"), Ok(1e9));
+        assert_eq!(parse_bandwidth_bytes_per_s("100MB/s"), Ok(1e8));
+        assert!(parse_bandwidth_bytes_per_s("0Gbps").is_err());
+        assert_eq!(parse_size_bytes("4KiB"), Ok(4096));
+        assert_eq!(parse_size_bytes("512"), Ok(512));
+        assert!(parse_size_bytes("4 lbs").is_err());
+    }
+
+    #[test]
+    fn formatted_durations_parse_back_to_the_same_value() {
+        for ns in [
+            0,
+            1,
+            999,
+            1_000,
+            1_500_000,
+            5_000_000,
+            2_500_000_000,
+            7_200_000_000_000,
+        ] {
+            assert_eq!(
+                parse_duration_ns(&format_duration_ns(ns)),
+                Ok(ns),
+                "{}",
+                format_duration_ns(ns)
+            );
+        }
+    }
+}

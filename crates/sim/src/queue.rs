@@ -1,0 +1,161 @@
+//! The instance queue: FCFS, or one FIFO per priority level (level 0 served first), with Triton's
+//! queue policy (`max_queue_size`, per-request timeout with `timeout_action` REJECT or DELAY).
+//!
+//! Requests that leave the queue early (timed out) are not searched for and removed; their
+//! entries stay as tombstones and are skipped when they reach the front, so every operation is
+//! O(1) amortised. The engine says which entries are still live through a predicate.
+
+use std::collections::VecDeque;
+
+/// One queued request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    /// The request's in-flight ticket.
+    pub ticket: u32,
+    /// The ticket's generation when queued (tickets are reused).
+    pub generation: u32,
+    /// When it was queued, in nanoseconds.
+    pub queued_ns: u64,
+}
+
+/// Which part of the queue an entry is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// Waiting normally.
+    Main,
+    /// Timed out under `timeout_action = delay`: served after every request that has not.
+    Delayed,
+}
+
+/// The queue of one instance.
+#[derive(Debug, Clone)]
+pub struct InstanceQueue {
+    main: Vec<VecDeque<Entry>>,
+    delayed: Vec<VecDeque<Entry>>,
+    live: u32,
+}
+
+impl InstanceQueue {
+    /// An empty queue with `levels` priority levels (>= 1).
+    pub fn new(levels: u32) -> InstanceQueue {
+        let levels = levels.max(1) as usize;
+        InstanceQueue {
+            main: vec![VecDeque::new(); levels],
+            delayed: vec![VecDeque::new(); levels],
+            live: 0,
+        }
+    }
+
+    /// Live requests queued (tombstones excluded).
+    #[inline]
+    pub fn len(&self) -> u32 {
+        self.live
+    }
+
+    /// True when no live request is queued.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    /// Queues a request at `level` (clamped to the last level).
+    #[inline]
+    pub fn push(&mut self, level: u32, entry: Entry, part: Part) {
+        let level = (level as usize).min(self.main.len() - 1);
+        match part {
+            Part::Main => self.main[level].push_back(entry),
+            Part::Delayed => self.delayed[level].push_back(entry),
+        }
+        self.live += 1;
+    }
+
+    /// Records that one live entry left without being popped (it is now a tombstone).
+    #[inline]
+    pub fn forget_one(&mut self) {
+        debug_assert!(self.live > 0);
+        self.live -= 1;
+    }
+
+    fn parts_mut<'q>(
+        main: &'q mut [VecDeque<Entry>],
+        delayed: &'q mut [VecDeque<Entry>],
+    ) -> impl Iterator<Item = (Part, &'q mut VecDeque<Entry>)> {
+        main.iter_mut()
+            .map(|q| (Part::Main, q))
+            .chain(delayed.iter_mut().map(|q| (Part::Delayed, q)))
+    }
+
+    /// Removes and returns the next request to serve: the oldest live one of the most urgent
+    /// level, then the delayed ones. `live(entry, part)` says whether an entry is still queued.
+    #[inline]
+    pub fn pop(&mut self, mut live: impl FnMut(Entry, Part) -> bool) -> Option<Entry> {
+        if self.live == 0 {
+            return None;
+        }
+        for (part, q) in Self::parts_mut(&mut self.main, &mut self.delayed) {
+            while let Some(e) = q.pop_front() {
+                if live(e, part) {
+                    self.live -= 1;
+                    return Some(e);
+                }
+            }
+        }
+        debug_assert!(false, "live count says {} but no live entry", self.live);
+        None
+    }
+
+    /// The earliest queue time of any live request, dropping tombstones found at the fronts.
+    pub fn oldest_queued_ns(&mut self, mut live: impl FnMut(Entry, Part) -> bool) -> Option<u64> {
+        if self.live == 0 {
+            return None;
+        }
+        let mut oldest = None::<u64>;
+        for (part, q) in Self::parts_mut(&mut self.main, &mut self.delayed) {
+            while let Some(&e) = q.front() {
+                if live(e, part) {
+                    oldest = Some(oldest.map_or(e.queued_ns, |o| o.min(e.queued_ns)));
+                    break;
+                }
+                q.pop_front();
+            }
+        }
+        oldest
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn e(ticket: u32, t: u64) -> Entry {
+        Entry {
+            ticket,
+            generation: 0,
+            queued_ns: t,
+        }
+    }
+
+    #[test]
+    fn higher_priority_levels_are_served_first_then_delayed() {
+        let mut q = InstanceQueue::new(2);
+        q.push(1, e(1, 0), Part::Main);
+        q.push(0, e(2, 5), Part::Main);
+        q.push(0, e(3, 1), Part::Delayed);
+        q.push(7, e(4, 6), Part::Main);
+        let order: Vec<u32> = std::iter::from_fn(|| q.pop(|_, _| true).map(|e| e.ticket)).collect();
+        assert_eq!(order, vec![2, 1, 4, 3]);
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn tombstones_are_skipped_and_not_counted() {
+        let mut q = InstanceQueue::new(1);
+        q.push(0, e(1, 0), Part::Main);
+        q.push(0, e(2, 3), Part::Main);
+        q.forget_one();
+        assert_eq!(q.len(), 1);
+        assert_eq!(q.oldest_queued_ns(|e, _| e.ticket != 1), Some(3));
+        assert_eq!(q.pop(|e, _| e.ticket != 1).map(|e| e.ticket), Some(2));
+        assert_eq!(q.pop(|_, _| true), None);
+    }
+}

@@ -1,0 +1,198 @@
+//! Per-request records: what happened to each request (each attempt) on its way through the
+//! serving path. The engine emits one [`RequestRecord`] when a request finishes, whatever the
+//! outcome; a [`RecordSink`] keeps it ([`RequestLog`], written to `requests.parquet`) or drops it
+//! ([`NoRecords`]). The live replay server produces the same records.
+
+/// Marks a time or index a request never reached (for example `queued_ns` of a rejected one).
+pub const NONE: u64 = u64::MAX;
+
+/// Why a request was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RejectReason {
+    /// The gateway's token bucket was empty.
+    RateLimited,
+    /// The gateway already had `max_in_flight` requests.
+    MaxInFlight,
+    /// The instance queue held `max_queue_size` requests.
+    QueueFull,
+}
+
+impl RejectReason {
+    /// The reason's name in outputs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RejectReason::RateLimited => "rate_limited",
+            RejectReason::MaxInFlight => "max_in_flight",
+            RejectReason::QueueFull => "queue_full",
+        }
+    }
+
+    /// Every reason, in output order.
+    pub const ALL: [RejectReason; 3] = [
+        RejectReason::RateLimited,
+        RejectReason::MaxInFlight,
+        RejectReason::QueueFull,
+    ];
+}
+
+/// How a request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Answered (by a model, or by the cache).
+    Completed,
+    /// Refused, with the reason.
+    Rejected(RejectReason),
+    /// Left the instance queue at its timeout (`timeout_action = reject`).
+    TimedOut,
+}
+
+impl Outcome {
+    /// The outcome's name in outputs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Completed => "completed",
+            Outcome::Rejected(_) => "rejected",
+            Outcome::TimedOut => "timed_out",
+        }
+    }
+}
+
+/// One request attempt, start to finish. Times are nanoseconds since the run's origin; a stage
+/// the request never reached holds [`NONE`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestRecord {
+    /// Row of the trace the request came from.
+    pub request: u32,
+    /// Attempt number, from 1.
+    pub attempt: u16,
+    /// Pool index (0 is the default pool), or `u16::MAX` if never routed.
+    pub pool: u16,
+    /// Instance (server) within the pool, or `u32::MAX`.
+    pub instance: u32,
+    /// Model instance within the instance, or `u32::MAX`.
+    pub model_instance: u32,
+    /// Closed-loop client, or `u32::MAX` for open-loop load.
+    pub client: u32,
+    /// Input tokens (from the trace).
+    pub input_tokens: u32,
+    /// Output tokens (from the trace, 0 if absent).
+    pub output_tokens: u32,
+    /// Intended arrival: the client sends the request (latency is measured from here).
+    pub arrival_ns: u64,
+    /// The request reaches the gateway.
+    pub gateway_ns: u64,
+    /// The gateway admits and routes it (after its overhead).
+    pub admitted_ns: u64,
+    /// It enters the instance queue (after pre-processing).
+    pub queued_ns: u64,
+    /// Its batch is formed.
+    pub batch_formed_ns: u64,
+    /// Its batch starts executing.
+    pub exec_start_ns: u64,
+    /// Its batch finishes.
+    pub exec_end_ns: u64,
+    /// Post-processing finishes.
+    pub postprocessed_ns: u64,
+    /// The response (or the refusal) reaches the client, or the request times out.
+    pub response_ns: u64,
+    /// Batch number (run-wide, from 0), or [`NONE`].
+    pub batch_id: u64,
+    /// Requests in its batch (0 if never batched).
+    pub batch_size: u32,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Answered by the result cache.
+    pub cache_hit: bool,
+}
+
+impl RequestRecord {
+    /// A record for a request sent at `arrival_ns`, with every later stage unreached.
+    pub fn new(request: u32, attempt: u16, arrival_ns: u64) -> RequestRecord {
+        RequestRecord {
+            request,
+            attempt,
+            pool: u16::MAX,
+            instance: u32::MAX,
+            model_instance: u32::MAX,
+            client: u32::MAX,
+            input_tokens: 0,
+            output_tokens: 0,
+            arrival_ns,
+            gateway_ns: NONE,
+            admitted_ns: NONE,
+            queued_ns: NONE,
+            batch_formed_ns: NONE,
+            exec_start_ns: NONE,
+            exec_end_ns: NONE,
+            postprocessed_ns: NONE,
+            response_ns: NONE,
+            batch_id: NONE,
+            batch_size: 0,
+            outcome: Outcome::Completed,
+            cache_hit: false,
+        }
+    }
+
+    /// End-to-end latency from the intended arrival, in nanoseconds.
+    pub fn latency_ns(&self) -> u64 {
+        self.response_ns - self.arrival_ns
+    }
+}
+
+/// Receives every finished request.
+pub trait RecordSink {
+    /// Called once per request attempt, when it finishes.
+    fn record(&mut self, record: &RequestRecord);
+}
+
+/// Drops records (summary-only runs; memory stays bounded).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoRecords;
+
+impl RecordSink for NoRecords {
+    #[inline]
+    fn record(&mut self, _record: &RequestRecord) {}
+}
+
+/// Every record, kept in finishing order.
+#[derive(Debug, Default, Clone)]
+pub struct RequestLog {
+    records: Vec<RequestRecord>,
+}
+
+impl RequestLog {
+    /// An empty log with room for `capacity` records.
+    pub fn with_capacity(capacity: usize) -> RequestLog {
+        RequestLog {
+            records: Vec::with_capacity(capacity),
+        }
+    }
+
+    /// The records, in finishing order (or by request after [`RequestLog::sort_by_request`]).
+    pub fn records(&self) -> &[RequestRecord] {
+        &self.records
+    }
+
+    /// Number of records.
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// Orders records by trace row, then attempt.
+    pub fn sort_by_request(&mut self) {
+        self.records
+            .sort_unstable_by_key(|r| (r.request, r.attempt));
+    }
+}
+
+impl RecordSink for RequestLog {
+    #[inline]
+    fn record(&mut self, record: &RequestRecord) {
+        self.records.push(*record);
+    }
+}

@@ -1,0 +1,955 @@
+//! Scenarios: the serving system to simulate, written in TOML.
+//!
+//! A scenario describes the path of a request (client network, gateway, pre-processing, instance
+//! queue, dynamic batcher, model execution, post-processing) and how load is offered. Durations,
+//! rates, bandwidths and sizes are human strings with units (`"5ms"`, `"120rps"`, `"10Gbps"`,
+//! `"4KiB"`), parsed once when the scenario is read. Every key, its unit and its default is
+//! documented in `docs/scenario.md`.
+//!
+//! ```
+//! use capsim_sim::Scenario;
+//! let mut s = Scenario::from_toml_str(r#"
+//!     instances = 2
+//!     [batcher]
+//!     max_batch_size = 8
+//!     max_queue_delay = "2ms"
+//!     [service]
+//!     kind = "constant"
+//!     time = "5ms"
+//! "#).unwrap();
+//! s.set("batcher.max_batch_size", "16").unwrap();
+//! assert_eq!(s.pools()[0].batcher.max_batch_size, 16);
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use crate::quantity::{
+    QuantityError, parse_bandwidth_bytes_per_s, parse_duration_ns, parse_rate_rps, parse_size_bytes,
+};
+use crate::service::{AffineService, ConstantService, ExponentialService, Residuals, ServiceTime};
+
+/// Why a scenario could not be read or changed. Messages name the file or key and quote the value.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    /// The file could not be read.
+    #[error("cannot read scenario {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The TOML is malformed, has an unknown key, or a value of the wrong type or unit.
+    #[error("invalid scenario{}: {message}", origin.as_ref().map(|p| format!(" {}", p.display())).unwrap_or_default())]
+    Parse {
+        /// The file, when read from one.
+        origin: Option<PathBuf>,
+        /// The TOML parser's message, which shows the line and key.
+        message: String,
+    },
+    /// A value parsed but is out of range or inconsistent with another.
+    #[error("invalid scenario: key `{key}`: {message}")]
+    Invalid {
+        /// Dotted path of the offending key.
+        key: String,
+        /// What is wrong and what would fix it.
+        message: String,
+    },
+    /// An override (`key=value`) could not be applied.
+    #[error("cannot set `{key}` to {value:?}: {message}")]
+    Override {
+        /// Dotted path given.
+        key: String,
+        /// Value given.
+        value: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// A duration read from the scenario, in nanoseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DurationNs(pub u64);
+
+impl<'de> Deserialize<'de> for DurationNs {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = quantity_text(d, "duration", "\"5ms\"")?;
+        parse_duration_ns(&text)
+            .map(DurationNs)
+            .map_err(de_err::<D>)
+    }
+}
+
+/// A request rate read from the scenario, in requests per second.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct RateRps(pub f64);
+
+impl<'de> Deserialize<'de> for RateRps {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = quantity_text(d, "rate", "\"120rps\"")?;
+        parse_rate_rps(&text).map(RateRps).map_err(de_err::<D>)
+    }
+}
+
+/// A bandwidth read from the scenario, in bytes per second.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct BandwidthBytesPerS(pub f64);
+
+impl<'de> Deserialize<'de> for BandwidthBytesPerS {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = quantity_text(d, "bandwidth", "\"10Gbps\"")?;
+        parse_bandwidth_bytes_per_s(&text)
+            .map(BandwidthBytesPerS)
+            .map_err(de_err::<D>)
+    }
+}
+
+/// A size read from the scenario, in bytes (a bare integer is bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SizeBytes(pub u64);
+
+impl<'de> Deserialize<'de> for SizeBytes {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Int(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Int(n) => Ok(SizeBytes(n)),
+            Raw::Text(t) => parse_size_bytes(&t).map(SizeBytes).map_err(de_err::<D>),
+        }
+    }
+}
+
+fn de_err<'de, D: serde::Deserializer<'de>>(e: QuantityError) -> D::Error {
+    <D::Error as serde::de::Error>::custom(e)
+}
+
+/// Reads a quantity that must be a string with a unit; a bare number gets an error saying so.
+fn quantity_text<'de, D: serde::Deserializer<'de>>(
+    d: D,
+    kind: &'static str,
+    example: &'static str,
+) -> Result<String, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Text(String),
+        Int(i64),
+        Float(f64),
+    }
+    let bare = match Raw::deserialize(d)? {
+        Raw::Text(t) => return Ok(t),
+        Raw::Int(0) => return Ok("0".to_string()),
+        Raw::Int(n) => n.to_string(),
+        Raw::Float(x) => x.to_string(),
+    };
+    Err(<D::Error as serde::de::Error>::custom(format!(
+        "{kind} {bare} has no unit: write it as a string with a unit, for example {example}"
+    )))
+}
+
+/// How load is offered.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LoadSpec {
+    /// `open`: requests arrive at the trace's times. `closed`: `concurrency` clients each send
+    /// their next request (sizes from the trace, in order) when the previous one returns, after
+    /// `think_time` (perf_analyzer's concurrency mode).
+    #[serde(default)]
+    pub mode: LoadMode,
+    /// Closed loop: number of concurrent clients. Default 1.
+    #[serde(default = "one_u32")]
+    pub concurrency: u32,
+    /// Closed loop: pause between a response and the client's next request. Default 0.
+    #[serde(default)]
+    pub think_time: DurationNs,
+}
+
+impl Default for LoadSpec {
+    fn default() -> Self {
+        LoadSpec {
+            mode: LoadMode::Open,
+            concurrency: 1,
+            think_time: DurationNs(0),
+        }
+    }
+}
+
+/// Open or closed loop.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum LoadMode {
+    /// Trace arrival times.
+    #[default]
+    Open,
+    /// N concurrent clients.
+    Closed,
+}
+
+/// One-way network latency model.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum LatencySpec {
+    /// Always `one_way`.
+    Constant {
+        /// Latency each way.
+        one_way: DurationNs,
+    },
+    /// Lognormal with the given median and 99th percentile.
+    Lognormal {
+        /// Median one-way latency.
+        median: DurationNs,
+        /// 99th percentile one-way latency (must exceed the median).
+        p99: DurationNs,
+    },
+    /// Drawn uniformly from measured samples.
+    Empirical {
+        /// Measured one-way latencies.
+        samples: Vec<DurationNs>,
+    },
+}
+
+/// Client network.
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkSpec {
+    /// One-way latency model, applied on the way in and again on the way out. Default: none.
+    pub latency: Option<LatencySpec>,
+    /// Link bandwidth for payload transfer time. Default: none (transfers take no time).
+    pub bandwidth: Option<BandwidthBytesPerS>,
+    /// Request payload: fixed part. Default 0.
+    #[serde(default)]
+    pub request_bytes: SizeBytes,
+    /// Request payload: bytes per input token. Default 0.
+    #[serde(default)]
+    pub request_bytes_per_input_token: u64,
+    /// Response payload: fixed part. Default 0.
+    #[serde(default)]
+    pub response_bytes: SizeBytes,
+    /// Response payload: bytes per output token. Default 0.
+    #[serde(default)]
+    pub response_bytes_per_output_token: u64,
+}
+
+/// Gateway admission and load balancing.
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct GatewaySpec {
+    /// Fixed gateway processing time per request. Default 0.
+    #[serde(default)]
+    pub overhead: DurationNs,
+    /// Token-bucket rate limit. Default: none.
+    pub rate_limit: Option<RateRps>,
+    /// Token-bucket depth in requests. Default: one second of `rate_limit`, at least 1.
+    pub burst: Option<u32>,
+    /// Maximum requests admitted and not yet answered. Default: unlimited.
+    pub max_in_flight: Option<u32>,
+    /// How a pool's instances are chosen. Default `round_robin`.
+    #[serde(default)]
+    pub load_balancing: LoadBalancing,
+}
+
+/// Load-balancing policy across a pool's instances.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum LoadBalancing {
+    /// Cycle through instances.
+    #[default]
+    RoundRobin,
+    /// Uniformly at random.
+    Random,
+    /// Fewest requests routed and not yet finished.
+    LeastOutstanding,
+    /// Fewest requests waiting (pre-processing wait plus instance queue).
+    JoinShortestQueue,
+    /// Two random instances, the one with fewer outstanding requests.
+    PowerOfTwo,
+}
+
+/// Pre-processing CPU workers of each instance.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PreprocessSpec {
+    /// Workers per instance (>= 1). Default 1.
+    #[serde(default = "one_u32")]
+    pub workers: u32,
+    /// Fixed time per request. Default 0.
+    #[serde(default)]
+    pub base: DurationNs,
+    /// Time per input token. Default 0.
+    #[serde(default)]
+    pub per_input_token: DurationNs,
+}
+
+/// Instance queue policy (Triton's `dynamic_batching.default_queue_policy`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct QueueSpec {
+    /// Priority levels; 1 is FCFS. With more, a request's trace class is its level (0 first;
+    /// classes beyond the last level use the last). Default 1.
+    #[serde(default = "one_u32")]
+    pub priority_levels: u32,
+    /// Requests the queue holds before rejecting new ones; 0 is unbounded. Default 0.
+    #[serde(default)]
+    pub max_queue_size: u32,
+    /// How long a request may wait in the queue. Default: forever.
+    pub timeout: Option<DurationNs>,
+    /// What happens at the timeout. Default `reject`.
+    #[serde(default)]
+    pub timeout_action: TimeoutAction,
+}
+
+impl Default for QueueSpec {
+    fn default() -> Self {
+        QueueSpec {
+            priority_levels: 1,
+            max_queue_size: 0,
+            timeout: None,
+            timeout_action: TimeoutAction::Reject,
+        }
+    }
+}
+
+/// Triton's `timeout_action`.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+pub enum TimeoutAction {
+    /// The request leaves the queue, timed out.
+    #[default]
+    #[serde(alias = "REJECT", rename = "reject")]
+    Reject,
+    /// The request stays, behind every request that has not timed out.
+    #[serde(alias = "DELAY", rename = "delay")]
+    Delay,
+}
+
+/// Dynamic batcher (Triton's rule; see [`crate::batcher`]).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BatcherSpec {
+    /// Largest batch; 1 means no batching. Default 1.
+    #[serde(default = "one_u32")]
+    pub max_batch_size: u32,
+    /// Batch sizes sent as soon as they can be formed. Default: none.
+    #[serde(default)]
+    pub preferred_batch_size: Vec<u32>,
+    /// How long the oldest request may wait for a fuller batch. Default 0.
+    #[serde(default)]
+    pub max_queue_delay: DurationNs,
+}
+
+impl Default for BatcherSpec {
+    fn default() -> Self {
+        BatcherSpec {
+            max_batch_size: 1,
+            preferred_batch_size: Vec::new(),
+            max_queue_delay: DurationNs(0),
+        }
+    }
+}
+
+/// Model execution resources of each instance.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ExecutionSpec {
+    /// GPUs per instance. Default 1.
+    #[serde(default = "one_u32")]
+    pub gpus: u32,
+    /// Model instances per GPU (Triton's `instance_group.count`). Default 1.
+    #[serde(default = "one_u32")]
+    pub instance_count: u32,
+    /// Load time before a model instance runs its first batch. Default 0.
+    #[serde(default)]
+    pub cold_start: DurationNs,
+}
+
+impl Default for ExecutionSpec {
+    fn default() -> Self {
+        ExecutionSpec {
+            gpus: 1,
+            instance_count: 1,
+            cold_start: DurationNs(0),
+        }
+    }
+}
+
+/// Service-time model of a batch.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ServiceSpec {
+    /// Every batch takes `time` (times a residual factor when `residuals` is given).
+    Constant {
+        /// Batch time.
+        time: DurationNs,
+        /// Observed ratios of measured to mean time.
+        residuals: Option<Vec<f64>>,
+    },
+    /// Exponentially distributed with mean `mean`.
+    Exponential {
+        /// Mean batch time.
+        mean: DurationNs,
+    },
+    /// `a + b*batch + c*batch*max_input_tokens` (times a residual factor).
+    Affine {
+        /// Fixed cost per batch.
+        a: DurationNs,
+        /// Cost per request in the batch.
+        #[serde(default)]
+        b: DurationNs,
+        /// Cost per padded input token.
+        #[serde(default)]
+        c: DurationNs,
+        /// Observed ratios of measured to mean time.
+        residuals: Option<Vec<f64>>,
+    },
+}
+
+/// Post-processing: a delay per request, run in parallel (no worker limit).
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct PostprocessSpec {
+    /// Fixed time per request. Default 0.
+    #[serde(default)]
+    pub base: DurationNs,
+    /// Time per output token. Default 0.
+    #[serde(default)]
+    pub per_output_token: DurationNs,
+}
+
+/// A named pool of instances serving some models or classes.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PoolFile {
+    /// Trace `model` values routed here.
+    #[serde(default)]
+    pub models: Vec<String>,
+    /// Trace classes routed here.
+    #[serde(default)]
+    pub classes: Vec<u32>,
+    /// Instances (servers) in the pool. Default 1.
+    #[serde(default = "one_u32")]
+    pub instances: u32,
+    /// Pre-processing; absent means none.
+    pub preprocess: Option<PreprocessSpec>,
+    /// Queue policy.
+    #[serde(default)]
+    pub queue: QueueSpec,
+    /// Dynamic batcher.
+    #[serde(default)]
+    pub batcher: BatcherSpec,
+    /// Execution resources.
+    #[serde(default)]
+    pub execution: ExecutionSpec,
+    /// Service-time model (required).
+    pub service: ServiceSpec,
+    /// Post-processing.
+    #[serde(default)]
+    pub postprocess: PostprocessSpec,
+}
+
+/// Result cache at the gateway.
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct CacheSpec {
+    /// Probability a request is answered from the cache. Default 0.
+    #[serde(default)]
+    pub hit_probability: f64,
+    /// Time to answer a hit at the gateway. Default 0.
+    #[serde(default)]
+    pub latency: DurationNs,
+}
+
+/// Service-level objective.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SloSpec {
+    /// End-to-end latency a request must meet to count as goodput.
+    pub latency: DurationNs,
+}
+
+/// Output sampling.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TimeseriesSpec {
+    /// Sampling interval of timeseries.parquet. Default 1s.
+    #[serde(default = "one_second")]
+    pub interval: DurationNs,
+}
+
+impl Default for TimeseriesSpec {
+    fn default() -> Self {
+        TimeseriesSpec {
+            interval: one_second(),
+        }
+    }
+}
+
+fn one_u32() -> u32 {
+    1
+}
+
+fn one_second() -> DurationNs {
+    DurationNs(1_000_000_000)
+}
+
+/// The TOML file as written: the default pool's keys at top level, named extra pools under
+/// `[pools.NAME]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScenarioFile {
+    name: Option<String>,
+    description: Option<String>,
+    #[serde(default)]
+    load: LoadSpec,
+    #[serde(default)]
+    network: NetworkSpec,
+    #[serde(default)]
+    gateway: GatewaySpec,
+    #[serde(default)]
+    cache: CacheSpec,
+    slo: Option<SloSpec>,
+    #[serde(default)]
+    timeseries: TimeseriesSpec,
+    #[serde(default = "one_u32")]
+    instances: u32,
+    preprocess: Option<PreprocessSpec>,
+    #[serde(default)]
+    queue: QueueSpec,
+    #[serde(default)]
+    batcher: BatcherSpec,
+    #[serde(default)]
+    execution: ExecutionSpec,
+    service: ServiceSpec,
+    #[serde(default)]
+    postprocess: PostprocessSpec,
+    #[serde(default)]
+    pools: BTreeMap<String, PoolFile>,
+}
+
+/// One pool of instances, validated.
+#[derive(Debug, Clone)]
+pub struct Pool {
+    /// `default` for the top-level pool, else the `[pools.NAME]` name.
+    pub name: String,
+    /// Trace models routed here (empty for the default pool).
+    pub models: Vec<String>,
+    /// Trace classes routed here.
+    pub classes: Vec<u32>,
+    /// Instances (servers) behind the gateway.
+    pub instances: u32,
+    /// Pre-processing workers, if any.
+    pub preprocess: Option<PreprocessSpec>,
+    /// Queue policy.
+    pub queue: QueueSpec,
+    /// Dynamic batcher, with `preferred_batch_size` sorted ascending.
+    pub batcher: BatcherSpec,
+    /// Execution resources.
+    pub execution: ExecutionSpec,
+    /// The service-time model as written.
+    pub service_spec: ServiceSpec,
+    /// The service-time model, built.
+    pub service: Arc<dyn ServiceTime>,
+    /// Post-processing.
+    pub postprocess: PostprocessSpec,
+}
+
+/// A validated scenario. Build with [`Scenario::from_toml_str`] or [`Scenario::from_path`]; change
+/// one key with [`Scenario::set`].
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    raw: toml::Table,
+    origin: Option<PathBuf>,
+    /// Scenario name (the file stem when not given).
+    pub name: String,
+    /// Free text.
+    pub description: Option<String>,
+    /// How load is offered.
+    pub load: LoadSpec,
+    /// Client network.
+    pub network: NetworkSpec,
+    /// Gateway.
+    pub gateway: GatewaySpec,
+    /// Result cache.
+    pub cache: CacheSpec,
+    /// Service-level objective.
+    pub slo: Option<SloSpec>,
+    /// Timeseries sampling.
+    pub timeseries: TimeseriesSpec,
+    pools: Vec<Pool>,
+}
+
+impl Scenario {
+    /// Parses and validates a scenario from TOML text.
+    pub fn from_toml_str(text: &str) -> Result<Scenario, ScenarioError> {
+        let raw: toml::Table = toml::from_str(text).map_err(|e| ScenarioError::Parse {
+            origin: None,
+            message: e.to_string(),
+        })?;
+        Scenario::from_table(raw, None)
+    }
+
+    /// Reads, parses and validates a scenario file.
+    pub fn from_path(path: &Path) -> Result<Scenario, ScenarioError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let raw: toml::Table = toml::from_str(&text).map_err(|e| ScenarioError::Parse {
+            origin: Some(path.to_path_buf()),
+            message: e.to_string(),
+        })?;
+        let mut s = Scenario::from_table(raw, Some(path.to_path_buf()))?;
+        if s.raw.get("name").is_none()
+            && let Some(stem) = path.file_stem()
+        {
+            s.name = stem.to_string_lossy().into_owned();
+        }
+        Ok(s)
+    }
+
+    fn from_table(raw: toml::Table, origin: Option<PathBuf>) -> Result<Scenario, ScenarioError> {
+        let file: ScenarioFile =
+            raw.clone()
+                .try_into()
+                .map_err(|e: toml::de::Error| ScenarioError::Parse {
+                    origin: origin.clone(),
+                    message: e.to_string(),
+                })?;
+        let default_pool = PoolFile {
+            models: Vec::new(),
+            classes: Vec::new(),
+            instances: file.instances,
+            preprocess: file.preprocess,
+            queue: file.queue,
+            batcher: file.batcher,
+            execution: file.execution,
+            service: file.service,
+            postprocess: file.postprocess,
+        };
+        let mut pools = vec![build_pool("default", "", default_pool)?];
+        for (name, pool) in file.pools {
+            let prefix = format!("pools.{name}.");
+            pools.push(build_pool(&name, &prefix, pool)?);
+        }
+        validate_network(&file.network)?;
+        if let Some(rate) = file.gateway.rate_limit
+            && rate.0 <= 0.0
+        {
+            return Err(invalid("gateway.rate_limit", "must be above 0rps"));
+        }
+        if file.gateway.burst == Some(0) {
+            return Err(invalid("gateway.burst", "must be at least 1"));
+        }
+        if file.gateway.max_in_flight == Some(0) {
+            return Err(invalid("gateway.max_in_flight", "must be at least 1"));
+        }
+        if !(0.0..=1.0).contains(&file.cache.hit_probability) {
+            return Err(invalid(
+                "cache.hit_probability",
+                format!(
+                    "{} is not a probability in [0, 1]",
+                    file.cache.hit_probability
+                ),
+            ));
+        }
+        if file.load.concurrency == 0 {
+            return Err(invalid("load.concurrency", "must be at least 1"));
+        }
+        if file.timeseries.interval.0 == 0 {
+            return Err(invalid("timeseries.interval", "must be above 0"));
+        }
+        Ok(Scenario {
+            raw,
+            origin,
+            name: file.name.unwrap_or_else(|| "scenario".to_string()),
+            description: file.description,
+            load: file.load,
+            network: file.network,
+            gateway: file.gateway,
+            cache: file.cache,
+            slo: file.slo,
+            timeseries: file.timeseries,
+            pools,
+        })
+    }
+
+    /// The pools: `pools()[0]` is the default (top-level) pool, then named pools in name order.
+    pub fn pools(&self) -> &[Pool] {
+        &self.pools
+    }
+
+    /// Sets the key at dotted `path` (for example `batcher.max_batch_size` or `instances`) to
+    /// `value`, written as in TOML (`8`, `"5ms"`, `[4, 8]`); a value that is not valid TOML is
+    /// taken as a string, so `5ms` works unquoted. The whole scenario is validated again.
+    pub fn set(&mut self, path: &str, value: &str) -> Result<(), ScenarioError> {
+        let override_err = |message: String| ScenarioError::Override {
+            key: path.to_string(),
+            value: value.to_string(),
+            message,
+        };
+        let parsed = match toml::from_str::<toml::Table>(&format!("v = {value}")) {
+            Ok(mut t) => t
+                .remove("v")
+                .unwrap_or(toml::Value::String(value.to_string())),
+            Err(_) => toml::Value::String(value.to_string()),
+        };
+        let parts: Vec<&str> = path.split('.').collect();
+        if parts.iter().any(|p| p.is_empty()) {
+            return Err(override_err("the key path has an empty part".to_string()));
+        }
+        let mut raw = self.raw.clone();
+        let mut table = &mut raw;
+        for part in &parts[..parts.len() - 1] {
+            let entry = table
+                .entry(part.to_string())
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            table = entry
+                .as_table_mut()
+                .ok_or_else(|| override_err(format!("`{part}` is not a table")))?;
+        }
+        table.insert(parts[parts.len() - 1].to_string(), parsed);
+        let mut next = Scenario::from_table(raw, self.origin.clone())
+            .map_err(|e| override_err(e.to_string()))?;
+        if self.raw.get("name").is_none() && path != "name" {
+            next.name = self.name.clone();
+        }
+        *self = next;
+        Ok(())
+    }
+
+    /// The scenario as TOML (the file as read, with overrides applied).
+    pub fn to_toml_string(&self) -> String {
+        toml::to_string(&self.raw).unwrap_or_default()
+    }
+}
+
+fn invalid(key: &str, message: impl Into<String>) -> ScenarioError {
+    ScenarioError::Invalid {
+        key: key.to_string(),
+        message: message.into(),
+    }
+}
+
+fn validate_network(n: &NetworkSpec) -> Result<(), ScenarioError> {
+    match &n.latency {
+        Some(LatencySpec::Lognormal { median, p99 }) if p99.0 <= median.0 || median.0 == 0 => Err(
+            invalid("network.latency.p99", "must exceed a median above 0"),
+        ),
+        Some(LatencySpec::Empirical { samples }) if samples.is_empty() => Err(invalid(
+            "network.latency.samples",
+            "needs at least one sample",
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn build_residuals(
+    key: &str,
+    ratios: &Option<Vec<f64>>,
+) -> Result<Option<Residuals>, ScenarioError> {
+    match ratios {
+        None => Ok(None),
+        Some(r) => Residuals::from_ratios(r)
+            .map(Some)
+            .ok_or_else(|| invalid(key, "needs at least one ratio, each finite and above 0")),
+    }
+}
+
+fn build_pool(name: &str, prefix: &str, p: PoolFile) -> Result<Pool, ScenarioError> {
+    let key = |k: &str| format!("{prefix}{k}");
+    if p.instances == 0 {
+        return Err(invalid(&key("instances"), "must be at least 1"));
+    }
+    if p.instances > 1_000_000 {
+        return Err(invalid(&key("instances"), "must be at most 1000000"));
+    }
+    if let Some(pre) = &p.preprocess
+        && pre.workers == 0
+    {
+        return Err(invalid(
+            &key("preprocess.workers"),
+            "must be at least 1 (omit [preprocess] for none)",
+        ));
+    }
+    if p.queue.priority_levels == 0 || p.queue.priority_levels > 64 {
+        return Err(invalid(
+            &key("queue.priority_levels"),
+            "must be between 1 and 64",
+        ));
+    }
+    if p.queue.timeout == Some(DurationNs(0)) {
+        return Err(invalid(
+            &key("queue.timeout"),
+            "must be above 0 (omit it for no timeout)",
+        ));
+    }
+    let mut batcher = p.batcher;
+    if batcher.max_batch_size == 0 || batcher.max_batch_size > 65_536 {
+        return Err(invalid(
+            &key("batcher.max_batch_size"),
+            "must be between 1 and 65536",
+        ));
+    }
+    batcher.preferred_batch_size.sort_unstable();
+    batcher.preferred_batch_size.dedup();
+    if let Some(bad) = batcher
+        .preferred_batch_size
+        .iter()
+        .find(|&&s| s == 0 || s > batcher.max_batch_size)
+    {
+        return Err(invalid(
+            &key("batcher.preferred_batch_size"),
+            format!(
+                "{bad} is not between 1 and max_batch_size ({})",
+                batcher.max_batch_size
+            ),
+        ));
+    }
+    let slots = u64::from(p.execution.gpus) * u64::from(p.execution.instance_count);
+    if slots == 0 || slots > 4096 {
+        return Err(invalid(
+            &key("execution"),
+            "gpus * instance_count must be between 1 and 4096",
+        ));
+    }
+    let service: Arc<dyn ServiceTime> = match &p.service {
+        ServiceSpec::Constant { time, residuals } => Arc::new(ConstantService {
+            time_ns: time.0,
+            residuals: build_residuals(&key("service.residuals"), residuals)?,
+        }),
+        ServiceSpec::Exponential { mean } => {
+            if mean.0 == 0 {
+                return Err(invalid(&key("service.mean"), "must be above 0"));
+            }
+            Arc::new(ExponentialService {
+                mean_ns: mean.0 as f64,
+            })
+        }
+        ServiceSpec::Affine { a, b, c, residuals } => Arc::new(AffineService {
+            a_ns: a.0 as f64,
+            b_ns: b.0 as f64,
+            c_ns: c.0 as f64,
+            residuals: build_residuals(&key("service.residuals"), residuals)?,
+        }),
+    };
+    Ok(Pool {
+        name: name.to_string(),
+        models: p.models,
+        classes: p.classes,
+        instances: p.instances,
+        preprocess: p.preprocess,
+        queue: p.queue,
+        batcher,
+        execution: p.execution,
+        service_spec: p.service,
+        service,
+        postprocess: p.postprocess,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = "[service]\nkind = \"constant\"\ntime = \"5ms\"\n";
+
+    #[test]
+    fn minimal_scenario_gets_documented_defaults() {
+        let s = Scenario::from_toml_str(MINIMAL).unwrap();
+        let p = &s.pools()[0];
+        assert_eq!(p.instances, 1);
+        assert_eq!(p.batcher.max_batch_size, 1);
+        assert_eq!(p.execution.gpus * p.execution.instance_count, 1);
+        assert_eq!(p.queue, QueueSpec::default());
+        assert_eq!(s.load.mode, LoadMode::Open);
+        assert_eq!(s.timeseries.interval, DurationNs(1_000_000_000));
+        assert_eq!(
+            p.service.mean_ns(&crate::service::BatchShape {
+                size: 1,
+                max_input_tokens: 1,
+                total_input_tokens: 1
+            }),
+            5e6
+        );
+    }
+
+    #[test]
+    fn unknown_key_is_rejected_naming_it() {
+        let err = Scenario::from_toml_str(&format!("{MINIMAL}[batcher]\nmax_batchsize = 4\n"))
+            .unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("max_batchsize"), "{msg}");
+        let err = Scenario::from_toml_str(&format!("instancez = 3\n{MINIMAL}")).unwrap_err();
+        assert!(err.to_string().contains("instancez"), "{err}");
+    }
+
+    #[test]
+    fn bad_duration_is_rejected_quoting_value_and_key() {
+        let err = Scenario::from_toml_str(&format!(
+            "{MINIMAL}[batcher]\nmax_queue_delay = \"5 fortnights\"\n"
+        ))
+        .unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("\"5 fortnights\"") && msg.contains("max_queue_delay"),
+            "{msg}"
+        );
+        let err = Scenario::from_toml_str(&format!("{MINIMAL}[batcher]\nmax_queue_delay = 5\n"))
+            .unwrap_err();
+        assert!(err.to_string().contains("has no unit"), "{err}");
+    }
+
+    #[test]
+    fn out_of_range_values_name_the_key() {
+        let err = Scenario::from_toml_str(&format!(
+            "{MINIMAL}[batcher]\nmax_batch_size = 4\npreferred_batch_size = [2, 8]\n"
+        ))
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("batcher.preferred_batch_size"),
+            "{err}"
+        );
+        let err = Scenario::from_toml_str(&format!("instances = 0\n{MINIMAL}")).unwrap_err();
+        assert!(err.to_string().contains("`instances`"), "{err}");
+    }
+
+    #[test]
+    fn set_changes_one_key_by_dotted_path() {
+        let mut s = Scenario::from_toml_str(MINIMAL).unwrap();
+        s.set("instances", "4").unwrap();
+        s.set("batcher.max_batch_size", "8").unwrap();
+        s.set("batcher.max_queue_delay", "2ms").unwrap();
+        s.set("gateway.load_balancing", "power_of_two").unwrap();
+        s.set("batcher.preferred_batch_size", "[4, 8]").unwrap();
+        let p = &s.pools()[0];
+        assert_eq!(p.instances, 4);
+        assert_eq!(p.batcher.max_batch_size, 8);
+        assert_eq!(p.batcher.max_queue_delay, DurationNs(2_000_000));
+        assert_eq!(p.batcher.preferred_batch_size, vec![4, 8]);
+        assert_eq!(s.gateway.load_balancing, LoadBalancing::PowerOfTwo);
+        let err = s.set("batcher.max_batch", "8").unwrap_err();
+        assert!(err.to_string().contains("batcher.max_batch"), "{err}");
+        assert_eq!(
+            s.pools()[0].batcher.max_batch_size,
+            8,
+            "a failed set leaves the scenario unchanged"
+        );
+    }
+
+    #[test]
+    fn named_pools_are_parsed_after_the_default_pool() {
+        let s = Scenario::from_toml_str(&format!(
+            "{MINIMAL}[pools.large]\nmodels = [\"llama\"]\ninstances = 2\n[pools.large.service]\nkind = \"exponential\"\nmean = \"10ms\"\n"
+        ))
+        .unwrap();
+        assert_eq!(s.pools().len(), 2);
+        assert_eq!(s.pools()[1].name, "large");
+        assert_eq!(s.pools()[1].models, vec!["llama".to_string()]);
+    }
+}

@@ -1,0 +1,399 @@
+//! The run summary (`summary.json`): counts by outcome, rates, latency statistics of the whole
+//! path and of each stage, batch sizes and utilization. It is accumulated while the run goes
+//! (HdrHistograms, exact sums and maxima), so its memory does not grow with the request count.
+
+use std::collections::BTreeMap;
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use crate::record::{NONE, Outcome, RejectReason, RequestRecord};
+
+/// How percentiles are computed; written into the summary.
+pub const PERCENTILE_METHOD: &str =
+    "HdrHistogram, 3 significant digits (percentiles); mean and max are exact";
+
+/// Highest latency the histograms resolve (about 11.6 days); longer values are clamped.
+const HISTOGRAM_MAX_NS: u64 = 1_000_000_000_000_000;
+
+/// Requests by outcome. `completed + rejected + timed_out == total` always.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counts {
+    /// Request attempts.
+    pub total: u64,
+    /// Answered.
+    pub completed: u64,
+    /// Of `completed`, answered by the cache.
+    pub cache_hits: u64,
+    /// Refused (any reason).
+    pub rejected: u64,
+    /// Refused, by reason (`rate_limited`, `max_in_flight`, `queue_full`).
+    pub rejected_by_reason: BTreeMap<String, u64>,
+    /// Timed out in a queue.
+    pub timed_out: u64,
+}
+
+impl Counts {
+    fn add(&mut self, r: &RequestRecord) {
+        self.total += 1;
+        match r.outcome {
+            Outcome::Completed => {
+                self.completed += 1;
+                self.cache_hits += u64::from(r.cache_hit);
+            }
+            Outcome::Rejected(reason) => {
+                self.rejected += 1;
+                *self
+                    .rejected_by_reason
+                    .entry(reason.as_str().to_string())
+                    .or_default() += 1;
+            }
+            Outcome::TimedOut => self.timed_out += 1,
+        }
+    }
+
+    /// True when every request is accounted for.
+    pub fn adds_up(&self) -> bool {
+        self.completed + self.rejected + self.timed_out == self.total
+            && self.rejected_by_reason.values().sum::<u64>() == self.rejected
+    }
+}
+
+/// Latency statistics of one stage, in milliseconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LatencyStats {
+    /// Requests measured.
+    pub count: u64,
+    /// Exact mean.
+    pub mean_ms: f64,
+    /// Median.
+    pub p50_ms: f64,
+    /// 90th percentile.
+    pub p90_ms: f64,
+    /// 95th percentile.
+    pub p95_ms: f64,
+    /// 99th percentile.
+    pub p99_ms: f64,
+    /// 99.9th percentile.
+    pub p999_ms: f64,
+    /// Exact maximum.
+    pub max_ms: f64,
+}
+
+/// Accumulates one latency distribution.
+#[derive(Debug, Clone)]
+struct LatencyAccumulator {
+    histogram: Histogram<u64>,
+    count: u64,
+    sum_ns: u128,
+    max_ns: u64,
+}
+
+impl LatencyAccumulator {
+    fn new() -> LatencyAccumulator {
+        LatencyAccumulator {
+            histogram: Histogram::new_with_bounds(1, HISTOGRAM_MAX_NS, 3)
+                .expect("constant histogram bounds are valid"),
+            count: 0,
+            sum_ns: 0,
+            max_ns: 0,
+        }
+    }
+
+    #[inline]
+    fn add(&mut self, ns: u64) {
+        self.histogram.saturating_record(ns);
+        self.count += 1;
+        self.sum_ns += u128::from(ns);
+        self.max_ns = self.max_ns.max(ns);
+    }
+
+    fn stats(&self) -> LatencyStats {
+        if self.count == 0 {
+            return LatencyStats::default();
+        }
+        let q = |p: f64| self.histogram.value_at_quantile(p).min(self.max_ns) as f64 * 1e-6;
+        LatencyStats {
+            count: self.count,
+            mean_ms: (self.sum_ns as f64 / self.count as f64) * 1e-6,
+            p50_ms: q(0.50),
+            p90_ms: q(0.90),
+            p95_ms: q(0.95),
+            p99_ms: q(0.99),
+            p999_ms: q(0.999),
+            max_ms: self.max_ns as f64 * 1e-6,
+        }
+    }
+}
+
+/// The stages reported, in order; keys of [`Summary::latency_ms`].
+pub const STAGES: [&str; 8] = [
+    "end_to_end",
+    "network_in",
+    "gateway",
+    "preprocess",
+    "queue",
+    "execution",
+    "postprocess",
+    "network_out",
+];
+
+/// Utilization of one model instance over the run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InstanceUtilization {
+    /// Pool name.
+    pub pool: String,
+    /// Instance (server) within the pool.
+    pub instance: u32,
+    /// Model instance within the server.
+    pub model_instance: u32,
+    /// Batches executed.
+    pub batches: u64,
+    /// Time executing, in seconds.
+    pub busy_s: f64,
+    /// `busy_s` over the run's length (origin to last response).
+    pub utilization: f64,
+}
+
+/// The summary of one run (`summary.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Scenario name.
+    pub scenario: String,
+    /// Run seed.
+    pub seed: u64,
+    /// How percentiles were computed.
+    pub percentile_method: String,
+    /// Every request attempt of the run, by outcome.
+    pub requests: Counts,
+    /// Attempts after the warm-up (the ones every rate and latency below describes).
+    pub measured: Counts,
+    /// Attempts excluded as warm-up.
+    pub warmup_excluded: u64,
+    /// From the first measured arrival to the last measured response, in seconds.
+    pub measured_span_s: f64,
+    /// Measured attempts over the span of their arrivals, per second.
+    pub offered_rate_rps: f64,
+    /// Measured completions over `measured_span_s`, per second.
+    pub throughput_rps: f64,
+    /// The end-to-end SLO, in milliseconds, when the scenario sets one.
+    pub slo_latency_ms: Option<f64>,
+    /// Measured completions within the SLO over `measured_span_s`, per second.
+    pub goodput_rps: Option<f64>,
+    /// Latency statistics: `end_to_end` for completed requests, and each stage (`network_in`,
+    /// `gateway`, `preprocess`, `queue`, `execution`, `postprocess`, `network_out`) for those
+    /// that went through it.
+    pub latency_ms: BTreeMap<String, LatencyStats>,
+    /// Batches executed (whole run).
+    pub batches: u64,
+    /// Mean requests per batch.
+    pub batch_size_mean: f64,
+    /// Batches by size: `batch_size_counts[s]` batches held `s` requests (index 0 unused).
+    pub batch_size_counts: Vec<u64>,
+    /// Per model instance.
+    pub utilization: Vec<InstanceUtilization>,
+    /// Time-average number of requests in the system (sent, not yet answered), whole run.
+    pub mean_in_system: f64,
+    /// Time of the last response, in seconds since the origin.
+    pub end_s: f64,
+}
+
+/// Builds a [`Summary`] from finished requests, streaming.
+#[derive(Debug, Clone)]
+pub struct SummaryBuilder {
+    all: Counts,
+    measured: Counts,
+    stages: Vec<LatencyAccumulator>,
+    slo_ns: Option<u64>,
+    within_slo: u64,
+    first_arrival_ns: u64,
+    last_arrival_ns: u64,
+    last_response_ns: u64,
+    batch_size_counts: Vec<u64>,
+}
+
+impl SummaryBuilder {
+    /// An empty builder; `slo_ns` is the end-to-end latency objective, if any.
+    pub fn new(slo_ns: Option<u64>) -> SummaryBuilder {
+        SummaryBuilder {
+            all: Counts::default(),
+            measured: Counts::default(),
+            stages: (0..STAGES.len())
+                .map(|_| LatencyAccumulator::new())
+                .collect(),
+            slo_ns,
+            within_slo: 0,
+            first_arrival_ns: u64::MAX,
+            last_arrival_ns: 0,
+            last_response_ns: 0,
+            batch_size_counts: vec![0],
+        }
+    }
+
+    /// Counts a batch of `size` requests.
+    #[inline]
+    pub fn add_batch(&mut self, size: u32) {
+        let size = size as usize;
+        if self.batch_size_counts.len() <= size {
+            self.batch_size_counts.resize(size + 1, 0);
+        }
+        self.batch_size_counts[size] += 1;
+    }
+
+    /// Adds a finished request; `measured` is false for warm-up requests, which only count.
+    #[inline]
+    pub fn add(&mut self, r: &RequestRecord, measured: bool) {
+        self.all.add(r);
+        if !measured {
+            return;
+        }
+        self.measured.add(r);
+        self.first_arrival_ns = self.first_arrival_ns.min(r.arrival_ns);
+        self.last_arrival_ns = self.last_arrival_ns.max(r.arrival_ns);
+        self.last_response_ns = self.last_response_ns.max(r.response_ns);
+        if r.outcome != Outcome::Completed {
+            return;
+        }
+        let e2e_ns = r.latency_ns();
+        self.stages[0].add(e2e_ns);
+        if self.slo_ns.is_some_and(|slo| e2e_ns <= slo) {
+            self.within_slo += 1;
+        }
+        let mut span = |stage: usize, from: u64, to: u64| {
+            if from != NONE && to != NONE {
+                self.stages[stage].add(to - from);
+            }
+        };
+        span(1, r.arrival_ns, r.gateway_ns);
+        span(2, r.gateway_ns, r.admitted_ns);
+        span(3, r.admitted_ns, r.queued_ns);
+        span(4, r.queued_ns, r.exec_start_ns);
+        span(5, r.exec_start_ns, r.exec_end_ns);
+        span(6, r.exec_end_ns, r.postprocessed_ns);
+        span(7, r.postprocessed_ns, r.response_ns);
+    }
+
+    /// Counts of every request added so far.
+    pub fn counts(&self) -> &Counts {
+        &self.all
+    }
+
+    /// Finishes the summary. `end_ns` is the run's last event; the rest describes the run.
+    pub fn finish(
+        self,
+        scenario: &str,
+        seed: u64,
+        utilization: Vec<InstanceUtilization>,
+        mean_in_system: f64,
+        end_ns: u64,
+    ) -> Summary {
+        let measured_any = self.measured.total > 0;
+        let span_ns = if measured_any {
+            self.last_response_ns.saturating_sub(self.first_arrival_ns)
+        } else {
+            0
+        };
+        let arrival_span_ns = if measured_any {
+            self.last_arrival_ns - self.first_arrival_ns
+        } else {
+            0
+        };
+        let per_s = |n: u64, ns: u64| {
+            if ns == 0 {
+                0.0
+            } else {
+                n as f64 / (ns as f64 * 1e-9)
+            }
+        };
+        let batches: u64 = self.batch_size_counts.iter().sum();
+        let batched: u64 = self
+            .batch_size_counts
+            .iter()
+            .enumerate()
+            .map(|(s, &c)| s as u64 * c)
+            .sum();
+        Summary {
+            scenario: scenario.to_string(),
+            seed,
+            percentile_method: PERCENTILE_METHOD.to_string(),
+            warmup_excluded: self.all.total - self.measured.total,
+            requests: self.all,
+            measured_span_s: span_ns as f64 * 1e-9,
+            offered_rate_rps: per_s(self.measured.total, arrival_span_ns),
+            throughput_rps: per_s(self.measured.completed, span_ns),
+            slo_latency_ms: self.slo_ns.map(|ns| ns as f64 * 1e-6),
+            goodput_rps: self.slo_ns.map(|_| per_s(self.within_slo, span_ns)),
+            measured: self.measured,
+            latency_ms: STAGES
+                .iter()
+                .zip(&self.stages)
+                .map(|(name, acc)| (name.to_string(), acc.stats()))
+                .collect(),
+            batches,
+            batch_size_mean: if batches == 0 {
+                0.0
+            } else {
+                batched as f64 / batches as f64
+            },
+            batch_size_counts: self.batch_size_counts,
+            utilization,
+            mean_in_system,
+            end_s: end_ns as f64 * 1e-9,
+        }
+    }
+}
+
+impl Summary {
+    /// Rejections of one reason among measured requests.
+    pub fn rejected(&self, reason: RejectReason) -> u64 {
+        self.measured
+            .rejected_by_reason
+            .get(reason.as_str())
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// A few lines for a terminal.
+    pub fn human(&self) -> String {
+        let e2e = self
+            .latency_ms
+            .get("end_to_end")
+            .cloned()
+            .unwrap_or_default();
+        let mut out = format!(
+            "scenario {} (seed {})\n\
+             requests {}: completed {}, rejected {}, timed out {} (warm-up excluded {})\n\
+             offered {:.2} rps, throughput {:.2} rps",
+            self.scenario,
+            self.seed,
+            self.requests.total,
+            self.requests.completed,
+            self.requests.rejected,
+            self.requests.timed_out,
+            self.warmup_excluded,
+            self.offered_rate_rps,
+            self.throughput_rps,
+        );
+        if let (Some(slo), Some(goodput)) = (self.slo_latency_ms, self.goodput_rps) {
+            out += &format!(", goodput {goodput:.2} rps (SLO {slo} ms)");
+        }
+        out += &format!(
+            "\nlatency ms: mean {:.3}, p50 {:.3}, p90 {:.3}, p99 {:.3}, p99.9 {:.3}, max {:.3}\n",
+            e2e.mean_ms, e2e.p50_ms, e2e.p90_ms, e2e.p99_ms, e2e.p999_ms, e2e.max_ms
+        );
+        let util = if self.utilization.is_empty() {
+            0.0
+        } else {
+            self.utilization.iter().map(|u| u.utilization).sum::<f64>()
+                / self.utilization.len() as f64
+        };
+        out += &format!(
+            "batches {}, mean size {:.2}; mean utilization {:.1}%\npercentiles: {}\n",
+            self.batches,
+            self.batch_size_mean,
+            util * 100.0,
+            self.percentile_method
+        );
+        out
+    }
+}
