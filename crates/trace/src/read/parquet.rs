@@ -44,6 +44,42 @@ struct Names {
 }
 
 pub(crate) fn read(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceError> {
+    // The parquet crate asserts on some kinds of damaged metadata instead of returning an
+    // error; `check_layout` catches the known ones first, and this turns any other into the same
+    // clear error rather than a crash.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read_unguarded(path, opts)))
+        .unwrap_or_else(|_| {
+            Err(TraceError::CorruptParquet {
+                path: path.to_path_buf(),
+                detail: "the Parquet decoder failed on damaged data".to_string(),
+            })
+        })
+}
+
+/// Checks that every column chunk lies inside the file (the decoder panics otherwise).
+fn check_layout(
+    meta: &parquet::file::metadata::ParquetMetaData,
+    file_len: u64,
+) -> Result<(), String> {
+    for (g, rg) in meta.row_groups().iter().enumerate() {
+        for (c, col) in rg.columns().iter().enumerate() {
+            let start = col
+                .dictionary_page_offset()
+                .unwrap_or(col.data_page_offset());
+            let len = col.compressed_size();
+            let inside =
+                start >= 0 && len >= 0 && (start as u64).saturating_add(len as u64) <= file_len;
+            if !inside {
+                return Err(format!(
+                    "row group {g}, column {c}: chunk at offset {start} with {len} bytes lies outside the {file_len}-byte file"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn read_unguarded(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceError> {
     let corrupt = |e: &dyn std::fmt::Display| TraceError::CorruptParquet {
         path: path.to_path_buf(),
         detail: e.to_string(),
@@ -52,7 +88,9 @@ pub(crate) fn read(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceErr
         path: path.to_path_buf(),
         source,
     })?;
+    let file_len = file.metadata().map(|m| m.len()).unwrap_or(0);
     let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| corrupt(&e))?;
+    check_layout(builder.metadata(), file_len).map_err(|e| corrupt(&e))?;
     let schema = builder.schema().clone();
     let present: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
     let map = opts.map;
