@@ -21,6 +21,7 @@ pub mod grid;
 pub mod interval;
 pub mod knee;
 pub mod load;
+pub mod plot;
 pub mod shard;
 pub mod slo;
 

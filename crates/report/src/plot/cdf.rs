@@ -1,0 +1,213 @@
+//! Latency CDFs per configuration at one load.
+
+use std::path::Path;
+
+use plotters::coord::Shift;
+use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
+use plotters::prelude::*;
+
+use super::{
+    DrawResult, FONT, LegendEntry, LegendMark, PlotError, PlotSize, TextSizes, bad_data, canvas,
+    compact, draw_legend, extent, legend_width_px, log_padded, padded, series_colour, wants_log,
+};
+
+/// Most points drawn per CDF line; larger samples are thinned evenly by rank.
+const MAX_CDF_POINTS: usize = 2_000;
+
+/// One configuration's latency sample.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CdfSeries {
+    /// The configuration, as the legend shows it.
+    pub label: String,
+    /// Latencies in milliseconds, any order.
+    pub latencies_ms: Vec<f64>,
+}
+
+/// A latency CDF plot.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CdfPlot {
+    /// The title, which should name the load the samples come from.
+    pub title: String,
+    /// One series per configuration; empty series are skipped.
+    pub series: Vec<CdfSeries>,
+    /// The SLO bound drawn as a vertical line, milliseconds.
+    pub slo_ms: Option<f64>,
+}
+
+/// Draws the empirical CDF of each series (fraction of requests at or below a latency) to the
+/// PNG at `path`; the latency axis is logarithmic when the values span more than a factor of 30.
+pub fn draw_latency_cdf(plot: &CdfPlot, size: PlotSize, path: &Path) -> Result<(), PlotError> {
+    let all = || {
+        plot.series
+            .iter()
+            .flat_map(|s| s.latencies_ms.iter().copied())
+    };
+    if all().next().is_none() {
+        return Err(bad_data(path, "no latencies to draw"));
+    }
+    if let Some(bad) = all().find(|v| !(v.is_finite() && *v >= 0.0)) {
+        return Err(bad_data(
+            path,
+            format!("latency {bad} is negative or not finite"),
+        ));
+    }
+    let curves: Vec<Vec<(f64, f64)>> = plot
+        .series
+        .iter()
+        .map(|s| cdf_points(&s.latencies_ms))
+        .collect();
+    let (x_lo, x_hi) = extent(all().chain(plot.slo_ms)).unwrap_or((0.0, 1.0));
+
+    let root = canvas(path, size)?;
+    let sizes = TextSizes::for_size(size);
+    let root = root.titled(&plot.title, (FONT, sizes.title)).at(path)?;
+    let mut legend: Vec<LegendEntry> = plot
+        .series
+        .iter()
+        .enumerate()
+        .map(|(i, s)| LegendEntry {
+            label: s.label.clone(),
+            colour: series_colour(i),
+            mark: LegendMark::Line(3),
+        })
+        .collect();
+    if plot.slo_ms.is_some() {
+        legend.push(LegendEntry {
+            label: "SLO".into(),
+            colour: RED,
+            mark: LegendMark::Line(2),
+        });
+    }
+    let legend_px = legend_width_px(
+        legend.iter().map(|e| e.label.chars().count()),
+        sizes.tick,
+        size.width_px,
+    );
+    let (chart_area, legend_area) = root.split_horizontally(size.width_px - legend_px);
+    let x_positive = x_lo > 0.0;
+    if x_positive && wants_log(x_lo, x_hi) {
+        let (lo, hi) = log_padded(x_lo, x_hi);
+        draw_chart(
+            &chart_area,
+            plot,
+            &curves,
+            (lo..hi).log_scale(),
+            sizes,
+            path,
+        )?;
+    } else {
+        let (_, hi) = padded(x_lo, x_hi);
+        draw_chart(&chart_area, plot, &curves, 0.0..hi, sizes, path)?;
+    }
+    draw_legend(&legend_area, &legend, sizes.tick, path)?;
+    root.present().at(path)
+}
+
+/// The empirical CDF as (latency, fraction ≤ latency) steps, thinned to [`MAX_CDF_POINTS`].
+fn cdf_points(latencies_ms: &[f64]) -> Vec<(f64, f64)> {
+    let mut sorted = latencies_ms.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let count = sorted.len();
+    let stride = count.div_ceil(MAX_CDF_POINTS).max(1);
+    let mut points: Vec<(f64, f64)> = (0..count)
+        .step_by(stride)
+        .map(|i| (sorted[i], (i + 1) as f64 / count as f64))
+        .collect();
+    if let Some(&last) = sorted.last()
+        && points.last().is_some_and(|p| p.1 < 1.0)
+    {
+        points.push((last, 1.0));
+    }
+    points
+}
+
+fn draw_chart<X>(
+    area: &DrawingArea<BitMapBackend<'_>, Shift>,
+    plot: &CdfPlot,
+    curves: &[Vec<(f64, f64)>],
+    x_range: X,
+    sizes: TextSizes,
+    path: &Path,
+) -> Result<(), PlotError>
+where
+    X: AsRangedCoord<Value = f64>,
+    X::CoordDescType: ValueFormatter<f64>,
+{
+    let mut chart = ChartBuilder::on(area)
+        .margin(12)
+        .x_label_area_size(sizes.label * 3)
+        .y_label_area_size(sizes.label * 4)
+        .build_cartesian_2d(x_range, 0.0..1.02)
+        .at(path)?;
+    chart
+        .configure_mesh()
+        .x_desc("latency (ms)")
+        .y_desc("fraction of requests at or below")
+        .axis_desc_style((FONT, sizes.label))
+        .label_style((FONT, sizes.tick))
+        .x_label_formatter(&|v| compact(*v))
+        .y_label_formatter(&|v| format!("{v:.1}"))
+        .x_labels(12)
+        .light_line_style(WHITE.mix(0.0))
+        .bold_line_style(BLACK.mix(0.12))
+        .draw()
+        .at(path)?;
+    if let Some(slo_ms) = plot.slo_ms {
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(slo_ms, 0.0), (slo_ms, 1.02)],
+                RED.stroke_width(2),
+            )))
+            .at(path)?;
+    }
+    for (index, curve) in curves.iter().enumerate() {
+        chart
+            .draw_series(LineSeries::new(
+                curve.iter().copied(),
+                series_colour(index).stroke_width(3),
+            ))
+            .at(path)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plot::test_support::png_size;
+
+    #[test]
+    fn cdf_points_end_at_one_and_increase() {
+        let sample: Vec<f64> = (0..10_001).map(|i| f64::from(i % 977)).collect();
+        let points = cdf_points(&sample);
+        assert!(points.len() <= MAX_CDF_POINTS + 1);
+        assert_eq!(points.last().unwrap().1, 1.0);
+        assert!(
+            points
+                .windows(2)
+                .all(|w| w[0].0 <= w[1].0 && w[0].1 < w[1].1)
+        );
+    }
+
+    #[test]
+    fn latency_cdf_renders_png_of_requested_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let series = (0..3)
+            .map(|c| CdfSeries {
+                label: format!("instances={}", c + 1),
+                // A deterministic exponential-like sample by inverse transform on a grid.
+                latencies_ms: (1..2000)
+                    .map(|i| 5.0 - 20.0 * f64::from(c + 1) * (1.0 - f64::from(i) / 2000.0).ln())
+                    .collect(),
+            })
+            .collect();
+        let plot = CdfPlot {
+            title: "Latency CDF at 2x load".into(),
+            series,
+            slo_ms: Some(120.0),
+        };
+        let path = dir.path().join("cdf.png");
+        draw_latency_cdf(&plot, PlotSize::DEFAULT, &path).unwrap();
+        assert_eq!(png_size(&path), (1200, 800));
+    }
+}
