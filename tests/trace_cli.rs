@@ -669,3 +669,50 @@ fn convert_refuses_wrong_types_with_a_clear_message() {
         &["line 2, column `failed`: not true/false/1/0: \"maybe\""],
     );
 }
+
+#[test]
+fn parquet_column_of_the_wrong_type_is_named() {
+    bad_input(
+        &[
+            "trace",
+            "inspect",
+            "traces/mooncake-conversation.parquet",
+            "--map",
+            "input_tokens=prefix_blocks",
+        ],
+        &[
+            "column `prefix_blocks` has type List",
+            "expected a non-negative integer",
+        ],
+    );
+    bad_input(
+        &[
+            "trace",
+            "inspect",
+            "traces/demo.parquet",
+            "--map",
+            "arrival=input_tokens:datetime",
+        ],
+        &[
+            "column `input_tokens` has type UInt32",
+            "a timestamp, or datetime text",
+        ],
+    );
+}
+
+#[test]
+fn files_with_different_time_bases_are_not_merged() {
+    let dir = tmp();
+    let p = write(
+        dir.path(),
+        "offsets.csv",
+        "arrival,input_tokens,output_tokens\n5,1,1\n",
+    );
+    bad_input(
+        &["trace", "inspect", "traces/azure-conv.parquet", &p],
+        &[
+            "offsets.csv: arrivals are offsets from trace start",
+            "wall-clock datetimes",
+        ],
+    );
+}

@@ -33,7 +33,7 @@ pub enum TraceError {
     )]
     EmptyDirectory { path: PathBuf },
     /// No paths were given at all.
-    #[error("no trace file given")]
+    #[error("no trace file given (pass one or more trace paths, e.g. traces/demo.parquet)")]
     NoInput,
     /// The format could not be told from the file name or header.
     #[error(
@@ -56,7 +56,11 @@ pub enum TraceError {
         suggestion: String,
     },
     /// A column exists but holds a type that cannot mean what the mapping says.
-    #[error("{}: column `{column}` has type {actual}, expected {expected}", path.display())]
+    #[error(
+        "{}: column `{column}` has type {actual}, expected {expected}; \
+         map a suitable column with --map",
+        path.display()
+    )]
     WrongType {
         path: PathBuf,
         column: String,

@@ -273,7 +273,7 @@ pub fn synthesize(spec: &SynthSpec) -> Result<Trace, TraceError> {
     if spec.duration_ns.is_none() && spec.count.is_none() {
         return Err(bad(
             "--duration/--count",
-            "",
+            "(neither given)",
             "give a duration (e.g. 5m), a count, or both",
         ));
     }
