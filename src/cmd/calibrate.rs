@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use capsim_calibrate::{
-    CalibrateError, CalibrationConfig, Progress, ProviderChoice, Runtime, calibrate, check_model_file, library,
+    CalibrateError, CalibrationConfig, Progress, ProviderChoice, Runtime, calibrate,
+    check_model_file, library,
 };
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -33,7 +34,12 @@ pub struct CalibrateArgs {
     #[arg(long, value_enum, default_value = "auto")]
     pub ep: Ep,
     /// Batch sizes of the grid.
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8", value_name = "B,B,...")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1,2,4,8",
+        value_name = "B,B,..."
+    )]
     pub batch: Vec<u32>,
     /// A dynamic dimension and its values, `NAME=V,V,...` (repeatable). The one with several
     /// values is the grid's length axis (the simulator pads batches to their longest input on it).
@@ -46,7 +52,7 @@ pub struct CalibrateArgs {
     #[arg(long, default_value_t = 200, value_name = "N")]
     pub iters: u32,
     /// Fewest timed runs before a grid point may stop early.
-    #[arg(long, default_value_t = 30, value_name = "N")]
+    #[arg(long, default_value_t = 60, value_name = "N")]
     pub min_iters: u32,
     /// Stop a grid point early when p50 and p99 move by less than this fraction between checks.
     #[arg(long, default_value_t = 0.03, value_name = "FRACTION")]
@@ -129,11 +135,17 @@ pub fn run(args: CalibrateArgs) -> Result<()> {
     let started = Instant::now();
     let bar = ProgressBar::new(0);
     bar.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} grid points  {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} grid points  {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     bar.enable_steady_tick(Duration::from_millis(200));
-    let length_name = config.dims.iter().find(|(_, v)| v.len() > 1).map(|(k, _)| k.clone());
+    let length_name = config
+        .dims
+        .iter()
+        .find(|(_, v)| v.len() > 1)
+        .map(|(k, _)| k.clone());
     let mut converged = 0usize;
     let profile = calibrate(&runtime, &config, &mut |event| match event {
         Progress::Started { points, decision } => {
@@ -144,7 +156,13 @@ pub fn run(args: CalibrateArgs) -> Result<()> {
                 }
                 _ => format!("execution provider: {}", decision.provider.name()),
             };
-            bar.println(format!("calibrate: {line}; ONNX Runtime {} from {}", runtime.version(), runtime.library().display()));
+            bar.suspend(|| {
+                eprintln!(
+                    "calibrate: {line}; ONNX Runtime {} from {}",
+                    runtime.version(),
+                    runtime.library().display()
+                )
+            });
         }
         Progress::PointStarted { batch, length } => {
             let at = match (length, &length_name) {
@@ -190,7 +208,10 @@ mod tests {
 
     #[test]
     fn dim_flags_parse_names_and_values_and_reject_junk() {
-        assert_eq!(parse_dim("seq=16,32").expect("parse"), ("seq".to_string(), vec![16, 32]));
+        assert_eq!(
+            parse_dim("seq=16,32").expect("parse"),
+            ("seq".to_string(), vec![16, 32])
+        );
         for bad in ["seq", "seq=", "seq=a", "=16", "seq=0"] {
             assert!(parse_dim(bad).is_err(), "{bad} should be rejected");
         }

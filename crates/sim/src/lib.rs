@@ -38,6 +38,7 @@ pub mod network;
 pub mod output;
 pub mod postprocess;
 pub mod preprocess;
+pub mod profile;
 pub mod quantity;
 pub mod queue;
 pub mod record;

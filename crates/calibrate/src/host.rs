@@ -1,0 +1,42 @@
+//! Facts about the measuring machine that a profile records.
+
+use std::process::Command;
+
+/// The CPU model from `/proc/cpuinfo`, or `unknown`.
+pub fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find(|line| line.starts_with("model name"))
+                .and_then(|line| line.split_once(':'))
+                .map(|(_, model)| model.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// Logical CPUs available to this process.
+pub fn logical_cpus() -> u32 {
+    std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
+}
+
+/// The first GPU's name and driver from `nvidia-smi`, or `unknown GPU` when it cannot say.
+pub fn gpu_name() -> String {
+    Command::new("nvidia-smi")
+        .args(["--query-gpu=name,driver_version", "--format=csv,noheader"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|text| text.lines().next().map(str::to_string))
+        .map(|line| match line.split_once(',') {
+            Some((name, driver)) => format!("{} (driver {})", name.trim(), driver.trim()),
+            None => line.trim().to_string(),
+        })
+        .unwrap_or_else(|| "unknown GPU (nvidia-smi unavailable)".into())
+}
+
+/// Operating system and architecture, for example `linux x86_64`.
+pub fn os() -> String {
+    format!("{} {}", std::env::consts::OS, std::env::consts::ARCH)
+}

@@ -1,0 +1,294 @@
+//! End-to-end tests of `capsim calibrate`: a CI-sized calibration of the shipped classifier on
+//! the CPU provider, and each user error with its fix. They need ONNX Runtime's library, which
+//! `scripts/setup.sh` installs into the project's `.venv` (CI runs it before the tests).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use capsim_sim::profile::{Profile, ProfileServiceTime};
+use capsim_sim::{BatchShape, ServiceTime};
+
+const CAPSIM: &str = env!("CARGO_BIN_EXE_capsim");
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn model(name: &str) -> PathBuf {
+    root().join("traces/models").join(name)
+}
+
+fn capsim(args: &[&str]) -> Output {
+    Command::new(CAPSIM)
+        .args(args)
+        .current_dir(root())
+        .env_remove("ORT_DYLIB_PATH")
+        .output()
+        .expect("capsim runs")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Asserts a failed run exited 2 (bad input) and its message contains every `needle`.
+fn assert_user_error(output: &Output, needles: &[&str]) {
+    let message = stderr(output);
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "expected exit 2, got {:?}; stderr: {message}",
+        output.status
+    );
+    for needle in needles {
+        assert!(
+            message.contains(needle),
+            "stderr lacks {needle:?}: {message}"
+        );
+    }
+}
+
+#[test]
+fn cpu_calibration_of_the_shipped_classifier_writes_a_valid_profile() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("profile.json");
+    let out_arg = out.to_str().expect("utf-8 path");
+    let classifier = model("text_classifier.onnx");
+    let output = capsim(&[
+        "calibrate",
+        "--model",
+        classifier.to_str().expect("utf-8 path"),
+        "--ep",
+        "cpu",
+        "--batch",
+        "1,4",
+        "--dim",
+        "seq=16,64",
+        "--warmup",
+        "3",
+        "--iters",
+        "40",
+        "--min-iters",
+        "20",
+        "--threads",
+        "1",
+        "-o",
+        out_arg,
+    ]);
+    assert!(
+        output.status.success(),
+        "calibrate failed: {}",
+        stderr(&output)
+    );
+    assert!(
+        stderr(&output).contains("execution provider: cpu"),
+        "{}",
+        stderr(&output)
+    );
+
+    let profile = Profile::read(&out).expect("the profile reads back and validates");
+    assert_eq!(profile.environment.execution_provider, "cpu");
+    assert!(
+        profile.environment.ort_version.starts_with("1.31"),
+        "{}",
+        profile.environment.ort_version
+    );
+    assert_eq!(profile.environment.intra_threads, 1);
+    assert_eq!(profile.grid.length_dim.as_deref(), Some("seq"));
+    assert_eq!(profile.grid.batch_sizes, vec![1, 4]);
+    assert_eq!(profile.grid.lengths, vec![16, 64]);
+    assert_eq!(profile.points.len(), 4);
+    for point in &profile.points {
+        assert!((20..=40).contains(&point.iterations), "{point:?}");
+        assert!(
+            point.latency_ns[0] > 0 && point.input_build_mean_ns > 0.0,
+            "{point:?}"
+        );
+    }
+    let at = |batch: u32, length: u32| {
+        profile
+            .points
+            .iter()
+            .find(|p| p.batch_size == batch && p.length == Some(length))
+            .map(|p| p.latency_ns[7]) // the median
+            .expect("grid point")
+    };
+    // Sixteen times the tokens must take longer than one short request.
+    assert!(
+        at(4, 64) > at(1, 16),
+        "p50 at (4, 64) = {} <= p50 at (1, 16) = {}",
+        at(4, 64),
+        at(1, 16)
+    );
+
+    let model = ProfileServiceTime::new(&profile);
+    let shape = |size, max_input_tokens| BatchShape {
+        size,
+        max_input_tokens,
+        total_input_tokens: u64::from(size * max_input_tokens),
+    };
+    assert!(model.mean_ns(&shape(2, 40)) <= model.mean_ns(&shape(3, 40)));
+    assert!(
+        model.mean_ns(&shape(4, 64)) < model.mean_ns(&shape(8, 64)),
+        "beyond the grid must grow"
+    );
+}
+
+#[test]
+fn auto_without_a_gpu_says_it_uses_the_cpu_and_why() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("p.json");
+    let output = capsim(&[
+        "calibrate",
+        "--model",
+        model("image_cnn.onnx").to_str().expect("utf-8"),
+        "--ep",
+        "auto",
+        "--batch",
+        "1,2",
+        "--warmup",
+        "1",
+        "--iters",
+        "10",
+        "--min-iters",
+        "10",
+        "-o",
+        out.to_str().expect("utf-8"),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let message = stderr(&output);
+    assert!(
+        message.contains("execution provider: cpu (CUDA not used: "),
+        "{message}"
+    );
+    let profile = Profile::read(&out).expect("profile");
+    assert_eq!(
+        profile.grid.length_dim, None,
+        "the CNN has no length dimension"
+    );
+    assert_eq!(profile.points.len(), 2);
+}
+
+#[test]
+fn cuda_requested_without_a_usable_cuda_provider_fails_with_the_fix() {
+    let output = capsim(&[
+        "calibrate",
+        "--model",
+        model("text_classifier.onnx").to_str().expect("utf-8"),
+        "--ep",
+        "cuda",
+        "--dim",
+        "seq=16",
+        "-o",
+        "/dev/null",
+    ]);
+    assert_user_error(
+        &output,
+        &[
+            "--ep cuda",
+            "CUDA provider",
+            "onnxruntime-gpu==1.31.1",
+            "--ep cpu",
+        ],
+    );
+}
+
+#[test]
+fn a_missing_model_file_is_named_with_the_fix() {
+    let output = capsim(&[
+        "calibrate",
+        "--model",
+        "traces/models/absent.onnx",
+        "-o",
+        "/dev/null",
+    ]);
+    assert_user_error(
+        &output,
+        &["traces/models/absent.onnx does not exist", "traces/models/"],
+    );
+}
+
+#[test]
+fn a_model_without_a_dynamic_batch_dimension_is_refused_with_the_fix() {
+    let output = capsim(&[
+        "calibrate",
+        "--model",
+        "traces/models/static_batch.onnx",
+        "-o",
+        "/dev/null",
+    ]);
+    assert_user_error(
+        &output,
+        &[
+            "input `features` has shape [1, 8]",
+            "dynamic batch dimension",
+        ],
+    );
+}
+
+#[test]
+fn a_wrong_dim_name_lists_the_models_dimensions() {
+    let output = capsim(&[
+        "calibrate",
+        "--model",
+        "traces/models/text_classifier.onnx",
+        "--dim",
+        "sequence=16,32",
+        "-o",
+        "/dev/null",
+    ]);
+    assert_user_error(
+        &output,
+        &[
+            "--dim sequence",
+            "no dynamic dimension named `sequence`",
+            "are: seq",
+        ],
+    );
+}
+
+#[test]
+fn a_missing_library_says_how_to_install_one() {
+    // A copy of the binary outside the project, with no Python on PATH: nothing to find.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exe = dir.path().join("capsim");
+    if std::fs::hard_link(CAPSIM, &exe).is_err() {
+        std::fs::copy(CAPSIM, &exe).expect("copy capsim");
+    }
+    let empty_path = dir.path().join("empty-bin");
+    std::fs::create_dir(&empty_path).expect("mkdir");
+    let output = Command::new(&exe)
+        .args(["calibrate", "--model"])
+        .arg(model("text_classifier.onnx"))
+        .args(["--dim", "seq=16", "-o", "/dev/null"])
+        .current_dir(dir.path())
+        .env_remove("ORT_DYLIB_PATH")
+        .env("PATH", &empty_path)
+        .output()
+        .expect("capsim runs");
+    assert_user_error(
+        &output,
+        &[
+            "shared library was not found",
+            "scripts/setup.sh",
+            "pip install onnxruntime==1.31.1",
+            "--ort-lib",
+        ],
+    );
+
+    let named = Command::new(&exe)
+        .args(["calibrate", "--model"])
+        .arg(model("text_classifier.onnx"))
+        .args(["-o", "/dev/null"])
+        .current_dir(dir.path())
+        .env(
+            "ORT_DYLIB_PATH",
+            Path::new("/nonexistent/libonnxruntime.so.1.31.1"),
+        )
+        .output()
+        .expect("capsim runs");
+    assert_user_error(
+        &named,
+        &["/nonexistent/libonnxruntime.so.1.31.1", "ORT_DYLIB_PATH"],
+    );
+}
