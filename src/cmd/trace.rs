@@ -148,12 +148,21 @@ fn render(input: &TraceInput, loaded: &LoadedTrace, s: &Summary) -> String {
 fn dist(d: &Distribution, unit: &str) -> String {
     format!(
         "mean {}  p50 {}  p90 {}  p99 {}  max {}  {unit}",
-        fmt_num(d.mean, 0),
-        fmt_num(d.p50, 0),
-        fmt_num(d.p90, 0),
-        fmt_num(d.p99, 0),
-        fmt_num(d.max, 0)
+        short(d.mean),
+        short(d.p50),
+        short(d.p90),
+        short(d.p99),
+        short(d.max)
     )
+}
+
+/// Whole numbers as they are; others with one decimal below 100, none above.
+fn short(x: f64) -> String {
+    if x.fract() == 0.0 || x.abs() >= 100.0 {
+        format!("{x:.0}")
+    } else {
+        format!("{x:.1}")
+    }
 }
 
 /// Two decimals, or three significant digits for rates below 1 req/s.
