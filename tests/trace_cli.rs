@@ -1,7 +1,7 @@
 //! End-to-end tests of `capsim trace ...`: the built binary on shipped and shared traces, and
 //! on bad inputs (message and exit code).
 //!
-//! The shared public traces are read from `/work/shared/traces` or `$CAPSIM_SHARED_TRACES`.
+//! The shared public traces are read from `../shared/traces` (beside the checkout) or `$CAPSIM_SHARED_TRACES`.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -56,8 +56,9 @@ fn inspect_json(args: &[&str]) -> Value {
 }
 
 fn shared(rel: &str) -> String {
-    let root =
-        std::env::var("CAPSIM_SHARED_TRACES").unwrap_or_else(|_| "/work/shared/traces".into());
+    // CI lays shared/ beside the checkout; CAPSIM_SHARED_TRACES points elsewhere.
+    let root = std::env::var("CAPSIM_SHARED_TRACES")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/traces").into());
     let p = Path::new(&root).join(rel);
     assert!(
         p.exists(),
