@@ -26,6 +26,8 @@ enum Command {
     Trace(cmd::trace::TraceCommand),
     /// Measure an ONNX model's batch latencies through ONNX Runtime and write a profile.
     Calibrate(cmd::calibrate::CalibrateArgs),
+    /// Replay a trace through a serving scenario (discrete-event simulation).
+    Simulate(cmd::simulate::SimulateArgs),
 }
 
 fn main() -> ExitCode {
@@ -33,6 +35,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Trace(c) => cmd::trace::run(c),
         Command::Calibrate(a) => cmd::calibrate::run(a),
+        Command::Simulate(a) => cmd::simulate::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -70,10 +70,16 @@ impl Batcher {
         }
     }
 
-    /// Applies Triton's rule at time `now_ns` with `queued` requests, the oldest of which was
-    /// queued at `oldest_queued_ns`. Call only when an instance is free.
+    /// Applies Triton's rule at time `now_ns` with `queued` requests; `oldest_queued_ns` gives
+    /// the queue time of the oldest (asked only when no preferred size fits). Call only when an
+    /// instance is free.
     #[inline]
-    pub fn decide(&self, now_ns: u64, queued: u32, oldest_queued_ns: u64) -> Decision {
+    pub fn decide(
+        &self,
+        now_ns: u64,
+        queued: u32,
+        oldest_queued_ns: impl FnOnce() -> u64,
+    ) -> Decision {
         if queued == 0 {
             return Decision::Idle;
         }
@@ -81,7 +87,7 @@ impl Batcher {
         if let Some(&size) = self.preferred_ascending.iter().rev().find(|&&p| p <= fits) {
             return Decision::Send(size);
         }
-        let deadline_ns = oldest_queued_ns.saturating_add(self.max_queue_delay_ns);
+        let deadline_ns = oldest_queued_ns().saturating_add(self.max_queue_delay_ns);
         if now_ns >= deadline_ns {
             Decision::Send(fits)
         } else {
@@ -106,17 +112,17 @@ mod tests {
     #[test]
     fn no_batching_sends_each_request_at_once() {
         let b = batcher(1, &[], 1_000);
-        assert_eq!(b.decide(0, 5, 0), Decision::Send(1));
-        assert_eq!(b.decide(0, 0, 0), Decision::Idle);
+        assert_eq!(b.decide(0, 5, || 0), Decision::Send(1));
+        assert_eq!(b.decide(0, 0, || 0), Decision::Idle);
     }
 
     #[test]
     fn largest_fitting_preferred_size_is_sent_at_once() {
         let b = batcher(16, &[4, 8], 1_000);
-        assert_eq!(b.decide(0, 5, 0), Decision::Send(4));
-        assert_eq!(b.decide(0, 8, 0), Decision::Send(8));
+        assert_eq!(b.decide(0, 5, || 0), Decision::Send(4));
+        assert_eq!(b.decide(0, 8, || 0), Decision::Send(8));
         assert_eq!(
-            b.decide(0, 20, 0),
+            b.decide(0, 20, || 0),
             Decision::Send(8),
             "preferred sizes win over max"
         );
@@ -125,16 +131,16 @@ mod tests {
     #[test]
     fn without_preferred_sizes_a_full_batch_is_sent_at_once() {
         let b = batcher(8, &[], 1_000);
-        assert_eq!(b.decide(0, 9, 0), Decision::Send(8));
-        assert_eq!(b.decide(10, 7, 5), Decision::WaitUntil(1_005));
+        assert_eq!(b.decide(0, 9, || 0), Decision::Send(8));
+        assert_eq!(b.decide(10, 7, || 5), Decision::WaitUntil(1_005));
     }
 
     #[test]
     fn after_the_delay_everything_queued_is_sent_up_to_max() {
         let b = batcher(8, &[4], 1_000);
-        assert_eq!(b.decide(999, 3, 0), Decision::WaitUntil(1_000));
-        assert_eq!(b.decide(1_000, 3, 0), Decision::Send(3));
+        assert_eq!(b.decide(999, 3, || 0), Decision::WaitUntil(1_000));
+        assert_eq!(b.decide(1_000, 3, || 0), Decision::Send(3));
         let zero_delay = batcher(8, &[4], 0);
-        assert_eq!(zero_delay.decide(7, 3, 7), Decision::Send(3));
+        assert_eq!(zero_delay.decide(7, 3, || 7), Decision::Send(3));
     }
 }

@@ -114,6 +114,23 @@ pub fn run_with_sink<S: RecordSink>(
     Ok(engine.finish())
 }
 
+/// Which of [`crate::summary::STAGES`] the scenario models (the others take no time).
+fn modeled_stages(scenario: &Scenario, uplink_instant: bool, downlink_instant: bool) -> [bool; 8] {
+    let pools = scenario.pools();
+    [
+        true,
+        !uplink_instant,
+        scenario.gateway.overhead.0 > 0 || scenario.cache.latency.0 > 0,
+        pools.iter().any(|p| p.preprocess.is_some()),
+        true,
+        true,
+        pools
+            .iter()
+            .any(|p| !postprocess::is_instant(&p.postprocess)),
+        !downlink_instant,
+    ]
+}
+
 /// Where an in-flight request is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stage {
@@ -289,6 +306,8 @@ impl<'a> Engine<'a> {
             }
         }
         let interval_ns = scenario.timeseries.interval.0;
+        let uplink_instant = uplink.is_instant();
+        let downlink_instant = downlink.is_instant();
         Engine {
             scenario,
             seed,
@@ -300,10 +319,10 @@ impl<'a> Engine<'a> {
             model: trace.model(),
             model_pool,
             class_pool,
-            uplink_instant: uplink.is_instant(),
+            uplink_instant,
             uplink,
             uplink_rng: stream(seed, Component::NetworkUp, 0),
-            downlink_instant: downlink.is_instant(),
+            downlink_instant,
             downlink,
             downlink_rng: stream(seed, Component::NetworkDown, 0),
             gateway_overhead_ns: scenario.gateway.overhead.0,
@@ -334,7 +353,10 @@ impl<'a> Engine<'a> {
             last_sample: SimTime::ZERO,
             interval: IntervalCounters::default(),
             timeseries: Timeseries::default(),
-            summary: SummaryBuilder::new(scenario.slo.as_ref().map(|s| s.latency.0)),
+            summary: SummaryBuilder::new(
+                scenario.slo.as_ref().map(|s| s.latency.0),
+                modeled_stages(scenario, uplink_instant, downlink_instant),
+            ),
         }
     }
 
@@ -726,15 +748,14 @@ impl<'a> Engine<'a> {
                         Part::Delayed => t.stage == Stage::Delayed,
                     }
             };
-            let oldest_ns = instance
-                .queue
-                .oldest_queued_ns(live)
-                .expect("a non-empty queue has an oldest request");
             let pool = &self.pools[instance.pool as usize];
-            match pool
-                .batcher
-                .decide(now.ns(), instance.queue.len(), oldest_ns)
-            {
+            let queue = &mut instance.queue;
+            let decision = pool.batcher.decide(now.ns(), queue.len(), || {
+                queue
+                    .oldest_queued_ns(live)
+                    .expect("a non-empty queue has an oldest request")
+            });
+            match decision {
                 Decision::Send(size) => {
                     self.start_batch(instance_index, (first + free) as u32, size)
                 }

@@ -27,6 +27,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
+use crate::profile::ProfileServiceTime;
 use crate::quantity::{
     QuantityError, parse_bandwidth_bytes_per_s, parse_duration_ns, parse_rate_rps, parse_size_bytes,
 };
@@ -408,6 +409,12 @@ pub enum ServiceSpec {
         /// Observed ratios of measured to mean time.
         residuals: Option<Vec<f64>>,
     },
+    /// Drawn from a calibration profile written by `capsim calibrate` (a relative path is
+    /// relative to the scenario file's directory); inputs are padded to the batch's longest.
+    Profile {
+        /// The profile (JSON).
+        path: PathBuf,
+    },
 }
 
 /// Post-processing: a delay per request, run in parallel (no worker limit).
@@ -632,10 +639,11 @@ impl Scenario {
             service: file.service,
             postprocess: file.postprocess,
         };
-        let mut pools = vec![build_pool("default", "", default_pool)?];
+        let base = origin.as_deref().and_then(Path::parent);
+        let mut pools = vec![build_pool("default", "", default_pool, base)?];
         for (name, pool) in file.pools {
             let prefix = format!("pools.{name}.");
-            pools.push(build_pool(&name, &prefix, pool)?);
+            pools.push(build_pool(&name, &prefix, pool, base)?);
         }
         validate_network(&file.network)?;
         if let Some(rate) = file.gateway.rate_limit
@@ -761,7 +769,12 @@ fn build_residuals(
     }
 }
 
-fn build_pool(name: &str, prefix: &str, p: PoolFile) -> Result<Pool, ScenarioError> {
+fn build_pool(
+    name: &str,
+    prefix: &str,
+    p: PoolFile,
+    base: Option<&Path>,
+) -> Result<Pool, ScenarioError> {
     let key = |k: &str| format!("{prefix}{k}");
     if p.instances == 0 {
         return Err(invalid(&key("instances"), "must be at least 1"));
@@ -837,6 +850,12 @@ fn build_pool(name: &str, prefix: &str, p: PoolFile) -> Result<Pool, ScenarioErr
             c_ns: c.0 as f64,
             residuals: build_residuals(&key("service.residuals"), residuals)?,
         }),
+        ServiceSpec::Profile { path } => {
+            let path = base.map_or_else(|| path.clone(), |dir| dir.join(path));
+            let model = ProfileServiceTime::from_file(&path)
+                .map_err(|e| invalid(&key("service.path"), e.to_string()))?;
+            Arc::new(model)
+        }
     };
     Ok(Pool {
         name: name.to_string(),

@@ -25,6 +25,12 @@ pub trait ServiceTime: Send + Sync + std::fmt::Debug {
     /// The mean execution time of a batch of this shape, in nanoseconds (for capacity estimates
     /// and reports; the engine itself only samples).
     fn mean_ns(&self, batch: &BatchShape) -> f64;
+
+    /// Whether this batch lies outside the measurements the model was fitted to (its time is
+    /// extrapolated); the engine counts such batches for the summary. Analytic models: never.
+    fn is_extrapolated(&self, _batch: &BatchShape) -> bool {
+        false
+    }
 }
 
 /// Multiplicative variability drawn from an empirical distribution: each draw picks one observed

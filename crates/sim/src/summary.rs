@@ -80,6 +80,11 @@ pub struct LatencyStats {
     pub max_ms: f64,
 }
 
+/// Nanoseconds to milliseconds, rounded to the nanosecond so JSON shows no binary noise.
+fn ns_to_ms(ns: f64) -> f64 {
+    ns.round() / 1e6
+}
+
 /// Accumulates one latency distribution.
 #[derive(Debug, Clone)]
 struct LatencyAccumulator {
@@ -112,16 +117,16 @@ impl LatencyAccumulator {
         if self.count == 0 {
             return LatencyStats::default();
         }
-        let q = |p: f64| self.histogram.value_at_quantile(p).min(self.max_ns) as f64 * 1e-6;
+        let q = |p: f64| ns_to_ms(self.histogram.value_at_quantile(p).min(self.max_ns) as f64);
         LatencyStats {
             count: self.count,
-            mean_ms: (self.sum_ns as f64 / self.count as f64) * 1e-6,
+            mean_ms: ns_to_ms(self.sum_ns as f64 / self.count as f64),
             p50_ms: q(0.50),
             p90_ms: q(0.90),
             p95_ms: q(0.95),
             p99_ms: q(0.99),
             p999_ms: q(0.999),
-            max_ms: self.max_ns as f64 * 1e-6,
+            max_ms: ns_to_ms(self.max_ns as f64),
         }
     }
 }
@@ -182,7 +187,7 @@ pub struct Summary {
     pub goodput_rps: Option<f64>,
     /// Latency statistics: `end_to_end` for completed requests, and each stage (`network_in`,
     /// `gateway`, `preprocess`, `queue`, `execution`, `postprocess`, `network_out`) for those
-    /// that went through it.
+    /// that went through it. Stages the scenario does not model are left out.
     pub latency_ms: BTreeMap<String, LatencyStats>,
     /// Batches executed (whole run).
     pub batches: u64,
@@ -204,6 +209,7 @@ pub struct SummaryBuilder {
     all: Counts,
     measured: Counts,
     stages: Vec<LatencyAccumulator>,
+    modeled: [bool; STAGES.len()],
     slo_ns: Option<u64>,
     within_slo: u64,
     first_arrival_ns: u64,
@@ -213,14 +219,22 @@ pub struct SummaryBuilder {
 }
 
 impl SummaryBuilder {
-    /// An empty builder; `slo_ns` is the end-to-end latency objective, if any.
-    pub fn new(slo_ns: Option<u64>) -> SummaryBuilder {
+    /// An empty builder; `slo_ns` is the end-to-end latency objective, if any. `modeled[i]` says
+    /// whether the scenario models stage [`STAGES`]`[i]`; stages it does not model take no time,
+    /// are not accumulated, and are left out of the summary (`end_to_end`, `queue` and
+    /// `execution` are always reported).
+    pub fn new(slo_ns: Option<u64>, modeled: [bool; STAGES.len()]) -> SummaryBuilder {
+        let mut modeled = modeled;
+        for always in [0, 4, 5] {
+            modeled[always] = true;
+        }
         SummaryBuilder {
             all: Counts::default(),
             measured: Counts::default(),
             stages: (0..STAGES.len())
                 .map(|_| LatencyAccumulator::new())
                 .collect(),
+            modeled,
             slo_ns,
             within_slo: 0,
             first_arrival_ns: u64::MAX,
@@ -260,7 +274,7 @@ impl SummaryBuilder {
             self.within_slo += 1;
         }
         let mut span = |stage: usize, from: u64, to: u64| {
-            if from != NONE && to != NONE {
+            if self.modeled[stage] && from != NONE && to != NONE {
                 self.stages[stage].add(to - from);
             }
         };
@@ -327,7 +341,9 @@ impl SummaryBuilder {
             latency_ms: STAGES
                 .iter()
                 .zip(&self.stages)
-                .map(|(name, acc)| (name.to_string(), acc.stats()))
+                .zip(self.modeled)
+                .filter(|(_, modeled)| *modeled)
+                .map(|((name, acc), _)| (name.to_string(), acc.stats()))
                 .collect(),
             batches,
             batch_size_mean: if batches == 0 {

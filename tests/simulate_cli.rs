@@ -1,0 +1,155 @@
+//! End-to-end tests of `capsim simulate`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+fn capsim(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_capsim"))
+        .args(args)
+        .output()
+        .expect("capsim runs")
+}
+
+fn simulate(out: &Path, extra: &[&str]) -> Output {
+    let scenario = repo("scenarios/bert-dynamic-batching.toml");
+    let trace = repo("traces/azure-conv.parquet");
+    let mut args = vec![
+        "simulate",
+        "--scenario",
+        scenario.to_str().unwrap(),
+        "--trace",
+        trace.to_str().unwrap(),
+        "--limit",
+        "3000",
+        "--rate-scale",
+        "20",
+        "-o",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    capsim(&args)
+}
+
+#[test]
+fn simulate_writes_summary_requests_and_timeseries_with_counts_that_add_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let result = simulate(
+        &out,
+        &[
+            "--seed",
+            "3",
+            "--warmup",
+            "500",
+            "--set",
+            "queue.max_queue_size=8",
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(
+        result.status.success(),
+        "stdout {stdout}\nstderr {}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    assert!(
+        stdout.contains("requests 3000") && stdout.contains("HdrHistogram"),
+        "{stdout}"
+    );
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    let count = |k: &str| summary["requests"][k].as_u64().unwrap();
+    assert_eq!(count("total"), 3000);
+    assert_eq!(
+        count("completed") + count("rejected") + count("timed_out"),
+        3000,
+        "{summary}"
+    );
+    assert_eq!(summary["warmup_excluded"].as_u64(), Some(500));
+    assert_eq!(summary["seed"].as_u64(), Some(3));
+    for stage in [
+        "end_to_end",
+        "queue",
+        "execution",
+        "preprocess",
+        "network_in",
+    ] {
+        let p99 = summary["latency_ms"][stage]["p99_ms"].as_f64().unwrap();
+        assert!(p99 > 0.0, "{stage} p99 {p99}");
+    }
+    assert!(out.join("requests.parquet").metadata().unwrap().len() > 1000);
+    assert!(out.join("timeseries.parquet").metadata().unwrap().len() > 100);
+}
+
+#[test]
+fn simulate_is_deterministic_and_no_requests_skips_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, c) = (
+        dir.path().join("a"),
+        dir.path().join("b"),
+        dir.path().join("c"),
+    );
+    assert!(simulate(&a, &["--seed", "9"]).status.success());
+    assert!(simulate(&b, &["--seed", "9"]).status.success());
+    for file in ["requests.parquet", "summary.json", "timeseries.parquet"] {
+        assert!(
+            std::fs::read(a.join(file)).unwrap() == std::fs::read(b.join(file)).unwrap(),
+            "{file} differs between two runs with the same seed"
+        );
+    }
+    assert!(
+        simulate(&c, &["--seed", "9", "--no-requests"])
+            .status
+            .success()
+    );
+    assert!(!c.join("requests.parquet").exists());
+    assert!(
+        std::fs::read(a.join("summary.json")).unwrap()
+            == std::fs::read(c.join("summary.json")).unwrap(),
+        "--no-requests must not change the summary"
+    );
+}
+
+#[test]
+fn bad_scenario_key_or_value_exits_2_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[batcher]\nmax_batchsize = 4\n[service]\nkind = \"constant\"\ntime = \"5ms\"\n",
+    )
+    .unwrap();
+    let trace = repo("traces/azure-conv.parquet");
+    let out = dir.path().join("out");
+    let args = [
+        "simulate",
+        "--scenario",
+        bad.to_str().unwrap(),
+        "--trace",
+        trace.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ];
+    let result = capsim(&args);
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert_eq!(result.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("max_batchsize") && stderr.contains("bad.toml"),
+        "{stderr}"
+    );
+
+    let result = simulate(&out, &["--set", "batcher.max_queue_delay=5 parsecs"]);
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert_eq!(result.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("\"5 parsecs\"") && stderr.contains("max_queue_delay"),
+        "{stderr}"
+    );
+
+    let result = simulate(&out, &["--warmup", "ten"]);
+    assert_eq!(result.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&result.stderr).contains("--warmup"));
+}
