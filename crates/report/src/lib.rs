@@ -15,8 +15,8 @@
 //! ```
 
 pub mod capacity;
-pub mod duration;
 pub mod error;
+pub mod experiment;
 pub mod grid;
 pub mod interval;
 pub mod knee;

@@ -7,20 +7,35 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::duration::parse_duration_ns;
+use capsim_sim::quantity::parse_duration_ns;
+
 use crate::error::ParseError;
 
-/// Latency metrics an objective may name: the end-to-end latency and the time spent in each
-/// stage of the serving path, as named in the run summary.
+/// Latency metrics an objective may name: the stages of the run summary (`summary.json`'s
+/// `latency_ms` keys), with `e2e` short for `end_to_end`.
 pub const LATENCY_METRICS: &[&str] = &[
     "e2e",
-    "network",
+    "end_to_end",
+    "network_in",
     "gateway",
+    "preprocess",
     "queue",
-    "batch_wait",
     "execution",
     "postprocess",
+    "network_out",
 ];
+
+/// Percentiles the run summary reports, which an objective may bound.
+pub const REPORTED_PERCENTILES: &[f64] = &[50.0, 90.0, 95.0, 99.0, 99.9];
+
+/// The run summary's key for `metric` (`e2e` is `end_to_end`).
+pub fn summary_stage(metric: &str) -> &str {
+    if metric == "e2e" {
+        "end_to_end"
+    } else {
+        metric
+    }
+}
 
 /// The statistic of a latency distribution an objective bounds.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -60,7 +75,9 @@ impl LatencyStat {
         } else {
             digits.parse().ok()?
         };
-        (percentile > 0.0 && percentile < 100.0).then_some(LatencyStat::Percentile(percentile))
+        REPORTED_PERCENTILES
+            .contains(&percentile)
+            .then_some(LatencyStat::Percentile(percentile))
     }
 }
 
@@ -182,10 +199,10 @@ fn parse_objective(whole: &str, part: &str) -> Result<Objective, ParseError> {
     }
     let stat = LatencyStat::parse(stat).ok_or_else(|| {
         error(format!(
-            "unknown statistic `{stat}`; use p50, p90, p95, p99, p99.9 (or p999), mean or max"
+            "unknown statistic `{stat}`; the summary reports p50, p90, p95, p99, p99.9 (or p999), mean and max"
         ))
     })?;
-    let bound_ns = parse_duration_ns(bound).map_err(error)?;
+    let bound_ns = parse_duration_ns(bound).map_err(|e| error(e.to_string()))?;
     Ok(Objective {
         metric: metric.to_string(),
         stat,
@@ -245,8 +262,10 @@ mod tests {
             ("e2e.p99", "<="),
             ("latency.p99<=800ms", "latency"),
             ("e2e.p100<=800ms", "p100"),
+            ("e2e.p97<=800ms", "p97"),
             ("e2e.q99<=800ms", "q99"),
             ("e2e.p99<=800", "800"),
+            ("e2e.p99<=5 parsecs", "parsecs"),
             ("e2ep99<=800ms", "e2ep99"),
             ("", "no objective"),
         ];

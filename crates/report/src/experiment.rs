@@ -1,0 +1,202 @@
+//! One run of a configuration at one load, and its verdict against an SLO.
+//!
+//! This is where the report crate meets the simulator: a [`Configuration`] is applied to the base
+//! scenario by dotted key, a load value is applied to the trace (rate multiplier or target rate)
+//! or to the scenario (closed-loop concurrency), [`capsim_sim::run_with_sink`] runs it, and the
+//! summary and the queue-depth timeseries become an [`Outcome`].
+
+use capsim_sim::record::NoRecords;
+use capsim_sim::summary::{LatencyStats, Summary};
+use capsim_sim::{RunOptions, Scenario, Warmup, run_with_sink};
+use capsim_trace::{IngestReport, Trace, Transforms};
+
+use crate::capacity::{Outcome, QueueGrowth};
+use crate::grid::Configuration;
+use crate::load::LoadKind;
+use crate::slo::{LatencyStat, Slo, summary_stage};
+
+/// Why a run could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A grid value or load was refused by the scenario.
+    #[error("configuration `{configuration}`: {source}")]
+    Configure {
+        configuration: String,
+        #[source]
+        source: Box<capsim_sim::ScenarioError>,
+    },
+    /// The trace could not be rescaled.
+    #[error("rescaling the trace by {factor}: {source}")]
+    Rescale {
+        factor: f64,
+        #[source]
+        source: Box<capsim_trace::TraceError>,
+    },
+    /// A target rate was asked of a trace with no measurable rate.
+    #[error("a target rate needs a trace with at least two requests over a nonzero span")]
+    NoTraceRate,
+    /// The simulator refused the run.
+    #[error(transparent)]
+    Sim(#[from] capsim_sim::SimError),
+}
+
+/// The base scenario with `configuration`'s settings applied.
+pub fn configure(base: &Scenario, configuration: &Configuration) -> Result<Scenario, RunError> {
+    let mut scenario = base.clone();
+    for (key, value) in &configuration.settings {
+        scenario
+            .set(key, value)
+            .map_err(|source| RunError::Configure {
+                configuration: configuration.to_string(),
+                source: Box::new(source),
+            })?;
+    }
+    Ok(scenario)
+}
+
+/// A trace and the facts about it the load axis needs.
+#[derive(Debug, Clone)]
+pub struct Workload<'a> {
+    /// The trace as read.
+    pub trace: &'a Trace,
+    /// Its mean arrival rate, requests per second, when it has one.
+    pub trace_rate_rps: Option<f64>,
+    /// What load values mean.
+    pub load_kind: LoadKind,
+    /// Requests excluded from statistics at the start of each run.
+    pub warmup: Warmup,
+}
+
+impl<'a> Workload<'a> {
+    /// A workload over `trace`, whose load values are of `load_kind`.
+    pub fn new(trace: &'a Trace, load_kind: LoadKind, warmup: Warmup) -> Workload<'a> {
+        let trace_rate_rps = capsim_trace::Summary::of(trace).mean_rate_rps;
+        Workload {
+            trace,
+            trace_rate_rps,
+            load_kind,
+            warmup,
+        }
+    }
+
+    /// The mean offered rate a load value asks for, requests per second, when it is known
+    /// before running (not for concurrency).
+    pub fn nominal_rate_rps(&self, load: f64) -> Option<f64> {
+        match self.load_kind {
+            LoadKind::RateScale => self.trace_rate_rps.map(|r| r * load),
+            LoadKind::TargetRate => Some(load),
+            LoadKind::Concurrency => None,
+        }
+    }
+
+    /// Runs `scenario` at `load` with `seed`.
+    pub fn run(&self, scenario: &Scenario, load: f64, seed: u64) -> Result<RunResult, RunError> {
+        let options = RunOptions {
+            seed,
+            warmup: self.warmup,
+            ..RunOptions::default()
+        };
+        let factor = match self.load_kind {
+            LoadKind::RateScale => Some(load),
+            LoadKind::TargetRate => Some(load / self.trace_rate_rps.ok_or(RunError::NoTraceRate)?),
+            LoadKind::Concurrency => None,
+        };
+        let run = match factor {
+            Some(factor) => {
+                let transforms = Transforms {
+                    rate_scale: Some(factor),
+                    ..Transforms::default()
+                };
+                let scaled = transforms
+                    .apply(self.trace.clone(), &mut IngestReport::default())
+                    .map_err(|source| RunError::Rescale {
+                        factor,
+                        source: Box::new(source),
+                    })?;
+                run_with_sink(scenario, &scaled, &options, &mut NoRecords)?
+            }
+            None => {
+                let mut closed = scenario.clone();
+                let set = |s: &mut Scenario, key: &str, value: String| {
+                    s.set(key, &value).map_err(|source| RunError::Configure {
+                        configuration: format!("{key}={value}"),
+                        source: Box::new(source),
+                    })
+                };
+                set(&mut closed, "load.mode", "\"closed\"".into())?;
+                set(
+                    &mut closed,
+                    "load.concurrency",
+                    format!("{}", load.round() as u64),
+                )?;
+                run_with_sink(&closed, self.trace, &options, &mut NoRecords)?
+            }
+        };
+        let depths: Vec<f64> = run
+            .timeseries
+            .queued
+            .iter()
+            .zip(&run.timeseries.preprocess_waiting)
+            .map(|(&q, &p)| f64::from(q) + f64::from(p))
+            .collect();
+        Ok(RunResult {
+            queue_growth: QueueGrowth::from_samples(&depths),
+            summary: run.summary,
+        })
+    }
+}
+
+/// What one run produced that the sweep keeps.
+#[derive(Debug, Clone)]
+pub struct RunResult {
+    /// The run summary.
+    pub summary: Summary,
+    /// The queue-growth test over the run's sampled queue depths.
+    pub queue_growth: QueueGrowth,
+}
+
+impl RunResult {
+    /// The verdict of this run against `slo`.
+    pub fn outcome(&self, slo: &Slo) -> Outcome {
+        let measured = &self.summary.measured;
+        let lost = measured.rejected + measured.timed_out;
+        let lost_fraction = if measured.total == 0 {
+            1.0
+        } else {
+            lost as f64 / measured.total as f64
+        };
+        Outcome {
+            slo_met: slo
+                .holds(|metric, stat| latency_ms(&self.summary, metric, stat).map(|ms| ms * 1e6)),
+            lost_fraction,
+            queue_grows: self.queue_growth.grows,
+        }
+    }
+}
+
+/// The summary's value of `stat` for `metric` (an SLO metric name), in milliseconds; `None` when
+/// the summary has no such stage or no request went through it.
+pub fn latency_ms(summary: &Summary, metric: &str, stat: LatencyStat) -> Option<f64> {
+    let stats = summary.latency_ms.get(summary_stage(metric))?;
+    if stats.count == 0 {
+        return None;
+    }
+    stat_ms(stats, stat)
+}
+
+fn stat_ms(stats: &LatencyStats, stat: LatencyStat) -> Option<f64> {
+    match stat {
+        LatencyStat::Mean => Some(stats.mean_ms),
+        LatencyStat::Max => Some(stats.max_ms),
+        LatencyStat::Percentile(p) => [
+            (50.0, stats.p50_ms),
+            (90.0, stats.p90_ms),
+            (95.0, stats.p95_ms),
+            (99.0, stats.p99_ms),
+            (99.9, stats.p999_ms),
+        ]
+        .into_iter()
+        .find(|(reported, _)| *reported == p)
+        .map(|(_, value)| value),
+    }
+}
