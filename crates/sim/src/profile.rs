@@ -567,7 +567,7 @@ impl ProfileServiceTime {
     }
 
     /// Whether a batch lies beyond the grid in size or length.
-    pub fn is_extrapolated(&self, batch: &BatchShape) -> bool {
+    fn beyond_grid(&self, batch: &BatchShape) -> bool {
         let beyond_batch = matches!(
             self.batch_axis.locate(f64::from(batch.size)),
             AxisPosition::Above { .. }
@@ -614,7 +614,7 @@ impl ProfileServiceTime {
 
 impl ServiceTime for ProfileServiceTime {
     fn sample_ns(&self, batch: &BatchShape, rng: &mut SimRng) -> u64 {
-        if self.is_extrapolated(batch) {
+        if self.beyond_grid(batch) {
             self.extrapolated_batches.fetch_add(1, Ordering::Relaxed);
         }
         let u: f64 = rng.random();
@@ -623,6 +623,10 @@ impl ServiceTime for ProfileServiceTime {
 
     fn mean_ns(&self, batch: &BatchShape) -> f64 {
         self.interpolate(batch, |cell| self.means_ns[cell])
+    }
+
+    fn is_extrapolated(&self, batch: &BatchShape) -> bool {
+        self.beyond_grid(batch)
     }
 }
 
@@ -873,6 +877,35 @@ mod tests {
         let path = dir.path().join("p.json");
         p.write(&path).expect("write");
         assert_eq!(Profile::read(&path).expect("read"), p);
+    }
+
+    #[test]
+    fn a_scenario_service_of_kind_profile_reads_the_file_beside_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        profile(&[1, 2, 4], &[16, 64], affine)
+            .write(&dir.path().join("p.json"))
+            .expect("write");
+        let scenario_path = dir.path().join("s.toml");
+        let toml = "[batcher]\nmax_batch_size = 4\nmax_queue_delay = \"1ms\"\n[service]\nkind = \"profile\"\npath = \"p.json\"\n";
+        std::fs::write(&scenario_path, toml).expect("write");
+        let scenario = crate::Scenario::from_path(&scenario_path).expect("scenario");
+        let service = &scenario.pools()[0].service;
+        let expected = affine(2, 40) * 1.5;
+        let got = service.mean_ns(&shape(2, 40));
+        assert!(
+            (got - expected).abs() / expected < 0.02,
+            "expected ~{expected}, got {got}"
+        );
+        assert!(service.is_extrapolated(&shape(8, 16)) && !service.is_extrapolated(&shape(4, 64)));
+
+        std::fs::write(&scenario_path, toml.replace("p.json", "absent.json")).expect("write");
+        let err = crate::Scenario::from_path(&scenario_path)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("service.path") && err.contains("absent.json"),
+            "{err}"
+        );
     }
 
     #[test]
