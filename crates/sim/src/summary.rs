@@ -88,7 +88,7 @@ fn ns_to_ms(ns: f64) -> f64 {
 /// Accumulates one latency distribution.
 #[derive(Debug, Clone)]
 struct LatencyAccumulator {
-    histogram: Histogram<u64>,
+    histogram: Histogram<u32>,
     count: u64,
     sum_ns: u128,
     max_ns: u64,
