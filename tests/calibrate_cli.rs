@@ -292,3 +292,70 @@ fn a_missing_library_says_how_to_install_one() {
         &["/nonexistent/libonnxruntime.so.1.31.1", "ORT_DYLIB_PATH"],
     );
 }
+
+#[test]
+fn simulate_replays_the_azure_conv_trace_through_a_calibrated_profile() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let profile = dir.path().join("classifier.json");
+    let calibrated = capsim(&[
+        "calibrate",
+        "--model",
+        model("text_classifier.onnx").to_str().expect("utf-8"),
+        "--ep",
+        "cpu",
+        "--batch",
+        "1,4",
+        "--dim",
+        "seq=16,64",
+        "--warmup",
+        "2",
+        "--iters",
+        "20",
+        "--min-iters",
+        "20",
+        "--threads",
+        "1",
+        "-o",
+        profile.to_str().expect("utf-8"),
+    ]);
+    assert!(calibrated.status.success(), "{}", stderr(&calibrated));
+    // A batched scenario whose service times come from the profile (path relative to it).
+    let scenario = dir.path().join("scenario.toml");
+    std::fs::write(
+        &scenario,
+        "instances = 1\n[batcher]\nmax_batch_size = 4\nmax_queue_delay = \"2ms\"\n\
+         [service]\nkind = \"profile\"\npath = \"classifier.json\"\n",
+    )
+    .expect("write scenario");
+    let out = dir.path().join("out");
+    let simulated = capsim(&[
+        "simulate",
+        "--scenario",
+        scenario.to_str().expect("utf-8"),
+        "traces/azure-conv.parquet",
+        "--limit",
+        "2000",
+        "--seed",
+        "3",
+        "-o",
+        out.to_str().expect("utf-8"),
+    ]);
+    assert!(
+        simulated.status.success(),
+        "simulate failed: {}",
+        stderr(&simulated)
+    );
+    let summary: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("summary.json")).expect("summary.json"),
+    )
+    .expect("summary is JSON");
+    assert_eq!(summary["requests"]["total"], 2000, "{summary}");
+    assert_eq!(
+        summary["requests"]["completed"], 2000,
+        "every request completes: {summary}"
+    );
+    assert!(
+        summary["batches"].as_u64().is_some_and(|b| b > 0),
+        "{summary}"
+    );
+}
