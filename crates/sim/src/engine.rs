@@ -28,7 +28,9 @@ use crate::preprocess::{self, WorkerPool};
 use crate::queue::{Entry, InstanceQueue, Part};
 use crate::record::{NoRecords, Outcome, RecordSink, RejectReason, RequestLog, RequestRecord};
 use crate::rng::{Component, SimRng, stream};
-use crate::scenario::{LoadMode, PostprocessSpec, PreprocessSpec, Scenario, TimeoutAction};
+use crate::scenario::{
+    LoadMode, PostprocessSpec, PreprocessSpec, RetryOn, Scenario, TimeoutAction,
+};
 use crate::service::{BatchShape, ServiceTime};
 use crate::summary::{InstanceUtilization, Summary, SummaryBuilder};
 use crate::time::SimTime;
@@ -143,6 +145,7 @@ enum Stage {
     Executing,
     Postprocess,
     NetworkOut,
+    Backoff,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -208,6 +211,12 @@ struct Engine<'a> {
 
     now: SimTime,
     next_request: usize,
+    first_attempts: u64,
+    retry_max_attempts: u32,
+    retry_backoff_ns: u64,
+    retry_multiplier: f64,
+    retry_rejected: bool,
+    retry_timed_out: bool,
     next_batch_id: u64,
     sent: u64,
     finished: u64,
@@ -340,6 +349,12 @@ impl<'a> Engine<'a> {
             events,
             now: SimTime::ZERO,
             next_request: 0,
+            first_attempts: 0,
+            retry_max_attempts: scenario.retry.max_attempts,
+            retry_backoff_ns: scenario.retry.backoff.0,
+            retry_multiplier: scenario.retry.backoff_multiplier,
+            retry_rejected: scenario.retry.on.contains(&RetryOn::Rejected),
+            retry_timed_out: scenario.retry.on.contains(&RetryOn::TimedOut),
             next_batch_id: 0,
             sent: 0,
             finished: 0,
@@ -391,7 +406,7 @@ impl<'a> Engine<'a> {
         );
         assert_eq!(self.sent, self.finished, "every request sent must finish");
         assert_eq!(
-            self.finished as usize, rows,
+            self.first_attempts as usize, rows,
             "every request of the trace must be sent exactly once"
         );
         let counts = self.summary.counts();
@@ -474,6 +489,7 @@ impl<'a> Engine<'a> {
             }
             EventKind::PostprocessDone => self.postprocessed(target, sink),
             EventKind::ResponseDelivered => self.deliver(target, sink),
+            EventKind::RetrySend => self.retry(target, sink),
             EventKind::ClientSend => {
                 if self.next_request < self.arrival_ns.len() {
                     let request = self.next_request;
@@ -524,18 +540,40 @@ impl<'a> Engine<'a> {
             Warmup::Count(n) => u64::from(request) >= n,
         };
         let ticket = self.new_ticket(record, level, measured);
+        self.first_attempts += 1;
+        self.launch(ticket, sink);
+    }
+
+    /// A client's attempt leaves for the gateway.
+    fn launch<S: RecordSink>(&mut self, ticket: u32, sink: &mut S) {
+        let now = self.now.ns();
         self.sent += 1;
         self.in_system += 1;
         self.interval.arrivals += 1;
         if self.uplink_instant {
             self.gateway_arrival(ticket, sink);
         } else {
-            let delay_ns = self
-                .uplink
-                .delay_ns(record.input_tokens, &mut self.uplink_rng);
+            let tokens = self.tickets[ticket as usize].record.input_tokens;
+            let delay_ns = self.uplink.delay_ns(tokens, &mut self.uplink_rng);
             self.events
                 .push(now + delay_ns, EventKind::GatewayArrival, ticket, 0);
         }
+    }
+
+    /// A client sends attempt `attempt + 1` of the request whose last attempt failed on `ticket`.
+    fn retry<S: RecordSink>(&mut self, ticket: u32, sink: &mut S) {
+        let now = self.now.ns();
+        let t = &mut self.tickets[ticket as usize];
+        debug_assert_eq!(t.stage, Stage::Backoff);
+        let last = t.record;
+        let mut record = RequestRecord::new(last.request, last.attempt + 1, now);
+        record.client = last.client;
+        record.input_tokens = last.input_tokens;
+        record.output_tokens = last.output_tokens;
+        t.record = record;
+        t.stage = Stage::NetworkIn;
+        t.admitted = false;
+        self.launch(ticket, sink);
     }
 
     fn gateway_arrival<S: RecordSink>(&mut self, ticket: u32, sink: &mut S) {
@@ -893,16 +931,33 @@ impl<'a> Engine<'a> {
         }
         t.record.response_ns = now;
         t.record.outcome = outcome;
-        t.stage = Stage::Free;
         t.generation = t.generation.wrapping_add(1);
         let record = t.record;
         let measured = t.measured;
-        self.free_tickets.push(ticket);
+        let retry = match outcome {
+            Outcome::Completed => false,
+            Outcome::Rejected(_) => self.retry_rejected,
+            Outcome::TimedOut => self.retry_timed_out,
+        } && u32::from(record.attempt) < self.retry_max_attempts;
         self.in_system -= 1;
         self.finished += 1;
         self.interval.finished += 1;
         sink.record(&record);
         self.summary.add(&record, measured);
+        if retry {
+            t.stage = Stage::Backoff;
+            let backoff_ns = self.retry_backoff_ns as f64
+                * self.retry_multiplier.powi(i32::from(record.attempt) - 1);
+            self.events.push(
+                now + backoff_ns.round() as u64,
+                EventKind::RetrySend,
+                ticket,
+                0,
+            );
+            return;
+        }
+        t.stage = Stage::Free;
+        self.free_tickets.push(ticket);
         if self.closed_loop && record.client != u32::MAX {
             self.events.push(
                 now + self.think_time_ns,
@@ -1137,6 +1192,37 @@ mod tests {
         let sends: Vec<u64> = log.records().iter().map(|r| r.arrival_ns / MS).collect();
         assert_eq!(sends, vec![0, 0, 11, 11, 22]);
         assert_eq!(log.records()[4].latency_ns(), 10 * MS);
+    }
+
+    #[test]
+    fn timed_out_requests_are_retried_after_backoff_and_each_attempt_recorded() {
+        let s = "[queue]\ntimeout = \"5ms\"\n[retry]\nmax_attempts = 3\nbackoff = \"10ms\"\n\
+                 [service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+        let scenario = Scenario::from_toml_str(s).unwrap();
+        let (run, log) = simulate_with_requests(
+            &scenario,
+            &trace_ms(&[0, 1, 2], None),
+            &RunOptions::default(),
+        )
+        .unwrap();
+        let got: Vec<(u32, u16, u64, &str)> = log
+            .records()
+            .iter()
+            .map(|r| (r.request, r.attempt, r.arrival_ns / MS, r.outcome.as_str()))
+            .collect();
+        // r1 times out at 6 and retries at 16 (runs 16..26); r2 times out at 7, retries at 17,
+        // times out again at 22 and retries at 22 + 20 = 42, when the instance is free.
+        let expected = vec![
+            (0, 1, 0, "completed"),
+            (1, 1, 1, "timed_out"),
+            (1, 2, 16, "completed"),
+            (2, 1, 2, "timed_out"),
+            (2, 2, 17, "timed_out"),
+            (2, 3, 42, "completed"),
+        ];
+        assert_eq!(got, expected);
+        let c = &run.summary.requests;
+        assert_eq!((c.total, c.retries, c.completed, c.timed_out), (6, 3, 3, 3));
     }
 
     #[test]

@@ -32,6 +32,8 @@ pub enum EventKind {
     ResponseDelivered,
     /// A closed-loop client sends its next request (target: client).
     ClientSend,
+    /// A client retries a rejected or timed-out request after its backoff (target: ticket).
+    RetrySend,
 }
 
 /// One scheduled event; 32 bytes, no heap data.

@@ -472,6 +472,58 @@ pub struct CacheSpec {
     pub latency: DurationNs,
 }
 
+/// Client retries of failed attempts. Each attempt is a request of its own to the server
+/// (recorded, counted, and new load); its latency is measured from its own send.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RetrySpec {
+    /// Attempts per request, the first included; 1 means no retries. Default 1.
+    #[serde(default = "one_u32")]
+    pub max_attempts: u32,
+    /// Wait before the second attempt. Default 100ms.
+    #[serde(default = "hundred_ms")]
+    pub backoff: DurationNs,
+    /// Each further wait is the previous one times this (>= 1). Default 2.
+    #[serde(default = "two")]
+    pub backoff_multiplier: f64,
+    /// Which outcomes are retried. Default both.
+    #[serde(default = "retry_on_all")]
+    pub on: Vec<RetryOn>,
+}
+
+impl Default for RetrySpec {
+    fn default() -> Self {
+        RetrySpec {
+            max_attempts: 1,
+            backoff: hundred_ms(),
+            backoff_multiplier: 2.0,
+            on: retry_on_all(),
+        }
+    }
+}
+
+/// An outcome a client retries.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RetryOn {
+    /// Any rejection (rate limit, in-flight limit, full queue).
+    Rejected,
+    /// A queue timeout.
+    TimedOut,
+}
+
+fn hundred_ms() -> DurationNs {
+    DurationNs(100_000_000)
+}
+
+fn two() -> f64 {
+    2.0
+}
+
+fn retry_on_all() -> Vec<RetryOn> {
+    vec![RetryOn::Rejected, RetryOn::TimedOut]
+}
+
 /// Service-level objective.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -520,6 +572,8 @@ struct ScenarioFile {
     gateway: GatewaySpec,
     #[serde(default)]
     cache: CacheSpec,
+    #[serde(default)]
+    retry: RetrySpec,
     slo: Option<SloSpec>,
     #[serde(default)]
     timeseries: TimeseriesSpec,
@@ -584,6 +638,8 @@ pub struct Scenario {
     pub gateway: GatewaySpec,
     /// Result cache.
     pub cache: CacheSpec,
+    /// Client retries.
+    pub retry: RetrySpec,
     /// Service-level objective.
     pub slo: Option<SloSpec>,
     /// Timeseries sampling.
@@ -666,6 +722,15 @@ impl Scenario {
                 ),
             ));
         }
+        if file.retry.max_attempts == 0 || file.retry.max_attempts > 100 {
+            return Err(invalid("retry.max_attempts", "must be between 1 and 100"));
+        }
+        if !(file.retry.backoff_multiplier.is_finite() && file.retry.backoff_multiplier >= 1.0) {
+            return Err(invalid(
+                "retry.backoff_multiplier",
+                format!("{} must be a number >= 1", file.retry.backoff_multiplier),
+            ));
+        }
         if file.load.concurrency == 0 {
             return Err(invalid("load.concurrency", "must be at least 1"));
         }
@@ -681,6 +746,7 @@ impl Scenario {
             network: file.network,
             gateway: file.gateway,
             cache: file.cache,
+            retry: file.retry,
             slo: file.slo,
             timeseries: file.timeseries,
             pools,

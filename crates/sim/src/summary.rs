@@ -16,7 +16,8 @@ pub const PERCENTILE_METHOD: &str =
 /// Highest latency the histograms resolve (about 11.6 days); longer values are clamped.
 const HISTOGRAM_MAX_NS: u64 = 1_000_000_000_000_000;
 
-/// Requests by outcome. `completed + rejected + timed_out == total` always.
+/// Request attempts by outcome. `completed + rejected + timed_out == total` always; without
+/// client retries every attempt is one trace request.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Counts {
     /// Request attempts.
@@ -31,11 +32,15 @@ pub struct Counts {
     pub rejected_by_reason: BTreeMap<String, u64>,
     /// Timed out in a queue.
     pub timed_out: u64,
+    /// Of `total`, attempts that were client retries (attempt 2 and later).
+    #[serde(default)]
+    pub retries: u64,
 }
 
 impl Counts {
     fn add(&mut self, r: &RequestRecord) {
         self.total += 1;
+        self.retries += u64::from(r.attempt > 1);
         match r.outcome {
             Outcome::Completed => {
                 self.completed += 1;
