@@ -11,7 +11,7 @@ use arrow_array::builder::{ListBuilder, StringBuilder, UInt64Builder};
 use arrow_array::{ArrayRef, BooleanArray, Float64Array, Int64Array, RecordBatch, UInt32Array};
 use arrow_schema::{DataType, Field, Schema};
 use parquet::arrow::ArrowWriter;
-use parquet::basic::{Compression, Encoding, ZstdLevel};
+use parquet::basic::{Compression, Encoding};
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnPath;
@@ -47,9 +47,9 @@ pub fn write_parquet_to<W: Write + Send>(trace: &Trace, out: W) -> Result<(), St
         "item".to_string(),
     ]);
     let props = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(
-            ZstdLevel::try_new(3).map_err(|e| e.to_string())?,
-        ))
+        // Snappy: the encodings (delta arrivals, dictionary/RLE sizes) already do most of the
+        // shrinking; zstd saved ~6% more bytes but decoded ~30% slower in the ingest benchmark.
+        .set_compression(Compression::SNAPPY)
         .set_column_dictionary_enabled(arrival.clone(), false)
         .set_column_encoding(arrival, Encoding::DELTA_BINARY_PACKED)
         .set_column_dictionary_enabled(blocks.clone(), false)

@@ -81,10 +81,11 @@ pub(crate) fn read(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceErr
         queue_ms: idx.queue_ms.is_some(),
         compute_ms: idx.compute_ms.is_some(),
     };
-    // A guess from the file size keeps the vectors from doubling many times; the exact size is
-    // trimmed after ingest.
-    let estimate = usize::try_from(file_len / 40).unwrap_or(0).min(1 << 26);
-    let mut cols = Builder::new(presence, estimate);
+    // Start small; after `SAMPLE_ROWS` rows, reserve for the whole file from the bytes a row
+    // takes so far, so the columns do not double past their final size (peak memory stays near
+    // 16 bytes a request for arrival and sizes). Ingest trims any slack at the end.
+    const SAMPLE_ROWS: usize = 4096;
+    let mut cols = Builder::new(presence, SAMPLE_ROWS);
     let mut issues = Issues::new(path, opts.skip_invalid);
     let mut unit = map.arrival_unit;
     let mut row = RowBuf::default();
@@ -165,6 +166,12 @@ pub(crate) fn read(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceErr
             row.failed = row.output == 0;
         }
         cols.push(&row);
+        if cols.len() == SAMPLE_ROWS {
+            let bytes_so_far = rec.position().map_or(0, |p| p.byte()).max(1);
+            let per_row = bytes_so_far as f64 / SAMPLE_ROWS as f64;
+            let rows = (file_len as f64 / per_row * 1.02) as usize;
+            cols.reserve(rows.saturating_sub(SAMPLE_ROWS).min(1 << 28));
+        }
     }
     let base = match unit {
         Some(TimeUnit::Datetime) => TimeBase::Unix,

@@ -132,6 +132,24 @@ impl Builder {
         self.arrival.len()
     }
 
+    /// Reserves room for `more` rows in the fixed-width columns.
+    pub(crate) fn reserve(&mut self, more: usize) {
+        self.arrival.reserve_exact(more);
+        self.input.reserve_exact(more);
+        for v in [&mut self.output, &mut self.class].into_iter().flatten() {
+            v.reserve_exact(more);
+        }
+        if let Some(v) = &mut self.failed {
+            v.reserve_exact(more);
+        }
+        for v in [&mut self.e2e_ms, &mut self.queue_ms, &mut self.compute_ms]
+            .into_iter()
+            .flatten()
+        {
+            v.reserve_exact(more);
+        }
+    }
+
     /// Appends one row; columns the builder does not have are ignored.
     pub(crate) fn push(&mut self, row: &RowBuf) {
         self.arrival.push(row.arrival);
