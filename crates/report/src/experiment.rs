@@ -101,6 +101,7 @@ impl<'a> Workload<'a> {
             LoadKind::TargetRate => Some(load / self.trace_rate_rps.ok_or(RunError::NoTraceRate)?),
             LoadKind::Concurrency => None,
         };
+        let mut arrivals_end_ns = u64::MAX;
         let run = match factor {
             Some(factor) => {
                 let transforms = Transforms {
@@ -113,6 +114,7 @@ impl<'a> Workload<'a> {
                         factor,
                         source: Box::new(source),
                     })?;
+                arrivals_end_ns = scaled.arrival_ns().last().copied().unwrap_or(0);
                 run_with_sink(scenario, &scaled, &options, &mut NoRecords)?
             }
             None => {
@@ -132,12 +134,12 @@ impl<'a> Workload<'a> {
                 run_with_sink(&closed, self.trace, &options, &mut NoRecords)?
             }
         };
-        let depths: Vec<f64> = run
-            .timeseries
-            .queued
-            .iter()
-            .zip(&run.timeseries.preprocess_waiting)
-            .map(|(&q, &p)| f64::from(q) + f64::from(p))
+        // Only samples while requests still arrive: after the last arrival the queue drains, and
+        // the drain would hide growth.
+        let ts = &run.timeseries;
+        let depths: Vec<f64> = (0..ts.len())
+            .filter(|&i| ts.time_ns[i] <= arrivals_end_ns)
+            .map(|i| f64::from(ts.queued[i]) + f64::from(ts.preprocess_waiting[i]))
             .collect();
         Ok(RunResult {
             queue_growth: QueueGrowth::from_samples(&depths),
@@ -181,10 +183,12 @@ pub fn latency_ms(summary: &Summary, metric: &str, stat: LatencyStat) -> Option<
     if stats.count == 0 {
         return None;
     }
-    stat_ms(stats, stat)
+    stat_of(stats, stat)
 }
 
-fn stat_ms(stats: &LatencyStats, stat: LatencyStat) -> Option<f64> {
+/// The value of `stat` in `stats`, milliseconds; `None` for a percentile the summary does not
+/// report.
+pub fn stat_of(stats: &LatencyStats, stat: LatencyStat) -> Option<f64> {
     match stat {
         LatencyStat::Mean => Some(stats.mean_ms),
         LatencyStat::Max => Some(stats.max_ms),

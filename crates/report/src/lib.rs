@@ -21,8 +21,11 @@ pub mod grid;
 pub mod interval;
 pub mod knee;
 pub mod load;
+pub mod output;
 pub mod plot;
+pub mod report;
 pub mod shard;
 pub mod slo;
+pub mod sweep;
 
 pub use error::ParseError;

@@ -255,7 +255,7 @@ fn category_label(labels: &[String], value: f64) -> String {
 /// of the canvas width.
 fn legend_width_px(labels: impl IntoIterator<Item = usize>, text_px: u32, canvas_px: u32) -> u32 {
     let longest = labels.into_iter().max().unwrap_or(0) as f64;
-    let needed = longest * 0.55 * text_px as f64 + 3.0 * text_px as f64;
+    let needed = longest * 0.62 * text_px as f64 + 4.0 * text_px as f64;
     let canvas = canvas_px as f64;
     needed.clamp(canvas * 0.18, canvas * 0.40) as u32
 }

@@ -1,0 +1,436 @@
+//! `report.md` and its PNGs, drawn from a [`SweepResult`].
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use crate::plot::{
+    CapacityHeatmap, CdfPlot, CdfSeries, CurvePoint, CurveSeries, PlotError, PlotSize, StageBars,
+    StageBreakdownPlot, ThroughputLatencyPlot, TimeSeriesPanel, TimeSeriesPlot,
+    draw_capacity_heatmap, draw_latency_cdf, draw_stage_breakdown, draw_throughput_latency,
+    draw_time_series,
+};
+use crate::slo::{LatencyStat, Slo};
+use crate::sweep::{CapacityRow, CurveRow, SweepResult, stage_stat};
+
+/// Most configurations drawn in one curve or bar plot (the best by capacity per instance).
+pub const MAX_PLOTTED_CONFIGURATIONS: usize = 8;
+
+/// Why a report could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    /// A plot failed.
+    #[error(transparent)]
+    Plot(#[from] PlotError),
+    /// The SLO stored in the sweep does not parse.
+    #[error("sweep.json holds an unreadable SLO: {0}")]
+    Slo(#[from] crate::error::ParseError),
+    /// Writing report.md failed.
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Nothing to report.
+    #[error("the sweep has no capacity rows to report (did every run get interrupted?)")]
+    Empty,
+}
+
+/// Configurations ranked by mean capacity per instance, best first (ties by index).
+pub fn ranked(result: &SweepResult) -> Vec<&CapacityRow> {
+    let mut rows: Vec<&CapacityRow> = result.capacities.iter().collect();
+    rows.sort_by(|a, b| {
+        let key = |r: &CapacityRow| r.capacity_per_instance_rps.unwrap_or(0.0);
+        key(b)
+            .total_cmp(&key(a))
+            .then(a.config_index.cmp(&b.config_index))
+    });
+    rows
+}
+
+/// Draws every plot into `dir` and writes `dir/report.md`; returns the files written.
+pub fn write_report(
+    dir: &Path,
+    result: &SweepResult,
+    size: PlotSize,
+) -> Result<Vec<PathBuf>, ReportError> {
+    let slo: Slo = result.slo.parse()?;
+    let ranking = ranked(result);
+    if ranking.is_empty() {
+        return Err(ReportError::Empty);
+    }
+    let shown: Vec<&CapacityRow> = ranking
+        .iter()
+        .take(MAX_PLOTTED_CONFIGURATIONS)
+        .copied()
+        .collect();
+    let label = short_labels(result);
+    let rows_of = |index: usize| -> Vec<&CurveRow> {
+        result
+            .curves
+            .iter()
+            .filter(|r| r.config_index == index)
+            .collect()
+    };
+    let mut written = Vec::new();
+    let subset_note = if ranking.len() > shown.len() {
+        format!(
+            " (best {} of {} by capacity per instance)",
+            shown.len(),
+            ranking.len()
+        )
+    } else {
+        String::new()
+    };
+
+    // 1. Throughput-latency curves.
+    let primary = slo.primary();
+    let series: Vec<CurveSeries> = shown
+        .iter()
+        .map(|row| {
+            let rows = rows_of(row.config_index);
+            let points = percentile_curve(&rows, &primary.metric);
+            CurveSeries {
+                label: label(row.config_index),
+                points,
+                slo_knee: row.slo_knee.map(|k| (k.throughput_rps, k.latency_ms)),
+                kneedle_knee: row.kneedle_knee.map(|k| (k.throughput_rps, k.latency_ms)),
+            }
+        })
+        .filter(|s| !s.points.is_empty())
+        .collect();
+    let curves_path = dir.join("throughput_latency.png");
+    if !series.is_empty() {
+        let plot = ThroughputLatencyPlot {
+            title: format!("{} latency vs throughput{subset_note}", primary.metric),
+            series,
+            slo_ms: Some(primary.bound_ns as f64 / 1e6),
+            slo_label: format!("SLO {primary}"),
+        };
+        draw_throughput_latency(&plot, size, &curves_path)?;
+        written.push(curves_path);
+    }
+
+    // 2. Latency CDF at the detail load.
+    let details: BTreeMap<usize, &crate::sweep::ConfigDetail> =
+        result.details.iter().map(|d| (d.config_index, d)).collect();
+    let cdf_series: Vec<CdfSeries> = shown
+        .iter()
+        .filter_map(|row| details.get(&row.config_index).map(|d| (row, d)))
+        .filter(|(_, d)| !d.e2e_quantiles_ms.is_empty())
+        .map(|(row, d)| CdfSeries {
+            label: label(row.config_index),
+            latencies_ms: d.e2e_quantiles_ms.clone(),
+        })
+        .collect();
+    let detail_load = result.details.first().map(|d| d.load);
+    let load_text = |load: f64| format!("{}={}", result.load_kind.column(), trim(load));
+    if !cdf_series.is_empty() {
+        let path = dir.join("latency_cdf.png");
+        let plot = CdfPlot {
+            title: format!(
+                "End-to-end latency CDF at {}{subset_note}",
+                detail_load.map_or(String::new(), load_text)
+            ),
+            series: cdf_series,
+            slo_ms: (primary.metric == "e2e" || primary.metric == "end_to_end")
+                .then(|| primary.bound_ns as f64 / 1e6),
+        };
+        draw_latency_cdf(&plot, size, &path)?;
+        written.push(path);
+    }
+
+    // 3. Stage breakdown at the highest curve load where every shown configuration meets the
+    //    SLO (else the lowest load), so that no overloaded configuration dwarfs the others.
+    let mut loads: Vec<f64> = result.curves.iter().map(|r| r.load).collect();
+    loads.sort_by(f64::total_cmp);
+    loads.dedup();
+    let all_meet = |load: f64| {
+        shown.iter().all(|row| {
+            let runs: Vec<&CurveRow> = rows_of(row.config_index)
+                .into_iter()
+                .filter(|r| r.load == load)
+                .collect();
+            !runs.is_empty() && runs.iter().all(|r| r.slo_met)
+        })
+    };
+    let breakdown_load = loads
+        .iter()
+        .rev()
+        .copied()
+        .find(|&l| all_meet(l))
+        .or(loads.first().copied());
+    if let Some(load) = breakdown_load {
+        let stage_names: Vec<&str> = crate::sweep::stages()
+            .iter()
+            .copied()
+            .filter(|s| *s != "end_to_end")
+            .filter(|s| result.curves.iter().any(|r| r.latency_ms.contains_key(*s)))
+            .collect();
+        let bars: Vec<StageBars> = shown
+            .iter()
+            .filter_map(|row| {
+                let at_load: Vec<&CurveRow> = rows_of(row.config_index)
+                    .into_iter()
+                    .filter(|r| r.load == load)
+                    .collect();
+                if at_load.is_empty() {
+                    return None;
+                }
+                let mean_of = |stage: &str, stat: LatencyStat| {
+                    let values: Vec<f64> = at_load
+                        .iter()
+                        .filter_map(|r| stage_stat(r, stage, stat))
+                        .collect();
+                    if values.is_empty() {
+                        0.0
+                    } else {
+                        values.iter().sum::<f64>() / values.len() as f64
+                    }
+                };
+                Some(StageBars {
+                    label: label(row.config_index),
+                    mean_ms: stage_names
+                        .iter()
+                        .map(|s| mean_of(s, LatencyStat::Mean))
+                        .collect(),
+                    p99_ms: stage_names
+                        .iter()
+                        .map(|s| mean_of(s, LatencyStat::Percentile(99.0)))
+                        .collect(),
+                })
+            })
+            .collect();
+        if !bars.is_empty() && !stage_names.is_empty() {
+            let path = dir.join("stage_breakdown.png");
+            let plot = StageBreakdownPlot {
+                title: format!("Time per stage at {}{subset_note}", load_text(load)),
+                stages: stage_names.iter().map(|s| s.to_string()).collect(),
+                bars,
+            };
+            draw_stage_breakdown(&plot, size, &path)?;
+            written.push(path);
+        }
+    }
+
+    // 4. Time series of the best configuration's detail run.
+    if let Some(detail) = details.get(&shown[0].config_index)
+        && !detail.time_s.is_empty()
+    {
+        let path = dir.join("timeseries.png");
+        let panel = |name: &str, values: &[f64]| TimeSeriesPanel {
+            name: name.to_string(),
+            points: detail
+                .time_s
+                .iter()
+                .copied()
+                .zip(values.iter().copied())
+                .collect(),
+        };
+        let plot = TimeSeriesPlot {
+            title: format!(
+                "{} at {}",
+                label(detail.config_index),
+                load_text(detail.load)
+            ),
+            panels: vec![
+                panel("queue depth (requests waiting)", &detail.queued),
+                panel("mean batch size (requests)", &detail.batch_size_mean),
+                panel(
+                    "utilization (fraction of model instances busy)",
+                    &detail.utilization,
+                ),
+            ],
+        };
+        draw_time_series(&plot, size, &path)?;
+        written.push(path);
+    }
+
+    // 5. Capacity heatmap over the first two grid axes (best value over the other axes).
+    if let Some(heatmap) = heatmap(result, &slo) {
+        let path = dir.join("capacity_heatmap.png");
+        draw_capacity_heatmap(&heatmap, size, &path)?;
+        written.push(path);
+    }
+
+    let markdown = markdown(result, &slo, &ranking, &written);
+    let path = dir.join("report.md");
+    std::fs::write(&path, markdown).map_err(|source| ReportError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    written.push(path);
+    Ok(written)
+}
+
+/// Per load, mean throughput and mean p50/p95/p99 of `metric` over seeds.
+fn percentile_curve(rows: &[&CurveRow], metric: &str) -> Vec<CurvePoint> {
+    let mut by_load: BTreeMap<u64, Vec<&CurveRow>> = BTreeMap::new();
+    for row in rows {
+        by_load.entry(row.load.to_bits()).or_default().push(row);
+    }
+    let mut points: Vec<(f64, CurvePoint)> = by_load
+        .values()
+        .filter_map(|runs| {
+            let mean = |stat: LatencyStat| {
+                let values: Vec<f64> = runs
+                    .iter()
+                    .filter_map(|r| stage_stat(r, metric, stat))
+                    .collect();
+                (values.len() == runs.len())
+                    .then(|| values.iter().sum::<f64>() / values.len() as f64)
+            };
+            Some((
+                runs[0].load,
+                CurvePoint {
+                    throughput_rps: runs.iter().map(|r| r.throughput_rps).sum::<f64>()
+                        / runs.len() as f64,
+                    p50_ms: mean(LatencyStat::Percentile(50.0))?,
+                    p95_ms: mean(LatencyStat::Percentile(95.0))?,
+                    p99_ms: mean(LatencyStat::Percentile(99.0))?,
+                },
+            ))
+        })
+        .collect();
+    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    points.into_iter().map(|(_, p)| p).collect()
+}
+
+/// Labels that show only the grid keys that vary, by their last dotted part.
+fn short_labels(result: &SweepResult) -> impl Fn(usize) -> String + '_ {
+    move |index| {
+        let Some(row) = result.capacities.iter().find(|c| c.config_index == index) else {
+            return format!("config {index}");
+        };
+        if row.settings.is_empty() {
+            return "baseline".to_string();
+        }
+        row.settings
+            .iter()
+            .map(|(k, v)| format!("{}={v}", k.rsplit('.').next().unwrap_or(k)))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+fn heatmap(result: &SweepResult, slo: &Slo) -> Option<CapacityHeatmap> {
+    let (x_key, x_values) = (result.grid_keys.first()?, result.grid_values.first()?);
+    let (y_key, y_values) = match (result.grid_keys.get(1), result.grid_values.get(1)) {
+        (Some(k), Some(v)) => (k.clone(), v.clone()),
+        _ => ("(no second axis)".to_string(), vec!["all".to_string()]),
+    };
+    let mut values = vec![None; x_values.len() * y_values.len()];
+    for row in &result.capacities {
+        let value_of = |key: &str| {
+            row.settings
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.as_str())
+        };
+        let column = x_values
+            .iter()
+            .position(|v| Some(v.as_str()) == value_of(x_key))?;
+        let line = if result.grid_keys.len() > 1 {
+            y_values
+                .iter()
+                .position(|v| Some(v.as_str()) == value_of(&y_key))?
+        } else {
+            0
+        };
+        if let Some(capacity) = row.capacity_rps.map(|c| c.mean).filter(|c| *c > 0.0) {
+            let cell: &mut Option<f64> = &mut values[line * x_values.len() + column];
+            *cell = Some(cell.map_or(capacity, |best: f64| best.max(capacity)));
+        }
+    }
+    let others = if result.grid_keys.len() > 2 {
+        ", best over the other axes"
+    } else {
+        ""
+    };
+    Some(CapacityHeatmap {
+        title: format!("Capacity (req/s) under {slo}{others}"),
+        x_name: x_key.clone(),
+        x_labels: x_values.clone(),
+        y_name: y_key,
+        y_labels: y_values,
+        values_rps: values,
+    })
+}
+
+fn trim(value: f64) -> String {
+    let text = format!("{value:.3}");
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+fn markdown(
+    result: &SweepResult,
+    slo: &Slo,
+    ranking: &[&CapacityRow],
+    written: &[PathBuf],
+) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "# capsim sweep report\n");
+    let _ = writeln!(
+        md,
+        "SLO: `{slo}`. Load axis: {}. Configurations: {}. Runs: {}.",
+        result.load_kind.column(),
+        ranking.len(),
+        result.curves.len()
+    );
+    if !result.complete {
+        let _ = writeln!(
+            md,
+            "\n**The sweep was interrupted: only the runs that finished are reported.**"
+        );
+    }
+    let _ = writeln!(md, "\n## Configurations ranked by capacity per instance\n");
+    let _ = writeln!(
+        md,
+        "Capacity is the highest sustainable rate found by bracketing and bisection to 1%: the SLO holds, rejections and timeouts stay within the stated fraction, and the queue does not grow from the first third of the run to the last. The interval is a 95% Student-t interval across seeds.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| rank | configuration | instances | capacity (req/s) | 95% interval | per instance (req/s) | latency at capacity (ms) | SLO knee (req/s) | Kneedle knee (req/s) | cost / 1M req |"
+    );
+    let _ = writeln!(md, "|---:|---|---:|---:|---|---:|---:|---:|---:|---:|");
+    let number = |v: Option<f64>| v.map_or("–".to_string(), |v| format!("{v:.1}"));
+    for (rank, row) in ranking.iter().enumerate() {
+        let interval = row.capacity_rps.map_or("–".to_string(), |c| {
+            format!("{:.1} – {:.1}", c.low, c.high)
+        });
+        let _ = writeln!(
+            md,
+            "| {} | `{}` | {} | {} | {} | {} | {} | {} | {} | {} |",
+            rank + 1,
+            row.configuration,
+            row.instances,
+            number(row.capacity_rps.map(|c| c.mean)),
+            interval,
+            number(row.capacity_per_instance_rps),
+            number(row.latency_at_capacity_ms),
+            number(row.slo_knee.map(|k| k.throughput_rps)),
+            number(row.kneedle_knee.map(|k| k.throughput_rps)),
+            row.cost_per_million_requests
+                .map_or("–".to_string(), |c| format!("{c:.4}")),
+        );
+    }
+    let warnings: Vec<String> = ranking
+        .iter()
+        .flat_map(|row| {
+            row.knee_warnings
+                .iter()
+                .map(move |w| format!("- `{}`: {w}", row.configuration))
+        })
+        .collect();
+    if !warnings.is_empty() {
+        let _ = writeln!(md, "\n### Knee warnings\n\n{}", warnings.join("\n"));
+    }
+    let _ = writeln!(md, "\n## Plots\n");
+    for path in written {
+        if let Some(name) = path.file_name().and_then(|n| n.to_str()) {
+            let _ = writeln!(md, "![{name}]({name})\n");
+        }
+    }
+    md
+}

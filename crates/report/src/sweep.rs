@@ -1,0 +1,671 @@
+//! The sweep: every (configuration, load, seed) run of a grid, a capacity search for every
+//! (configuration, seed), and what they add up to per configuration.
+//!
+//! Runs are independent and deterministic (each seed is `base_seed + seed index`, whatever the
+//! shard or the thread), so a sharded sweep merged gives the same rows as one unsharded.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use capsim_sim::record::{Outcome as RecordOutcome, RecordSink, RequestRecord};
+use capsim_sim::summary::{LatencyStats, STAGES};
+use capsim_sim::{RunOptions, Scenario, run_with_sink};
+use capsim_trace::{IngestReport, Transforms};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::capacity::{Bracket, SearchOptions, search_capacity};
+use crate::experiment::{RunError, Workload, configure, latency_ms};
+use crate::grid::{Configuration, Grid};
+use crate::interval::{Estimate, mean_with_95_interval};
+use crate::knee::kneedle_convex_increasing;
+use crate::load::{LoadAxis, LoadKind};
+use crate::shard::Shard;
+use crate::slo::Slo;
+
+/// What to sweep.
+#[derive(Debug, Clone)]
+pub struct SweepSpec {
+    /// The scenario every configuration starts from.
+    pub base: Scenario,
+    /// Configurations.
+    pub grid: Grid,
+    /// Loads each configuration's curve is run at.
+    pub load: LoadAxis,
+    /// Seeds per point (at least 1); seed `i` is `base_seed + i`.
+    pub seeds: u32,
+    /// The first seed.
+    pub base_seed: u64,
+    /// The objective.
+    pub slo: Slo,
+    /// Largest fraction of requests rejected or timed out at a sustainable load.
+    pub max_lost_fraction: f64,
+    /// Which configurations this process runs.
+    pub shard: Shard,
+    /// Cost of one instance for an hour, for cost per million requests.
+    pub cost_per_instance_hour: Option<f64>,
+    /// Kneedle's sensitivity `S`.
+    pub knee_sensitivity: f64,
+    /// Whether to run the curves (every load of the axis) and the detail runs; `false` runs only
+    /// the capacity searches (for `capsim plan`).
+    pub curves: bool,
+}
+
+/// One run of a curve: a row of `curves.parquet`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CurveRow {
+    /// Index of the configuration in the whole grid.
+    pub config_index: usize,
+    /// The configuration, `key=value ...`.
+    pub configuration: String,
+    /// Grid values by key.
+    pub settings: Vec<(String, String)>,
+    /// What `load` means.
+    pub load_kind: LoadKind,
+    /// The load value.
+    pub load: f64,
+    /// The run's seed.
+    pub seed: u64,
+    /// Measured offered rate, requests per second.
+    pub offered_rps: f64,
+    /// Achieved throughput, requests per second.
+    pub throughput_rps: f64,
+    /// Completions within the scenario's SLO per second, when the scenario sets one.
+    pub goodput_rps: Option<f64>,
+    /// Measured requests.
+    pub total: u64,
+    /// Completed.
+    pub completed: u64,
+    /// Rejected.
+    pub rejected: u64,
+    /// Timed out.
+    pub timed_out: u64,
+    /// Whether the sweep's SLO held.
+    pub slo_met: bool,
+    /// Whether the queue grew without bound.
+    pub queue_grows: bool,
+    /// Latency statistics by stage, as in `summary.json`.
+    pub latency_ms: BTreeMap<String, LatencyStats>,
+}
+
+/// A point of a curve named by a knee.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct KneePoint {
+    /// The load value.
+    pub load: f64,
+    /// Mean achieved throughput there, requests per second.
+    pub throughput_rps: f64,
+    /// Mean of the SLO's statistic there, milliseconds.
+    pub latency_ms: f64,
+}
+
+/// One configuration's capacity: a row of `capacity.csv`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CapacityRow {
+    /// Index of the configuration in the whole grid.
+    pub config_index: usize,
+    /// The configuration, `key=value ...`.
+    pub configuration: String,
+    /// Grid values by key.
+    pub settings: Vec<(String, String)>,
+    /// Instances in all pools.
+    pub instances: u32,
+    /// Sustainable rate per seed, requests per second (0 when even the lowest load failed).
+    pub capacity_rps_by_seed: Vec<f64>,
+    /// Where each seed's capacity lay relative to the searched range.
+    pub bracket_by_seed: Vec<Bracket>,
+    /// Mean and 95% interval across seeds, requests per second.
+    pub capacity_rps: Option<Estimate>,
+    /// Mean capacity per instance, requests per second.
+    pub capacity_per_instance_rps: Option<f64>,
+    /// The SLO's statistic at capacity (mean over seeds), milliseconds.
+    pub latency_at_capacity_ms: Option<f64>,
+    /// The highest curve load at which the SLO held for every seed.
+    pub slo_knee: Option<KneePoint>,
+    /// The Kneedle knee of the mean curve of the SLO's statistic.
+    pub kneedle_knee: Option<KneePoint>,
+    /// Kneedle's warnings (few points, no knee).
+    pub knee_warnings: Vec<String>,
+    /// Cost per million requests at capacity, in the currency of the instance-hour cost.
+    pub cost_per_million_requests: Option<f64>,
+}
+
+/// One configuration in detail at one load: the e2e latency distribution and the timeseries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConfigDetail {
+    /// Index of the configuration in the whole grid.
+    pub config_index: usize,
+    /// The load value of the detail run.
+    pub load: f64,
+    /// End-to-end latency quantiles of completed requests at 0.5%, 1.0%, ..., 99.5%, and the
+    /// maximum, milliseconds.
+    pub e2e_quantiles_ms: Vec<f64>,
+    /// Sample times, seconds since the run's origin.
+    pub time_s: Vec<f64>,
+    /// Requests queued (instance queues and pre-processing) at each sample.
+    pub queued: Vec<f64>,
+    /// Mean batch size in each interval.
+    pub batch_size_mean: Vec<f64>,
+    /// Fraction of model instances busy in each interval.
+    pub utilization: Vec<f64>,
+}
+
+/// Everything a sweep (or a shard of one) produced: `sweep.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepResult {
+    /// The SLO, as written.
+    pub slo: String,
+    /// What load values mean.
+    pub load_kind: LoadKind,
+    /// Grid keys, in axis order.
+    pub grid_keys: Vec<String>,
+    /// Grid values per key, in axis order.
+    pub grid_values: Vec<Vec<String>>,
+    /// The shard this result covers (`0/1` when whole or merged).
+    pub shard: Shard,
+    /// Whether every run finished (false after an interruption).
+    pub complete: bool,
+    /// Curve runs, ordered by configuration, load, seed.
+    pub curves: Vec<CurveRow>,
+    /// Capacities, ordered by configuration.
+    pub capacities: Vec<CapacityRow>,
+    /// Detail runs, ordered by configuration.
+    pub details: Vec<ConfigDetail>,
+}
+
+/// Why a sweep failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SweepError {
+    /// A run could not be made.
+    #[error(transparent)]
+    Run(#[from] RunError),
+    /// A capacity search failed.
+    #[error("configuration `{configuration}` seed {seed}: {message}")]
+    Search {
+        configuration: String,
+        seed: u64,
+        message: String,
+    },
+    /// The spec is inconsistent.
+    #[error("sweep: {0}")]
+    Spec(String),
+}
+
+/// One seed's search result: (seed, capacity rps, bracket, SLO statistic at capacity in ms).
+type SeedCapacity = (u64, f64, Bracket, Option<f64>);
+
+enum Job {
+    Search {
+        config: usize,
+        seed: u64,
+    },
+    Point {
+        config: usize,
+        load: usize,
+        seed: u64,
+    },
+    Detail {
+        config: usize,
+    },
+}
+
+enum JobOutput {
+    Search {
+        config: usize,
+        seed: u64,
+        capacity_rps: f64,
+        bracket: Bracket,
+        latency_ms: Option<f64>,
+    },
+    Point(Box<CurveRow>),
+    Detail(Box<ConfigDetail>),
+}
+
+/// How many jobs [`run_sweep`] will run (for a progress bar).
+pub fn job_count(spec: &SweepSpec) -> usize {
+    let configs = (0..spec.grid.configurations().len())
+        .filter(|&i| spec.shard.contains(i))
+        .count();
+    let per_config = if spec.curves {
+        spec.seeds as usize * (1 + spec.load.values.len()) + 1
+    } else {
+        spec.seeds as usize
+    };
+    configs * per_config
+}
+
+/// Runs the sweep in parallel (rayon). `on_job_done` is called after each job; once `cancel`
+/// is set no new job starts, and the result holds what finished, marked incomplete.
+pub fn run_sweep(
+    spec: &SweepSpec,
+    workload: &Workload<'_>,
+    on_job_done: &(dyn Fn() + Sync),
+    cancel: &AtomicBool,
+) -> Result<SweepResult, SweepError> {
+    if spec.seeds == 0 {
+        return Err(SweepError::Spec("--seeds must be at least 1".into()));
+    }
+    if spec.load.kind != workload.load_kind {
+        return Err(SweepError::Spec(format!(
+            "the load axis is a {} axis but the workload is driven by {}",
+            spec.load.kind, workload.load_kind
+        )));
+    }
+    let configurations: Vec<(usize, Configuration, Scenario)> = spec
+        .grid
+        .configurations()
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| spec.shard.contains(*i))
+        .map(|(i, c)| configure(&spec.base, &c).map(|s| (i, c, s)))
+        .collect::<Result<_, _>>()?;
+    let by_index: BTreeMap<usize, usize> = configurations
+        .iter()
+        .enumerate()
+        .map(|(position, (index, _, _))| (*index, position))
+        .collect();
+    let seeds: Vec<u64> = (0..u64::from(spec.seeds))
+        .map(|i| spec.base_seed + i)
+        .collect();
+    let mut jobs = Vec::new();
+    // Searches first: they are the longest, so starting them early balances the threads.
+    for (index, _, _) in &configurations {
+        for &seed in &seeds {
+            jobs.push(Job::Search {
+                config: *index,
+                seed,
+            });
+        }
+    }
+    for (index, _, _) in configurations.iter().filter(|_| spec.curves) {
+        for load in 0..spec.load.values.len() {
+            for &seed in &seeds {
+                jobs.push(Job::Point {
+                    config: *index,
+                    load,
+                    seed,
+                });
+            }
+        }
+        jobs.push(Job::Detail { config: *index });
+    }
+    let search = search_options(spec);
+    let outputs: Vec<Option<Result<JobOutput, SweepError>>> = jobs
+        .par_iter()
+        .map(|job| {
+            if cancel.load(Ordering::Relaxed) {
+                return None;
+            }
+            let result = run_job(job, spec, workload, &configurations, &by_index, &search);
+            on_job_done();
+            Some(result)
+        })
+        .collect();
+    let complete = outputs.iter().all(Option::is_some);
+    let mut curves = Vec::new();
+    let mut searches: BTreeMap<usize, Vec<SeedCapacity>> = BTreeMap::new();
+    let mut details = Vec::new();
+    for output in outputs.into_iter().flatten() {
+        match output? {
+            JobOutput::Point(row) => curves.push(*row),
+            JobOutput::Search {
+                config,
+                seed,
+                capacity_rps,
+                bracket,
+                latency_ms,
+            } => {
+                searches
+                    .entry(config)
+                    .or_default()
+                    .push((seed, capacity_rps, bracket, latency_ms));
+            }
+            JobOutput::Detail(detail) => details.push(*detail),
+        }
+    }
+    let capacities = configurations
+        .iter()
+        .filter_map(|(index, configuration, scenario)| {
+            let found = searches.get(index)?;
+            if found.len() != seeds.len() {
+                return None;
+            }
+            let rows: Vec<&CurveRow> = curves.iter().filter(|r| r.config_index == *index).collect();
+            Some(capacity_row(
+                spec,
+                *index,
+                configuration,
+                scenario,
+                found,
+                &rows,
+            ))
+        })
+        .collect();
+    Ok(SweepResult {
+        slo: spec.slo.to_string(),
+        load_kind: spec.load.kind,
+        grid_keys: spec.grid.axes().iter().map(|a| a.key.clone()).collect(),
+        grid_values: spec.grid.axes().iter().map(|a| a.values.clone()).collect(),
+        shard: spec.shard,
+        complete,
+        curves,
+        capacities,
+        details,
+    })
+}
+
+fn search_options(spec: &SweepSpec) -> SearchOptions {
+    let first = spec.load.values[0];
+    let last = spec.load.values[spec.load.values.len() - 1];
+    let (min_load, max_load) = match spec.load.kind {
+        LoadKind::Concurrency => (1.0, (last * 4.0).max(2.0)),
+        _ => (first / 100.0, last * 4.0),
+    };
+    SearchOptions {
+        start_load: (first * last).sqrt(),
+        min_load,
+        max_load,
+        max_lost_fraction: spec.max_lost_fraction,
+        ..SearchOptions::default()
+    }
+}
+
+fn run_job(
+    job: &Job,
+    spec: &SweepSpec,
+    workload: &Workload<'_>,
+    configurations: &[(usize, Configuration, Scenario)],
+    by_index: &BTreeMap<usize, usize>,
+    search: &SearchOptions,
+) -> Result<JobOutput, SweepError> {
+    let entry = |config: usize| &configurations[by_index[&config]];
+    let primary = spec.slo.primary();
+    match *job {
+        Job::Point { config, load, seed } => {
+            let (index, configuration, scenario) = entry(config);
+            let load = spec.load.values[load];
+            let run = workload.run(scenario, load, seed)?;
+            let outcome = run.outcome(&spec.slo);
+            let s = &run.summary;
+            Ok(JobOutput::Point(Box::new(CurveRow {
+                config_index: *index,
+                configuration: configuration.to_string(),
+                settings: configuration.settings.clone(),
+                load_kind: spec.load.kind,
+                load,
+                seed,
+                offered_rps: s.offered_rate_rps,
+                throughput_rps: s.throughput_rps,
+                goodput_rps: s.goodput_rps,
+                total: s.measured.total,
+                completed: s.measured.completed,
+                rejected: s.measured.rejected,
+                timed_out: s.measured.timed_out,
+                slo_met: outcome.slo_met,
+                queue_grows: outcome.queue_grows,
+                latency_ms: s.latency_ms.clone(),
+            })))
+        }
+        Job::Search { config, seed } => {
+            let (_, configuration, scenario) = entry(config);
+            let mut seen: Vec<(f64, f64, Option<f64>)> = Vec::new();
+            let capacity = search_capacity(search, |load| {
+                let run = workload.run(scenario, load, seed)?;
+                seen.push((
+                    load,
+                    run.summary.throughput_rps,
+                    latency_ms(&run.summary, &primary.metric, primary.stat),
+                ));
+                Ok::<_, RunError>(run.outcome(&spec.slo))
+            })
+            .map_err(|e| SweepError::Search {
+                configuration: configuration.to_string(),
+                seed,
+                message: error_chain(&e),
+            })?;
+            let at_capacity = seen
+                .iter()
+                .find(|(load, _, _)| *load == capacity.sustainable_load);
+            let capacity_rps = match (
+                capacity.bracket,
+                workload.nominal_rate_rps(capacity.sustainable_load),
+            ) {
+                (Bracket::BelowRange, _) => 0.0,
+                (_, Some(rate)) => rate,
+                (_, None) => at_capacity.map_or(0.0, |(_, throughput, _)| *throughput),
+            };
+            Ok(JobOutput::Search {
+                config,
+                seed,
+                capacity_rps,
+                bracket: capacity.bracket,
+                latency_ms: at_capacity.and_then(|(_, _, latency)| *latency),
+            })
+        }
+        Job::Detail { config } => {
+            let (index, _, scenario) = entry(config);
+            let load = spec.load.values[spec.load.values.len() / 2];
+            detail_run(spec, workload, *index, scenario, load)
+                .map(|d| JobOutput::Detail(Box::new(d)))
+        }
+    }
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}
+
+/// Collects end-to-end latencies of completed requests.
+struct LatencySink(Vec<u64>);
+
+impl RecordSink for LatencySink {
+    fn record(&mut self, record: &RequestRecord) {
+        if record.outcome == RecordOutcome::Completed {
+            self.0.push(record.latency_ns());
+        }
+    }
+}
+
+fn detail_run(
+    spec: &SweepSpec,
+    workload: &Workload<'_>,
+    config_index: usize,
+    scenario: &Scenario,
+    load: f64,
+) -> Result<ConfigDetail, SweepError> {
+    let options = RunOptions {
+        seed: spec.base_seed,
+        warmup: workload.warmup,
+        ..RunOptions::default()
+    };
+    let mut sink = LatencySink(Vec::with_capacity(workload.trace.len()));
+    let run = match workload.load_kind {
+        LoadKind::Concurrency => {
+            let mut closed = scenario.clone();
+            for (key, value) in [
+                ("load.mode", "\"closed\"".to_string()),
+                ("load.concurrency", format!("{}", load.round() as u64)),
+            ] {
+                closed
+                    .set(key, &value)
+                    .map_err(|source| RunError::Configure {
+                        configuration: format!("{key}={value}"),
+                        source: Box::new(source),
+                    })?;
+            }
+            run_with_sink(&closed, workload.trace, &options, &mut sink).map_err(RunError::from)?
+        }
+        _ => {
+            let factor = match workload.load_kind {
+                LoadKind::TargetRate => {
+                    load / workload.trace_rate_rps.ok_or(RunError::NoTraceRate)?
+                }
+                _ => load,
+            };
+            let scaled = Transforms {
+                rate_scale: Some(factor),
+                ..Transforms::default()
+            }
+            .apply(workload.trace.clone(), &mut IngestReport::default())
+            .map_err(|source| RunError::Rescale {
+                factor,
+                source: Box::new(source),
+            })?;
+            run_with_sink(scenario, &scaled, &options, &mut sink).map_err(RunError::from)?
+        }
+    };
+    let mut latencies = sink.0;
+    latencies.sort_unstable();
+    let e2e_quantiles_ms = if latencies.is_empty() {
+        Vec::new()
+    } else {
+        (1..=200)
+            .map(|i| {
+                let rank = ((i as f64 / 200.0) * latencies.len() as f64).ceil() as usize;
+                latencies[rank.clamp(1, latencies.len()) - 1] as f64 * 1e-6
+            })
+            .collect()
+    };
+    let ts = &run.timeseries;
+    Ok(ConfigDetail {
+        config_index,
+        load,
+        e2e_quantiles_ms,
+        time_s: ts.time_ns.iter().map(|&t| t as f64 * 1e-9).collect(),
+        queued: ts
+            .queued
+            .iter()
+            .zip(&ts.preprocess_waiting)
+            .map(|(&q, &p)| f64::from(q) + f64::from(p))
+            .collect(),
+        batch_size_mean: ts.batch_size_mean.clone(),
+        utilization: ts.utilization.clone(),
+    })
+}
+
+fn capacity_row(
+    spec: &SweepSpec,
+    config_index: usize,
+    configuration: &Configuration,
+    scenario: &Scenario,
+    found: &[SeedCapacity],
+    rows: &[&CurveRow],
+) -> CapacityRow {
+    let mut found = found.to_vec();
+    found.sort_by_key(|f| f.0);
+    let capacity_rps_by_seed: Vec<f64> = found.iter().map(|f| f.1).collect();
+    let capacity_rps = mean_with_95_interval(&capacity_rps_by_seed);
+    let instances: u32 = scenario.pools().iter().map(|p| p.instances).sum();
+    let latencies: Vec<f64> = found.iter().filter_map(|f| f.3).collect();
+    let latency_at_capacity_ms =
+        (!latencies.is_empty()).then(|| latencies.iter().sum::<f64>() / latencies.len() as f64);
+    let (slo_knee, kneedle_knee, knee_warnings) = knees(spec, rows);
+    let capacity_per_instance_rps = capacity_rps.map(|c| c.mean / f64::from(instances.max(1)));
+    let cost_per_million_requests = match (spec.cost_per_instance_hour, capacity_rps) {
+        (Some(cost), Some(c)) if c.mean > 0.0 => {
+            Some(cost * f64::from(instances) / (c.mean * 3600.0) * 1e6)
+        }
+        _ => None,
+    };
+    CapacityRow {
+        config_index,
+        configuration: configuration.to_string(),
+        settings: configuration.settings.clone(),
+        instances,
+        capacity_rps_by_seed,
+        bracket_by_seed: found.iter().map(|f| f.2).collect(),
+        capacity_rps,
+        capacity_per_instance_rps,
+        latency_at_capacity_ms,
+        slo_knee,
+        kneedle_knee,
+        knee_warnings,
+        cost_per_million_requests,
+    }
+}
+
+/// The mean curve of one configuration: per load, (load, mean throughput, mean SLO statistic,
+/// SLO held for every seed).
+pub fn mean_curve(slo: &Slo, rows: &[&CurveRow]) -> Vec<(f64, f64, Option<f64>, bool)> {
+    let primary = slo.primary();
+    let mut by_load: BTreeMap<u64, Vec<&CurveRow>> = BTreeMap::new();
+    for row in rows {
+        by_load.entry(row.load.to_bits()).or_default().push(row);
+    }
+    let mut curve: Vec<(f64, f64, Option<f64>, bool)> = by_load
+        .values()
+        .map(|runs| {
+            let n = runs.len() as f64;
+            let throughput = runs.iter().map(|r| r.throughput_rps).sum::<f64>() / n;
+            let values: Vec<f64> = runs
+                .iter()
+                .filter_map(|r| stage_stat(r, &primary.metric, primary.stat))
+                .collect();
+            let latency = (values.len() == runs.len()).then(|| values.iter().sum::<f64>() / n);
+            (
+                runs[0].load,
+                throughput,
+                latency,
+                runs.iter().all(|r| r.slo_met),
+            )
+        })
+        .collect();
+    curve.sort_by(|a, b| a.0.total_cmp(&b.0));
+    curve
+}
+
+/// A row's value of `stat` for an SLO `metric`, milliseconds.
+pub fn stage_stat(row: &CurveRow, metric: &str, stat: crate::slo::LatencyStat) -> Option<f64> {
+    let stats = row.latency_ms.get(crate::slo::summary_stage(metric))?;
+    if stats.count == 0 {
+        return None;
+    }
+    crate::experiment::stat_of(stats, stat)
+}
+
+fn knees(
+    spec: &SweepSpec,
+    rows: &[&CurveRow],
+) -> (Option<KneePoint>, Option<KneePoint>, Vec<String>) {
+    let curve = mean_curve(&spec.slo, rows);
+    let points: Vec<(f64, f64, f64)> = curve
+        .iter()
+        .filter_map(|(load, throughput, latency, _)| latency.map(|l| (*load, *throughput, l)))
+        .collect();
+    let slo_knee = curve
+        .iter()
+        .take_while(|(_, _, _, held)| *held)
+        .last()
+        .and_then(|(load, throughput, latency, _)| {
+            latency.map(|latency_ms| KneePoint {
+                load: *load,
+                throughput_rps: *throughput,
+                latency_ms,
+            })
+        });
+    let x: Vec<f64> = points.iter().map(|p| p.0).collect();
+    let y: Vec<f64> = points.iter().map(|p| p.2).collect();
+    match kneedle_convex_increasing(&x, &y, spec.knee_sensitivity) {
+        Ok(analysis) => {
+            let knee = analysis.knee.map(|k| KneePoint {
+                load: points[k.index].0,
+                throughput_rps: points[k.index].1,
+                latency_ms: points[k.index].2,
+            });
+            (slo_knee, knee, analysis.warnings)
+        }
+        Err(e) => (slo_knee, None, vec![e.to_string()]),
+    }
+}
+
+/// Every stage name of the summary, in path order.
+pub fn stages() -> &'static [&'static str] {
+    &STAGES
+}
