@@ -720,3 +720,105 @@ fn other_to_static(v: Scalar<'_>) -> Scalar<'static> {
         Scalar::S(_) => Scalar::S("(text)"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
+    use parquet::arrow::ArrowWriter;
+
+    use crate::{IngestOptions, read_trace};
+
+    fn write(path: &std::path::Path, cols: Vec<(&str, ArrayRef)>) {
+        let batch = RecordBatch::try_from_iter(cols).unwrap();
+        let mut w =
+            ArrowWriter::try_new(std::fs::File::create(path).unwrap(), batch.schema(), None)
+                .unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+    }
+
+    #[test]
+    fn foreign_schema_values_are_checked_row_by_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.parquet");
+        write(
+            &path,
+            vec![
+                (
+                    "ts",
+                    Arc::new(StringArray::from(vec![
+                        "2024-01-01 00:00:01",
+                        "2024-01-01 00:00:00",
+                        "2024-01-01 00:00:02",
+                        "2024-01-01 00:00:03",
+                    ])) as ArrayRef,
+                ),
+                (
+                    "prompt",
+                    Arc::new(Float64Array::from(vec![
+                        Some(10.0),
+                        Some(f64::NAN),
+                        None,
+                        Some(7.0),
+                    ])) as ArrayRef,
+                ),
+                (
+                    "gen",
+                    Arc::new(Int64Array::from(vec![1, 2, 3, -4])) as ArrayRef,
+                ),
+            ],
+        );
+        let mut opts = IngestOptions {
+            maps: vec!["arrival=ts:datetime,input_tokens=prompt,output_tokens=gen".into()],
+            ..IngestOptions::default()
+        };
+        let err = read_trace(std::slice::from_ref(&path), &opts)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("row 2, column `prompt`: NaN or infinite value"),
+            "{err}"
+        );
+        opts.skip_invalid = true;
+        let (trace, report) = read_trace(&[path], &opts).unwrap();
+        assert_eq!(
+            trace.len(),
+            1,
+            "rows 2 (NaN), 3 (null) and 4 (negative) are skipped"
+        );
+        assert_eq!(trace.input_tokens(), &[10]);
+        assert_eq!(report.rows_skipped, 3);
+        assert_eq!(report.skipped_by_reason.get("negative"), Some(&1));
+        assert_eq!(report.skipped_by_reason.get("missing_value"), Some(&1));
+        assert_eq!(report.skipped_by_reason.get("not_finite"), Some(&1));
+    }
+
+    #[test]
+    fn unsorted_foreign_parquet_is_sorted_and_rebased() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("u.parquet");
+        write(
+            &path,
+            vec![
+                (
+                    "t_ms",
+                    Arc::new(Int64Array::from(vec![3000, 1000, 2000])) as ArrayRef,
+                ),
+                ("n", Arc::new(Int64Array::from(vec![3, 1, 2])) as ArrayRef),
+            ],
+        );
+        let opts = IngestOptions {
+            maps: vec!["arrival=t_ms:ms,input_tokens=n".into()],
+            ..IngestOptions::default()
+        };
+        let (trace, report) = read_trace(&[path], &opts).unwrap();
+        assert_eq!(
+            trace.arrival_ns(),
+            &[1_000_000_000, 2_000_000_000, 3_000_000_000]
+        );
+        assert_eq!(trace.input_tokens(), &[1, 2, 3]);
+        assert_eq!(report.out_of_order, 2);
+    }
+}
