@@ -11,7 +11,7 @@ if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv with $($python --version 2>&1)"
   "$python" -m venv .venv
 fi
-if ! .venv/bin/python -m pip install -q --disable-pip-version-check -r scripts/requirements.txt; then
-  echo "setup: installing scripts/requirements.txt into .venv failed (is PyPI reachable?)" >&2
+if ! .venv/bin/python -m pip install -q --disable-pip-version-check -r scripts/requirements.txt -r notebooks/requirements.txt; then
+  echo "setup: installing scripts/requirements.txt and notebooks/requirements.txt into .venv failed (is PyPI reachable?)" >&2
   exit 1
 fi
