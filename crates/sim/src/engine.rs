@@ -170,7 +170,11 @@ struct PoolState {
     postprocess_instant: bool,
     service: Arc<dyn ServiceTime>,
     first_instance: u32,
+    /// Active instances (a prefix of the pool's instances; the rest are standby).
     instances: u32,
+    standby_left: u32,
+    activate_at_outstanding: u32,
+    cold_start_ns: u64,
     balancer: Balancer,
     balancer_rng: SimRng,
     execution_rng: SimRng,
@@ -254,8 +258,9 @@ impl<'a> Engine<'a> {
             let first_instance = instances.len() as u32;
             let per_instance = pool.execution.gpus * pool.execution.instance_count;
             let cold_start_ns = pool.execution.cold_start.0;
-            for i in 0..pool.instances {
+            for i in 0..pool.instances + pool.standby.instances {
                 let index = instances.len() as u32;
+                let standby = i >= pool.instances;
                 instances.push(Instance {
                     pool: p16,
                     index_in_pool: i,
@@ -270,7 +275,7 @@ impl<'a> Engine<'a> {
                     timer_at: SimTime::NEVER,
                 });
                 for k in 0..per_instance {
-                    if cold_start_ns > 0 {
+                    if cold_start_ns > 0 && !standby {
                         events.push(
                             cold_start_ns,
                             EventKind::ModelInstanceReady,
@@ -281,7 +286,7 @@ impl<'a> Engine<'a> {
                     model_instances.push(ModelInstance::new(
                         index,
                         k,
-                        cold_start_ns == 0,
+                        cold_start_ns == 0 && !standby,
                         pool.batcher.max_batch_size,
                     ));
                 }
@@ -301,6 +306,9 @@ impl<'a> Engine<'a> {
                     .unwrap_or_else(|| pool.service.clone()),
                 first_instance,
                 instances: pool.instances,
+                standby_left: pool.standby.instances,
+                activate_at_outstanding: pool.standby.activate_at_outstanding,
+                cold_start_ns,
                 balancer: Balancer::new(scenario.gateway.load_balancing),
                 balancer_rng: stream(seed, Component::Balancer, p as u32),
                 execution_rng: stream(seed, Component::Execution, p as u32),
@@ -641,6 +649,7 @@ impl<'a> Engine<'a> {
         let now = self.now.ns();
         let row = self.tickets[ticket as usize].record.request as usize;
         let p = self.pool_of(row);
+        self.activate_standby_if_needed(p);
         let pool = &mut self.pools[p as usize];
         let first = pool.first_instance as usize;
         let instances = &self.instances;
@@ -672,6 +681,41 @@ impl<'a> Engine<'a> {
                 } else {
                     self.preprocess_waiting += 1;
                 }
+            }
+        }
+    }
+
+    /// Activates the pool's next standby instance when every active one is loaded to the
+    /// threshold; its model instances become ready after the cold start.
+    fn activate_standby_if_needed(&mut self, p: u16) {
+        let now = self.now.ns();
+        let pool = &mut self.pools[p as usize];
+        if pool.standby_left == 0 {
+            return;
+        }
+        let first = pool.first_instance as usize;
+        let active = &self.instances[first..first + pool.instances as usize];
+        if active
+            .iter()
+            .any(|i| i.outstanding < pool.activate_at_outstanding)
+        {
+            return;
+        }
+        let index = pool.first_instance + pool.instances;
+        pool.instances += 1;
+        pool.standby_left -= 1;
+        let instance = &self.instances[index as usize];
+        let from = instance.first_model_instance;
+        for mi in from..from + instance.model_instances {
+            if pool.cold_start_ns == 0 {
+                self.model_instances[mi as usize].ready = true;
+            } else {
+                self.events.push(
+                    now + pool.cold_start_ns,
+                    EventKind::ModelInstanceReady,
+                    mi,
+                    0,
+                );
             }
         }
     }
@@ -1223,6 +1267,30 @@ mod tests {
         assert_eq!(got, expected);
         let c = &run.summary.requests;
         assert_eq!((c.total, c.retries, c.completed, c.timed_out), (6, 3, 3, 3));
+    }
+
+    #[test]
+    fn standby_instance_activates_under_load_and_starts_cold() {
+        let s = "[gateway]\nload_balancing = \"least_outstanding\"\n\
+                 [standby]\ninstances = 1\nactivate_at_outstanding = 2\n\
+                 [execution]\ncold_start = \"5ms\"\n[service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+        // The active instance loads until 5ms; r0 runs 5..15. At 6, r1 finds one outstanding
+        // (< 2) and queues there; at 7, r2 finds two outstanding: the standby instance is
+        // activated, the balancer sends r2 to it (least outstanding), and it runs r2 after its
+        // own cold start, 12..22.
+        let scenario = Scenario::from_toml_str(s).unwrap();
+        let (_, log) = simulate_with_requests(
+            &scenario,
+            &trace_ms(&[0, 6, 7], None),
+            &RunOptions::default(),
+        )
+        .unwrap();
+        let got: Vec<(u32, u32, u64)> = log
+            .records()
+            .iter()
+            .map(|r| (r.request, r.instance, r.exec_start_ns / MS))
+            .collect();
+        assert_eq!(got, vec![(0, 0, 5), (1, 0, 15), (2, 1, 12)]);
     }
 
     #[test]

@@ -429,6 +429,31 @@ pub struct PostprocessSpec {
     pub per_output_token: DurationNs,
 }
 
+/// Standby instances: servers kept out of rotation until the gateway needs them. When every
+/// active instance of the pool has at least `activate_at_outstanding` requests outstanding, the
+/// next standby instance is activated: it joins the rotation at once and its model instances
+/// load for `execution.cold_start` before running their first batch. Activated instances stay
+/// active (an autoscaler that also scales down would extend this).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct StandbySpec {
+    /// Standby instances (beyond `instances`). Default 0.
+    #[serde(default)]
+    pub instances: u32,
+    /// Outstanding requests on every active instance that trigger an activation. Default 1.
+    #[serde(default = "one_u32")]
+    pub activate_at_outstanding: u32,
+}
+
+impl Default for StandbySpec {
+    fn default() -> Self {
+        StandbySpec {
+            instances: 0,
+            activate_at_outstanding: 1,
+        }
+    }
+}
+
 /// A named pool of instances serving some models or classes.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -442,6 +467,9 @@ pub struct PoolFile {
     /// Instances (servers) in the pool. Default 1.
     #[serde(default = "one_u32")]
     pub instances: u32,
+    /// Standby instances.
+    #[serde(default)]
+    pub standby: StandbySpec,
     /// Pre-processing; absent means none.
     pub preprocess: Option<PreprocessSpec>,
     /// Queue policy.
@@ -579,6 +607,8 @@ struct ScenarioFile {
     timeseries: TimeseriesSpec,
     #[serde(default = "one_u32")]
     instances: u32,
+    #[serde(default)]
+    standby: StandbySpec,
     preprocess: Option<PreprocessSpec>,
     #[serde(default)]
     queue: QueueSpec,
@@ -602,8 +632,10 @@ pub struct Pool {
     pub models: Vec<String>,
     /// Trace classes routed here.
     pub classes: Vec<u32>,
-    /// Instances (servers) behind the gateway.
+    /// Instances (servers) behind the gateway, active from the start.
     pub instances: u32,
+    /// Standby instances.
+    pub standby: StandbySpec,
     /// Pre-processing workers, if any.
     pub preprocess: Option<PreprocessSpec>,
     /// Queue policy.
@@ -688,6 +720,7 @@ impl Scenario {
             models: Vec::new(),
             classes: Vec::new(),
             instances: file.instances,
+            standby: file.standby,
             preprocess: file.preprocess,
             queue: file.queue,
             batcher: file.batcher,
@@ -845,6 +878,18 @@ fn build_pool(
     if p.instances == 0 {
         return Err(invalid(&key("instances"), "must be at least 1"));
     }
+    if p.standby.activate_at_outstanding == 0 {
+        return Err(invalid(
+            &key("standby.activate_at_outstanding"),
+            "must be at least 1",
+        ));
+    }
+    if u64::from(p.instances) + u64::from(p.standby.instances) > 1_000_000 {
+        return Err(invalid(
+            &key("standby.instances"),
+            "instances plus standby instances must be at most 1000000",
+        ));
+    }
     if p.instances > 1_000_000 {
         return Err(invalid(&key("instances"), "must be at most 1000000"));
     }
@@ -928,6 +973,7 @@ fn build_pool(
         models: p.models,
         classes: p.classes,
         instances: p.instances,
+        standby: p.standby,
         preprocess: p.preprocess,
         queue: p.queue,
         batcher,
