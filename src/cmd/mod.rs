@@ -2,6 +2,9 @@
 
 pub mod calibrate;
 pub mod simulate;
+pub mod plan;
+pub mod report;
+pub mod sweep;
 pub mod trace;
 
 /// Marks an error as caused by the user's input (exit code 2), for commands whose libraries do

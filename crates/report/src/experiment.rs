@@ -19,14 +19,14 @@ use crate::slo::{LatencyStat, Slo, summary_stage};
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     /// A grid value or load was refused by the scenario.
-    #[error("configuration `{configuration}`: {source}")]
+    #[error("configuration `{configuration}`")]
     Configure {
         configuration: String,
         #[source]
         source: Box<capsim_sim::ScenarioError>,
     },
     /// The trace could not be rescaled.
-    #[error("rescaling the trace by {factor}: {source}")]
+    #[error("rescaling the trace by {factor}")]
     Rescale {
         factor: f64,
         #[source]

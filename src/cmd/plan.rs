@@ -1,0 +1,137 @@
+//! `capsim plan`: the fewest instances (and the best setting of the grid) that meet the SLO at
+//! the trace's peak times a growth factor.
+
+use anyhow::Result;
+use capsim_report::experiment::Workload;
+use capsim_report::grid::GridAxis;
+use capsim_report::load::{LoadAxis, LoadKind};
+use capsim_report::shard::Shard;
+use capsim_report::sweep::{CapacityRow, SweepSpec};
+use clap::Args;
+
+use super::BadInput;
+use super::sweep::{GridArgs, parse_grid_args, parse_warmup, run_with_progress};
+
+/// Instances tried when the grid has no `instances` axis.
+const DEFAULT_MAX_INSTANCES: u32 = 16;
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub grid: GridArgs,
+
+    /// Traffic growth to plan for, e.g. `3x` (the trace replayed at 3 times its rate).
+    #[arg(long, default_value = "1x", value_name = "K")]
+    pub growth: String,
+
+    /// How many runner-up configurations to show.
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub runners_up: usize,
+}
+
+pub fn run(args: PlanArgs) -> Result<()> {
+    let growth: f64 = args
+        .growth
+        .trim()
+        .trim_end_matches('x')
+        .parse()
+        .ok()
+        .filter(|g: &f64| *g > 0.0 && g.is_finite())
+        .ok_or_else(|| {
+            BadInput(format!(
+                "--growth {:?}: write a positive multiplier such as 3x",
+                args.growth
+            ))
+        })?;
+    let extra = if args
+        .grid
+        .grids
+        .iter()
+        .any(|g| g.trim_start().starts_with("instances="))
+    {
+        Vec::new()
+    } else {
+        vec![
+            format!("instances=1..{DEFAULT_MAX_INSTANCES}")
+                .parse::<GridAxis>()
+                .map_err(|e| BadInput(e.to_string()))?,
+        ]
+    };
+    let (scenario, grid, slo) = parse_grid_args(&args.grid, extra)?;
+    let warmup = parse_warmup(args.grid.warmup.as_deref())?;
+    let loaded = args.grid.input.load()?;
+    eprintln!("{}", loaded.report_line());
+    let summary = capsim_trace::Summary::of(&loaded.trace);
+    let Some(mean_rps) = summary.mean_rate_rps else {
+        return Err(BadInput(
+            "the trace needs at least two requests over a nonzero span to plan on".into(),
+        )
+        .into());
+    };
+    let peak_rps = summary.peak_rate_60s_rps;
+    let workload = Workload::new(&loaded.trace, LoadKind::RateScale, warmup);
+    let spec = SweepSpec {
+        base: scenario,
+        grid,
+        load: LoadAxis::parse(&format!("{growth}x"), LoadKind::RateScale)
+            .map_err(|e| BadInput(e.to_string()))?,
+        seeds: args.grid.seeds,
+        base_seed: args.grid.seed,
+        slo: slo.clone(),
+        max_lost_fraction: args.grid.max_lost,
+        shard: Shard::WHOLE,
+        cost_per_instance_hour: args.grid.cost_per_instance_hour,
+        knee_sensitivity: capsim_report::knee::DEFAULT_SENSITIVITY,
+        curves: false,
+    };
+    let result = run_with_progress(&spec, &workload)?;
+    // A configuration carries the target when the trace replayed at `growth` times its rate is
+    // sustainable: its capacity, as a multiple of the trace's rate, is at least `growth`. With
+    // several seeds the interval's lower end must clear it.
+    let multiple = |row: &CapacityRow| row.capacity_rps.map_or(0.0, |c| c.low / mean_rps);
+    let mut feasible: Vec<&CapacityRow> = result
+        .capacities
+        .iter()
+        .filter(|r| multiple(r) >= growth)
+        .collect();
+    feasible.sort_by(|a, b| {
+        a.instances
+            .cmp(&b.instances)
+            .then(multiple(b).total_cmp(&multiple(a)))
+            .then(a.config_index.cmp(&b.config_index))
+    });
+    println!(
+        "SLO {slo}; trace mean {mean_rps:.1} req/s, 60 s peak {peak_rps:.1} req/s; growth {growth}x: target peak {:.1} req/s",
+        peak_rps * growth
+    );
+    let Some(best) = feasible.first() else {
+        let most = result.capacities.iter().map(&multiple).fold(0.0, f64::max);
+        println!(
+            "no configuration of the grid meets the SLO at {growth}x; the best carries {most:.2}x. Widen the grid (more instances, larger batches)."
+        );
+        return Ok(());
+    };
+    let describe = |row: &CapacityRow| {
+        format!(
+            "{:<58} {:>3} instances, carries {:.2}x ({:.1} req/s mean, {:.1} req/s peak), headroom {:+.0}%",
+            row.configuration,
+            row.instances,
+            multiple(row),
+            multiple(row) * mean_rps,
+            multiple(row) * peak_rps,
+            (multiple(row) / growth - 1.0) * 100.0
+        )
+    };
+    println!("\nplan: {}", describe(best));
+    if let Some(cost) = best.cost_per_million_requests {
+        println!("      cost at capacity: {cost:.4} per million requests");
+    }
+    let others: Vec<&&CapacityRow> = feasible.iter().skip(1).take(args.runners_up).collect();
+    if !others.is_empty() {
+        println!("\nrunners-up:");
+        for row in others {
+            println!("  {}", describe(row));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,258 @@
+//! `capsim sweep` (curves, capacities and the report of a grid of configurations) and
+//! `capsim merge` (join the outputs of `--shard` runs).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+
+use anyhow::{Context, Result};
+use capsim_report::experiment::Workload;
+use capsim_report::grid::{Grid, GridAxis};
+use capsim_report::load::{LoadAxis, LoadKind};
+use capsim_report::output::{merge, read_sweep, write_sweep_outputs};
+use capsim_report::plot::PlotSize;
+use capsim_report::report::write_report;
+use capsim_report::shard::Shard;
+use capsim_report::slo::Slo;
+use capsim_report::sweep::{SweepResult, SweepSpec, job_count, run_sweep};
+use capsim_sim::quantity::parse_duration_ns;
+use capsim_sim::{Scenario, Warmup};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::BadInput;
+use crate::input::TraceInput;
+
+/// The flags `sweep` and `plan` share: scenario, trace, grid, SLO, seeds.
+#[derive(Debug, Args)]
+pub struct GridArgs {
+    /// The scenario every configuration starts from (TOML).
+    #[arg(long, value_name = "S.toml")]
+    pub scenario: PathBuf,
+
+    #[command(flatten)]
+    pub input: TraceInput,
+
+    /// A grid axis over any scenario key: `batcher.max_batch_size=1,4,8`, `instances=1..8`,
+    /// `batcher.max_queue_delay=0ms,2ms` (repeatable; the grid is their product).
+    #[arg(long = "grid", value_name = "KEY=VALUES")]
+    pub grids: Vec<String>,
+
+    /// The service-level objective, e.g. `e2e.p99<=800ms` (several joined by `,`).
+    #[arg(long, value_name = "SLO")]
+    pub slo: String,
+
+    /// Seeds per point; capacities get a 95% interval across them.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub seeds: u32,
+
+    /// The first seed (seed i is SEED + i).
+    #[arg(long, default_value_t = 0, value_name = "SEED")]
+    pub seed: u64,
+
+    /// Largest fraction of requests rejected or timed out at a sustainable load.
+    #[arg(long, default_value_t = 0.001, value_name = "FRACTION")]
+    pub max_lost: f64,
+
+    /// Exclude a warm-up from each run's statistics: a duration (`30s`) or a request count.
+    #[arg(long, value_name = "DUR|COUNT")]
+    pub warmup: Option<String>,
+
+    /// Cost of one instance for one hour, for cost per million requests.
+    #[arg(long, value_name = "COST")]
+    pub cost_per_instance_hour: Option<f64>,
+}
+
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    #[command(flatten)]
+    pub grid: GridArgs,
+
+    /// Load axis as trace-rate multipliers, e.g. `0.25..4x:16` (linear) or `0.5..8x:log9`.
+    #[arg(long, value_name = "AXIS", conflicts_with_all = ["rate", "concurrency"])]
+    pub load: Option<String>,
+
+    /// Load axis as target mean rates, e.g. `10..2000rps:log12`.
+    #[arg(long, value_name = "AXIS", conflicts_with = "concurrency")]
+    pub rate: Option<String>,
+
+    /// Load axis as closed-loop client counts, e.g. `1..256:log9`.
+    #[arg(long, value_name = "AXIS")]
+    pub concurrency: Option<String>,
+
+    /// Run only shard I of N (0-based): configurations k with k % N == I. Join with `capsim merge`.
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<String>,
+
+    /// Kneedle sensitivity S (larger is more conservative).
+    #[arg(long, default_value_t = capsim_report::knee::DEFAULT_SENSITIVITY, value_name = "S")]
+    pub knee_sensitivity: f64,
+
+    /// Do not draw the report at the end.
+    #[arg(long)]
+    pub no_report: bool,
+
+    /// Output directory (created if missing).
+    #[arg(short = 'o', long = "out", value_name = "DIR")]
+    pub out: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// Output directories of the shards (each holding sweep.json).
+    #[arg(required = true, value_name = "SHARD_DIR")]
+    pub shards: Vec<PathBuf>,
+
+    /// Directory for the merged outputs and report.
+    #[arg(short = 'o', long = "out", value_name = "DIR")]
+    pub out: PathBuf,
+
+    /// Do not draw the report.
+    #[arg(long)]
+    pub no_report: bool,
+}
+
+fn bad(e: impl std::fmt::Display) -> anyhow::Error {
+    BadInput(e.to_string()).into()
+}
+
+/// Parses `--warmup`: a bare integer is a request count, anything else a duration.
+pub fn parse_warmup(text: Option<&str>) -> Result<Warmup> {
+    let Some(text) = text else {
+        return Ok(Warmup::None);
+    };
+    if let Ok(count) = text.trim().parse::<u64>() {
+        return Ok(Warmup::Count(count));
+    }
+    parse_duration_ns(text)
+        .map(Warmup::DurationNs)
+        .map_err(|e| bad(format!("--warmup: {e}, or a request count such as 1000")))
+}
+
+/// The scenario, the grid and the SLO of `args`, checked.
+pub fn parse_grid_args(
+    args: &GridArgs,
+    extra_axes: Vec<GridAxis>,
+) -> Result<(Scenario, Grid, Slo)> {
+    let scenario = Scenario::from_path(&args.scenario).map_err(bad)?;
+    let mut axes: Vec<GridAxis> = args
+        .grids
+        .iter()
+        .map(|g| {
+            g.parse::<GridAxis>()
+                .map_err(|e| bad(format!("--grid: {e}")))
+        })
+        .collect::<Result<_>>()?;
+    axes.extend(extra_axes);
+    let grid = Grid::new(axes).map_err(bad)?;
+    let slo: Slo = args.slo.parse().map_err(|e| bad(format!("--slo: {e}")))?;
+    if args.seeds == 0 {
+        return Err(bad("--seeds must be at least 1"));
+    }
+    if !(0.0..=1.0).contains(&args.max_lost) {
+        return Err(bad(format!(
+            "--max-lost {} is not a fraction in [0, 1]",
+            args.max_lost
+        )));
+    }
+    Ok((scenario, grid, slo))
+}
+
+/// Runs `spec` with a progress bar on stderr.
+pub fn run_with_progress(spec: &SweepSpec, workload: &Workload<'_>) -> Result<SweepResult> {
+    let bar = ProgressBar::new(job_count(spec) as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} runs, {elapsed} elapsed, ETA {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    // Ctrl-C is not caught (the dependency set has no signal-handling crate): an interrupt
+    // ends the process. The library stops cleanly when this flag is set.
+    let cancel = AtomicBool::new(false);
+    let result = run_sweep(spec, workload, &|| bar.inc(1), &cancel);
+    bar.finish_and_clear();
+    Ok(result?)
+}
+
+pub fn run(args: SweepArgs) -> Result<()> {
+    let (scenario, grid, slo) = parse_grid_args(&args.grid, Vec::new())?;
+    let load = match (&args.load, &args.rate, &args.concurrency) {
+        (_, Some(rate), _) => LoadAxis::parse(rate, LoadKind::TargetRate),
+        (_, _, Some(concurrency)) => LoadAxis::parse(concurrency, LoadKind::Concurrency),
+        (Some(load), _, _) => LoadAxis::parse(load, LoadKind::RateScale),
+        (None, None, None) => LoadAxis::parse("0.25..2x:8", LoadKind::RateScale),
+    }
+    .map_err(bad)?;
+    let shard: Shard = match &args.shard {
+        Some(text) => text.parse().map_err(|e| bad(format!("--shard: {e}")))?,
+        None => Shard::WHOLE,
+    };
+    let warmup = parse_warmup(args.grid.warmup.as_deref())?;
+    let loaded = args.grid.input.load()?;
+    eprintln!("{}", loaded.report_line());
+    let workload = Workload::new(&loaded.trace, load.kind, warmup);
+    if load.kind == LoadKind::TargetRate && workload.trace_rate_rps.is_none() {
+        return Err(bad(
+            "--rate needs a trace with at least two requests over a nonzero span",
+        ));
+    }
+    let spec = SweepSpec {
+        base: scenario,
+        grid,
+        load,
+        seeds: args.grid.seeds,
+        base_seed: args.grid.seed,
+        slo,
+        max_lost_fraction: args.grid.max_lost,
+        shard,
+        cost_per_instance_hour: args.grid.cost_per_instance_hour,
+        knee_sensitivity: args.knee_sensitivity,
+        curves: true,
+    };
+    let started = std::time::Instant::now();
+    let result = run_with_progress(&spec, &workload)?;
+    let elapsed_s = started.elapsed().as_secs_f64();
+    write_outputs(&args.out, &result, args.no_report)?;
+    eprintln!(
+        "{} configurations, {} curve runs in {elapsed_s:.1} s; wrote {}",
+        result.capacities.len(),
+        result.curves.len(),
+        args.out.display()
+    );
+    print_capacities(&result);
+    Ok(())
+}
+
+pub fn merge_run(args: MergeArgs) -> Result<()> {
+    let shards = args
+        .shards
+        .iter()
+        .map(|dir| read_sweep(&dir.join("sweep.json")).map_err(bad))
+        .collect::<Result<Vec<_>>>()?;
+    let merged = merge(shards).map_err(bad)?;
+    if !merged.complete {
+        eprintln!("warning: the shards do not cover the whole sweep, or one was interrupted");
+    }
+    write_outputs(&args.out, &merged, args.no_report)?;
+    print_capacities(&merged);
+    Ok(())
+}
+
+fn write_outputs(dir: &Path, result: &SweepResult, no_report: bool) -> Result<()> {
+    write_sweep_outputs(dir, result)
+        .with_context(|| format!("writing outputs to {}", dir.display()))?;
+    if !no_report && !result.capacities.is_empty() {
+        write_report(dir, result, PlotSize::DEFAULT).context("drawing the report")?;
+    }
+    if !result.complete {
+        eprintln!("warning: the sweep did not finish; the outputs hold the runs that did");
+    }
+    Ok(())
+}
+
+fn print_capacities(result: &SweepResult) {
+    for row in capsim_report::report::ranked(result) {
+        let capacity = row.capacity_rps.map_or("none".to_string(), |c| {
+            format!("{:.1} req/s [{:.1}, {:.1}]", c.mean, c.low, c.high)
+        });
+        println!("{:<60} capacity {capacity}", row.configuration);
+    }
+}

@@ -1,0 +1,174 @@
+//! End-to-end tests of `capsim sweep`, `capsim merge`, `capsim report` and `capsim plan`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+fn capsim(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_capsim"))
+        .args(args)
+        .output()
+        .expect("capsim runs")
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// A small affine-service scenario written into `dir`.
+fn scenario(dir: &Path) -> PathBuf {
+    let path = dir.join("scenario.toml");
+    std::fs::write(
+        &path,
+        "name = \"cli-test\"\n[timeseries]\ninterval = \"5s\"\n[batcher]\nmax_batch_size = 8\nmax_queue_delay = \"2ms\"\n[service]\nkind = \"affine\"\na = \"20ms\"\nb = \"5ms\"\n",
+    )
+    .unwrap();
+    path
+}
+
+const SLO: &str = "e2e.p99<=400ms";
+
+fn sweep(dir: &Path, out: &str, slo: &str, extra: &[&str]) -> Output {
+    let scenario = scenario(dir);
+    let trace = repo("traces/demo.parquet");
+    let out = dir.join(out);
+    let mut args = vec![
+        "sweep",
+        "--scenario",
+        scenario.to_str().unwrap(),
+        "--trace",
+        trace.to_str().unwrap(),
+        "--load",
+        "0.5..6x:6",
+        "--grid",
+        "batcher.max_batch_size=1,8",
+        "--grid",
+        "instances=1..2",
+        "--slo",
+        slo,
+        "--seeds",
+        "2",
+        "-o",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    capsim(&args)
+}
+
+#[test]
+fn sweep_writes_curves_capacities_and_report_and_shards_merge_to_the_same_capacities() {
+    let dir = tempfile::tempdir().unwrap();
+    let whole = sweep(dir.path(), "whole", SLO, &[]);
+    assert!(whole.status.success(), "{}", text(&whole));
+    let out = dir.path().join("whole");
+    for name in [
+        "curves.parquet",
+        "capacity.csv",
+        "capacity.json",
+        "sweep.json",
+        "report.md",
+        "throughput_latency.png",
+        "latency_cdf.png",
+        "stage_breakdown.png",
+        "timeseries.png",
+        "capacity_heatmap.png",
+    ] {
+        let len = std::fs::metadata(out.join(name))
+            .map(|m| m.len())
+            .unwrap_or(0);
+        assert!(len > 0, "{name} missing or empty\n{}", text(&whole));
+    }
+    let csv = std::fs::read_to_string(out.join("capacity.csv")).unwrap();
+    assert_eq!(
+        csv.lines().count(),
+        1 + 4,
+        "header + 4 configurations:\n{csv}"
+    );
+
+    for i in 0..2 {
+        let shard = format!("{i}/2");
+        let output = sweep(
+            dir.path(),
+            &format!("shard{i}"),
+            SLO,
+            &["--shard", &shard, "--no-report"],
+        );
+        assert!(output.status.success(), "{}", text(&output));
+    }
+    let merged = dir.path().join("merged");
+    let output = capsim(&[
+        "merge",
+        dir.path().join("shard0").to_str().unwrap(),
+        dir.path().join("shard1").to_str().unwrap(),
+        "-o",
+        merged.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", text(&output));
+    assert_eq!(
+        std::fs::read_to_string(merged.join("capacity.csv")).unwrap(),
+        csv,
+        "merged shards must give the unsharded capacity.csv"
+    );
+
+    std::fs::remove_file(out.join("report.md")).unwrap();
+    let report = capsim(&["report", out.to_str().unwrap()]);
+    assert!(report.status.success(), "{}", text(&report));
+    assert!(out.join("report.md").exists());
+}
+
+#[test]
+fn plan_names_the_fewest_instances_that_carry_the_growth() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = scenario(dir.path());
+    let trace = repo("traces/demo.parquet");
+    let output = capsim(&[
+        "plan",
+        "--scenario",
+        scenario.to_str().unwrap(),
+        "--trace",
+        trace.to_str().unwrap(),
+        "--slo",
+        "e2e.p99<=400ms",
+        "--growth",
+        "3x",
+        "--grid",
+        "batcher.max_batch_size=1,8",
+        "--grid",
+        "instances=1..4",
+    ]);
+    assert!(output.status.success(), "{}", text(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("plan: "), "{}", text(&output));
+    assert!(stdout.contains("headroom"), "{}", text(&output));
+}
+
+#[test]
+fn bad_flags_exit_2_and_quote_the_value() {
+    let dir = tempfile::tempdir().unwrap();
+    for (slo, flag, value) in [
+        ("e2e.p99<=fast", "--max-lost", "0.001"),
+        (SLO, "--shard", "2/2"),
+        (SLO, "--grid", "instances=8..1"),
+    ] {
+        let output = sweep(dir.path(), "bad", slo, &[flag, value]);
+        let value = if slo == SLO { value } else { slo };
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{flag} {value}: {}",
+            text(&output)
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains(value),
+            "{flag}: stderr should quote `{value}`: {stderr}"
+        );
+    }
+}
