@@ -1,9 +1,9 @@
 //! One module per subcommand group; each maps its flags onto a library call.
 
 pub mod calibrate;
-pub mod simulate;
 pub mod plan;
 pub mod report;
+pub mod simulate;
 pub mod sweep;
 pub mod trace;
 
