@@ -359,3 +359,74 @@ fn simulate_replays_the_azure_conv_trace_through_a_calibrated_profile() {
         "{summary}"
     );
 }
+
+#[test]
+fn live_replay_answers_every_request_and_writes_the_simulators_files() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scenario = dir.path().join("live.toml");
+    std::fs::write(
+        &scenario,
+        "instances = 1\n[execution]\ninstance_count = 2\n[batcher]\nmax_batch_size = 4\n\
+         max_queue_delay = \"1ms\"\n[service]\nkind = \"constant\"\ntime = \"1ms\"\n",
+    )
+    .expect("write scenario");
+    let out = dir.path().join("live");
+    let output = capsim(&[
+        "replay",
+        "--live",
+        "--scenario",
+        scenario.to_str().expect("utf-8"),
+        "traces/azure-conv.parquet",
+        "--limit",
+        "150",
+        "--rate-scale",
+        "40",
+        "--model",
+        "traces/models/text_classifier.onnx",
+        "--max-length",
+        "32",
+        "-o",
+        out.to_str().expect("utf-8"),
+    ]);
+    assert!(
+        output.status.success(),
+        "replay failed: {}",
+        stderr(&output)
+    );
+    for file in ["summary.json", "requests.parquet", "timeseries.parquet"] {
+        assert!(out.join(file).is_file(), "{file} missing");
+    }
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).expect("summary"))
+            .expect("JSON");
+    assert_eq!(summary["requests"]["total"], 150, "{summary}");
+    assert_eq!(summary["requests"]["completed"], 150, "{summary}");
+    let sizes = summary["batch_size_counts"]
+        .as_array()
+        .expect("batch sizes");
+    assert!(
+        sizes.len() <= 5,
+        "a batch exceeded max_batch_size 4: {sizes:?}"
+    );
+    let utilization = summary["utilization"].as_array().expect("utilization");
+    assert_eq!(
+        utilization.len(),
+        2,
+        "one entry per model instance: {utilization:?}"
+    );
+}
+
+#[test]
+fn replay_without_live_says_it_is_the_only_mode() {
+    let output = capsim(&[
+        "replay",
+        "--scenario",
+        "x.toml",
+        "traces/azure-conv.parquet",
+        "--model",
+        "m.onnx",
+        "-o",
+        "/dev/null",
+    ]);
+    assert_user_error(&output, &["--live"]);
+}

@@ -26,6 +26,7 @@
 pub mod feed;
 pub mod host;
 pub mod library;
+pub mod live;
 pub mod measure;
 pub mod model;
 pub mod runtime;

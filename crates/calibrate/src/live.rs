@@ -1,0 +1,471 @@
+//! A real in-process server for the live replay: a wall-clock arrival timer, a real queue, a
+//! dynamic batcher thread applying the scenario's batcher rule ([`Batcher`]), and one ONNX Runtime
+//! session per model instance, each on its own thread.
+//!
+//! Only the queue, batcher and model execution are real; the scenario's network, gateway,
+//! pre- and post-processing stages are not reproduced (they take no time in the live records).
+//! Execution time includes building the batch's input tensors on the host, padded to the longest
+//! input of the batch.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use capsim_sim::batcher::{Batcher, Decision};
+use capsim_sim::record::{Outcome, RequestRecord};
+use capsim_sim::rng::SimRng;
+use capsim_sim::scenario::Pool;
+use capsim_sim::summary::InstanceUtilization;
+use capsim_sim::timeseries::{IntervalCounters, State as TimeseriesState, Timeseries};
+use rand::SeedableRng;
+
+use crate::model::{DimPlan, InputSpec};
+use crate::{CalibrateError, ProviderChoice, Runtime, feed, model};
+
+/// One request of the replayed trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LiveRequest {
+    /// Intended arrival, ns since the replay's start.
+    pub arrival_ns: u64,
+    /// Input length in tokens (the model's length dimension).
+    pub input_tokens: u32,
+    /// Output tokens (recorded only).
+    pub output_tokens: u32,
+}
+
+/// How to run the model instances.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LiveConfig {
+    /// The ONNX model.
+    pub model: PathBuf,
+    /// Execution provider.
+    pub provider: ProviderChoice,
+    /// Intra-op threads per session (0: ONNX Runtime's default).
+    pub intra_threads: u32,
+    /// The model's length dimension (`None` for a model without one).
+    pub length_dim: Option<String>,
+    /// Longest input the model accepts; longer inputs are cut to it (and counted).
+    pub max_length: u32,
+    /// Integer inputs are drawn below this.
+    pub vocab: u64,
+    /// Seed of the input data.
+    pub seed: u64,
+}
+
+/// What a live replay measured.
+#[derive(Debug, Clone)]
+pub struct LiveRun {
+    /// One record per request, in request order.
+    pub records: Vec<RequestRecord>,
+    /// Size of every batch, in the order they were formed.
+    pub batch_sizes: Vec<u32>,
+    /// Busy time per model instance.
+    pub utilization: Vec<InstanceUtilization>,
+    /// Requests whose input was cut to `max_length`.
+    pub truncated_inputs: u64,
+    /// Last response, ns since the start.
+    pub end_ns: u64,
+}
+
+struct Queued {
+    request: u32,
+    queued_ns: u64,
+}
+
+struct Batch {
+    id: u64,
+    formed_ns: u64,
+    requests: Vec<Queued>,
+}
+
+struct State {
+    queue: VecDeque<Queued>,
+    free_instances: Vec<usize>,
+    arrivals_done: bool,
+    failure: Option<CalibrateError>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    wake: Condvar,
+    start: Instant,
+}
+
+impl Shared {
+    fn now_ns(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panicking worker poisons the lock; the state itself stays consistent.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+struct Executed {
+    instance: usize,
+    batch: Batch,
+    exec_start_ns: u64,
+    exec_end_ns: u64,
+}
+
+/// Replays `requests` (sorted by arrival) in wall time through the default pool of a scenario.
+/// Every request completes (the live server neither rejects nor times out); the function returns
+/// when the last response is out, or with the first ONNX Runtime failure.
+pub fn replay(
+    runtime: &Runtime,
+    pool: &Pool,
+    requests: &[LiveRequest],
+    config: &LiveConfig,
+) -> Result<LiveRun, CalibrateError> {
+    let instances_per_server = (pool.execution.gpus * pool.execution.instance_count) as usize;
+    let instance_count = pool.instances as usize * instances_per_server;
+    if requests.len() >= u32::MAX as usize {
+        return Err(CalibrateError::Settings(format!(
+            "the trace has {} requests; the live replay handles fewer than 2^32",
+            requests.len()
+        )));
+    }
+    if requests
+        .windows(2)
+        .any(|w| w[1].arrival_ns < w[0].arrival_ns)
+    {
+        return Err(CalibrateError::Settings(
+            "live replay: arrivals must be sorted".into(),
+        ));
+    }
+    // Sessions are opened before the clock starts: loading a model is not serving time.
+    let mut sessions = Vec::with_capacity(instance_count);
+    let mut inputs: Vec<InputSpec> = Vec::new();
+    let mut plan: Option<DimPlan> = None;
+    let mut has_length = false;
+    for _ in 0..instance_count {
+        let (session, _) =
+            runtime.open_session(&config.model, config.provider, config.intra_threads)?;
+        if plan.is_none() {
+            inputs = model::inputs_of(&session, &config.model)?;
+            let length_dim = match &config.length_dim {
+                Some(dim) => Some(dim.clone()),
+                None => single_length_dim(&inputs, &config.model)?,
+            };
+            let mut bindings = std::collections::BTreeMap::new();
+            if let Some(dim) = &length_dim {
+                // Two values make it the length axis; the shape then follows each batch.
+                bindings.insert(dim.clone(), vec![1, config.max_length.max(2)]);
+            }
+            has_length = length_dim.is_some();
+            plan = Some(DimPlan::resolve(&inputs, &bindings, &config.model)?);
+        }
+        sessions.push(session);
+    }
+    let plan = Arc::new(
+        plan.ok_or_else(|| CalibrateError::Settings("the pool has no model instance".into()))?,
+    );
+    let inputs = Arc::new(inputs);
+    let batcher = Batcher::new(&pool.batcher);
+
+    let shared = Arc::new(Shared {
+        state: Mutex::new(State {
+            queue: VecDeque::new(),
+            free_instances: (0..instance_count).rev().collect(),
+            arrivals_done: false,
+            failure: None,
+        }),
+        wake: Condvar::new(),
+        start: Instant::now(),
+    });
+    let (done_tx, done_rx) = mpsc::channel::<Executed>();
+    let mut workers = Vec::with_capacity(instance_count);
+    let mut batch_senders = Vec::with_capacity(instance_count);
+    for (index, mut session) in sessions.into_iter().enumerate() {
+        let (tx, rx) = mpsc::channel::<Batch>();
+        batch_senders.push(tx);
+        let (shared, done_tx, inputs, plan) = (
+            shared.clone(),
+            done_tx.clone(),
+            inputs.clone(),
+            plan.clone(),
+        );
+        let lengths: Vec<u32> = requests
+            .iter()
+            .map(|r| r.input_tokens.clamp(1, config.max_length))
+            .collect();
+        let vocab = config.vocab;
+        let mut rng = SimRng::seed_from_u64(config.seed.wrapping_add(index as u64));
+        workers.push(thread::spawn(move || {
+            for batch in rx {
+                let exec_start_ns = shared.now_ns();
+                let size = batch.requests.len() as u32;
+                let length = has_length.then(|| {
+                    batch
+                        .requests
+                        .iter()
+                        .map(|q| lengths[q.request as usize])
+                        .max()
+                        .unwrap_or(1)
+                });
+                let outcome = feed::build_inputs(&inputs, &plan, size, length, vocab, &mut rng)
+                    .and_then(|values| session.run(values).map(drop));
+                let exec_end_ns = shared.now_ns();
+                if let Err(e) = outcome {
+                    let mut state = shared.lock();
+                    state.failure.get_or_insert(CalibrateError::Run {
+                        batch: size,
+                        length,
+                        reason: e.to_string(),
+                    });
+                    shared.wake.notify_all();
+                    return;
+                }
+                if done_tx
+                    .send(Executed {
+                        instance: index,
+                        batch,
+                        exec_start_ns,
+                        exec_end_ns,
+                    })
+                    .is_err()
+                {
+                    return;
+                }
+                shared.lock().free_instances.push(index);
+                shared.wake.notify_all();
+            }
+        }));
+    }
+    drop(done_tx);
+
+    let batcher_thread = {
+        let shared = shared.clone();
+        thread::spawn(move || run_batcher(&shared, &batcher, &batch_senders, instance_count))
+    };
+
+    // The arrival timer: this thread.
+    for (index, request) in requests.iter().enumerate() {
+        let target = shared.start + Duration::from_nanos(request.arrival_ns);
+        let now = Instant::now();
+        if target > now {
+            thread::sleep(target - now);
+        }
+        let mut state = shared.lock();
+        if state.failure.is_some() {
+            break;
+        }
+        let queued_ns = shared.now_ns();
+        state.queue.push_back(Queued {
+            request: index as u32,
+            queued_ns,
+        });
+        drop(state);
+        shared.wake.notify_all();
+    }
+    shared.lock().arrivals_done = true;
+    shared.wake.notify_all();
+    let _ = batcher_thread.join();
+    for worker in workers {
+        let _ = worker.join();
+    }
+    if let Some(failure) = shared.lock().failure.take() {
+        return Err(failure);
+    }
+
+    let mut records: Vec<RequestRecord> = Vec::with_capacity(requests.len());
+    let mut batch_sizes = Vec::new();
+    let mut busy_ns = vec![0u64; instance_count];
+    let mut batches_per_instance = vec![0u64; instance_count];
+    let mut executed: Vec<Executed> = done_rx.into_iter().collect();
+    executed.sort_by_key(|e| e.batch.id);
+    for e in &executed {
+        batch_sizes.push(e.batch.requests.len() as u32);
+        busy_ns[e.instance] += e.exec_end_ns - e.exec_start_ns;
+        batches_per_instance[e.instance] += 1;
+        for queued in &e.batch.requests {
+            let request = &requests[queued.request as usize];
+            let mut record = RequestRecord::new(queued.request, 0, request.arrival_ns);
+            record.pool = 0;
+            record.instance = (e.instance / instances_per_server) as u32;
+            record.model_instance = (e.instance % instances_per_server) as u32;
+            record.input_tokens = request.input_tokens;
+            record.output_tokens = request.output_tokens;
+            record.gateway_ns = queued.queued_ns;
+            record.admitted_ns = queued.queued_ns;
+            record.queued_ns = queued.queued_ns;
+            record.batch_formed_ns = e.batch.formed_ns;
+            record.exec_start_ns = e.exec_start_ns;
+            record.exec_end_ns = e.exec_end_ns;
+            record.postprocessed_ns = e.exec_end_ns;
+            record.response_ns = e.exec_end_ns;
+            record.batch_id = e.batch.id;
+            record.batch_size = e.batch.requests.len() as u32;
+            record.outcome = Outcome::Completed;
+            records.push(record);
+        }
+    }
+    records.sort_by_key(|r| r.request);
+    assert_eq!(
+        records.len(),
+        requests.len(),
+        "every request in is answered out"
+    );
+    let end_ns = records.iter().map(|r| r.response_ns).max().unwrap_or(0);
+    let utilization = (0..instance_count)
+        .map(|i| InstanceUtilization {
+            pool: pool.name.clone(),
+            instance: (i / instances_per_server) as u32,
+            model_instance: (i % instances_per_server) as u32,
+            batches: batches_per_instance[i],
+            busy_s: busy_ns[i] as f64 * 1e-9,
+            utilization: if end_ns == 0 {
+                0.0
+            } else {
+                busy_ns[i] as f64 / end_ns as f64
+            },
+        })
+        .collect();
+    let truncated_inputs = requests
+        .iter()
+        .filter(|r| r.input_tokens > config.max_length)
+        .count() as u64;
+    Ok(LiveRun {
+        records,
+        batch_sizes,
+        utilization,
+        truncated_inputs,
+        end_ns,
+    })
+}
+
+/// The model's one dynamic dimension besides the batch (the input length), if it has one.
+fn single_length_dim(
+    inputs: &[InputSpec],
+    model: &std::path::Path,
+) -> Result<Option<String>, CalibrateError> {
+    let mut names: Vec<String> = Vec::new();
+    for input in inputs {
+        for axis in 1..input.dims.len() {
+            let name = input.dim_name(axis);
+            if matches!(input.dims[axis], crate::model::Dim::Dynamic(_)) && !names.contains(&name) {
+                names.push(name);
+            }
+        }
+    }
+    match names.len() {
+        0 => Ok(None),
+        1 => Ok(names.pop()),
+        _ => Err(CalibrateError::Settings(format!(
+            "model {} has several dynamic dimensions ({}): name the input length with --length-dim",
+            model.display(),
+            names.join(", ")
+        ))),
+    }
+}
+
+/// The batcher thread: whenever an instance is free, applies Triton's rule to the queue.
+fn run_batcher(
+    shared: &Shared,
+    batcher: &Batcher,
+    senders: &[mpsc::Sender<Batch>],
+    instance_count: usize,
+) {
+    let mut next_batch_id = 0u64;
+    let mut state = shared.lock();
+    loop {
+        if state.failure.is_some() {
+            return;
+        }
+        if state.arrivals_done
+            && state.queue.is_empty()
+            && state.free_instances.len() == instance_count
+        {
+            return;
+        }
+        let now_ns = shared.now_ns();
+        let decision = if state.free_instances.is_empty() {
+            Decision::Idle
+        } else {
+            let queue = &state.queue;
+            batcher.decide(now_ns, queue.len().min(u32::MAX as usize) as u32, || {
+                queue.front().map_or(now_ns, |q| q.queued_ns)
+            })
+        };
+        match decision {
+            Decision::Send(size) => {
+                let requests: Vec<Queued> = state.queue.drain(..size as usize).collect();
+                let instance = state.free_instances.pop().unwrap_or(0);
+                let batch = Batch {
+                    id: next_batch_id,
+                    formed_ns: now_ns,
+                    requests,
+                };
+                next_batch_id += 1;
+                if senders[instance].send(batch).is_err() {
+                    return;
+                }
+            }
+            Decision::WaitUntil(deadline_ns) => {
+                let timeout = Duration::from_nanos(deadline_ns.saturating_sub(now_ns));
+                state = shared
+                    .wake
+                    .wait_timeout(state, timeout)
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .0;
+            }
+            Decision::Idle => {
+                state = shared
+                    .wake
+                    .wait(state)
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+            }
+        }
+    }
+}
+
+/// Samples a finished live run every `interval_ns` into the simulator's timeseries columns, from
+/// its records: the state at each interval's end and what happened during it. Live replays are
+/// bounded by wall time, so the plain scan over records per interval is small.
+pub fn timeseries_of(run: &LiveRun, interval_ns: u64, model_instances: u32) -> Timeseries {
+    let mut series = Timeseries::default();
+    let interval_ns = interval_ns.max(1);
+    // One entry per batch: (start, end, size).
+    let mut batches: Vec<(u64, u64, u32)> = run
+        .records
+        .iter()
+        .map(|r| (r.batch_id, (r.exec_start_ns, r.exec_end_ns, r.batch_size)))
+        .collect::<std::collections::BTreeMap<_, _>>()
+        .into_iter()
+        .map(|(_, (start, end, size))| (start, end, size))
+        .collect();
+    batches.sort_unstable();
+    let mut end = interval_ns;
+    loop {
+        let begin = end - interval_ns;
+        let mut state = TimeseriesState::default();
+        let mut counters = IntervalCounters::default();
+        for r in &run.records {
+            let live_at = |from: u64, to: u64| from <= end && end < to;
+            state.queued += u32::from(live_at(r.queued_ns, r.exec_start_ns));
+            state.in_system += u32::from(live_at(r.arrival_ns, r.response_ns));
+            counters.arrivals += u32::from(begin < r.arrival_ns && r.arrival_ns <= end);
+            counters.finished += u32::from(begin < r.response_ns && r.response_ns <= end);
+        }
+        for &(start, stop, size) in &batches {
+            state.busy_model_instances += u32::from(start <= end && end < stop);
+            if begin < start && start <= end {
+                counters.batches += 1;
+                counters.batched += u64::from(size);
+            }
+            let overlap = stop.min(end).saturating_sub(start.max(begin));
+            counters.busy_area += u128::from(overlap);
+        }
+        series.push(end, interval_ns, model_instances, state, &counters);
+        if end >= run.end_ns {
+            return series;
+        }
+        end += interval_ns;
+    }
+}

@@ -1,0 +1,162 @@
+//! `capsim replay --live`: run a trace in wall time through a real in-process server (arrival
+//! timer, queue, dynamic batcher, ONNX Runtime sessions) and write the same files as
+//! `capsim simulate`.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use capsim_calibrate::live::{LiveConfig, LiveRequest, replay, timeseries_of};
+use capsim_calibrate::{CalibrateError, ProviderChoice, Runtime, check_model_file, library};
+use capsim_sim::Scenario;
+use capsim_sim::output::{write_requests_parquet, write_summary_json, write_timeseries_parquet};
+use capsim_sim::summary::SummaryBuilder;
+use clap::Args;
+
+use super::BadInput;
+use super::calibrate::Ep;
+use crate::input::TraceInput;
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// Run in wall time through a real server (the only mode).
+    #[arg(long)]
+    pub live: bool,
+    /// The scenario: its default pool's instances, execution and batcher are served live.
+    #[arg(long, value_name = "S.toml")]
+    pub scenario: PathBuf,
+    #[command(flatten)]
+    pub input: TraceInput,
+    /// The ONNX model each model instance runs.
+    #[arg(long, value_name = "MODEL.onnx")]
+    pub model: PathBuf,
+    /// Execution provider.
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub ep: Ep,
+    /// ONNX Runtime intra-op threads per model instance (0: its default).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub threads: u32,
+    /// The model's input-length dimension (default: its only dynamic one besides the batch).
+    #[arg(long, value_name = "NAME")]
+    pub length_dim: Option<String>,
+    /// Longest input the model takes; longer trace inputs are cut to it (and counted).
+    #[arg(long, default_value_t = 512, value_name = "TOKENS")]
+    pub max_length: u32,
+    /// Integer (token id) inputs are drawn below this.
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    pub vocab: u64,
+    /// Seed of the input data (recorded in the summary).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// ONNX Runtime shared library (see `capsim calibrate --help`).
+    #[arg(long, value_name = "libonnxruntime.so")]
+    pub ort_lib: Option<PathBuf>,
+    /// Output directory (created if missing).
+    #[arg(short = 'o', long = "out", value_name = "DIR")]
+    pub out: PathBuf,
+}
+
+fn user_facing(err: CalibrateError) -> anyhow::Error {
+    if err.is_bad_input() {
+        BadInput(err.to_string()).into()
+    } else {
+        err.into()
+    }
+}
+
+pub fn run(args: ReplayArgs) -> Result<()> {
+    if !args.live {
+        return Err(BadInput(
+            "capsim replay needs --live (the only mode: a real in-process server)".into(),
+        )
+        .into());
+    }
+    let scenario = Scenario::from_path(&args.scenario).map_err(|e| BadInput(e.to_string()))?;
+    if scenario.pools().len() > 1 {
+        return Err(BadInput(format!(
+            "scenario {}: the live replay serves the default pool only; remove the [pools.*] sections",
+            args.scenario.display()
+        ))
+        .into());
+    }
+    let pool = &scenario.pools()[0];
+    check_model_file(&args.model).map_err(user_facing)?;
+    let loaded = args.input.load()?;
+    eprintln!("{}", loaded.report_line());
+    let trace = &loaded.trace;
+    let outputs = trace.output_tokens();
+    let requests: Vec<LiveRequest> = (0..trace.len())
+        .map(|i| LiveRequest {
+            arrival_ns: trace.arrival_ns()[i],
+            input_tokens: trace.input_tokens()[i],
+            output_tokens: outputs.map_or(0, |o| o[i]),
+        })
+        .collect();
+    let runtime = Runtime::load(&library::locate(args.ort_lib.as_deref()).map_err(user_facing)?)
+        .map_err(user_facing)?;
+    let config = LiveConfig {
+        model: args.model.clone(),
+        provider: match args.ep {
+            Ep::Cpu => ProviderChoice::Cpu,
+            Ep::Cuda => ProviderChoice::Cuda,
+            Ep::Auto => ProviderChoice::Auto,
+        },
+        intra_threads: args.threads,
+        length_dim: args.length_dim.clone(),
+        max_length: args.max_length.max(1),
+        vocab: args.vocab,
+        seed: args.seed,
+    };
+    let span_s = requests.last().map_or(0.0, |r| r.arrival_ns as f64 * 1e-9);
+    eprintln!(
+        "replay: {} requests over {span_s:.1}s of wall time; queue, batcher and execution are live, \
+         the scenario's network, gateway, pre- and post-processing are not reproduced",
+        requests.len()
+    );
+    let live = replay(&runtime, pool, &requests, &config).map_err(user_facing)?;
+    if live.truncated_inputs > 0 {
+        eprintln!(
+            "replay: {} inputs longer than --max-length {} were cut to it",
+            live.truncated_inputs, config.max_length
+        );
+    }
+
+    let mut summary = SummaryBuilder::new(scenario.slo.as_ref().map(|s| s.latency.0), [false; 8]);
+    for &size in &live.batch_sizes {
+        summary.add_batch(size);
+    }
+    for record in &live.records {
+        summary.add(record, true);
+    }
+    let in_system_area: u128 = live
+        .records
+        .iter()
+        .map(|r| u128::from(r.latency_ns()))
+        .sum();
+    let mean_in_system = if live.end_ns == 0 {
+        0.0
+    } else {
+        in_system_area as f64 / live.end_ns as f64
+    };
+    let model_instances = live.utilization.len() as u32;
+    let summary = summary.finish(
+        &scenario.name,
+        args.seed,
+        live.utilization.clone(),
+        mean_in_system,
+        live.end_ns,
+    );
+    let timeseries = timeseries_of(&live, scenario.timeseries.interval.0, model_instances);
+
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("cannot create output directory {}", args.out.display()))?;
+    write_requests_parquet(
+        &args.out.join("requests.parquet"),
+        &live.records,
+        std::slice::from_ref(&pool.name),
+    )?;
+    write_summary_json(&args.out.join("summary.json"), &summary)?;
+    write_timeseries_parquet(&args.out.join("timeseries.parquet"), &timeseries)?;
+    print!("{}", summary.human());
+    println!("wrote {}", args.out.display());
+    Ok(())
+}
