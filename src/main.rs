@@ -30,6 +30,14 @@ enum Command {
     Replay(cmd::replay::ReplayArgs),
     /// Replay a trace through a serving scenario (discrete-event simulation).
     Simulate(cmd::simulate::SimulateArgs),
+    /// Sweep a grid of configurations over a load axis: curves, capacities, knees and a report.
+    Sweep(cmd::sweep::SweepArgs),
+    /// Join the outputs of `capsim sweep --shard` runs.
+    Merge(cmd::sweep::MergeArgs),
+    /// The fewest instances (and best setting of the grid) that meet the SLO at peak x growth.
+    Plan(cmd::plan::PlanArgs),
+    /// Draw the PNGs and report.md from a sweep's output directory.
+    Report(cmd::report::ReportArgs),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +47,10 @@ fn main() -> ExitCode {
         Command::Calibrate(a) => cmd::calibrate::run(a),
         Command::Replay(a) => cmd::replay::run(a),
         Command::Simulate(a) => cmd::simulate::run(a),
+        Command::Sweep(a) => cmd::sweep::run(a),
+        Command::Merge(a) => cmd::sweep::merge_run(a),
+        Command::Plan(a) => cmd::plan::run(a),
+        Command::Report(a) => cmd::report::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,8 +1,11 @@
 //! One module per subcommand group; each maps its flags onto a library call.
 
 pub mod calibrate;
+pub mod plan;
 pub mod replay;
+pub mod report;
 pub mod simulate;
+pub mod sweep;
 pub mod trace;
 
 /// Marks an error as caused by the user's input (exit code 2), for commands whose libraries do
