@@ -152,11 +152,24 @@ fn littles_law_holds_on_the_full_pipeline() {
     // W (mean time in system from the per-request records, every outcome).
     let end_s = s.end_s;
     let lambda = n as f64 / end_s;
-    let w_s = log.records().iter().map(|r| r.latency_ns() as f64).sum::<f64>() / n as f64 * 1e-9;
+    let w_s = log
+        .records()
+        .iter()
+        .map(|r| r.latency_ns() as f64)
+        .sum::<f64>()
+        / n as f64
+        * 1e-9;
     let l = s.mean_in_system;
     let err = (l - lambda * w_s) / (lambda * w_s);
-    assert!(err.abs() < 0.01, "L = {l}, lambda W = {}, error {err:+.5}", lambda * w_s);
-    assert!(l > 1.0, "the pipeline should hold several requests on average, got {l}");
+    assert!(
+        err.abs() < 0.01,
+        "L = {l}, lambda W = {}, error {err:+.5}",
+        lambda * w_s
+    );
+    assert!(
+        l > 1.0,
+        "the pipeline should hold several requests on average, got {l}"
+    );
 }
 
 #[test]
