@@ -28,6 +28,8 @@ enum Command {
     Calibrate(cmd::calibrate::CalibrateArgs),
     /// Run a trace in wall time through a real in-process server (`--live`) with ONNX Runtime.
     Replay(cmd::replay::ReplayArgs),
+    /// Compare the simulation with a live replay at 30/60/85% of the calibrated capacity.
+    Validate(cmd::validate::ValidateArgs),
     /// Replay a trace through a serving scenario (discrete-event simulation).
     Simulate(cmd::simulate::SimulateArgs),
     /// Sweep a grid of configurations over a load axis: curves, capacities, knees and a report.
@@ -46,6 +48,7 @@ fn main() -> ExitCode {
         Command::Trace(c) => cmd::trace::run(c),
         Command::Calibrate(a) => cmd::calibrate::run(a),
         Command::Replay(a) => cmd::replay::run(a),
+        Command::Validate(a) => cmd::validate::run(a),
         Command::Simulate(a) => cmd::simulate::run(a),
         Command::Sweep(a) => cmd::sweep::run(a),
         Command::Merge(a) => cmd::sweep::merge_run(a),

@@ -430,3 +430,86 @@ fn replay_without_live_says_it_is_the_only_mode() {
     ]);
     assert_user_error(&output, &["--live"]);
 }
+
+#[test]
+fn validate_compares_simulated_and_measured_figures_at_each_load() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let profile = dir.path().join("p.json");
+    let calibrated = capsim(&[
+        "calibrate",
+        "--model",
+        "traces/models/text_classifier.onnx",
+        "--ep",
+        "cpu",
+        "--batch",
+        "1,4",
+        "--dim",
+        "seq=16,32",
+        "--warmup",
+        "2",
+        "--iters",
+        "20",
+        "--min-iters",
+        "20",
+        "--threads",
+        "1",
+        "-o",
+        profile.to_str().expect("utf-8"),
+    ]);
+    assert!(calibrated.status.success(), "{}", stderr(&calibrated));
+    let scenario = dir.path().join("s.toml");
+    std::fs::write(
+        &scenario,
+        "instances = 1\n[batcher]\nmax_batch_size = 4\nmax_queue_delay = \"1ms\"\n\
+         [service]\nkind = \"constant\"\ntime = \"1ms\"\n",
+    )
+    .expect("write scenario");
+    let output = capsim(&[
+        "validate",
+        "--scenario",
+        scenario.to_str().expect("utf-8"),
+        "traces/azure-conv.parquet",
+        "--model",
+        "traces/models/text_classifier.onnx",
+        "--profile",
+        profile.to_str().expect("utf-8"),
+        "--loads",
+        "0.3",
+        "--duration",
+        "1s",
+        "--max-length",
+        "32",
+    ]);
+    assert!(
+        output.status.success(),
+        "validate failed: {}",
+        stderr(&output)
+    );
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains("calibrated capacity: "), "{text}");
+    for metric in [
+        "throughput rps",
+        "end_to_end p50 ms",
+        "end_to_end p99 ms",
+        "queue p90 ms",
+    ] {
+        assert!(
+            text.contains(&format!("30% {metric}")),
+            "no {metric} row: {text}"
+        );
+    }
+    // Both runs carry the same arrivals, so their throughputs agree closely.
+    let line = text
+        .lines()
+        .find(|l| l.contains("throughput rps"))
+        .expect("throughput row");
+    let error_pct: f64 = line
+        .split_whitespace()
+        .last()
+        .and_then(|e| e.trim_end_matches('%').parse().ok())
+        .expect("error column");
+    assert!(
+        error_pct.abs() < 15.0,
+        "throughput error {error_pct}%: {text}"
+    );
+}

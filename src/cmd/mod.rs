@@ -7,6 +7,7 @@ pub mod report;
 pub mod simulate;
 pub mod sweep;
 pub mod trace;
+pub mod validate;
 
 /// Marks an error as caused by the user's input (exit code 2), for commands whose libraries do
 /// not already say so. Wrap the message: `return Err(BadInput(msg).into())`.

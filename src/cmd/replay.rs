@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use capsim_calibrate::live::{LiveConfig, LiveRequest, replay, timeseries_of};
+use capsim_calibrate::live::{LiveConfig, LiveRequest, LiveRun, replay, timeseries_of};
 use capsim_calibrate::{CalibrateError, ProviderChoice, Runtime, check_model_file, library};
 use capsim_sim::Scenario;
 use capsim_sim::output::{write_requests_parquet, write_summary_json, write_timeseries_parquet};
@@ -120,6 +120,26 @@ pub fn run(args: ReplayArgs) -> Result<()> {
         );
     }
 
+    let summary = live_summary(&scenario, args.seed, &live);
+    let model_instances = live.utilization.len() as u32;
+    let timeseries = timeseries_of(&live, scenario.timeseries.interval.0, model_instances);
+
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("cannot create output directory {}", args.out.display()))?;
+    write_requests_parquet(
+        &args.out.join("requests.parquet"),
+        &live.records,
+        std::slice::from_ref(&pool.name),
+    )?;
+    write_summary_json(&args.out.join("summary.json"), &summary)?;
+    write_timeseries_parquet(&args.out.join("timeseries.parquet"), &timeseries)?;
+    print!("{}", summary.human());
+    println!("wrote {}", args.out.display());
+    Ok(())
+}
+
+/// The simulator's summary of a live run (stages the live server does not reproduce are left out).
+pub fn live_summary(scenario: &Scenario, seed: u64, live: &LiveRun) -> capsim_sim::Summary {
     let mut summary = SummaryBuilder::new(scenario.slo.as_ref().map(|s| s.latency.0), [false; 8]);
     for &size in &live.batch_sizes {
         summary.add_batch(size);
@@ -137,26 +157,11 @@ pub fn run(args: ReplayArgs) -> Result<()> {
     } else {
         in_system_area as f64 / live.end_ns as f64
     };
-    let model_instances = live.utilization.len() as u32;
-    let summary = summary.finish(
+    summary.finish(
         &scenario.name,
-        args.seed,
+        seed,
         live.utilization.clone(),
         mean_in_system,
         live.end_ns,
-    );
-    let timeseries = timeseries_of(&live, scenario.timeseries.interval.0, model_instances);
-
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("cannot create output directory {}", args.out.display()))?;
-    write_requests_parquet(
-        &args.out.join("requests.parquet"),
-        &live.records,
-        std::slice::from_ref(&pool.name),
-    )?;
-    write_summary_json(&args.out.join("summary.json"), &summary)?;
-    write_timeseries_parquet(&args.out.join("timeseries.parquet"), &timeseries)?;
-    print!("{}", summary.human());
-    println!("wrote {}", args.out.display());
-    Ok(())
+    )
 }

@@ -1,0 +1,209 @@
+//! `capsim validate`: the simulator against a live replay of the same arrivals, at 30%, 60% and
+//! 85% of the profile's calibrated capacity.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use capsim_calibrate::live::{LiveConfig, LiveRequest, replay};
+use capsim_calibrate::{CalibrateError, ProviderChoice, Runtime, check_model_file, library};
+use capsim_sim::profile::ProfileServiceTime;
+use capsim_sim::quantity::parse_duration_ns;
+use capsim_sim::summary::LatencyStats;
+use capsim_sim::{BatchShape, RunOptions, Scenario, ServiceTime, Summary, simulate};
+use capsim_trace::{Columns, Trace};
+use clap::Args;
+
+use super::BadInput;
+use super::calibrate::Ep;
+use super::replay::live_summary;
+use crate::input::TraceInput;
+
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// The scenario; its default pool is simulated and served live, with the profile's times.
+    #[arg(long, value_name = "S.toml")]
+    pub scenario: PathBuf,
+    #[command(flatten)]
+    pub input: TraceInput,
+    /// The ONNX model served live.
+    #[arg(long, value_name = "MODEL.onnx")]
+    pub model: PathBuf,
+    /// The model's calibration profile (from `capsim calibrate`), used by the simulation.
+    #[arg(long, value_name = "PROFILE.json")]
+    pub profile: PathBuf,
+    /// Loads as fractions of the calibrated capacity.
+    #[arg(long, value_delimiter = ',', default_value = "0.3,0.6,0.85")]
+    pub loads: Vec<f64>,
+    /// Wall time of each live run.
+    #[arg(long, default_value = "20s", value_name = "DURATION")]
+    pub duration: String,
+    /// Longest input; longer trace inputs are cut to it in both runs.
+    #[arg(long, default_value_t = 64, value_name = "TOKENS")]
+    pub max_length: u32,
+    /// Execution provider of the live run.
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub ep: Ep,
+    /// ONNX Runtime intra-op threads per model instance (use what the profile was measured with).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub threads: u32,
+    /// The model's input-length dimension (default: its only dynamic one besides the batch).
+    #[arg(long, value_name = "NAME")]
+    pub length_dim: Option<String>,
+    /// Seed of the simulation and of the live input data.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// ONNX Runtime shared library (see `capsim calibrate --help`).
+    #[arg(long, value_name = "libonnxruntime.so")]
+    pub ort_lib: Option<PathBuf>,
+}
+
+fn user_facing(err: CalibrateError) -> anyhow::Error {
+    if err.is_bad_input() {
+        BadInput(err.to_string()).into()
+    } else {
+        err.into()
+    }
+}
+
+fn relative_error(simulated: f64, measured: f64) -> f64 {
+    if measured == 0.0 {
+        0.0
+    } else {
+        (simulated - measured) / measured
+    }
+}
+
+pub fn run(args: ValidateArgs) -> Result<()> {
+    let scenario = Scenario::from_path(&args.scenario).map_err(|e| BadInput(e.to_string()))?;
+    if scenario.pools().len() > 1 {
+        return Err(BadInput(
+            "capsim validate serves the default pool only; remove the [pools.*] sections".into(),
+        )
+        .into());
+    }
+    if args.loads.iter().any(|&l| !(l > 0.0 && l.is_finite())) {
+        return Err(BadInput(format!(
+            "--loads {:?}: each load must be a positive fraction such as 0.6",
+            args.loads
+        ))
+        .into());
+    }
+    let duration_ns =
+        parse_duration_ns(&args.duration).map_err(|e| BadInput(format!("--duration: {e}")))?;
+    check_model_file(&args.model).map_err(user_facing)?;
+    let service = Arc::new(
+        ProfileServiceTime::from_file(&args.profile).map_err(|e| BadInput(e.to_string()))?,
+    );
+    let loaded = args.input.load()?;
+    eprintln!("{}", loaded.report_line());
+    let trace = &loaded.trace;
+    if trace.len() < 2 {
+        return Err(BadInput("capsim validate needs a trace of at least 2 requests".into()).into());
+    }
+    let max_length = args.max_length.max(1);
+    let lengths: Vec<u32> = trace
+        .input_tokens()
+        .iter()
+        .map(|&t| t.clamp(1, max_length))
+        .collect();
+    let arrivals = trace.arrival_ns();
+    let trace_rate_rps =
+        (trace.len() - 1) as f64 / ((arrivals[trace.len() - 1] - arrivals[0]).max(1) as f64 * 1e-9);
+
+    // Calibrated capacity: every model instance running full batches of a typical (mean) length.
+    let pool = &scenario.pools()[0];
+    let model_instances =
+        f64::from(pool.instances * pool.execution.gpus * pool.execution.instance_count);
+    let mean_length =
+        (lengths.iter().map(|&l| f64::from(l)).sum::<f64>() / lengths.len() as f64).ceil() as u32;
+    let max_batch = pool.batcher.max_batch_size;
+    let full_batch = BatchShape {
+        size: max_batch,
+        max_input_tokens: mean_length,
+        total_input_tokens: u64::from(max_batch) * u64::from(mean_length),
+    };
+    let capacity_rps =
+        model_instances * f64::from(max_batch) / (service.mean_ns(&full_batch) * 1e-9);
+    println!(
+        "calibrated capacity: {capacity_rps:.1} rps ({model_instances} model instances, batches of {max_batch} at {mean_length} tokens)"
+    );
+
+    let runtime = Runtime::load(&library::locate(args.ort_lib.as_deref()).map_err(user_facing)?)
+        .map_err(user_facing)?;
+    let config = LiveConfig {
+        model: args.model.clone(),
+        provider: match args.ep {
+            Ep::Cpu => ProviderChoice::Cpu,
+            Ep::Cuda => ProviderChoice::Cuda,
+            Ep::Auto => ProviderChoice::Auto,
+        },
+        intra_threads: args.threads,
+        length_dim: args.length_dim.clone(),
+        max_length,
+        vocab: 1000,
+        seed: args.seed,
+    };
+    println!(
+        "{:>5} {:<18} {:>10} {:>10} {:>8}",
+        "load", "metric", "simulated", "measured", "error"
+    );
+    for &load in &args.loads {
+        // Compress (or stretch) the trace's gaps to the target rate; keep `duration` of it.
+        let scale = trace_rate_rps / (load * capacity_rps);
+        let first = arrivals[0];
+        let mut columns = Columns::default();
+        for (i, &arrival) in arrivals.iter().enumerate() {
+            let at_ns = ((arrival - first) as f64 * scale).round() as u64;
+            if at_ns > duration_ns {
+                break;
+            }
+            columns.arrival_ns.push(at_ns);
+            columns.input_tokens.push(lengths[i]);
+        }
+        let requests: Vec<LiveRequest> = columns
+            .arrival_ns
+            .iter()
+            .zip(&columns.input_tokens)
+            .map(|(&arrival_ns, &input_tokens)| LiveRequest {
+                arrival_ns,
+                input_tokens,
+                output_tokens: 0,
+            })
+            .collect();
+        let scaled = Trace::from_columns(columns).context("building the scaled trace")?;
+        let options = RunOptions {
+            seed: args.seed,
+            service_override: Some(service.clone() as Arc<dyn ServiceTime>),
+            ..RunOptions::default()
+        };
+        let simulated: Summary = simulate(&scenario, &scaled, &options)?;
+        let live = replay(&runtime, pool, &requests, &config).map_err(user_facing)?;
+        let measured = live_summary(&scenario, args.seed, &live);
+        print_comparison(load, &simulated, &measured);
+    }
+    Ok(())
+}
+
+fn print_comparison(load: f64, simulated: &Summary, measured: &Summary) {
+    let row = |metric: &str, s: f64, m: f64| {
+        println!(
+            "{:>4.0}% {metric:<18} {s:>10.3} {m:>10.3} {:>+7.1}%",
+            load * 100.0,
+            100.0 * relative_error(s, m)
+        );
+    };
+    row(
+        "throughput rps",
+        simulated.throughput_rps,
+        measured.throughput_rps,
+    );
+    let empty = LatencyStats::default();
+    for stage in ["end_to_end", "queue"] {
+        let s = simulated.latency_ms.get(stage).unwrap_or(&empty);
+        let m = measured.latency_ms.get(stage).unwrap_or(&empty);
+        row(&format!("{stage} p50 ms"), s.p50_ms, m.p50_ms);
+        row(&format!("{stage} p90 ms"), s.p90_ms, m.p90_ms);
+        row(&format!("{stage} p99 ms"), s.p99_ms, m.p99_ms);
+    }
+}
