@@ -2,7 +2,7 @@
 //! `capsim merge` (join the outputs of `--shard` runs).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, Result};
 use capsim_report::experiment::Workload;
@@ -164,12 +164,40 @@ pub fn run_with_progress(spec: &SweepSpec, workload: &Workload<'_>) -> Result<Sw
         ProgressStyle::with_template("{bar:40} {pos}/{len} runs, {elapsed} elapsed, ETA {eta}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    // Ctrl-C is not caught (the dependency set has no signal-handling crate): an interrupt
-    // ends the process. The library stops cleanly when this flag is set.
-    let cancel = AtomicBool::new(false);
-    let result = run_sweep(spec, workload, &|| bar.inc(1), &cancel);
+    interrupt::install();
+    let result = run_sweep(spec, workload, &|| bar.inc(1), &INTERRUPTED);
     bar.finish_and_clear();
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        eprintln!("interrupted: keeping the runs that finished");
+    }
     Ok(result?)
+}
+
+/// Set by the first Ctrl-C: the sweep starts no new run and keeps what finished.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// A SIGINT handler that only sets [`INTERRUPTED`] (async-signal-safe) and restores the default
+/// action, so a second Ctrl-C ends the process at once. Declared against the C library directly:
+/// the dependency set has no signal-handling crate.
+mod interrupt {
+    #[cfg(unix)]
+    pub fn install() {
+        const SIGINT: i32 = 2;
+        const SIG_DFL: usize = 0;
+        unsafe extern "C" {
+            fn signal(signum: i32, handler: usize) -> usize;
+        }
+        extern "C" fn on_sigint(_signum: i32) {
+            super::INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+            // SAFETY: `signal` is async-signal-safe; SIG_DFL is a valid disposition.
+            unsafe { signal(SIGINT, SIG_DFL) };
+        }
+        // SAFETY: `on_sigint` has the C signature a handler needs and touches only an atomic.
+        unsafe { signal(SIGINT, on_sigint as extern "C" fn(i32) as usize) };
+    }
+
+    #[cfg(not(unix))]
+    pub fn install() {}
 }
 
 pub fn run(args: SweepArgs) -> Result<()> {

@@ -399,9 +399,18 @@ fn markdown(
         let interval = row.capacity_rps.map_or("–".to_string(), |c| {
             format!("{:.1} – {:.1}", c.low, c.high)
         });
+        // A capacity at the top of the searched range is only a lower bound.
+        let bound = if row
+            .bracket_by_seed
+            .contains(&crate::capacity::Bracket::AboveRange)
+        {
+            "≥ "
+        } else {
+            ""
+        };
         let _ = writeln!(
             md,
-            "| {} | `{}` | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | `{}` | {} | {bound}{} | {} | {} | {} | {} | {} | {} |",
             rank + 1,
             row.configuration,
             row.instances,

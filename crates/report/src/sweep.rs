@@ -358,8 +358,8 @@ fn search_options(spec: &SweepSpec) -> SearchOptions {
     let first = spec.load.values[0];
     let last = spec.load.values[spec.load.values.len() - 1];
     let (min_load, max_load) = match spec.load.kind {
-        LoadKind::Concurrency => (1.0, (last * 4.0).max(2.0)),
-        _ => (first / 100.0, last * 4.0),
+        LoadKind::Concurrency => (1.0, (last * 64.0).max(2.0)),
+        _ => (first / 100.0, last * 64.0),
     };
     SearchOptions {
         start_load: (first * last).sqrt(),
