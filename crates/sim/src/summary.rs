@@ -90,20 +90,64 @@ fn ns_to_ms(ns: f64) -> f64 {
     ns.round() / 1e6
 }
 
-/// Accumulates one latency distribution.
+/// HdrHistogram's bucketing for a lowest discernible value of 1 and 3 significant digits:
+/// 2048 sub-buckets, of which buckets after the first use the upper half (1024). A value's slot
+/// is the index HdrHistogram itself would count it under, so feeding the slots' counts into an
+/// HdrHistogram at the end gives exactly the percentiles of recording every value into it.
+const SUB_BUCKET_HALF_MAGNITUDE: u32 = 10;
+const SUB_BUCKET_HALF: u64 = 1 << SUB_BUCKET_HALF_MAGNITUDE;
+const SUB_BUCKET_MASK: u64 = 2 * SUB_BUCKET_HALF - 1;
+const LEADING_ZERO_BASE: u32 = 64 - (SUB_BUCKET_HALF_MAGNITUDE + 1);
+
+/// The HdrHistogram counts index of `ns` (3 significant digits, lowest value 1).
+#[inline]
+fn slot_of(ns: u64) -> usize {
+    let bucket = LEADING_ZERO_BASE - (ns | SUB_BUCKET_MASK).leading_zeros();
+    ((u64::from(bucket + 1) << SUB_BUCKET_HALF_MAGNITUDE) + (ns >> bucket) - SUB_BUCKET_HALF)
+        as usize
+}
+
+/// The lowest value counted in `slot` (the inverse of [`slot_of`]).
+fn slot_value(slot: usize) -> u64 {
+    let slot = slot as u64;
+    let bucket = (slot >> SUB_BUCKET_HALF_MAGNITUDE).saturating_sub(1);
+    let sub = if slot < SUB_BUCKET_HALF {
+        slot
+    } else {
+        (slot & (SUB_BUCKET_HALF - 1)) + SUB_BUCKET_HALF
+    };
+    sub << bucket
+}
+
+fn empty_histogram() -> Histogram<u32> {
+    Histogram::new_with_bounds(1, HISTOGRAM_MAX_NS, 3).expect("constant histogram bounds are valid")
+}
+
+/// Accumulates one latency distribution. Values are counted in a flat array indexed like an
+/// HdrHistogram's (one shift and one add per value, no range checks beyond the array's end);
+/// the HdrHistogram is built from the counts only when the statistics are asked for.
 #[derive(Debug, Clone)]
 struct LatencyAccumulator {
-    histogram: Histogram<u32>,
+    slot_counts: Vec<u64>,
+    /// Slot of [`HISTOGRAM_MAX_NS`]: where values past the array are clamped, as HdrHistogram's
+    /// `saturating_record` does.
+    max_slot: usize,
     count: u64,
     sum_ns: u128,
     max_ns: u64,
 }
 
 impl LatencyAccumulator {
-    fn new() -> LatencyAccumulator {
+    /// An accumulator; `allocated` false leaves it empty and unusable (a stage not modeled).
+    fn new(allocated: bool) -> LatencyAccumulator {
+        let slots = if allocated {
+            empty_histogram().distinct_values()
+        } else {
+            0
+        };
         LatencyAccumulator {
-            histogram: Histogram::new_with_bounds(1, HISTOGRAM_MAX_NS, 3)
-                .expect("constant histogram bounds are valid"),
+            slot_counts: vec![0; slots],
+            max_slot: slot_of(HISTOGRAM_MAX_NS),
             count: 0,
             sum_ns: 0,
             max_ns: 0,
@@ -112,17 +156,33 @@ impl LatencyAccumulator {
 
     #[inline]
     fn add(&mut self, ns: u64) {
-        self.histogram.saturating_record(ns);
+        let mut slot = slot_of(ns);
+        if slot >= self.slot_counts.len() {
+            slot = self.max_slot;
+        }
+        self.slot_counts[slot] += 1;
         self.count += 1;
         self.sum_ns += u128::from(ns);
         self.max_ns = self.max_ns.max(ns);
+    }
+
+    fn histogram(&self) -> Histogram<u32> {
+        let mut histogram = empty_histogram();
+        for (slot, &n) in self.slot_counts.iter().enumerate() {
+            if n > 0 {
+                let n = u32::try_from(n).unwrap_or(u32::MAX);
+                histogram.saturating_record_n(slot_value(slot), n);
+            }
+        }
+        histogram
     }
 
     fn stats(&self) -> LatencyStats {
         if self.count == 0 {
             return LatencyStats::default();
         }
-        let q = |p: f64| ns_to_ms(self.histogram.value_at_quantile(p).min(self.max_ns) as f64);
+        let histogram = self.histogram();
+        let q = |p: f64| ns_to_ms(histogram.value_at_quantile(p).min(self.max_ns) as f64);
         LatencyStats {
             count: self.count,
             mean_ms: ns_to_ms(self.sum_ns as f64 / self.count as f64),
@@ -236,8 +296,9 @@ impl SummaryBuilder {
         SummaryBuilder {
             all: Counts::default(),
             measured: Counts::default(),
-            stages: (0..STAGES.len())
-                .map(|_| LatencyAccumulator::new())
+            stages: modeled
+                .iter()
+                .map(|&m| LatencyAccumulator::new(m))
                 .collect(),
             modeled,
             slo_ns,
@@ -416,5 +477,48 @@ impl Summary {
             self.percentile_method
         );
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{RngExt, SeedableRng};
+
+    #[test]
+    fn slot_counts_give_the_same_percentiles_as_recording_into_hdrhistogram() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let mut direct = empty_histogram();
+        let mut acc = LatencyAccumulator::new(true);
+        let mut values: Vec<u64> = vec![0, 1, 2047, 2048, 2049, HISTOGRAM_MAX_NS, u64::MAX];
+        for _ in 0..20_000 {
+            let magnitude = rng.random_range(0..64u32);
+            values.push(rng.random_range(0..=u64::MAX >> (63 - magnitude)));
+        }
+        for &v in &values {
+            direct.saturating_record(v);
+            acc.add(v);
+        }
+        let rebuilt = acc.histogram();
+        assert_eq!(rebuilt.len(), direct.len());
+        for q in [0.0, 0.001, 0.1, 0.5, 0.9, 0.95, 0.99, 0.999, 0.9999, 1.0] {
+            assert_eq!(
+                rebuilt.value_at_quantile(q),
+                direct.value_at_quantile(q),
+                "q {q}"
+            );
+        }
+        for &v in &values {
+            assert_eq!(rebuilt.count_at(v), direct.count_at(v), "value {v}");
+        }
+    }
+
+    #[test]
+    fn slot_value_is_the_lowest_value_of_its_slot() {
+        for slot in 0..empty_histogram().distinct_values() {
+            let v = slot_value(slot);
+            assert_eq!(slot_of(v), slot);
+            assert!(v == 0 || slot_of(v - 1) == slot - 1, "slot {slot}");
+        }
     }
 }
