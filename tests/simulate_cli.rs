@@ -153,3 +153,80 @@ fn bad_scenario_key_or_value_exits_2_naming_it() {
     assert_eq!(result.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&result.stderr).contains("--warmup"));
 }
+
+#[test]
+fn timeline_has_one_complete_event_per_batch_in_its_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let events_of = |file: &Path| -> Vec<serde_json::Value> {
+        let value: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(file).unwrap()).expect("timeline is JSON");
+        value["traceEvents"]
+            .as_array()
+            .expect("traceEvents")
+            .clone()
+    };
+    // The whole run: every batch of the summary is one complete event.
+    let whole = dir.path().join("whole.json");
+    let result = simulate(
+        &out,
+        &[
+            "--no-requests",
+            "--timeline",
+            whole.to_str().unwrap(),
+            "--timeline-window",
+            "0s..100000s",
+        ],
+    );
+    assert!(
+        result.status.success(),
+        "{}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    assert!(!out.join("requests.parquet").exists());
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    let events = events_of(&whole);
+    let batches: Vec<&serde_json::Value> = events.iter().filter(|e| e["ph"] == "X").collect();
+    assert_eq!(batches.len() as u64, summary["batches"].as_u64().unwrap());
+    for batch in &batches {
+        let size = batch["args"]["size"].as_u64().unwrap();
+        assert_eq!(
+            batch["args"]["requests"].as_array().unwrap().len() as u64,
+            size
+        );
+        assert!(batch["dur"].as_f64().unwrap() > 0.0);
+    }
+    let begins = events.iter().filter(|e| e["ph"] == "b").count();
+    assert_eq!(begins, events.iter().filter(|e| e["ph"] == "e").count());
+    assert!(begins > 0);
+
+    // A window holds exactly the batches that start in it.
+    let part = dir.path().join("part.json");
+    let result = simulate(
+        &out,
+        &[
+            "--timeline",
+            part.to_str().unwrap(),
+            "--timeline-window",
+            "1s..2s",
+        ],
+    );
+    assert!(result.status.success());
+    let in_window: Vec<u64> = batches
+        .iter()
+        .filter(|b| (1e6..2e6).contains(&b["ts"].as_f64().unwrap()))
+        .map(|b| b["args"]["batch_id"].as_u64().unwrap())
+        .collect();
+    let part_ids: Vec<u64> = events_of(&part)
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .map(|b| b["args"]["batch_id"].as_u64().unwrap())
+        .collect();
+    assert!(!in_window.is_empty());
+    assert_eq!(part_ids, in_window);
+
+    let result = simulate(&out, &["--timeline", "t.json", "--timeline-window", "5s"]);
+    assert_eq!(result.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&result.stderr).contains("--timeline-window"));
+}

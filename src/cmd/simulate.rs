@@ -1,11 +1,12 @@
 //! `capsim simulate`: replay a trace through a scenario and write summary.json,
-//! requests.parquet and timeseries.parquet.
+//! requests.parquet and timeseries.parquet (and, with `--timeline`, a Chrome trace of the run).
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use capsim_sim::output::{write_requests_parquet, write_summary_json, write_timeseries_parquet};
 use capsim_sim::quantity::parse_duration_ns;
+use capsim_sim::timeline::{TimelineWindow, write_timeline_json};
 use capsim_sim::{RunOptions, Scenario, Warmup, run_with_sink, simulate_with_requests};
 use clap::Args;
 
@@ -37,6 +38,15 @@ pub struct SimulateArgs {
     #[arg(long)]
     pub no_requests: bool,
 
+    /// Also write the run's timeline (Chrome trace event JSON; open it in Perfetto): batches per
+    /// model instance and queue waits per instance.
+    #[arg(long, value_name = "FILE.json")]
+    pub timeline: Option<PathBuf>,
+
+    /// Part of the run the timeline shows, in simulated time: `START..END`, e.g. `5s..15s`.
+    #[arg(long, value_name = "START..END", default_value = "0s..10s")]
+    pub timeline_window: String,
+
     /// Output directory (created if missing).
     #[arg(short = 'o', long = "out", value_name = "DIR")]
     pub out: PathBuf,
@@ -50,6 +60,20 @@ fn parse_warmup(text: &str) -> Result<Warmup> {
     parse_duration_ns(text)
         .map(Warmup::DurationNs)
         .map_err(|e| BadInput(format!("--warmup: {e}, or a request count such as 1000")).into())
+}
+
+/// Parses `--timeline-window START..END` (durations, END after START).
+fn parse_timeline_window(text: &str) -> Result<TimelineWindow> {
+    let bad = |why: String| BadInput(format!("--timeline-window {text:?}: {why}"));
+    let (start, end) = text
+        .split_once("..")
+        .ok_or_else(|| bad("write it as START..END, e.g. 0s..10s".to_string()))?;
+    let start_ns = parse_duration_ns(start.trim()).map_err(|e| bad(e.to_string()))?;
+    let end_ns = parse_duration_ns(end.trim()).map_err(|e| bad(e.to_string()))?;
+    if end_ns <= start_ns {
+        return Err(bad("END must be after START".to_string()).into());
+    }
+    Ok(TimelineWindow { start_ns, end_ns })
 }
 
 pub fn run(args: SimulateArgs) -> Result<()> {
@@ -79,7 +103,8 @@ pub fn run(args: SimulateArgs) -> Result<()> {
     };
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create output directory {}", args.out.display()))?;
-    let run = if args.no_requests {
+    let window = parse_timeline_window(&args.timeline_window)?;
+    let run = if args.no_requests && args.timeline.is_none() {
         run_with_sink(
             &scenario,
             &loaded.trace,
@@ -89,11 +114,16 @@ pub fn run(args: SimulateArgs) -> Result<()> {
     } else {
         let (run, log) = simulate_with_requests(&scenario, &loaded.trace, &options)?;
         let pool_names: Vec<String> = scenario.pools().iter().map(|p| p.name.clone()).collect();
-        write_requests_parquet(
-            &args.out.join("requests.parquet"),
-            log.records(),
-            &pool_names,
-        )?;
+        if !args.no_requests {
+            write_requests_parquet(
+                &args.out.join("requests.parquet"),
+                log.records(),
+                &pool_names,
+            )?;
+        }
+        if let Some(path) = &args.timeline {
+            write_timeline_json(path, log.records(), &pool_names, window)?;
+        }
         run
     };
     write_summary_json(&args.out.join("summary.json"), &run.summary)?;

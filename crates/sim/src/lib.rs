@@ -48,6 +48,7 @@ pub mod service;
 pub mod summary;
 pub mod theory;
 pub mod time;
+pub mod timeline;
 pub mod timeseries;
 
 pub use engine::{
