@@ -976,8 +976,8 @@ impl<'a> Engine<'a> {
         t.record.response_ns = now;
         t.record.outcome = outcome;
         t.generation = t.generation.wrapping_add(1);
-        let record = t.record;
-        let measured = t.measured;
+        // The record is read in place (no copy of the whole record per request).
+        let record = &t.record;
         let retry = match outcome {
             Outcome::Completed => false,
             Outcome::Rejected(_) => self.retry_rejected,
@@ -986,12 +986,13 @@ impl<'a> Engine<'a> {
         self.in_system -= 1;
         self.finished += 1;
         self.interval.finished += 1;
-        sink.record(&record);
-        self.summary.add(&record, measured);
+        sink.record(record);
+        self.summary.add(record, t.measured);
+        let (attempt, client) = (record.attempt, record.client);
         if retry {
             t.stage = Stage::Backoff;
-            let backoff_ns = self.retry_backoff_ns as f64
-                * self.retry_multiplier.powi(i32::from(record.attempt) - 1);
+            let backoff_ns =
+                self.retry_backoff_ns as f64 * self.retry_multiplier.powi(i32::from(attempt) - 1);
             self.events.push(
                 now + backoff_ns.round() as u64,
                 EventKind::RetrySend,
@@ -1002,13 +1003,9 @@ impl<'a> Engine<'a> {
         }
         t.stage = Stage::Free;
         self.free_tickets.push(ticket);
-        if self.closed_loop && record.client != u32::MAX {
-            self.events.push(
-                now + self.think_time_ns,
-                EventKind::ClientSend,
-                record.client,
-                0,
-            );
+        if self.closed_loop && client != u32::MAX {
+            self.events
+                .push(now + self.think_time_ns, EventKind::ClientSend, client, 0);
         }
     }
 

@@ -92,6 +92,15 @@ impl InstanceQueue {
         if self.live == 0 {
             return None;
         }
+        // Fast path: the most urgent level's front entry is live (no tombstones, no delay).
+        if let Some(q) = self.main.first_mut()
+            && let Some(&e) = q.front()
+            && live(e, Part::Main)
+        {
+            q.pop_front();
+            self.live -= 1;
+            return Some(e);
+        }
         for (part, q) in Self::parts_mut(&mut self.main, &mut self.delayed) {
             while let Some(e) = q.pop_front() {
                 if live(e, part) {
