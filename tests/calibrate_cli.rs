@@ -87,6 +87,14 @@ fn cpu_calibration_of_the_shipped_classifier_writes_a_valid_profile() {
     );
 
     let profile = Profile::read(&out).expect("the profile reads back and validates");
+    let fit_png = dir.path().join("profile.fit.png");
+    let png = std::fs::read(&fit_png).expect("the fit plot is drawn beside the profile");
+    assert!(
+        png.len() > 1000 && png.starts_with(b"\x89PNG"),
+        "{} is not a PNG of a plot ({} bytes)",
+        fit_png.display(),
+        png.len()
+    );
     assert_eq!(profile.environment.execution_provider, "cpu");
     assert!(
         profile.environment.ort_version.starts_with("1.31"),

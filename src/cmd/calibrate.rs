@@ -178,6 +178,10 @@ pub fn run(args: CalibrateArgs) -> Result<()> {
     })
     .map_err(user_facing)?;
     bar.finish_and_clear();
+    if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating the folder {} for the profile", dir.display()))?;
+    }
     profile
         .write(&args.out)
         .with_context(|| format!("writing the profile to {}", args.out.display()))?;
@@ -199,6 +203,23 @@ pub fn run(args: CalibrateArgs) -> Result<()> {
         fit.r_squared
     );
     println!("profile written to {}", args.out.display());
+    let plot_path = args.out.with_extension("fit.png");
+    let plot = capsim_report::plot::ProfileFitPlot::from_profile(&profile);
+    capsim_report::plot::draw_profile_fit(
+        &plot,
+        capsim_report::plot::PlotSize::DEFAULT,
+        &plot_path,
+    )
+    .with_context(|| {
+        format!(
+            "drawing the measured points against the fit to {}",
+            plot_path.display()
+        )
+    })?;
+    println!(
+        "measured points against the fit drawn to {}",
+        plot_path.display()
+    );
     Ok(())
 }
 

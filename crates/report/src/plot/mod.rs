@@ -8,12 +8,14 @@ mod breakdown;
 mod cdf;
 mod curves;
 mod heatmap;
+mod profile_fit;
 mod timeseries;
 
 pub use breakdown::{StageBars, StageBreakdownPlot, draw_stage_breakdown};
 pub use cdf::{CdfPlot, CdfSeries, draw_latency_cdf};
 pub use curves::{CurvePoint, CurveSeries, ThroughputLatencyPlot, draw_throughput_latency};
 pub use heatmap::{CapacityHeatmap, draw_capacity_heatmap};
+pub use profile_fit::{FitSeries, ProfileFitPlot, draw_profile_fit};
 pub use timeseries::{TimeSeriesPanel, TimeSeriesPlot, draw_time_series};
 
 use std::path::{Path, PathBuf};
