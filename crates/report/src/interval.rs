@@ -20,6 +20,17 @@ impl Estimate {
     pub fn half_width(&self) -> f64 {
         (self.high - self.low) / 2.0
     }
+
+    /// The estimate of a quantity known to be at least `floor` (a capacity is at least 0): the
+    /// interval's ends are raised to `floor` where they fall below it; the mean is kept. After
+    /// this the interval may be asymmetric about the mean.
+    pub fn floored_at(self, floor: f64) -> Estimate {
+        Estimate {
+            low: self.low.max(floor),
+            high: self.high.max(floor),
+            ..self
+        }
+    }
 }
 
 /// The mean of `values` with the Student-t 95% interval `mean ± t(0.975, n-1) · s / √n`.
@@ -67,6 +78,19 @@ mod tests {
             "expected 2.484138, got {}",
             estimate.half_width()
         );
+    }
+
+    #[test]
+    fn floored_interval_of_a_nonnegative_quantity_never_goes_below_the_floor() {
+        // Two seeds far apart: the Student-t interval (t(0.975, 1) = 12.706) reaches below 0.
+        let raw = mean_with_95_interval(&[150.0, 256.6]).unwrap();
+        assert!(raw.low < 0.0, "raw low {}", raw.low);
+        let floored = raw.floored_at(0.0);
+        assert_eq!(floored.low, 0.0);
+        assert_eq!((floored.mean, floored.high), (raw.mean, raw.high));
+        // An interval already above the floor is unchanged.
+        let narrow = mean_with_95_interval(&[100.0, 101.0]).unwrap();
+        assert_eq!(narrow.floored_at(0.0), narrow);
     }
 
     #[test]

@@ -182,7 +182,8 @@ pub fn write_capacity_csv(path: &Path, result: &SweepResult) -> Result<(), Outpu
     header.extend(result.grid_keys.iter().cloned());
     header.extend(
         [
-            "instances",
+            // Instances in all pools; not `instances`, which may already name a grid axis.
+            "instances_total",
             "seeds",
             "capacity_rps",
             "capacity_rps_ci95_low",

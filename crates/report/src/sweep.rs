@@ -46,6 +46,9 @@ pub struct SweepSpec {
     pub cost_per_instance_hour: Option<f64>,
     /// Kneedle's sensitivity `S`.
     pub knee_sensitivity: f64,
+    /// The load of the detail runs (latency CDF, stage breakdown, time series), in the load axis'
+    /// unit; `None` runs them at the middle value of the axis.
+    pub detail_load: Option<f64>,
     /// Whether to run the curves (every load of the axis) and the detail runs; `false` runs only
     /// the capacity searches (for `capsim plan`).
     pub curves: bool,
@@ -114,7 +117,9 @@ pub struct CapacityRow {
     pub capacity_rps_by_seed: Vec<f64>,
     /// Where each seed's capacity lay relative to the searched range.
     pub bracket_by_seed: Vec<Bracket>,
-    /// Mean and 95% interval across seeds, requests per second.
+    /// Mean and 95% interval across seeds, requests per second. A capacity is never negative,
+    /// so the interval's low end is clamped at 0 (few seeds with a wide spread would otherwise
+    /// give a negative Student-t bound).
     pub capacity_rps: Option<Estimate>,
     /// Mean capacity per instance, requests per second.
     pub capacity_per_instance_rps: Option<f64>,
@@ -444,7 +449,9 @@ fn run_job(
         }
         Job::Detail { config } => {
             let (index, _, scenario) = entry(config);
-            let load = spec.load.values[spec.load.values.len() / 2];
+            let load = spec
+                .detail_load
+                .unwrap_or(spec.load.values[spec.load.values.len() / 2]);
             detail_run(spec, workload, *index, scenario, load)
                 .map(|d| JobOutput::Detail(Box::new(d)))
         }
@@ -561,7 +568,7 @@ fn capacity_row(
     let mut found = found.to_vec();
     found.sort_by_key(|f| f.0);
     let capacity_rps_by_seed: Vec<f64> = found.iter().map(|f| f.1).collect();
-    let capacity_rps = mean_with_95_interval(&capacity_rps_by_seed);
+    let capacity_rps = mean_with_95_interval(&capacity_rps_by_seed).map(|c| c.floored_at(0.0));
     let instances: u32 = scenario.pools().iter().map(|p| p.instances).sum();
     let latencies: Vec<f64> = found.iter().filter_map(|f| f.3).collect();
     let latency_at_capacity_ms =

@@ -55,6 +55,7 @@ fn spec(shard: Shard) -> SweepSpec {
         shard,
         cost_per_instance_hour: Some(2.0),
         knee_sensitivity: 1.0,
+        detail_load: None,
         curves: true,
     }
 }
@@ -112,6 +113,16 @@ fn sweep_writes_outputs_and_sharded_merge_equals_unsharded() {
     );
     write_capacity_csv(&direct, &whole).unwrap();
     write_capacity_csv(&via_json, &read_back).unwrap();
+    // The grid has an `instances` axis: the header must still name each column once.
+    let csv_text = std::fs::read_to_string(&direct).unwrap();
+    let header: Vec<&str> = csv_text.lines().next().unwrap().split(',').collect();
+    let unique: std::collections::BTreeSet<&str> = header.iter().copied().collect();
+    assert_eq!(unique.len(), header.len(), "duplicate column in {header:?}");
+    assert!(header.contains(&"instances") && header.contains(&"instances_total"));
+    for row in &whole.capacities {
+        let capacity = row.capacity_rps.unwrap();
+        assert!(capacity.low >= 0.0, "{capacity:?}");
+    }
     assert_eq!(
         std::fs::read(&direct).unwrap(),
         std::fs::read(&via_json).unwrap()
