@@ -172,3 +172,28 @@ fn bad_flags_exit_2_and_quote_the_value() {
         );
     }
 }
+
+#[test]
+fn detail_load_chooses_the_load_of_the_cdf_and_time_series() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = sweep(
+        dir.path(),
+        "detail",
+        SLO,
+        &["--detail-load", "2x", "--no-report"],
+    );
+    assert!(output.status.success(), "{}", text(&output));
+    let sweep_json: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("detail/sweep.json")).unwrap(),
+    )
+    .unwrap();
+    let details = sweep_json["details"].as_array().expect("details");
+    assert!(!details.is_empty(), "no detail runs in {sweep_json}");
+    for detail in details {
+        assert_eq!(detail["load"].as_f64(), Some(2.0), "detail run: {detail}");
+    }
+
+    let bad = sweep(dir.path(), "bad", SLO, &["--detail-load", "0x"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", text(&bad));
+    assert!(text(&bad).contains("`0x`"), "{}", text(&bad));
+}

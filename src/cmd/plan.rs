@@ -82,6 +82,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
         shard: Shard::WHOLE,
         cost_per_instance_hour: args.grid.cost_per_instance_hour,
         knee_sensitivity: capsim_report::knee::DEFAULT_SENSITIVITY,
+        detail_load: None,
         curves: false,
     };
     let result = run_with_progress(&spec, &workload)?;

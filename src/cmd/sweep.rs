@@ -87,6 +87,12 @@ pub struct SweepArgs {
     #[arg(long, default_value_t = capsim_report::knee::DEFAULT_SENSITIVITY, value_name = "S")]
     pub knee_sensitivity: f64,
 
+    /// The load at which each configuration is run once in detail for the latency CDF, stage
+    /// breakdown and time series, in the load axis' unit (`2x`, `150rps`, or a client count);
+    /// the middle of the axis when omitted.
+    #[arg(long, value_name = "LOAD", value_parser = parse_detail_load)]
+    pub detail_load: Option<f64>,
+
     /// Do not draw the report at the end.
     #[arg(long)]
     pub no_report: bool,
@@ -233,6 +239,7 @@ pub fn run(args: SweepArgs) -> Result<()> {
         shard,
         cost_per_instance_hour: args.grid.cost_per_instance_hour,
         knee_sensitivity: args.knee_sensitivity,
+        detail_load: args.detail_load,
         curves: true,
     };
     let started = std::time::Instant::now();
@@ -282,5 +289,20 @@ fn print_capacities(result: &SweepResult) {
             format!("{:.1} req/s [{:.1}, {:.1}]", c.mean, c.low, c.high)
         });
         println!("{:<60} capacity {capacity}", row.configuration);
+    }
+}
+
+/// Parses `--detail-load`: a positive number, optionally ending in `x` or `rps`.
+fn parse_detail_load(text: &str) -> Result<f64, String> {
+    let number = text
+        .trim()
+        .trim_end_matches("rps")
+        .trim_end_matches('x')
+        .trim();
+    match number.parse::<f64>() {
+        Ok(value) if value.is_finite() && value > 0.0 => Ok(value),
+        _ => Err(format!(
+            "`{text}` is not a positive load (write e.g. `2x`, `150rps` or `16`)"
+        )),
     }
 }
