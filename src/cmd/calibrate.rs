@@ -25,6 +25,16 @@ pub enum Ep {
     Auto,
 }
 
+impl From<Ep> for ProviderChoice {
+    fn from(ep: Ep) -> ProviderChoice {
+        match ep {
+            Ep::Cpu => ProviderChoice::Cpu,
+            Ep::Cuda => ProviderChoice::Cuda,
+            Ep::Auto => ProviderChoice::Auto,
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct CalibrateArgs {
     /// The ONNX model to measure.
@@ -76,12 +86,19 @@ pub struct CalibrateArgs {
 }
 
 /// A library error as the command reports it: bad input (exit 2) when the user can fix it.
-fn user_facing(err: CalibrateError) -> anyhow::Error {
+pub(super) fn user_facing(err: CalibrateError) -> anyhow::Error {
     if err.is_bad_input() {
         BadInput(err.to_string()).into()
     } else {
         err.into()
     }
+}
+
+/// Finds ONNX Runtime (`--ort-lib`, then the usual places) and loads it; what the user can fix
+/// is bad input. Shared by `calibrate`, `replay --live` and `validate`.
+pub(super) fn load_runtime(ort_lib: Option<&std::path::Path>) -> Result<Runtime> {
+    let location = library::locate(ort_lib).map_err(user_facing)?;
+    Runtime::load(&location).map_err(user_facing)
 }
 
 /// Parses `NAME=V,V,...`.
@@ -112,15 +129,10 @@ pub fn run(args: CalibrateArgs) -> Result<()> {
         }
     }
     check_model_file(&args.model).map_err(user_facing)?;
-    let location = library::locate(args.ort_lib.as_deref()).map_err(user_facing)?;
-    let runtime = Runtime::load(&location).map_err(user_facing)?;
+    let runtime = load_runtime(args.ort_lib.as_deref())?;
     let config = CalibrationConfig {
         model: args.model.clone(),
-        provider: match args.ep {
-            Ep::Cpu => ProviderChoice::Cpu,
-            Ep::Cuda => ProviderChoice::Cuda,
-            Ep::Auto => ProviderChoice::Auto,
-        },
+        provider: args.ep.into(),
         batch_sizes: args.batch.clone(),
         dims,
         warmup_iters: args.warmup,

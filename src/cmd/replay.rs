@@ -5,15 +5,15 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
+use capsim_calibrate::check_model_file;
 use capsim_calibrate::live::{LiveConfig, LiveRequest, LiveRun, replay, timeseries_of};
-use capsim_calibrate::{CalibrateError, ProviderChoice, Runtime, check_model_file, library};
 use capsim_sim::Scenario;
 use capsim_sim::output::{write_requests_parquet, write_summary_json, write_timeseries_parquet};
 use capsim_sim::summary::SummaryBuilder;
 use clap::Args;
 
 use super::BadInput;
-use super::calibrate::Ep;
+use super::calibrate::{Ep, load_runtime, user_facing};
 use crate::input::TraceInput;
 
 #[derive(Debug, Args)]
@@ -55,14 +55,6 @@ pub struct ReplayArgs {
     pub out: PathBuf,
 }
 
-fn user_facing(err: CalibrateError) -> anyhow::Error {
-    if err.is_bad_input() {
-        BadInput(err.to_string()).into()
-    } else {
-        err.into()
-    }
-}
-
 pub fn run(args: ReplayArgs) -> Result<()> {
     if !args.live {
         return Err(BadInput(
@@ -91,15 +83,10 @@ pub fn run(args: ReplayArgs) -> Result<()> {
             output_tokens: outputs.map_or(0, |o| o[i]),
         })
         .collect();
-    let runtime = Runtime::load(&library::locate(args.ort_lib.as_deref()).map_err(user_facing)?)
-        .map_err(user_facing)?;
+    let runtime = load_runtime(args.ort_lib.as_deref())?;
     let config = LiveConfig {
         model: args.model.clone(),
-        provider: match args.ep {
-            Ep::Cpu => ProviderChoice::Cpu,
-            Ep::Cuda => ProviderChoice::Cuda,
-            Ep::Auto => ProviderChoice::Auto,
-        },
+        provider: args.ep.into(),
         intra_threads: args.threads,
         length_dim: args.length_dim.clone(),
         max_length: args.max_length.max(1),

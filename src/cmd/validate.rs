@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
+use capsim_calibrate::check_model_file;
 use capsim_calibrate::live::{LiveConfig, LiveRequest, replay};
-use capsim_calibrate::{CalibrateError, ProviderChoice, Runtime, check_model_file, library};
 use capsim_sim::profile::ProfileServiceTime;
 use capsim_sim::quantity::parse_duration_ns;
 use capsim_sim::summary::LatencyStats;
@@ -15,7 +15,7 @@ use capsim_trace::{Columns, Trace};
 use clap::Args;
 
 use super::BadInput;
-use super::calibrate::Ep;
+use super::calibrate::{Ep, load_runtime, user_facing};
 use super::replay::live_summary;
 use crate::input::TraceInput;
 
@@ -56,14 +56,6 @@ pub struct ValidateArgs {
     /// ONNX Runtime shared library (see `capsim calibrate --help`).
     #[arg(long, value_name = "libonnxruntime.so")]
     pub ort_lib: Option<PathBuf>,
-}
-
-fn user_facing(err: CalibrateError) -> anyhow::Error {
-    if err.is_bad_input() {
-        BadInput(err.to_string()).into()
-    } else {
-        err.into()
-    }
 }
 
 fn relative_error(simulated: f64, measured: f64) -> f64 {
@@ -129,15 +121,10 @@ pub fn run(args: ValidateArgs) -> Result<()> {
         "calibrated capacity: {capacity_rps:.1} rps ({model_instances} model instances, batches of {max_batch} at {mean_length} tokens)"
     );
 
-    let runtime = Runtime::load(&library::locate(args.ort_lib.as_deref()).map_err(user_facing)?)
-        .map_err(user_facing)?;
+    let runtime = load_runtime(args.ort_lib.as_deref())?;
     let config = LiveConfig {
         model: args.model.clone(),
-        provider: match args.ep {
-            Ep::Cpu => ProviderChoice::Cpu,
-            Ep::Cuda => ProviderChoice::Cuda,
-            Ep::Auto => ProviderChoice::Auto,
-        },
+        provider: args.ep.into(),
         intra_threads: args.threads,
         length_dim: args.length_dim.clone(),
         max_length,
