@@ -8,7 +8,8 @@ use plotters::prelude::*;
 
 use super::{
     DrawResult, FONT, LegendEntry, LegendMark, PlotError, PlotSize, TextSizes, bad_data, canvas,
-    compact, draw_legend, extent, legend_width_px, log_padded, padded, series_colour, wants_log,
+    compact, draw_legend, extent, legend_width_px, log_padded, padded, series_colour,
+    series_legend, wants_log,
 };
 
 /// Most points drawn per CDF line; larger samples are thinned evenly by rank.
@@ -61,16 +62,7 @@ pub fn draw_latency_cdf(plot: &CdfPlot, size: PlotSize, path: &Path) -> Result<(
     let root = canvas(path, size)?;
     let sizes = TextSizes::for_size(size);
     let root = root.titled(&plot.title, (FONT, sizes.title)).at(path)?;
-    let mut legend: Vec<LegendEntry> = plot
-        .series
-        .iter()
-        .enumerate()
-        .map(|(i, s)| LegendEntry {
-            label: s.label.clone(),
-            colour: series_colour(i),
-            mark: LegendMark::Line(3),
-        })
-        .collect();
+    let mut legend = series_legend(plot.series.iter().map(|s| s.label.as_str()));
     if plot.slo_ms.is_some() {
         legend.push(LegendEntry {
             label: "SLO".into(),

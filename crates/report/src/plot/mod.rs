@@ -177,6 +177,18 @@ struct LegendEntry {
     mark: LegendMark,
 }
 
+/// One legend row per series, each a line in the series' colour (in [`series_colour`] order).
+fn series_legend<'a>(labels: impl Iterator<Item = &'a str>) -> Vec<LegendEntry> {
+    labels
+        .enumerate()
+        .map(|(i, label)| LegendEntry {
+            label: label.to_string(),
+            colour: series_colour(i),
+            mark: LegendMark::Line(3),
+        })
+        .collect()
+}
+
 /// Draws a legend as rows in its own area (beside the chart, so it never hides data).
 fn draw_legend(
     area: &DrawingArea<BitMapBackend<'_>, Shift>,

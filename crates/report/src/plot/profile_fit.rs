@@ -7,7 +7,7 @@ use plotters::prelude::*;
 
 use super::{
     DrawResult, FONT, LegendEntry, LegendMark, PlotError, PlotSize, TextSizes, bad_data, canvas,
-    compact, draw_legend, extent, legend_width_px, padded, series_colour,
+    compact, draw_legend, extent, legend_width_px, padded, series_colour, series_legend,
 };
 
 /// One length of the grid: what was measured at each batch size, and what the fit predicts.
@@ -126,16 +126,7 @@ pub fn draw_profile_fit(
     let root = canvas(path, size)?;
     let sizes = TextSizes::for_size(size);
     let root = root.titled(&plot.title, (FONT, sizes.title)).at(path)?;
-    let mut legend: Vec<LegendEntry> = plot
-        .series
-        .iter()
-        .enumerate()
-        .map(|(i, s)| LegendEntry {
-            label: s.label.clone(),
-            colour: series_colour(i),
-            mark: LegendMark::Line(3),
-        })
-        .collect();
+    let mut legend = series_legend(plot.series.iter().map(|s| s.label.as_str()));
     legend.push(LegendEntry {
         label: "measured mean (circles)".into(),
         colour: BLACK,
