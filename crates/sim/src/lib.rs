@@ -34,6 +34,7 @@ pub mod engine;
 pub mod event;
 pub mod gateway;
 pub mod instance;
+pub mod llm;
 pub mod network;
 pub mod output;
 pub mod postprocess;
