@@ -7,4 +7,7 @@
 //! long the step takes from its [`step_time::StepBatch`] composition, and at the step's end each
 //! sequence that decoded emits one token.
 
+pub mod kv;
+pub mod prefix;
+pub mod scheduler;
 pub mod step_time;

@@ -1,0 +1,281 @@
+//! The paged KV cache of one LLM instance: a fixed number of blocks of `block_size` tokens each.
+//!
+//! A block is in one of three states:
+//! - **in use**: held by one or more running sequences (reference count above 0);
+//! - **cached**: free, but still holding a registered prefix key, so a later request with the
+//!   same prefix can take it back without recomputing it; cached blocks are evicted least
+//!   recently freed first when a block is needed;
+//! - **free**: holding nothing.
+//!
+//! Every operation is O(1) (a stack of free blocks, an intrusive doubly linked LRU list of cached
+//! blocks, and a map from prefix key to block), and nothing allocates after construction.
+
+use std::collections::HashMap;
+
+/// Marks "no block" in the LRU links and "no key" in the key table.
+const NIL: u32 = u32::MAX;
+const NO_KEY: u64 = u64::MAX;
+
+/// A block's index in the cache.
+pub type BlockId = u32;
+
+/// The KV cache of one instance.
+#[derive(Debug, Clone)]
+pub struct KvCache {
+    block_size: u32,
+    refcount: Vec<u32>,
+    key: Vec<u64>,
+    lru_prev: Vec<u32>,
+    lru_next: Vec<u32>,
+    lru_head: u32,
+    lru_tail: u32,
+    cached: u32,
+    free: Vec<BlockId>,
+    by_key: HashMap<u64, BlockId>,
+    in_use: u32,
+}
+
+impl KvCache {
+    /// A cache of `blocks` empty blocks of `block_size` tokens (both at least 1).
+    pub fn new(blocks: u32, block_size: u32) -> KvCache {
+        assert!(blocks >= 1 && block_size >= 1, "validated by the scenario");
+        let n = blocks as usize;
+        KvCache {
+            block_size,
+            refcount: vec![0; n],
+            key: vec![NO_KEY; n],
+            lru_prev: vec![NIL; n],
+            lru_next: vec![NIL; n],
+            lru_head: NIL,
+            lru_tail: NIL,
+            cached: 0,
+            // Popped from the back: block 0 first.
+            free: (0..blocks).rev().collect(),
+            by_key: HashMap::with_capacity(n),
+            in_use: 0,
+        }
+    }
+
+    /// Tokens per block.
+    #[inline]
+    pub fn block_size(&self) -> u32 {
+        self.block_size
+    }
+
+    /// Blocks in the cache.
+    #[inline]
+    pub fn total(&self) -> u32 {
+        self.refcount.len() as u32
+    }
+
+    /// Blocks held by running sequences.
+    #[inline]
+    pub fn in_use(&self) -> u32 {
+        self.in_use
+    }
+
+    /// Blocks that [`KvCache::allocate`] can hand out now (free plus evictable cached ones).
+    #[inline]
+    pub fn available(&self) -> u32 {
+        self.free.len() as u32 + self.cached
+    }
+
+    /// Blocks needed to hold `tokens` tokens.
+    #[inline]
+    pub fn blocks_for(&self, tokens: u64) -> u64 {
+        tokens.div_ceil(u64::from(self.block_size))
+    }
+
+    /// The block registered under `key`, in use or cached.
+    #[inline]
+    pub fn lookup(&self, key: u64) -> Option<BlockId> {
+        self.by_key.get(&key).copied()
+    }
+
+    /// True when `block` is free but cached (taking it back uses up one available block).
+    #[inline]
+    pub fn is_cached(&self, block: BlockId) -> bool {
+        self.refcount[block as usize] == 0
+    }
+
+    /// Takes a reference to a registered block (a prefix-cache hit).
+    pub fn acquire(&mut self, block: BlockId) {
+        let b = block as usize;
+        debug_assert!(self.key[b] != NO_KEY, "only registered blocks are shared");
+        if self.refcount[b] == 0 {
+            self.lru_unlink(block);
+            self.cached -= 1;
+            self.in_use += 1;
+        }
+        self.refcount[b] += 1;
+        self.check();
+    }
+
+    /// Takes an empty block: a free one, else the least recently cached one (forgetting its key).
+    /// `None` when every block is in use.
+    pub fn allocate(&mut self) -> Option<BlockId> {
+        let block = match self.free.pop() {
+            Some(b) => b,
+            None => {
+                let b = self.lru_head;
+                if b == NIL {
+                    return None;
+                }
+                self.lru_unlink(b);
+                self.cached -= 1;
+                let key = std::mem::replace(&mut self.key[b as usize], NO_KEY);
+                self.by_key.remove(&key);
+                b
+            }
+        };
+        debug_assert_eq!(self.refcount[block as usize], 0);
+        self.refcount[block as usize] = 1;
+        self.in_use += 1;
+        self.check();
+        Some(block)
+    }
+
+    /// Drops one reference; a block nobody holds becomes cached (if registered) or free.
+    pub fn release(&mut self, block: BlockId) {
+        let b = block as usize;
+        assert!(
+            self.refcount[b] > 0,
+            "block {block} released more than taken"
+        );
+        self.refcount[b] -= 1;
+        if self.refcount[b] == 0 {
+            self.in_use -= 1;
+            if self.key[b] == NO_KEY {
+                self.free.push(block);
+            } else {
+                self.lru_push_back(block);
+                self.cached += 1;
+            }
+        }
+        self.check();
+    }
+
+    /// Registers a full, computed block under its prefix `key`, so later requests can reuse it.
+    /// A key already registered keeps its first block (this one stays private).
+    pub fn register(&mut self, block: BlockId, key: u64) {
+        let key = if key == NO_KEY { NO_KEY - 1 } else { key };
+        if self.key[block as usize] != NO_KEY {
+            return;
+        }
+        if let std::collections::hash_map::Entry::Vacant(slot) = self.by_key.entry(key) {
+            slot.insert(block);
+            self.key[block as usize] = key;
+        }
+    }
+
+    fn lru_unlink(&mut self, block: BlockId) {
+        let b = block as usize;
+        let (prev, next) = (self.lru_prev[b], self.lru_next[b]);
+        if prev == NIL {
+            self.lru_head = next;
+        } else {
+            self.lru_next[prev as usize] = next;
+        }
+        if next == NIL {
+            self.lru_tail = prev;
+        } else {
+            self.lru_prev[next as usize] = prev;
+        }
+        self.lru_prev[b] = NIL;
+        self.lru_next[b] = NIL;
+    }
+
+    fn lru_push_back(&mut self, block: BlockId) {
+        let b = block as usize;
+        self.lru_prev[b] = self.lru_tail;
+        self.lru_next[b] = NIL;
+        if self.lru_tail == NIL {
+            self.lru_head = block;
+        } else {
+            self.lru_next[self.lru_tail as usize] = block;
+        }
+        self.lru_tail = block;
+    }
+
+    /// The block budget holds: in use + cached + free == total, so in use never exceeds it.
+    #[inline]
+    fn check(&self) {
+        assert!(
+            self.in_use + self.cached + self.free.len() as u32 == self.total(),
+            "KV blocks: {} in use + {} cached + {} free != {} total",
+            self.in_use,
+            self.cached,
+            self.free.len(),
+            self.total()
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allocation_stops_at_the_block_budget() {
+        let mut kv = KvCache::new(3, 16);
+        let blocks: Vec<_> = std::iter::from_fn(|| kv.allocate()).collect();
+        assert_eq!(blocks.len(), 3);
+        assert_eq!(kv.in_use(), 3);
+        assert_eq!(kv.available(), 0);
+        kv.release(blocks[1]);
+        assert_eq!(kv.allocate(), Some(blocks[1]));
+        assert_eq!(kv.allocate(), None);
+    }
+
+    #[test]
+    fn released_registered_blocks_stay_cached_until_evicted_lru() {
+        let mut kv = KvCache::new(2, 16);
+        let a = kv.allocate().unwrap();
+        let b = kv.allocate().unwrap();
+        kv.register(a, 10);
+        kv.register(b, 20);
+        kv.release(a);
+        kv.release(b);
+        assert_eq!((kv.in_use(), kv.available()), (0, 2));
+        assert_eq!(kv.lookup(10), Some(a));
+        // A hit takes the block back out of the LRU list.
+        kv.acquire(a);
+        assert_eq!(kv.available(), 1);
+        // The only evictable block is b: it is reused and its key forgotten.
+        assert_eq!(kv.allocate(), Some(b));
+        assert_eq!(kv.lookup(20), None);
+        assert_eq!(kv.lookup(10), Some(a));
+        kv.release(a);
+        kv.release(b);
+        assert_eq!(kv.lookup(10), Some(a), "a is still cached");
+        assert_eq!(kv.available(), 2);
+    }
+
+    #[test]
+    fn least_recently_freed_cached_block_is_evicted_first() {
+        let mut kv = KvCache::new(3, 16);
+        let ids: Vec<_> = (0..3).map(|_| kv.allocate().unwrap()).collect();
+        for (i, &b) in ids.iter().enumerate() {
+            kv.register(b, 100 + i as u64);
+        }
+        kv.release(ids[2]);
+        kv.release(ids[0]);
+        kv.release(ids[1]);
+        assert_eq!(kv.allocate(), Some(ids[2]));
+        assert_eq!(kv.allocate(), Some(ids[0]));
+        assert_eq!(kv.lookup(101), Some(ids[1]));
+    }
+
+    #[test]
+    fn shared_block_is_freed_only_by_its_last_holder() {
+        let mut kv = KvCache::new(1, 16);
+        let a = kv.allocate().unwrap();
+        kv.register(a, 7);
+        kv.acquire(a);
+        kv.release(a);
+        assert_eq!(kv.in_use(), 1);
+        kv.release(a);
+        assert_eq!(kv.in_use(), 0);
+        assert!(kv.is_cached(a));
+    }
+}
