@@ -7,7 +7,9 @@
 //! long the step takes from its [`step_time::StepBatch`] composition, and at the step's end each
 //! sequence that decoded emits one token.
 
+pub mod hardware;
 pub mod kv;
 pub mod prefix;
+pub mod roofline;
 pub mod scheduler;
 pub mod step_time;
