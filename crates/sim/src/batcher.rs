@@ -106,6 +106,7 @@ mod tests {
             max_batch_size: max,
             preferred_batch_size: preferred.to_vec(),
             max_queue_delay: DurationNs(delay_ns),
+            ..BatcherSpec::default()
         })
     }
 

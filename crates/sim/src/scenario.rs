@@ -27,6 +27,9 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
+use crate::llm::scheduler::Scheduling;
+use crate::llm::spec::{BatcherKind, ContinuousKeys, KvCacheSpec, LlmPool, build_llm_pool};
+use crate::llm::step_time::StepTimeSpec;
 use crate::profile::ProfileServiceTime;
 use crate::quantity::{
     QuantityError, parse_bandwidth_bytes_per_s, parse_duration_ns, parse_rate_rps, parse_size_bytes,
@@ -330,10 +333,15 @@ pub enum TimeoutAction {
     Delay,
 }
 
-/// Dynamic batcher (Triton's rule; see [`crate::batcher`]).
+/// The batcher: Triton's dynamic batcher (`kind = "dynamic"`, the default; see
+/// [`crate::batcher`]) or vLLM's continuous batcher (`kind = "continuous"`; see
+/// [`crate::llm::scheduler`]). Each kind's keys are rejected under the other.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct BatcherSpec {
+    /// `dynamic` or `continuous`. Default `dynamic`.
+    #[serde(default)]
+    pub kind: BatcherKind,
     /// Largest batch; 1 means no batching. Default 1.
     #[serde(default = "one_u32")]
     pub max_batch_size: u32,
@@ -343,14 +351,47 @@ pub struct BatcherSpec {
     /// How long the oldest request may wait for a fuller batch. Default 0.
     #[serde(default)]
     pub max_queue_delay: DurationNs,
+    /// Continuous: most sequences running at once. Default 256.
+    pub max_num_seqs: Option<u32>,
+    /// Continuous: most tokens computed in one step. Default 8192.
+    pub max_num_batched_tokens: Option<u32>,
+    /// Continuous: split long prompts across steps. Default true.
+    pub enable_chunked_prefill: Option<bool>,
+    /// Continuous: `fcfs` or `priority` (by request class). Default `fcfs`.
+    pub scheduling: Option<Scheduling>,
+    /// Continuous: CPU time of every step (scheduling, sampling, detokenization). Default 0.
+    pub step_overhead: Option<DurationNs>,
+    /// Continuous: CPU time per sequence in a step. Default 0.
+    pub step_overhead_per_seq: Option<DurationNs>,
+}
+
+impl BatcherSpec {
+    /// The continuous batcher's keys.
+    pub fn continuous_keys(&self) -> ContinuousKeys {
+        ContinuousKeys {
+            max_num_seqs: self.max_num_seqs,
+            max_num_batched_tokens: self.max_num_batched_tokens,
+            enable_chunked_prefill: self.enable_chunked_prefill,
+            scheduling: self.scheduling,
+            step_overhead: self.step_overhead,
+            step_overhead_per_seq: self.step_overhead_per_seq,
+        }
+    }
 }
 
 impl Default for BatcherSpec {
     fn default() -> Self {
         BatcherSpec {
+            kind: BatcherKind::Dynamic,
             max_batch_size: 1,
             preferred_batch_size: Vec::new(),
             max_queue_delay: DurationNs(0),
+            max_num_seqs: None,
+            max_num_batched_tokens: None,
+            enable_chunked_prefill: None,
+            scheduling: None,
+            step_overhead: None,
+            step_overhead_per_seq: None,
         }
     }
 }
@@ -481,8 +522,12 @@ pub struct PoolFile {
     /// Execution resources.
     #[serde(default)]
     pub execution: ExecutionSpec,
-    /// Service-time model (required).
-    pub service: ServiceSpec,
+    /// Service-time model (required with the dynamic batcher).
+    pub service: Option<ServiceSpec>,
+    /// KV cache (continuous batcher only).
+    pub kv_cache: Option<KvCacheSpec>,
+    /// Step-time model (required with the continuous batcher).
+    pub step_time: Option<StepTimeSpec>,
     /// Post-processing.
     #[serde(default)]
     pub postprocess: PostprocessSpec,
@@ -616,7 +661,9 @@ struct ScenarioFile {
     batcher: BatcherSpec,
     #[serde(default)]
     execution: ExecutionSpec,
-    service: ServiceSpec,
+    service: Option<ServiceSpec>,
+    kv_cache: Option<KvCacheSpec>,
+    step_time: Option<StepTimeSpec>,
     #[serde(default)]
     postprocess: PostprocessSpec,
     #[serde(default)]
@@ -644,10 +691,13 @@ pub struct Pool {
     pub batcher: BatcherSpec,
     /// Execution resources.
     pub execution: ExecutionSpec,
-    /// The service-time model as written.
-    pub service_spec: ServiceSpec,
+    /// The service-time model as written (dynamic batcher).
+    pub service_spec: Option<ServiceSpec>,
     /// The service-time model, built.
     pub service: Arc<dyn ServiceTime>,
+    /// The continuous batcher's settings and step-time model, when `batcher.kind` is
+    /// `continuous`.
+    pub llm: Option<LlmPool>,
     /// Post-processing.
     pub postprocess: PostprocessSpec,
 }
@@ -726,6 +776,8 @@ impl Scenario {
             batcher: file.batcher,
             execution: file.execution,
             service: file.service,
+            kv_cache: file.kv_cache,
+            step_time: file.step_time,
             postprocess: file.postprocess,
         };
         let base = origin.as_deref().and_then(Path::parent);
@@ -914,6 +966,77 @@ fn build_pool(
         ));
     }
     let mut batcher = p.batcher;
+    let llm = match batcher.kind {
+        BatcherKind::Dynamic => {
+            if let Some(k) = batcher.continuous_keys().set_keys().next() {
+                return Err(invalid(
+                    &key(&format!("batcher.{k}")),
+                    "is a continuous-batcher key: set `batcher.kind = \"continuous\"` or drop it",
+                ));
+            }
+            for (table, set) in [
+                ("kv_cache", p.kv_cache.is_some()),
+                ("step_time", p.step_time.is_some()),
+            ] {
+                if set {
+                    return Err(invalid(
+                        &key(table),
+                        format!(
+                            "[{table}] belongs to a continuous batcher: set `batcher.kind = \"continuous\"` or drop it"
+                        ),
+                    ));
+                }
+            }
+            None
+        }
+        BatcherKind::Continuous => {
+            let dynamic_keys = [
+                ("max_batch_size", batcher.max_batch_size != 1),
+                (
+                    "preferred_batch_size",
+                    !batcher.preferred_batch_size.is_empty(),
+                ),
+                ("max_queue_delay", batcher.max_queue_delay.0 != 0),
+            ];
+            if let Some((k, _)) = dynamic_keys.iter().find(|(_, set)| *set) {
+                return Err(invalid(
+                    &key(&format!("batcher.{k}")),
+                    "is a dynamic-batcher key; a continuous batcher uses max_num_seqs and max_num_batched_tokens",
+                ));
+            }
+            let step_time = match (&p.service, &p.step_time) {
+                (Some(_), Some(_)) => {
+                    return Err(invalid(
+                        &key("service"),
+                        "a continuous batcher takes its time from [step_time]; drop [service]",
+                    ));
+                }
+                (Some(_), None) => {
+                    return Err(invalid(
+                        &key("step_time"),
+                        "is required with a continuous batcher (instead of [service]): for example `kind = \"roofline\"`, `model = \"llama-3-8b\"`, `hardware = \"h200\"`",
+                    ));
+                }
+                (None, None) => {
+                    return Err(invalid(
+                        &key("step_time"),
+                        "is required with a continuous batcher: for example `kind = \"roofline\"`, `model = \"llama-3-8b\"`, `hardware = \"h200\"`",
+                    ));
+                }
+                (None, Some(st)) => st,
+            };
+            let slots = u64::from(p.execution.gpus) * u64::from(p.execution.instance_count);
+            Some(build_llm_pool(
+                prefix,
+                &batcher.continuous_keys(),
+                &p.kv_cache.clone().unwrap_or_default(),
+                step_time,
+                slots,
+                p.queue.priority_levels,
+                base,
+            )?)
+        }
+    };
     if batcher.max_batch_size == 0 || batcher.max_batch_size > 65_536 {
         return Err(invalid(
             &key("batcher.max_batch_size"),
@@ -942,7 +1065,18 @@ fn build_pool(
             "gpus * instance_count must be between 1 and 4096",
         ));
     }
-    let service: Arc<dyn ServiceTime> = match &p.service {
+    let Some(service_spec) = &p.service else {
+        return Err(invalid(
+            &key("service"),
+            match llm {
+                None => {
+                    "is required: add a [service] table (for example `kind = \"constant\"`, `time = \"5ms\"`)"
+                }
+                Some(_) => "continuous batching is validated but the engine does not run it yet",
+            },
+        ));
+    };
+    let service: Arc<dyn ServiceTime> = match service_spec {
         ServiceSpec::Constant { time, residuals } => Arc::new(ConstantService {
             time_ns: time.0,
             residuals: build_residuals(&key("service.residuals"), residuals)?,
@@ -978,8 +1112,9 @@ fn build_pool(
         queue: p.queue,
         batcher,
         execution: p.execution,
-        service_spec: p.service,
+        service_spec: p.service.clone(),
         service,
+        llm,
         postprocess: p.postprocess,
     })
 }
@@ -1071,6 +1206,67 @@ mod tests {
             8,
             "a failed set leaves the scenario unchanged"
         );
+    }
+
+    const CONTINUOUS: &str = "[batcher]\nkind = \"continuous\"\n[kv_cache]\nnum_gpu_blocks = 1000\n[step_time]\nkind = \"linear\"\nbase = \"5ms\"\n";
+
+    #[test]
+    fn continuous_keys_under_the_dynamic_batcher_are_rejected_naming_the_key() {
+        let err = Scenario::from_toml_str(&format!("{MINIMAL}[batcher]\nmax_num_seqs = 8\n"))
+            .unwrap_err();
+        assert!(err.to_string().contains("batcher.max_num_seqs"), "{err}");
+        let err = Scenario::from_toml_str(&format!("{MINIMAL}[kv_cache]\nblock_size = 16\n"))
+            .unwrap_err();
+        assert!(err.to_string().contains("`kv_cache`"), "{err}");
+    }
+
+    #[test]
+    fn continuous_pool_needs_step_time_instead_of_service() {
+        let both = format!("{MINIMAL}{CONTINUOUS}");
+        let err = Scenario::from_toml_str(&both).unwrap_err();
+        assert!(err.to_string().contains("`service`"), "{err}");
+        let err = Scenario::from_toml_str(&format!("{MINIMAL}[batcher]\nkind = \"continuous\"\n"))
+            .unwrap_err();
+        assert!(err.to_string().contains("`step_time`"), "{err}");
+        let err = Scenario::from_toml_str("[batcher]\nkind = \"continuous\"\n").unwrap_err();
+        assert!(err.to_string().contains("`step_time`"), "{err}");
+        let err = Scenario::from_toml_str(&format!(
+            "{CONTINUOUS}[batcher]\nkind = \"continuous\"\nmax_batch_size = 4\n"
+        ));
+        assert!(err.is_err(), "a duplicate [batcher] table is a TOML error");
+    }
+
+    #[test]
+    fn continuous_pool_without_kv_capacity_names_num_gpu_blocks() {
+        let text =
+            "[batcher]\nkind = \"continuous\"\n[step_time]\nkind = \"linear\"\nbase = \"5ms\"\n";
+        let err = Scenario::from_toml_str(text).unwrap_err();
+        assert!(err.to_string().contains("kv_cache.num_gpu_blocks"), "{err}");
+    }
+
+    #[test]
+    fn continuous_pool_rejects_several_model_instances_and_dynamic_keys() {
+        let err =
+            Scenario::from_toml_str(&format!("{CONTINUOUS}[execution]\ngpus = 2\n")).unwrap_err();
+        assert!(err.to_string().contains("`execution`"), "{err}");
+        let text = CONTINUOUS.replace(
+            "kind = \"continuous\"\n",
+            "kind = \"continuous\"\nmax_queue_delay = \"1ms\"\n",
+        );
+        let err = Scenario::from_toml_str(&text).unwrap_err();
+        assert!(err.to_string().contains("batcher.max_queue_delay"), "{err}");
+        let text = CONTINUOUS.replace("[kv_cache]\n", "[kv_cache]\nprefix_block_tokens = 500\n");
+        let err = Scenario::from_toml_str(&text).unwrap_err();
+        assert!(
+            err.to_string().contains("kv_cache.prefix_block_tokens"),
+            "{err}"
+        );
+        let text = CONTINUOUS.replace(
+            "kind = \"continuous\"\n",
+            "kind = \"continuous\"\nscheduling = \"priority\"\n",
+        );
+        let err = Scenario::from_toml_str(&text).unwrap_err();
+        assert!(err.to_string().contains("batcher.scheduling"), "{err}");
     }
 
     #[test]

@@ -12,4 +12,5 @@ pub mod kv;
 pub mod prefix;
 pub mod roofline;
 pub mod scheduler;
+pub mod spec;
 pub mod step_time;
