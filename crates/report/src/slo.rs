@@ -12,7 +12,8 @@ use capsim_sim::quantity::parse_duration_ns;
 use crate::error::ParseError;
 
 /// Latency metrics an objective may name: the stages of the run summary (`summary.json`'s
-/// `latency_ms` keys), with `e2e` short for `end_to_end`.
+/// `latency_ms` keys), with `e2e` short for `end_to_end`, and the token latencies of continuous
+/// batching (`ttft`, `tpot`, `itl`, and `normalized` in ms per output token).
 pub const LATENCY_METRICS: &[&str] = &[
     "e2e",
     "end_to_end",
@@ -23,6 +24,10 @@ pub const LATENCY_METRICS: &[&str] = &[
     "execution",
     "postprocess",
     "network_out",
+    "ttft",
+    "tpot",
+    "itl",
+    "normalized",
 ];
 
 /// Percentiles the run summary reports, which an objective may bound.

@@ -208,7 +208,7 @@ pub fn write_requests_parquet(
 pub fn write_timeseries_parquet(path: &Path, ts: &Timeseries) -> Result<(), OutputError> {
     let u32s = |v: &[u32]| -> ArrayRef { Arc::new(UInt32Array::from(v.to_vec())) };
     let f64s = |v: &[f64]| -> ArrayRef { Arc::new(Float64Array::from(v.to_vec())) };
-    let columns: Vec<(&str, ArrayRef)> = vec![
+    let mut columns: Vec<(&str, ArrayRef)> = vec![
         (
             "time_ns",
             Arc::new(Int64Array::from_iter_values(
@@ -225,5 +225,10 @@ pub fn write_timeseries_parquet(path: &Path, ts: &Timeseries) -> Result<(), Outp
         ("batches", u32s(&ts.batches)),
         ("batch_size_mean", f64s(&ts.batch_size_mean)),
     ];
+    if !ts.running.is_empty() {
+        columns.push(("running", u32s(&ts.running)));
+        columns.push(("waiting", u32s(&ts.waiting)));
+        columns.push(("kv_utilization", f64s(&ts.kv_utilization)));
+    }
     write_batch(path, columns)
 }

@@ -26,6 +26,13 @@ pub struct Timeseries {
     pub batches: Vec<u32>,
     /// Mean size of those batches (0 when none).
     pub batch_size_mean: Vec<f64>,
+    /// Continuous batching only (empty otherwise): sequences running at the end of the interval.
+    pub running: Vec<u32>,
+    /// Continuous batching only: requests waiting (instance queues plus preempted or taken
+    /// requests not yet running) at the end of the interval.
+    pub waiting: Vec<u32>,
+    /// Continuous batching only: KV blocks in use over all KV blocks, at the end of the interval.
+    pub kv_utilization: Vec<f64>,
 }
 
 impl Timeseries {
@@ -95,4 +102,28 @@ impl Timeseries {
             c.batched as f64 / f64::from(c.batches)
         });
     }
+
+    /// Appends the continuous-batching columns of the row just pushed.
+    pub fn push_llm(&mut self, llm: LlmState) {
+        self.running.push(llm.running);
+        self.waiting.push(llm.waiting);
+        self.kv_utilization.push(if llm.kv_blocks_total == 0 {
+            0.0
+        } else {
+            f64::from(llm.kv_blocks_in_use) / f64::from(llm.kv_blocks_total)
+        });
+    }
+}
+
+/// The continuous batchers' state at a sample, summed over their instances.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LlmState {
+    /// Sequences running.
+    pub running: u32,
+    /// Requests waiting (queued, preempted, or taken and not yet admitted).
+    pub waiting: u32,
+    /// KV blocks in use.
+    pub kv_blocks_in_use: u32,
+    /// KV blocks in all.
+    pub kv_blocks_total: u32,
 }
