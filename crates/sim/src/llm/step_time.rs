@@ -1,12 +1,13 @@
 //! Step-time models: how long one iteration of a continuous batcher takes, from what is in it.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::Deserialize;
 
 use super::hardware::{self, Hardware};
 use super::roofline::{MODEL_PRESET_NAMES, ModelShape, Roofline, dtype_bytes, model_preset};
+use super::step_profile::{ProfileStepTime, StepProfileError};
 use crate::quantity::QuantityError;
 use crate::rng::SimRng;
 use crate::scenario::SizeBytes;
@@ -91,6 +92,12 @@ pub enum StepTimeSpec {
     },
     /// The analytic roofline of [`super::roofline`], from a model and a GPU.
     Roofline(Box<RooflineSpec>),
+    /// Drawn from a decoder step profile written by `capsim calibrate --decoder` (see
+    /// [`super::step_profile`]); a relative path is relative to the scenario file's folder.
+    Profile {
+        /// The step profile (JSON).
+        path: PathBuf,
+    },
 }
 
 /// A duration that keeps fractions of a nanosecond (`"0.25ns"`, `"30ns"`, `"0.1ms"`), for
@@ -291,6 +298,14 @@ pub enum StepTimeError {
         /// What would be accepted.
         fix: String,
     },
+    /// The step profile could not be read or is not valid.
+    #[error("step_time.path = {path:?}: {source}")]
+    Profile {
+        /// The path as resolved.
+        path: PathBuf,
+        /// Why.
+        source: StepProfileError,
+    },
     /// The weights and reserve leave no room for the KV cache.
     #[error(
         "step_time: the weights ({weights_gb:.1} GB over {gpus} GPU(s)) and activation_reserve leave no KV-cache room in {usable_gb:.1} GB usable (memory x gpu_memory_utilization x tensor_parallel); raise tensor_parallel or gpu_memory_utilization, or pick a larger GPU"
@@ -309,7 +324,6 @@ impl StepTimeSpec {
     /// Builds the model. `base_dir` is the folder a relative profile path is resolved against
     /// (the scenario file's folder).
     pub fn build(&self, base_dir: &Path) -> Result<Arc<dyn StepTime>, StepTimeError> {
-        let _ = base_dir;
         match self {
             StepTimeSpec::Linear {
                 base,
@@ -336,6 +350,12 @@ impl StepTimeSpec {
                 }
                 Ok(Arc::new(sized.roofline))
             }
+            StepTimeSpec::Profile { path } => {
+                let path = base_dir.join(path);
+                let model = ProfileStepTime::from_file(&path)
+                    .map_err(|source| StepTimeError::Profile { path, source })?;
+                Ok(Arc::new(model))
+            }
         }
     }
 
@@ -344,7 +364,7 @@ impl StepTimeSpec {
     /// resolve. Zero when the weights and reserve fill the memory.
     pub fn kv_capacity_tokens(&self) -> Option<u64> {
         match self {
-            StepTimeSpec::Linear { .. } => None,
+            StepTimeSpec::Linear { .. } | StepTimeSpec::Profile { .. } => None,
             StepTimeSpec::Roofline(spec) => spec.resolve().ok().map(|s| s.kv_capacity_tokens()),
         }
     }
@@ -748,6 +768,32 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("\"lots\""), "{e}");
+    }
+
+    #[test]
+    fn profile_spec_loads_relative_to_the_base_dir_and_names_a_missing_file() {
+        let dir = tempfile::tempdir().unwrap();
+        super::super::step_profile::tests::synthetic()
+            .write(&dir.path().join("steps.json"))
+            .unwrap();
+        let s = spec("kind = \"profile\"\npath = \"steps.json\"").unwrap();
+        let model = s.build(dir.path()).unwrap();
+        let step = StepBatch {
+            decode_seqs: 4,
+            decode_kv_tokens: 4 * 256,
+            ..StepBatch::default()
+        };
+        assert_eq!(model.mean_ns(&step), 2e6 + 4e5 + 1024.0);
+        assert_eq!(s.kv_capacity_tokens(), None);
+        let e = s
+            .build(Path::new("/nonexistent"))
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("step_time.path") && e.contains("/nonexistent/steps.json"),
+            "{e}"
+        );
     }
 
     #[test]
