@@ -487,12 +487,18 @@ fn validate_compares_simulated_and_measured_figures_at_each_load() {
         "1s",
         "--max-length",
         "32",
+        "-o",
+        dir.path().join("validation").to_str().expect("utf-8"),
     ]);
     assert!(
         output.status.success(),
         "validate failed: {}",
         stderr(&output)
     );
+    for run in ["simulated", "measured"] {
+        let file = dir.path().join(format!("validation/load-30/{run}.parquet"));
+        assert!(file.is_file(), "{} missing", file.display());
+    }
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(text.contains("calibrated capacity: "), "{text}");
     for metric in [
@@ -520,4 +526,46 @@ fn validate_compares_simulated_and_measured_figures_at_each_load() {
         error_pct.abs() < 15.0,
         "throughput error {error_pct}%: {text}"
     );
+}
+
+#[test]
+fn calibrate_waits_the_idle_gap_before_each_run_and_records_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("gap.json");
+    let run = |gap: &str| {
+        capsim(&[
+            "calibrate",
+            "--model",
+            "traces/models/text_classifier.onnx",
+            "--ep",
+            "cpu",
+            "--batch",
+            "1",
+            "--dim",
+            "seq=16",
+            "--warmup",
+            "1",
+            "--iters",
+            "10",
+            "--min-iters",
+            "10",
+            "--threads",
+            "1",
+            "--idle-gap",
+            gap,
+            "-o",
+            out.to_str().expect("utf-8"),
+        ])
+    };
+    let output = run("1ms");
+    assert!(output.status.success(), "{}", stderr(&output));
+    let profile = Profile::read(&out).expect("profile");
+    assert_eq!(
+        profile.settings.idle_gap_ns, 1_000_000,
+        "{:?}",
+        profile.settings
+    );
+
+    let output = run("5");
+    assert_user_error(&output, &["--idle-gap", "5"]);
 }

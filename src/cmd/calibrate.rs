@@ -76,6 +76,10 @@ pub struct CalibrateArgs {
     /// Seed of the random input data.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Idle wait before every run, as a serving worker waits for its next batch (`0` runs back to
+    /// back, which reads faster than a server sees after idling).
+    #[arg(long, default_value = "0s", value_name = "DURATION")]
+    pub idle_gap: String,
     /// ONNX Runtime shared library (default: ORT_DYLIB_PATH, the project's .venv, then the
     /// active Python's onnxruntime package).
     #[arg(long, value_name = "libonnxruntime.so")]
@@ -142,6 +146,8 @@ pub fn run(args: CalibrateArgs) -> Result<()> {
         intra_threads: args.threads,
         vocab: args.vocab,
         seed: args.seed,
+        idle_gap_ns: capsim_sim::quantity::parse_duration_ns(&args.idle_gap)
+            .map_err(|e| BadInput(format!("--idle-gap: {e}")))?,
     };
 
     let started = Instant::now();

@@ -7,10 +7,11 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use capsim_calibrate::check_model_file;
 use capsim_calibrate::live::{LiveConfig, LiveRequest, replay};
+use capsim_sim::output::write_requests_parquet;
 use capsim_sim::profile::ProfileServiceTime;
 use capsim_sim::quantity::parse_duration_ns;
 use capsim_sim::summary::LatencyStats;
-use capsim_sim::{BatchShape, RunOptions, Scenario, ServiceTime, Summary, simulate};
+use capsim_sim::{BatchShape, RunOptions, Scenario, ServiceTime, Summary, simulate_with_requests};
 use capsim_trace::{Columns, Trace};
 use clap::Args;
 
@@ -56,6 +57,10 @@ pub struct ValidateArgs {
     /// ONNX Runtime shared library (see `capsim calibrate --help`).
     #[arg(long, value_name = "libonnxruntime.so")]
     pub ort_lib: Option<PathBuf>,
+    /// Also write both runs' per-request records, `DIR/load-30/{simulated,measured}.parquet`
+    /// (same columns as `capsim simulate`'s requests.parquet), to compare them request by request.
+    #[arg(short = 'o', long = "out", value_name = "DIR")]
+    pub out: Option<PathBuf>,
 }
 
 fn relative_error(simulated: f64, measured: f64) -> f64 {
@@ -164,9 +169,22 @@ pub fn run(args: ValidateArgs) -> Result<()> {
             service_override: Some(service.clone() as Arc<dyn ServiceTime>),
             ..RunOptions::default()
         };
-        let simulated: Summary = simulate(&scenario, &scaled, &options)?;
+        let (simulated_run, simulated_log) = simulate_with_requests(&scenario, &scaled, &options)?;
+        let simulated: Summary = simulated_run.summary;
         let live = replay(&runtime, pool, &requests, &config).map_err(user_facing)?;
         let measured = live_summary(&scenario, args.seed, &live);
+        if let Some(out) = &args.out {
+            let dir = out.join(format!("load-{:.0}", load * 100.0));
+            std::fs::create_dir_all(&dir)
+                .with_context(|| format!("cannot create output directory {}", dir.display()))?;
+            let pools = std::slice::from_ref(&pool.name);
+            write_requests_parquet(
+                &dir.join("simulated.parquet"),
+                simulated_log.records(),
+                pools,
+            )?;
+            write_requests_parquet(&dir.join("measured.parquet"), &live.records, pools)?;
+        }
         print_comparison(load, &simulated, &measured);
     }
     Ok(())

@@ -213,6 +213,9 @@ pub struct CalibrationConfig {
     pub vocab: u64,
     /// Seed of the input data.
     pub seed: u64,
+    /// Idle wait before every run, ns: a serving worker waits for its next batch, and a run after
+    /// a wait is slower than one back to back (cold caches). 0: runs back to back.
+    pub idle_gap_ns: u64,
 }
 
 impl CalibrationConfig {
@@ -231,6 +234,7 @@ impl CalibrationConfig {
             intra_threads: 0,
             vocab: 1000,
             seed: 1,
+            idle_gap_ns: 0,
         }
     }
 
@@ -334,6 +338,9 @@ pub fn calibrate(
             build_ns.clear();
             let mut converged = false;
             for iteration in 0..config.warmup_iters + config.max_iters {
+                if config.idle_gap_ns > 0 {
+                    std::thread::sleep(std::time::Duration::from_nanos(config.idle_gap_ns));
+                }
                 let build_start = Instant::now();
                 let values =
                     feed::build_inputs(&inputs, &plan, batch, length, config.vocab, &mut rng)
@@ -417,6 +424,7 @@ pub fn calibrate(
             convergence_tolerance: config.convergence_tolerance,
             vocab: config.vocab,
             seed: config.seed,
+            idle_gap_ns: config.idle_gap_ns,
         },
         grid: Grid {
             batch_sizes,

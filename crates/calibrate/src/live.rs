@@ -1,6 +1,6 @@
-//! A real in-process server for the live replay: a wall-clock arrival timer, a real queue, a
-//! dynamic batcher thread applying the scenario's batcher rule ([`Batcher`]), and one ONNX Runtime
-//! session per model instance, each on its own thread.
+//! A real in-process server for the live replay: a wall-clock arrival timer, a real queue, and one
+//! thread per model instance, each with its own ONNX Runtime session, that applies the scenario's
+//! batcher rule ([`Batcher`]) to the queue whenever it is free and runs the batch it forms.
 //!
 //! Only the queue, batcher and model execution are real; the scenario's network, gateway,
 //! pre- and post-processing stages are not reproduced (they take no time in the live records).
@@ -9,7 +9,6 @@
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -83,7 +82,7 @@ struct Batch {
 
 struct State {
     queue: VecDeque<Queued>,
-    free_instances: Vec<usize>,
+    next_batch_id: u64,
     arrivals_done: bool,
     failure: Option<CalibrateError>,
 }
@@ -114,9 +113,34 @@ struct Executed {
     exec_end_ns: u64,
 }
 
+/// A condition-variable timeout wakes late by tens of microseconds (more on a busy machine); the
+/// batcher sleeps until this long before its deadline and yields the CPU in a loop for the rest,
+/// so `max_queue_delay` is kept as exactly as the simulator keeps it.
+const DEADLINE_SPIN_NS: u64 = 150_000;
+
+/// What one model instance's thread needs besides its session.
+struct Worker {
+    index: usize,
+    shared: Arc<Shared>,
+    batcher: Batcher,
+    inputs: Arc<Vec<InputSpec>>,
+    plan: Arc<DimPlan>,
+    /// Clamped input length per request.
+    lengths: Arc<Vec<u32>>,
+    has_length: bool,
+    vocab: u64,
+    rng: SimRng,
+}
+
 /// Replays `requests` (sorted by arrival) in wall time through the default pool of a scenario.
 /// Every request completes (the live server neither rejects nor times out); the function returns
 /// when the last response is out, or with the first ONNX Runtime failure.
+///
+/// Each model instance is one thread that, whenever it is free, applies the batcher's rule to the
+/// shared queue itself and runs the batch it forms: no thread hand-off between forming a batch
+/// and running it (the simulator has none either). A request's arrival is the moment the timer
+/// thread actually put it in the queue (a client timestamps its send), not the trace's intended
+/// time, which a sleeping timer misses by tens of microseconds.
 pub fn replay(
     runtime: &Runtime,
     pool: &Pool,
@@ -167,85 +191,41 @@ pub fn replay(
         plan.ok_or_else(|| CalibrateError::Settings("the pool has no model instance".into()))?,
     );
     let inputs = Arc::new(inputs);
-    let batcher = Batcher::new(&pool.batcher);
+    let lengths: Arc<Vec<u32>> = Arc::new(
+        requests
+            .iter()
+            .map(|r| r.input_tokens.clamp(1, config.max_length))
+            .collect(),
+    );
 
     let shared = Arc::new(Shared {
         state: Mutex::new(State {
             queue: VecDeque::new(),
-            free_instances: (0..instance_count).rev().collect(),
+            next_batch_id: 0,
             arrivals_done: false,
             failure: None,
         }),
         wake: Condvar::new(),
         start: Instant::now(),
     });
-    let (done_tx, done_rx) = mpsc::channel::<Executed>();
     let mut workers = Vec::with_capacity(instance_count);
-    let mut batch_senders = Vec::with_capacity(instance_count);
-    for (index, mut session) in sessions.into_iter().enumerate() {
-        let (tx, rx) = mpsc::channel::<Batch>();
-        batch_senders.push(tx);
-        let (shared, done_tx, inputs, plan) = (
-            shared.clone(),
-            done_tx.clone(),
-            inputs.clone(),
-            plan.clone(),
-        );
-        let lengths: Vec<u32> = requests
-            .iter()
-            .map(|r| r.input_tokens.clamp(1, config.max_length))
-            .collect();
-        let vocab = config.vocab;
-        let mut rng = SimRng::seed_from_u64(config.seed.wrapping_add(index as u64));
-        workers.push(thread::spawn(move || {
-            for batch in rx {
-                let exec_start_ns = shared.now_ns();
-                let size = batch.requests.len() as u32;
-                let length = has_length.then(|| {
-                    batch
-                        .requests
-                        .iter()
-                        .map(|q| lengths[q.request as usize])
-                        .max()
-                        .unwrap_or(1)
-                });
-                let outcome = feed::build_inputs(&inputs, &plan, size, length, vocab, &mut rng)
-                    .and_then(|values| session.run(values).map(drop));
-                let exec_end_ns = shared.now_ns();
-                if let Err(e) = outcome {
-                    let mut state = shared.lock();
-                    state.failure.get_or_insert(CalibrateError::Run {
-                        batch: size,
-                        length,
-                        reason: e.to_string(),
-                    });
-                    shared.wake.notify_all();
-                    return;
-                }
-                if done_tx
-                    .send(Executed {
-                        instance: index,
-                        batch,
-                        exec_start_ns,
-                        exec_end_ns,
-                    })
-                    .is_err()
-                {
-                    return;
-                }
-                shared.lock().free_instances.push(index);
-                shared.wake.notify_all();
-            }
-        }));
+    for (index, session) in sessions.into_iter().enumerate() {
+        let worker = Worker {
+            index,
+            shared: shared.clone(),
+            batcher: Batcher::new(&pool.batcher),
+            inputs: inputs.clone(),
+            plan: plan.clone(),
+            lengths: lengths.clone(),
+            has_length,
+            vocab: config.vocab,
+            rng: SimRng::seed_from_u64(config.seed.wrapping_add(index as u64)),
+        };
+        workers.push(thread::spawn(move || worker.serve(session)));
     }
-    drop(done_tx);
-
-    let batcher_thread = {
-        let shared = shared.clone();
-        thread::spawn(move || run_batcher(&shared, &batcher, &batch_senders, instance_count))
-    };
 
     // The arrival timer: this thread.
+    let mut sent_ns = vec![0u64; requests.len()];
     for (index, request) in requests.iter().enumerate() {
         let target = shared.start + Duration::from_nanos(request.arrival_ns);
         let now = Instant::now();
@@ -257,6 +237,7 @@ pub fn replay(
             break;
         }
         let queued_ns = shared.now_ns();
+        sent_ns[index] = queued_ns;
         state.queue.push_back(Queued {
             request: index as u32,
             queued_ns,
@@ -266,9 +247,12 @@ pub fn replay(
     }
     shared.lock().arrivals_done = true;
     shared.wake.notify_all();
-    let _ = batcher_thread.join();
+    let mut executed: Vec<Executed> = Vec::new();
     for worker in workers {
-        let _ = worker.join();
+        // A panicked worker leaves its batches out; the count check below then fails loudly.
+        if let Ok(done) = worker.join() {
+            executed.extend(done);
+        }
     }
     if let Some(failure) = shared.lock().failure.take() {
         return Err(failure);
@@ -278,7 +262,6 @@ pub fn replay(
     let mut batch_sizes = Vec::new();
     let mut busy_ns = vec![0u64; instance_count];
     let mut batches_per_instance = vec![0u64; instance_count];
-    let mut executed: Vec<Executed> = done_rx.into_iter().collect();
     executed.sort_by_key(|e| e.batch.id);
     for e in &executed {
         batch_sizes.push(e.batch.requests.len() as u32);
@@ -286,7 +269,8 @@ pub fn replay(
         batches_per_instance[e.instance] += 1;
         for queued in &e.batch.requests {
             let request = &requests[queued.request as usize];
-            let mut record = RequestRecord::new(queued.request, 0, request.arrival_ns);
+            let sent = sent_ns[queued.request as usize];
+            let mut record = RequestRecord::new(queued.request, 0, sent);
             record.pool = 0;
             record.instance = (e.instance / instances_per_server) as u32;
             record.model_instance = (e.instance % instances_per_server) as u32;
@@ -340,6 +324,109 @@ pub fn replay(
     })
 }
 
+impl Worker {
+    /// The model instance's loop: while free, apply the batcher's rule to the queue; run each
+    /// batch formed. Returns the batches it ran, when the arrivals are done and the queue is
+    /// empty, or at the first failure (recorded in the shared state).
+    fn serve(mut self, mut session: ort::session::Session) -> Vec<Executed> {
+        let shared = self.shared.clone();
+        let mut executed = Vec::new();
+        let mut state = shared.lock();
+        loop {
+            if state.failure.is_some() || (state.arrivals_done && state.queue.is_empty()) {
+                return executed;
+            }
+            let now_ns = shared.now_ns();
+            let queue = &state.queue;
+            let decision =
+                self.batcher
+                    .decide(now_ns, queue.len().min(u32::MAX as usize) as u32, || {
+                        queue.front().map_or(now_ns, |q| q.queued_ns)
+                    });
+            match decision {
+                Decision::Send(size) => {
+                    let batch = Batch {
+                        id: state.next_batch_id,
+                        formed_ns: now_ns,
+                        requests: state.queue.drain(..size as usize).collect(),
+                    };
+                    state.next_batch_id += 1;
+                    drop(state);
+                    match self.run(&mut session, batch) {
+                        Ok(done) => executed.push(done),
+                        Err(failure) => {
+                            shared.lock().failure.get_or_insert(failure);
+                            shared.wake.notify_all();
+                            return executed;
+                        }
+                    }
+                    state = shared.lock();
+                }
+                Decision::WaitUntil(deadline_ns) => {
+                    let left_ns = deadline_ns.saturating_sub(now_ns);
+                    if left_ns > DEADLINE_SPIN_NS {
+                        let timeout = Duration::from_nanos(left_ns - DEADLINE_SPIN_NS);
+                        state = shared
+                            .wake
+                            .wait_timeout(state, timeout)
+                            .unwrap_or_else(|poisoned| poisoned.into_inner())
+                            .0;
+                    } else {
+                        drop(state);
+                        thread::yield_now();
+                        state = shared.lock();
+                    }
+                }
+                Decision::Idle => {
+                    state = shared
+                        .wake
+                        .wait(state)
+                        .unwrap_or_else(|poisoned| poisoned.into_inner());
+                }
+            }
+        }
+    }
+
+    /// Builds the batch's inputs (padded to its longest input) and runs it; the time of both is
+    /// the batch's execution.
+    fn run(
+        &mut self,
+        session: &mut ort::session::Session,
+        batch: Batch,
+    ) -> Result<Executed, CalibrateError> {
+        let exec_start_ns = self.shared.now_ns();
+        let size = batch.requests.len() as u32;
+        let length = self.has_length.then(|| {
+            batch
+                .requests
+                .iter()
+                .map(|q| self.lengths[q.request as usize])
+                .max()
+                .unwrap_or(1)
+        });
+        feed::build_inputs(
+            &self.inputs,
+            &self.plan,
+            size,
+            length,
+            self.vocab,
+            &mut self.rng,
+        )
+        .and_then(|values| session.run(values).map(drop))
+        .map_err(|e| CalibrateError::Run {
+            batch: size,
+            length,
+            reason: e.to_string(),
+        })?;
+        Ok(Executed {
+            instance: self.index,
+            batch,
+            exec_start_ns,
+            exec_end_ns: self.shared.now_ns(),
+        })
+    }
+}
+
 /// The model's one dynamic dimension besides the batch (the input length), if it has one.
 fn single_length_dim(
     inputs: &[InputSpec],
@@ -362,66 +449,6 @@ fn single_length_dim(
             model.display(),
             names.join(", ")
         ))),
-    }
-}
-
-/// The batcher thread: whenever an instance is free, applies Triton's rule to the queue.
-fn run_batcher(
-    shared: &Shared,
-    batcher: &Batcher,
-    senders: &[mpsc::Sender<Batch>],
-    instance_count: usize,
-) {
-    let mut next_batch_id = 0u64;
-    let mut state = shared.lock();
-    loop {
-        if state.failure.is_some() {
-            return;
-        }
-        if state.arrivals_done
-            && state.queue.is_empty()
-            && state.free_instances.len() == instance_count
-        {
-            return;
-        }
-        let now_ns = shared.now_ns();
-        let decision = if state.free_instances.is_empty() {
-            Decision::Idle
-        } else {
-            let queue = &state.queue;
-            batcher.decide(now_ns, queue.len().min(u32::MAX as usize) as u32, || {
-                queue.front().map_or(now_ns, |q| q.queued_ns)
-            })
-        };
-        match decision {
-            Decision::Send(size) => {
-                let requests: Vec<Queued> = state.queue.drain(..size as usize).collect();
-                let instance = state.free_instances.pop().unwrap_or(0);
-                let batch = Batch {
-                    id: next_batch_id,
-                    formed_ns: now_ns,
-                    requests,
-                };
-                next_batch_id += 1;
-                if senders[instance].send(batch).is_err() {
-                    return;
-                }
-            }
-            Decision::WaitUntil(deadline_ns) => {
-                let timeout = Duration::from_nanos(deadline_ns.saturating_sub(now_ns));
-                state = shared
-                    .wake
-                    .wait_timeout(state, timeout)
-                    .unwrap_or_else(|poisoned| poisoned.into_inner())
-                    .0;
-            }
-            Decision::Idle => {
-                state = shared
-                    .wake
-                    .wait(state)
-                    .unwrap_or_else(|poisoned| poisoned.into_inner());
-            }
-        }
     }
 }
 

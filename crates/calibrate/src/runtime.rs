@@ -126,6 +126,17 @@ impl Runtime {
                 .with_intra_threads(intra_threads as usize)
                 .map_err(|e| model_error(e.to_string()))?;
         }
+        // One model instance runs one batch at a time: no inter-op pool. Idle intra-op threads
+        // sleep instead of spinning, so they do not take the CPU from the server's own threads
+        // (or from the other instances) between batches; calibration and the live server open
+        // their sessions here, so both measure with the same settings.
+        builder = builder
+            .with_inter_threads(1)
+            .map_err(|e| model_error(e.to_string()))?
+            .with_intra_op_spinning(false)
+            .map_err(|e| model_error(e.to_string()))?
+            .with_inter_op_spinning(false)
+            .map_err(|e| model_error(e.to_string()))?;
         let mut decision = ProviderDecision {
             provider: Provider::Cpu,
             cuda_unavailable: None,

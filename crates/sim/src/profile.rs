@@ -3,8 +3,9 @@
 //! `capsim calibrate` measures a real model through ONNX Runtime on a grid of batch sizes and
 //! input lengths and writes a [`Profile`] (JSON). [`ProfileServiceTime`] turns a profile into a
 //! [`ServiceTime`]: inside the grid, a batch's execution time is drawn from the measured quantiles,
-//! interpolated between grid points, so the tail survives; outside it, times are extrapolated
-//! conservatively and every such batch is counted.
+//! interpolated between grid points, so the tail survives, plus the measured mean host time to
+//! build the batch's inputs; outside the grid, times are extrapolated conservatively and every
+//! such batch is counted.
 //!
 //! Inputs are padded to the longest input of the batch, so the length coordinate of a batch is
 //! [`BatchShape::max_input_tokens`].
@@ -116,6 +117,9 @@ pub struct CalibrationSettings {
     pub vocab: u64,
     /// Seed of the random input data.
     pub seed: u64,
+    /// Idle wait before every timed run, ns (0: back to back; absent in older profiles).
+    #[serde(default)]
+    pub idle_gap_ns: u64,
 }
 
 /// The calibration grid.
@@ -478,6 +482,8 @@ pub struct ProfileServiceTime {
     quantiles_ns: Vec<f64>,
     /// Monotone means, ns, indexed `[length_index * batches + batch_index]`.
     means_ns: Vec<f64>,
+    /// Monotone mean host times to build a batch's inputs, ns, indexed like `means_ns`.
+    input_build_means_ns: Vec<f64>,
     extrapolated_batches: AtomicU64,
     fit: AffineFit,
 }
@@ -500,6 +506,7 @@ impl ProfileServiceTime {
         let (nb, nl, nq) = (batches.len(), lengths.len(), levels.len());
         let mut quantiles_ns = vec![0.0; nb * nl * nq];
         let mut means_ns = vec![0.0; nb * nl];
+        let mut input_build_means_ns = vec![0.0; nb * nl];
         for point in &profile.points {
             let bi = batches.iter().position(|&b| b == point.batch_size);
             let li = lengths.iter().position(|&l| l == point.length);
@@ -508,6 +515,7 @@ impl ProfileServiceTime {
             };
             let cell = li * nb + bi;
             means_ns[cell] = point.latency_mean_ns;
+            input_build_means_ns[cell] = point.input_build_mean_ns;
             for (q, &value) in point.latency_ns.iter().enumerate() {
                 quantiles_ns[cell * nq + q] = value as f64;
             }
@@ -523,6 +531,8 @@ impl ProfileServiceTime {
             for bi in 1..nb {
                 let (cell, previous) = (li * nb + bi, li * nb + bi - 1);
                 means_ns[cell] = means_ns[cell].max(means_ns[previous]);
+                input_build_means_ns[cell] =
+                    input_build_means_ns[cell].max(input_build_means_ns[previous]);
                 for q in 0..nq {
                     let p = quantiles_ns[previous * nq + q];
                     quantiles_ns[cell * nq + q] = quantiles_ns[cell * nq + q].max(p);
@@ -533,6 +543,8 @@ impl ProfileServiceTime {
             for bi in 0..nb {
                 let (cell, previous) = (li * nb + bi, (li - 1) * nb + bi);
                 means_ns[cell] = means_ns[cell].max(means_ns[previous]);
+                input_build_means_ns[cell] =
+                    input_build_means_ns[cell].max(input_build_means_ns[previous]);
                 for q in 0..nq {
                     let p = quantiles_ns[previous * nq + q];
                     quantiles_ns[cell * nq + q] = quantiles_ns[cell * nq + q].max(p);
@@ -549,6 +561,7 @@ impl ProfileServiceTime {
             levels,
             quantiles_ns,
             means_ns,
+            input_build_means_ns,
             extrapolated_batches: AtomicU64::new(0),
             fit: profile.fit,
         }
@@ -581,7 +594,15 @@ impl ProfileServiceTime {
         beyond_batch || beyond_length
     }
 
-    /// The `u`-quantile (`u` in `[0, 1]`) of the execution time of a batch of this shape, ns.
+    /// The mean host time to build the inputs of a batch of this shape, ns: a server builds a
+    /// batch's tensors (padded to its longest input) before it runs them, and the simulated
+    /// execution time charges it on top of [`quantile_ns`](Self::quantile_ns).
+    pub fn input_build_mean_ns(&self, batch: &BatchShape) -> f64 {
+        self.interpolate(batch, |cell| self.input_build_means_ns[cell])
+    }
+
+    /// The `u`-quantile (`u` in `[0, 1]`) of the measured model run (`Session::run`) of a batch
+    /// of this shape, ns, without the input build.
     pub fn quantile_ns(&self, batch: &BatchShape, u: f64) -> f64 {
         let nq = self.levels.len();
         let k = self
@@ -618,11 +639,12 @@ impl ServiceTime for ProfileServiceTime {
             self.extrapolated_batches.fetch_add(1, Ordering::Relaxed);
         }
         let u: f64 = rng.random();
-        self.quantile_ns(batch, u).round().max(1.0) as u64
+        let run_ns = self.quantile_ns(batch, u);
+        (run_ns + self.input_build_mean_ns(batch)).round().max(1.0) as u64
     }
 
     fn mean_ns(&self, batch: &BatchShape) -> f64 {
-        self.interpolate(batch, |cell| self.means_ns[cell])
+        self.interpolate(batch, |cell| self.means_ns[cell]) + self.input_build_mean_ns(batch)
     }
 
     fn is_extrapolated(&self, batch: &BatchShape) -> bool {
@@ -696,6 +718,7 @@ mod tests {
                 convergence_tolerance: 0.02,
                 vocab: 100,
                 seed: 1,
+                idle_gap_ns: 0,
             },
             grid: Grid {
                 batch_sizes: batches.to_vec(),
@@ -814,7 +837,8 @@ mod tests {
         draws.sort_unstable();
         let q = |u: f64| draws[((draws.len() - 1) as f64 * u) as usize] as f64;
         for u in [0.1, 0.5, 0.9, 0.99] {
-            let expected = 1_000_000.0 * (1.0 + u);
+            // The run's quantile plus the 1 us input build.
+            let expected = 1_000_000.0 * (1.0 + u) + 1_000.0;
             assert!(
                 (q(u) - expected).abs() / expected < 0.01,
                 "p{u}: expected {expected}, got {}",
@@ -822,8 +846,44 @@ mod tests {
             );
         }
         assert!(
-            *draws.last().unwrap() <= 2_000_000,
+            *draws.last().unwrap() <= 2_001_000,
             "a draw exceeded the measured maximum"
+        );
+    }
+
+    #[test]
+    fn every_batch_is_charged_the_measured_time_to_build_its_inputs() {
+        let mut p = profile(&[1, 8], &[16, 64], affine);
+        for point in &mut p.points {
+            let build_ns = 200.0 * f64::from(point.batch_size * point.length.unwrap());
+            point.input_build_mean_ns = build_ns;
+            point.input_build_ns = vec![build_ns as u64; p.quantile_levels.len()];
+        }
+        let model = ProfileServiceTime::new(&p);
+        let s = shape(8, 64);
+        let build_ns = 200.0 * 8.0 * 64.0;
+        assert_eq!(model.input_build_mean_ns(&s), build_ns);
+        let expected_mean = affine(8, 64) * 1.5 + build_ns;
+        assert!(
+            (model.mean_ns(&s) - expected_mean).abs() < 1.0,
+            "mean: expected {expected_mean}, got {}",
+            model.mean_ns(&s)
+        );
+        // Every draw is a run quantile plus the build: never below the fastest run plus it.
+        let fastest_run_ns = model.quantile_ns(&s, 0.0);
+        let mut rng = SimRng::seed_from_u64(5);
+        for _ in 0..1_000 {
+            let drawn = model.sample_ns(&s, &mut rng) as f64;
+            assert!(
+                drawn >= fastest_run_ns + build_ns - 1.0,
+                "draw {drawn} < fastest run {fastest_run_ns} + build {build_ns}"
+            );
+        }
+        // Between grid points the build time interpolates like the run time.
+        let midway = model.input_build_mean_ns(&shape(8, 40));
+        assert!(
+            (midway - 200.0 * 8.0 * 40.0).abs() < 1.0,
+            "build at length 40: {midway}"
         );
     }
 
@@ -906,6 +966,19 @@ mod tests {
             err.contains("service.path") && err.contains("absent.json"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_profile_written_before_the_idle_gap_setting_reads_as_back_to_back() {
+        let p = profile(&[1, 2], &[16, 32], affine);
+        let mut json: serde_json::Value = serde_json::to_value(&p).expect("to JSON");
+        json["settings"]
+            .as_object_mut()
+            .expect("settings")
+            .remove("idle_gap_ns");
+        let read: Profile = serde_json::from_value(json).expect("reads without idle_gap_ns");
+        assert_eq!(read.settings.idle_gap_ns, 0);
+        assert_eq!(read, p);
     }
 
     #[test]
