@@ -222,6 +222,37 @@ mod tests {
     }
 
     #[test]
+    fn preset_8b_h200_step_times_match_the_documented_table() {
+        // docs/step-time.md, "What the 8B / H200 preset gives", with the default efficiencies.
+        let r = Roofline {
+            compute_efficiency: 0.6,
+            bandwidth_efficiency: 0.8,
+            ..llama8b_on(H200_SXM)
+        };
+        let mixed = StepBatch {
+            decode_seqs: 64,
+            decode_kv_tokens: 64_000,
+            ..prefill(2048)
+        };
+        let table = [
+            (decode(1, 1000), 4.22),
+            (decode(64, 1000), 6.37),
+            (decode(256, 2000), 21.67),
+            (prefill(512), 14.09),
+            (prefill(2048), 59.13),
+            (prefill(8192), 281.00),
+            (mixed, 60.92),
+        ];
+        for (step, expected_ms) in table {
+            let got_ms = r.mean_ns(&step) / 1e6;
+            assert!(
+                (got_ms - expected_ms).abs() < 0.006,
+                "{step:?}: documented {expected_ms} ms, model gives {got_ms:.3} ms"
+            );
+        }
+    }
+
+    #[test]
     fn kv_bytes_per_token_of_llama3_8b_is_128_kib() {
         assert_eq!(llama8b_on(H100_SXM).kv_bytes_per_token(), 131_072.0);
     }

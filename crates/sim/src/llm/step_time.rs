@@ -693,6 +693,7 @@ mod tests {
         let s = spec("kind = \"roofline\"\nmodel = \"llama-3-8b\"\nhardware = \"h200\"").unwrap();
         let expected = ((141e9 * 0.9 - 16.06e9 - 2.0 * 1024f64.powi(3)) / 131_072.0).floor() as u64;
         assert_eq!(s.kv_capacity_tokens(), Some(expected));
+        assert_eq!(expected, 829_258, "docs/step-time.md quotes this figure");
         let tp2 = spec(
             "kind = \"roofline\"\nmodel = \"llama-3-8b\"\nhardware = \"h200\"\ntensor_parallel = 2",
         )
