@@ -116,6 +116,21 @@ pub fn run_with_sink<S: RecordSink>(
     Ok(engine.finish())
 }
 
+// FIFO lanes of the event queue: stages whose delay is a constant of the stage, so their events
+// are scheduled in time order (see `crate::event`). Were a delay to vary after all (two pools
+// with different constants), the queue sends the out-of-order event to its heap: the order of
+// events never depends on the lane chosen, only the speed does.
+const LANE_GATEWAY: usize = 0;
+const LANE_CACHE: usize = 1;
+const LANE_POSTPROCESS: usize = 2;
+const LANE_TIMEOUT: usize = 3;
+const LANE_CLIENT: usize = 4;
+const LANE_UPLINK: usize = 5;
+const LANE_DOWNLINK: usize = 6;
+const LANES: usize = 7;
+/// A lane index that does not exist: the event goes to the heap.
+const NO_LANE: usize = usize::MAX;
+
 /// Which of [`crate::summary::STAGES`] the scenario models (the others take no time).
 fn modeled_stages(scenario: &Scenario, uplink_instant: bool, downlink_instant: bool) -> [bool; 8] {
     let pools = scenario.pools();
@@ -169,6 +184,10 @@ struct PoolState {
     postprocess: PostprocessSpec,
     postprocess_instant: bool,
     service: Arc<dyn ServiceTime>,
+    /// Whether `service` can ever extrapolate (asked once, so analytic models cost nothing).
+    may_extrapolate: bool,
+    /// Batches started whose execution time the model extrapolated.
+    extrapolated_batches: u64,
     first_instance: u32,
     /// Active instances (a prefix of the pool's instances; the rest are standby).
     instances: u32,
@@ -195,9 +214,12 @@ struct Engine<'a> {
     uplink: NetworkPath,
     uplink_instant: bool,
     uplink_rng: SimRng,
+    /// [`LANE_UPLINK`] when the uplink's delay is constant, else no lane (the heap).
+    uplink_lane: usize,
     downlink: NetworkPath,
     downlink_instant: bool,
     downlink_rng: SimRng,
+    downlink_lane: usize,
     gateway_overhead_ns: u64,
     admission: Admission,
     cache_hit_probability: f64,
@@ -244,7 +266,7 @@ impl<'a> Engine<'a> {
         let mut pools = Vec::new();
         let mut instances = Vec::new();
         let mut model_instances = Vec::new();
-        let mut events = EventQueue::with_capacity(1024);
+        let mut events = EventQueue::new(1024, LANES);
         let mut model_pool = HashMap::new();
         let mut class_pool = HashMap::new();
         for (p, pool) in scenario.pools().iter().enumerate() {
@@ -291,6 +313,10 @@ impl<'a> Engine<'a> {
                     ));
                 }
             }
+            let service = options
+                .service_override
+                .clone()
+                .unwrap_or_else(|| pool.service.clone());
             pools.push(PoolState {
                 batcher: Batcher::new(&pool.batcher),
                 max_queue_size: pool.queue.max_queue_size,
@@ -300,10 +326,9 @@ impl<'a> Engine<'a> {
                 preprocess: pool.preprocess.clone(),
                 postprocess: pool.postprocess.clone(),
                 postprocess_instant: postprocess::is_instant(&pool.postprocess),
-                service: options
-                    .service_override
-                    .clone()
-                    .unwrap_or_else(|| pool.service.clone()),
+                may_extrapolate: service.may_extrapolate(),
+                extrapolated_batches: 0,
+                service,
                 first_instance,
                 instances: pool.instances,
                 standby_left: pool.standby.instances,
@@ -316,10 +341,15 @@ impl<'a> Engine<'a> {
         }
         let uplink = NetworkPath::uplink(&scenario.network);
         let downlink = NetworkPath::downlink(&scenario.network);
+        let lane_if_constant = |path: &NetworkPath, lane: usize| {
+            if path.is_constant() { lane } else { NO_LANE }
+        };
+        let uplink_lane = lane_if_constant(&uplink, LANE_UPLINK);
+        let downlink_lane = lane_if_constant(&downlink, LANE_DOWNLINK);
         let closed_loop = scenario.load.mode == LoadMode::Closed;
         if closed_loop {
             for client in 0..scenario.load.concurrency {
-                events.push(0, EventKind::ClientSend, client, 0);
+                events.push_in_order(LANE_CLIENT, 0, EventKind::ClientSend, client, 0);
             }
         }
         let interval_ns = scenario.timeseries.interval.0;
@@ -339,9 +369,11 @@ impl<'a> Engine<'a> {
             uplink_instant,
             uplink,
             uplink_rng: stream(seed, Component::NetworkUp, 0),
+            uplink_lane,
             downlink_instant,
             downlink,
             downlink_rng: stream(seed, Component::NetworkDown, 0),
+            downlink_lane,
             gateway_overhead_ns: scenario.gateway.overhead.0,
             admission: Admission::new(&scenario.gateway),
             cache_hit_probability: scenario.cache.hit_probability,
@@ -391,21 +423,16 @@ impl<'a> Engine<'a> {
             } else {
                 u64::MAX
             };
-            match self.events.peek_time_ns() {
-                Some(t) if t <= next_arrival_ns => {
-                    let Some(event) = self.events.pop() else {
-                        break;
-                    };
-                    self.advance(SimTime(t));
-                    self.handle(event.kind, event.target, event.aux, sink);
-                }
-                _ if next_arrival_ns != u64::MAX => {
-                    self.advance(SimTime(next_arrival_ns));
-                    let request = self.next_request;
-                    self.next_request += 1;
-                    self.send(request as u32, u32::MAX, sink);
-                }
-                _ => break,
+            if let Some(event) = self.events.pop_until(next_arrival_ns) {
+                self.advance(SimTime(event.time_ns()));
+                self.handle(event.kind, event.target, event.aux, sink);
+            } else if next_arrival_ns != u64::MAX {
+                self.advance(SimTime(next_arrival_ns));
+                let request = self.next_request;
+                self.next_request += 1;
+                self.send(request as u32, u32::MAX, sink);
+            } else {
+                break;
             }
         }
         assert_eq!(
@@ -563,8 +590,13 @@ impl<'a> Engine<'a> {
         } else {
             let tokens = self.tickets[ticket as usize].record.input_tokens;
             let delay_ns = self.uplink.delay_ns(tokens, &mut self.uplink_rng);
-            self.events
-                .push(now + delay_ns, EventKind::GatewayArrival, ticket, 0);
+            self.events.push_in_order(
+                self.uplink_lane,
+                now + delay_ns,
+                EventKind::GatewayArrival,
+                ticket,
+                0,
+            );
         }
     }
 
@@ -605,7 +637,8 @@ impl<'a> Engine<'a> {
                 {
                     t.record.cache_hit = true;
                     t.record.admitted_ns = now;
-                    self.events.push(
+                    self.events.push_in_order(
+                        LANE_CACHE,
                         now + self.cache_latency_ns,
                         EventKind::CacheAnswered,
                         ticket,
@@ -616,7 +649,8 @@ impl<'a> Engine<'a> {
                 if self.gateway_overhead_ns == 0 {
                     self.route(ticket, sink);
                 } else {
-                    self.events.push(
+                    self.events.push_in_order(
+                        LANE_GATEWAY,
                         now + self.gateway_overhead_ns,
                         EventKind::GatewayDone,
                         ticket,
@@ -767,7 +801,8 @@ impl<'a> Engine<'a> {
         instance.queue.push(t.level, entry, Part::Main);
         self.queued += 1;
         if let Some(timeout_ns) = pool.timeout_ns {
-            self.events.push(
+            self.events.push_in_order(
+                LANE_TIMEOUT,
                 now + timeout_ns,
                 EventKind::QueueTimeout,
                 ticket,
@@ -898,6 +933,9 @@ impl<'a> Engine<'a> {
         }
         self.queued -= size;
         let duration_ns = pool.service.sample_ns(&shape, &mut pool.execution_rng);
+        if pool.may_extrapolate && pool.service.is_extrapolated(&shape) {
+            pool.extrapolated_batches += 1;
+        }
         mi.busy = true;
         mi.batch_start = self.now;
         mi.batches += 1;
@@ -930,8 +968,13 @@ impl<'a> Engine<'a> {
                 t.stage = Stage::Postprocess;
                 let pool = &self.pools[t.record.pool as usize];
                 let done = now + postprocess::time_ns(&pool.postprocess, t.record.output_tokens);
-                self.events
-                    .push(done.ns(), EventKind::PostprocessDone, ticket, 0);
+                self.events.push_in_order(
+                    LANE_POSTPROCESS,
+                    done.ns(),
+                    EventKind::PostprocessDone,
+                    ticket,
+                    0,
+                );
             }
         }
         members.clear();
@@ -955,8 +998,13 @@ impl<'a> Engine<'a> {
             let delay_ns = self
                 .downlink
                 .delay_ns(t.record.output_tokens, &mut self.downlink_rng);
-            self.events
-                .push(now + delay_ns, EventKind::ResponseDelivered, ticket, 0);
+            self.events.push_in_order(
+                self.downlink_lane,
+                now + delay_ns,
+                EventKind::ResponseDelivered,
+                ticket,
+                0,
+            );
         }
     }
 
@@ -1004,8 +1052,13 @@ impl<'a> Engine<'a> {
         t.stage = Stage::Free;
         self.free_tickets.push(ticket);
         if self.closed_loop && client != u32::MAX {
-            self.events
-                .push(now + self.think_time_ns, EventKind::ClientSend, client, 0);
+            self.events.push_in_order(
+                LANE_CLIENT,
+                now + self.think_time_ns,
+                EventKind::ClientSend,
+                client,
+                0,
+            );
         }
     }
 
@@ -1034,6 +1087,10 @@ impl<'a> Engine<'a> {
                 }
             })
             .collect();
+        for (pool, spec) in self.pools.iter().zip(self.scenario.pools()) {
+            self.summary
+                .add_extrapolated_batches(&spec.name, pool.extrapolated_batches);
+        }
         let mean_in_system = if end_ns == 0 {
             0.0
         } else {
@@ -1360,6 +1417,55 @@ mod tests {
         // Each request takes 1ms + 10 tokens * 0.1ms = 2ms of the single worker.
         let starts: Vec<Option<u64>> = got.iter().map(|g| g.1).collect();
         assert_eq!(starts, vec![Some(2), Some(4), Some(6)]);
+    }
+
+    /// A calibrated-looking model whose grid ends at batch 4: larger batches are extrapolated.
+    #[derive(Debug)]
+    struct GridUpToBatch4;
+
+    impl ServiceTime for GridUpToBatch4 {
+        fn sample_ns(&self, _batch: &BatchShape, _rng: &mut SimRng) -> u64 {
+            10 * MS
+        }
+
+        fn mean_ns(&self, _batch: &BatchShape) -> f64 {
+            (10 * MS) as f64
+        }
+
+        fn is_extrapolated(&self, batch: &BatchShape) -> bool {
+            batch.size > 4
+        }
+    }
+
+    #[test]
+    fn batches_outside_the_calibrated_grid_are_counted_and_reported() {
+        let s = "[batcher]\nmax_batch_size = 8\n[service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+        let scenario = Scenario::from_toml_str(s).unwrap();
+        // r0 runs alone 0..10; r1..r6 queue meanwhile and run as one batch of 6 (extrapolated)
+        // 10..20; r7..r9 arrive at 12 and run as a batch of 3 at 20.
+        let trace = trace_ms(&[0, 1, 1, 1, 1, 1, 1, 12, 12, 12], None);
+        let options = RunOptions {
+            service_override: Some(Arc::new(GridUpToBatch4)),
+            ..RunOptions::default()
+        };
+        let summary = simulate(&scenario, &trace, &options).unwrap();
+        assert_eq!(summary.batch_size_counts, vec![0, 1, 0, 1, 0, 0, 1]);
+        assert_eq!(summary.extrapolated_batches, 1);
+        assert_eq!(
+            summary.extrapolated_batches_by_pool,
+            [("default".to_string(), 1)].into_iter().collect()
+        );
+        let human = summary.human();
+        assert!(
+            human.contains(
+                "1 of 3 batches outside the calibrated grid; their times are extrapolated"
+            ),
+            "{human}"
+        );
+        let analytic = simulate(&scenario, &trace, &RunOptions::default()).unwrap();
+        assert_eq!(analytic.batch_size_counts, summary.batch_size_counts);
+        assert_eq!(analytic.extrapolated_batches, 0);
+        assert!(!analytic.human().contains("extrapolated"));
     }
 
     #[test]

@@ -98,6 +98,12 @@ impl NetworkPath {
             && (self.ns_per_byte == 0.0 || (self.fixed_bytes == 0 && self.bytes_per_token == 0))
     }
 
+    /// True when every traversal takes the same time (constant or no latency, no payload time).
+    pub fn is_constant(&self) -> bool {
+        matches!(self.latency, Latency::Zero | Latency::Constant(_))
+            && (self.ns_per_byte == 0.0 || (self.fixed_bytes == 0 && self.bytes_per_token == 0))
+    }
+
     /// Time for one message carrying `tokens` tokens: latency plus payload / bandwidth.
     #[inline]
     pub fn delay_ns(&self, tokens: u32, rng: &mut SimRng) -> u64 {

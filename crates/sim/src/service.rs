@@ -31,6 +31,13 @@ pub trait ServiceTime: Send + Sync + std::fmt::Debug {
     fn is_extrapolated(&self, _batch: &BatchShape) -> bool {
         false
     }
+
+    /// Whether [`ServiceTime::is_extrapolated`] can ever be true. The engine asks once per pool
+    /// and skips the per-batch question when it is false. Default: true (ask every batch);
+    /// models that never extrapolate return false.
+    fn may_extrapolate(&self) -> bool {
+        true
+    }
 }
 
 /// Multiplicative variability drawn from an empirical distribution: each draw picks one observed
@@ -93,6 +100,10 @@ impl ServiceTime for ConstantService {
     fn mean_ns(&self, _batch: &BatchShape) -> f64 {
         self.time_ns as f64
     }
+
+    fn may_extrapolate(&self) -> bool {
+        false
+    }
 }
 
 /// Exponentially distributed batch time with mean `mean_ns` (the "M" of M/M/c), independent of
@@ -112,6 +123,10 @@ impl ServiceTime for ExponentialService {
 
     fn mean_ns(&self, _batch: &BatchShape) -> f64 {
         self.mean_ns
+    }
+
+    fn may_extrapolate(&self) -> bool {
+        false
     }
 }
 
@@ -137,6 +152,10 @@ impl ServiceTime for AffineService {
     fn mean_ns(&self, batch: &BatchShape) -> f64 {
         let size = f64::from(batch.size);
         self.a_ns + self.b_ns * size + self.c_ns * size * f64::from(batch.max_input_tokens)
+    }
+
+    fn may_extrapolate(&self) -> bool {
+        false
     }
 }
 

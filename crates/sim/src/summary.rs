@@ -260,6 +260,14 @@ pub struct Summary {
     pub batch_size_mean: f64,
     /// Batches by size: `batch_size_counts[s]` batches held `s` requests (index 0 unused).
     pub batch_size_counts: Vec<u64>,
+    /// Batches (whole run) whose shape lies outside the grid the service-time model was
+    /// calibrated on, so their execution time is extrapolated (see
+    /// [`crate::service::ServiceTime::is_extrapolated`]); 0 with analytic models.
+    #[serde(default)]
+    pub extrapolated_batches: u64,
+    /// [`Summary::extrapolated_batches`] by pool name; pools without any are left out.
+    #[serde(default)]
+    pub extrapolated_batches_by_pool: BTreeMap<String, u64>,
     /// Per model instance.
     pub utilization: Vec<InstanceUtilization>,
     /// Time-average number of requests in the system (sent, not yet answered), whole run.
@@ -281,6 +289,7 @@ pub struct SummaryBuilder {
     last_arrival_ns: u64,
     last_response_ns: u64,
     batch_size_counts: Vec<u64>,
+    extrapolated_batches_by_pool: BTreeMap<String, u64>,
 }
 
 impl SummaryBuilder {
@@ -307,6 +316,18 @@ impl SummaryBuilder {
             last_arrival_ns: 0,
             last_response_ns: 0,
             batch_size_counts: vec![0],
+            extrapolated_batches_by_pool: BTreeMap::new(),
+        }
+    }
+
+    /// Records that `batches` batches of pool `pool` had extrapolated execution times (counted
+    /// by the engine); zero counts are not recorded.
+    pub fn add_extrapolated_batches(&mut self, pool: &str, batches: u64) {
+        if batches > 0 {
+            *self
+                .extrapolated_batches_by_pool
+                .entry(pool.to_string())
+                .or_default() += batches;
         }
     }
 
@@ -418,6 +439,8 @@ impl SummaryBuilder {
                 batched as f64 / batches as f64
             },
             batch_size_counts: self.batch_size_counts,
+            extrapolated_batches: self.extrapolated_batches_by_pool.values().sum(),
+            extrapolated_batches_by_pool: self.extrapolated_batches_by_pool,
             utilization,
             mean_in_system,
             end_s: end_ns as f64 * 1e-9,
@@ -476,6 +499,13 @@ impl Summary {
             util * 100.0,
             self.percentile_method
         );
+        if self.extrapolated_batches > 0 {
+            out += &format!(
+                "warning: {} of {} batches outside the calibrated grid; their times are \
+                 extrapolated\n",
+                self.extrapolated_batches, self.batches
+            );
+        }
         out
     }
 }
