@@ -495,6 +495,12 @@ fn validate_compares_simulated_and_measured_figures_at_each_load() {
         "validate failed: {}",
         stderr(&output)
     );
+    // Calibrated back to back, served behind a 1 ms max_queue_delay: the command says so.
+    assert!(
+        stderr(&output).contains("calibrate with --idle-gap 1000us"),
+        "no idle-gap warning: {}",
+        stderr(&output)
+    );
     for run in ["simulated", "measured"] {
         let file = dir.path().join(format!("validation/load-30/{run}.parquet"));
         assert!(file.is_file(), "{} missing", file.display());

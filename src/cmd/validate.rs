@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use capsim_calibrate::check_model_file;
 use capsim_calibrate::live::{LiveConfig, LiveRequest, replay};
 use capsim_sim::output::write_requests_parquet;
-use capsim_sim::profile::ProfileServiceTime;
+use capsim_sim::profile::{Profile, ProfileServiceTime};
 use capsim_sim::quantity::parse_duration_ns;
 use capsim_sim::summary::LatencyStats;
 use capsim_sim::{BatchShape, RunOptions, Scenario, ServiceTime, Summary, simulate_with_requests};
@@ -89,9 +89,11 @@ pub fn run(args: ValidateArgs) -> Result<()> {
     let duration_ns =
         parse_duration_ns(&args.duration).map_err(|e| BadInput(format!("--duration: {e}")))?;
     check_model_file(&args.model).map_err(user_facing)?;
-    let service = Arc::new(
-        ProfileServiceTime::from_file(&args.profile).map_err(|e| BadInput(e.to_string()))?,
-    );
+    let profile = Profile::read(&args.profile).map_err(|e| BadInput(e.to_string()))?;
+    if let Some(warning) = measurement_mismatch(&profile, &scenario, args.threads) {
+        eprintln!("validate: warning: {warning}");
+    }
+    let service = Arc::new(ProfileServiceTime::new(&profile));
     let loaded = args.input.load()?;
     eprintln!("{}", loaded.report_line());
     let trace = &loaded.trace;
@@ -188,6 +190,29 @@ pub fn run(args: ValidateArgs) -> Result<()> {
         print_comparison(load, &simulated, &measured);
     }
     Ok(())
+}
+
+/// Why the profile may not describe the live run: measured with other intra-op threads than the
+/// live sessions use, or with another idle wait before each run than the scenario's batcher
+/// leaves a model instance at moderate load (about `max_queue_delay`: a run after an idle wait is
+/// slower than one back to back, see docs/calibration.md).
+fn measurement_mismatch(profile: &Profile, scenario: &Scenario, threads: u32) -> Option<String> {
+    let measured_threads = profile.environment.intra_threads;
+    if measured_threads != threads {
+        return Some(format!(
+            "the profile was measured with --threads {measured_threads} and the live run uses --threads {threads}; calibrate with the same threads"
+        ));
+    }
+    let gap_ns = profile.settings.idle_gap_ns;
+    let delay_ns = scenario.pools()[0].batcher.max_queue_delay.0;
+    (gap_ns.abs_diff(delay_ns) > delay_ns / 2).then(|| {
+        format!(
+            "the profile's runs followed an idle wait of {:.3}ms but this batcher's max_queue_delay is {:.3}ms; at moderate load a model instance idles about that long before each batch, and runs after a longer wait are slower: calibrate with --idle-gap {}us",
+            gap_ns as f64 * 1e-6,
+            delay_ns as f64 * 1e-6,
+            delay_ns / 1_000
+        )
+    })
 }
 
 fn print_comparison(load: f64, simulated: &Summary, measured: &Summary) {
