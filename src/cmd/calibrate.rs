@@ -87,6 +87,35 @@ pub struct CalibrateArgs {
     /// Where to write the profile (JSON).
     #[arg(short = 'o', long = "out", value_name = "PROFILE.json")]
     pub out: PathBuf,
+    /// Calibrate a decoder with a KV cache (float inputs named past...): measure prefill and
+    /// decode steps and write a step profile for a `[step_time]` table with `kind = "profile"`
+    /// (--batch and --dim do not apply; token ids stay below the model's vocabulary).
+    #[arg(long)]
+    pub decoder: bool,
+    /// With --decoder: prompt lengths of the prefill steps.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "16,64,256",
+        value_name = "N,N,..."
+    )]
+    pub prefill: Vec<u32>,
+    /// With --decoder: batch sizes of the decode steps.
+    #[arg(
+        long = "decode-batch",
+        value_delimiter = ',',
+        default_value = "1,4,16",
+        value_name = "B,B,..."
+    )]
+    pub decode_batch: Vec<u32>,
+    /// With --decoder: past lengths (context tokens per sequence) of the decode steps.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "64,256",
+        value_name = "C,C,..."
+    )]
+    pub context: Vec<u32>,
 }
 
 /// A library error as the command reports it: bad input (exit 2) when the user can fix it.
@@ -103,6 +132,18 @@ pub(super) fn user_facing(err: CalibrateError) -> anyhow::Error {
 pub(super) fn load_runtime(ort_lib: Option<&std::path::Path>) -> Result<Runtime> {
     let location = library::locate(ort_lib).map_err(user_facing)?;
     Runtime::load(&location).map_err(user_facing)
+}
+
+/// The share of the timed runs' time the measuring thread waited for a CPU, when every grid
+/// point recorded it.
+pub(super) fn cpu_wait_share(profile: &capsim_sim::profile::Profile) -> Option<f64> {
+    let (mut waited_ns, mut ran_ns) = (0.0, 0.0);
+    for point in &profile.points {
+        let runs = f64::from(point.iterations);
+        waited_ns += point.cpu_wait_mean_ns? * runs;
+        ran_ns += (point.latency_mean_ns + point.input_build_mean_ns) * runs;
+    }
+    (ran_ns > 0.0).then(|| waited_ns / ran_ns)
 }
 
 /// Parses `NAME=V,V,...`.
@@ -125,6 +166,9 @@ fn parse_dim(text: &str) -> Result<(String, Vec<u32>), BadInput> {
 }
 
 pub fn run(args: CalibrateArgs) -> Result<()> {
+    if args.decoder {
+        return run_decoder(args);
+    }
     let mut dims = BTreeMap::new();
     for text in &args.dims {
         let (name, values) = parse_dim(text)?;
@@ -220,6 +264,13 @@ pub fn run(args: CalibrateArgs) -> Result<()> {
         fit.c_ns * 1e-6,
         fit.r_squared
     );
+    if let Some(share) = cpu_wait_share(&profile) {
+        println!(
+            "the measuring thread waited for a CPU {:.1}% of its timed runs (other processes); \
+             above a few percent, calibrate again on a quieter machine",
+            100.0 * share
+        );
+    }
     println!("profile written to {}", args.out.display());
     let plot_path = args.out.with_extension("fit.png");
     let plot = capsim_report::plot::ProfileFitPlot::from_profile(&profile);
@@ -237,6 +288,101 @@ pub fn run(args: CalibrateArgs) -> Result<()> {
     println!(
         "measured points against the fit drawn to {}",
         plot_path.display()
+    );
+    Ok(())
+}
+
+/// `capsim calibrate --decoder`: prefill and decode steps of a decoder into a step profile.
+fn run_decoder(args: CalibrateArgs) -> Result<()> {
+    use capsim_calibrate::decoder::{DecoderConfig, DecoderProgress, calibrate_decoder};
+    check_model_file(&args.model).map_err(user_facing)?;
+    let runtime = load_runtime(args.ort_lib.as_deref())?;
+    let config = DecoderConfig {
+        model: args.model.clone(),
+        provider: args.ep.into(),
+        prefill_tokens: args.prefill.clone(),
+        decode_batches: args.decode_batch.clone(),
+        contexts: args.context.clone(),
+        warmup_iters: args.warmup,
+        max_iters: args.iters,
+        min_iters: args.min_iters,
+        convergence_tolerance: args.tolerance,
+        intra_threads: args.threads,
+        vocab: Some(args.vocab),
+        seed: args.seed,
+        idle_gap_ns: capsim_sim::quantity::parse_duration_ns(&args.idle_gap)
+            .map_err(|e| BadInput(format!("--idle-gap: {e}")))?,
+    };
+    let started = Instant::now();
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} steps  {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let mut converged = 0usize;
+    let profile = calibrate_decoder(&runtime, &config, &mut |event| match event {
+        DecoderProgress::Started { points, decision } => {
+            bar.set_length(points as u64);
+            let line = match (&decision.cuda_unavailable, config.provider) {
+                (Some(reason), ProviderChoice::Auto) => {
+                    format!("execution provider: cpu (CUDA not used: {reason})")
+                }
+                _ => format!("execution provider: {}", decision.provider.name()),
+            };
+            bar.suspend(|| {
+                eprintln!(
+                    "calibrate --decoder: {line}; ONNX Runtime {}",
+                    runtime.version()
+                )
+            });
+        }
+        DecoderProgress::PointStarted(shape) => bar.set_message(shape.to_string()),
+        DecoderProgress::PointFinished { converged: c, .. } => {
+            converged += usize::from(c);
+            bar.inc(1);
+        }
+    })
+    .map_err(user_facing)?;
+    bar.finish_and_clear();
+    if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| {
+            format!("creating the folder {} for the step profile", dir.display())
+        })?;
+    }
+    profile
+        .write(&args.out)
+        .with_context(|| format!("writing the step profile to {}", args.out.display()))?;
+    println!(
+        "calibrated decoder {} on {} ({}): {} prefill and {} decode steps ({} converged early) in {:.1}s",
+        args.model.display(),
+        profile.environment.execution_provider,
+        profile.environment.device_name,
+        profile.prefill.len(),
+        profile.decode.len(),
+        converged,
+        started.elapsed().as_secs_f64()
+    );
+    for p in &profile.prefill {
+        println!(
+            "  prefill {:>6} tokens: mean {:.3}ms",
+            p.tokens,
+            p.latency_mean_ns * 1e-6
+        );
+    }
+    for p in &profile.decode {
+        println!(
+            "  decode batch {:>4}, context {:>6}: mean {:.3}ms",
+            p.batch,
+            p.context,
+            p.latency_mean_ns * 1e-6
+        );
+    }
+    println!(
+        "step profile written to {} (use it as [step_time] kind = \"profile\")",
+        args.out.display()
     );
     Ok(())
 }

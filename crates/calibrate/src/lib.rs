@@ -23,6 +23,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod decoder;
 pub mod feed;
 pub mod host;
 pub mod library;
@@ -337,10 +338,13 @@ pub fn calibrate(
             latency_ns.clear();
             build_ns.clear();
             let mut converged = false;
+            // Run-queue wait over the timed runs: `None` once any read fails.
+            let mut cpu_wait_ns: Option<u64> = Some(0);
             for iteration in 0..config.warmup_iters + config.max_iters {
                 if config.idle_gap_ns > 0 {
                     std::thread::sleep(std::time::Duration::from_nanos(config.idle_gap_ns));
                 }
+                let wait_before_ns = host::thread_cpu_wait_ns();
                 let build_start = Instant::now();
                 let values =
                     feed::build_inputs(&inputs, &plan, batch, length, config.vocab, &mut rng)
@@ -349,10 +353,14 @@ pub fn calibrate(
                 let run_start = Instant::now();
                 let outputs = session.run(values).map_err(|e| run_error(e.to_string()))?;
                 let ran = run_start.elapsed();
+                let wait_after_ns = host::thread_cpu_wait_ns();
                 drop(outputs);
                 if iteration < config.warmup_iters {
                     continue;
                 }
+                cpu_wait_ns = cpu_wait_ns
+                    .zip(wait_before_ns.zip(wait_after_ns))
+                    .map(|(sum, (before, after))| sum + after.saturating_sub(before));
                 latency_ns.push(ran.as_nanos() as u64);
                 build_ns.push(built.as_nanos() as u64);
                 if convergence.converged(&latency_ns) {
@@ -369,6 +377,8 @@ pub fn calibrate(
                 latency_mean_ns: measure::mean(&latency_ns),
                 input_build_ns: measure::profile_quantiles(&build_ns),
                 input_build_mean_ns: measure::mean(&build_ns),
+                cpu_wait_mean_ns: cpu_wait_ns
+                    .map(|total| total as f64 / latency_ns.len().max(1) as f64),
             };
             progress(Progress::PointFinished(&point));
             points.push(point);

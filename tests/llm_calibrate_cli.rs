@@ -1,0 +1,190 @@
+//! End-to-end tests of `capsim calibrate --decoder`: a CI-sized calibration of the shipped tiny
+//! GPT-style decoder on the CPU provider, loaded back as a `[step_time] kind = "profile"`, and
+//! the errors a user meets. They need ONNX Runtime's library, which `scripts/setup.sh` installs
+//! into the project's `.venv` (CI runs it before the tests).
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use capsim_sim::llm::step_profile::StepProfile;
+use capsim_sim::llm::step_time::{StepBatch, StepTimeSpec};
+use capsim_sim::rng::{Component, stream};
+
+const CAPSIM: &str = env!("CARGO_BIN_EXE_capsim");
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn capsim(args: &[&str]) -> Output {
+    Command::new(CAPSIM)
+        .args(args)
+        .current_dir(root())
+        .env_remove("ORT_DYLIB_PATH")
+        .output()
+        .expect("capsim runs")
+}
+
+fn tiny_gpt() -> String {
+    root()
+        .join("traces/models/tiny_gpt.onnx")
+        .to_str()
+        .expect("utf-8 path")
+        .to_string()
+}
+
+const SHORT: [&str; 10] = [
+    "--ep",
+    "cpu",
+    "--threads",
+    "1",
+    "--warmup",
+    "2",
+    "--iters",
+    "30",
+    "--min-iters",
+    "20",
+];
+
+#[test]
+fn decoder_calibration_of_the_tiny_gpt_loads_as_a_step_time_profile() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("profiles/tiny_gpt.cpu.json");
+    let model = tiny_gpt();
+    let mut args = vec![
+        "calibrate",
+        "--model",
+        &model,
+        "--decoder",
+        "--prefill",
+        "16,64",
+        "--decode-batch",
+        "1,4",
+        "--context",
+        "32,128",
+        "-o",
+        out.to_str().expect("utf-8 path"),
+    ];
+    args.extend(SHORT);
+    let output = capsim(&args);
+    assert!(
+        output.status.success(),
+        "calibrate --decoder failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    let profile = StepProfile::read(&out).expect("a valid step profile");
+    assert_eq!(
+        profile.prefill.iter().map(|p| p.tokens).collect::<Vec<_>>(),
+        [16, 64]
+    );
+    let decode: Vec<(u32, u32)> = profile
+        .decode
+        .iter()
+        .map(|p| (p.batch, p.context))
+        .collect();
+    assert_eq!(decode, [(1, 32), (4, 32), (1, 128), (4, 128)]);
+    assert_eq!(
+        (
+            profile.decoder.layers,
+            profile.decoder.kv_heads,
+            profile.decoder.head_dim
+        ),
+        (2, 4, 16)
+    );
+    assert_eq!(
+        profile.settings.vocab, 512,
+        "token ids below the model's vocabulary"
+    );
+    assert_eq!(profile.environment.execution_provider, "cpu");
+    for p in &profile.prefill {
+        assert!(p.iterations >= 20 && p.latency_mean_ns > 0.0, "{p:?}");
+    }
+
+    // The scenario's folder resolves the relative path.
+    let spec = StepTimeSpec::Profile {
+        path: "profiles/tiny_gpt.cpu.json".into(),
+    };
+    let model = spec
+        .build(dir.path())
+        .expect("the profile builds a step-time model");
+    let decode_step = StepBatch {
+        decode_seqs: 4,
+        decode_kv_tokens: 4 * 128,
+        ..StepBatch::default()
+    };
+    let measured = profile.decode[3].latency_mean_ns;
+    let mean = model.mean_ns(&decode_step);
+    assert!(
+        (mean - measured).abs() <= 1e-6 * measured || mean >= measured,
+        "grid point mean {mean} below its measurement {measured}"
+    );
+    assert!(!model.is_extrapolated(&decode_step));
+    let long = StepBatch {
+        prefill_tokens: 1000,
+        prefill_attention_tokens2: 1_000_000,
+        prefill_seqs: 1,
+        ..StepBatch::default()
+    };
+    assert!(model.is_extrapolated(&long));
+    let mut rng = stream(3, Component::Execution, 0);
+    let draws: Vec<u64> = (0..200)
+        .map(|_| model.sample_ns(&decode_step, &mut rng))
+        .collect();
+    let (lo, hi) = (
+        *draws.iter().min().expect("draws"),
+        *draws.iter().max().expect("draws"),
+    );
+    let p = &profile.decode[3];
+    assert!(
+        lo >= p.latency_ns[0] && hi <= *p.latency_ns.last().expect("levels"),
+        "draws {lo}..{hi} outside the measured {}..{}",
+        p.latency_ns[0],
+        p.latency_ns.last().expect("levels")
+    );
+}
+
+#[test]
+fn decoder_calibration_of_a_model_without_a_kv_cache_says_so() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("p.json");
+    let classifier = root().join("traces/models/text_classifier.onnx");
+    let mut args = vec![
+        "calibrate",
+        "--model",
+        classifier.to_str().expect("utf-8 path"),
+        "--decoder",
+        "-o",
+        out.to_str().expect("utf-8 path"),
+    ];
+    args.extend(SHORT);
+    let output = capsim(&args);
+    let message = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "stderr: {message}");
+    assert!(
+        message.contains("not a decoder with a KV cache") && message.contains("without --decoder"),
+        "{message}"
+    );
+    assert!(!out.exists());
+}
+
+#[test]
+fn decoder_calibration_refuses_a_zero_context() {
+    let out = root().join("target/never-written.json");
+    let model = tiny_gpt();
+    let mut args = vec![
+        "calibrate",
+        "--model",
+        &model,
+        "--decoder",
+        "--context",
+        "0,64",
+        "-o",
+        out.to_str().expect("utf-8 path"),
+    ];
+    args.extend(SHORT);
+    let output = capsim(&args);
+    let message = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "stderr: {message}");
+    assert!(message.contains("--context"), "{message}");
+}
