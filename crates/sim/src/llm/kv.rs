@@ -10,8 +10,6 @@
 //! Every operation is O(1) (a stack of free blocks, an intrusive doubly linked LRU list of cached
 //! blocks, and a map from prefix key to block), and nothing allocates after construction.
 
-use std::collections::HashMap;
-
 /// Marks "no block" in the LRU links and "no key" in the key table.
 const NIL: u32 = u32::MAX;
 const NO_KEY: u64 = u64::MAX;
@@ -31,7 +29,7 @@ pub struct KvCache {
     lru_tail: u32,
     cached: u32,
     free: Vec<BlockId>,
-    by_key: HashMap<u64, BlockId>,
+    by_key: BlockMap,
     in_use: u32,
 }
 
@@ -51,7 +49,7 @@ impl KvCache {
             cached: 0,
             // Popped from the back: block 0 first.
             free: (0..blocks).rev().collect(),
-            by_key: HashMap::with_capacity(n),
+            by_key: BlockMap::new(n),
             in_use: 0,
         }
     }
@@ -89,7 +87,7 @@ impl KvCache {
     /// The block registered under `key`, in use or cached.
     #[inline]
     pub fn lookup(&self, key: u64) -> Option<BlockId> {
-        self.by_key.get(&key).copied()
+        self.by_key.get(key)
     }
 
     /// True when `block` is free but cached (taking it back uses up one available block).
@@ -124,7 +122,7 @@ impl KvCache {
                 self.lru_unlink(b);
                 self.cached -= 1;
                 let key = std::mem::replace(&mut self.key[b as usize], NO_KEY);
-                self.by_key.remove(&key);
+                self.by_key.remove(key);
                 b
             }
         };
@@ -162,8 +160,7 @@ impl KvCache {
         if self.key[block as usize] != NO_KEY {
             return;
         }
-        if let std::collections::hash_map::Entry::Vacant(slot) = self.by_key.entry(key) {
-            slot.insert(block);
+        if self.by_key.insert_if_vacant(key, block) {
             self.key[block as usize] = key;
         }
     }
@@ -208,6 +205,93 @@ impl KvCache {
             self.free.len(),
             self.total()
         );
+    }
+}
+
+/// Prefix key to block: open addressing with linear probing and backward-shift deletion (no
+/// tombstones, so lookups stay short under the cache's constant insert/evict churn). Keys are
+/// already uniformly mixed hashes, so their low bits index the table directly. It holds at most
+/// one entry per block and is sized to at least twice that, so it never fills.
+#[derive(Debug, Clone)]
+struct BlockMap {
+    keys: Vec<u64>,
+    blocks: Vec<BlockId>,
+    mask: usize,
+}
+
+impl BlockMap {
+    fn new(max_entries: usize) -> BlockMap {
+        let slots = (2 * max_entries).next_power_of_two().max(2);
+        BlockMap {
+            keys: vec![NO_KEY; slots],
+            blocks: vec![NIL; slots],
+            mask: slots - 1,
+        }
+    }
+
+    #[inline]
+    fn get(&self, key: u64) -> Option<BlockId> {
+        let mut i = key as usize & self.mask;
+        loop {
+            match self.keys[i] {
+                k if k == key => return Some(self.blocks[i]),
+                NO_KEY => return None,
+                _ => i = (i + 1) & self.mask,
+            }
+        }
+    }
+
+    /// Inserts `key -> block` unless `key` is present; true when inserted.
+    #[inline]
+    fn insert_if_vacant(&mut self, key: u64, block: BlockId) -> bool {
+        debug_assert!(key != NO_KEY);
+        let mut i = key as usize & self.mask;
+        loop {
+            match self.keys[i] {
+                k if k == key => return false,
+                NO_KEY => {
+                    self.keys[i] = key;
+                    self.blocks[i] = block;
+                    return true;
+                }
+                _ => i = (i + 1) & self.mask,
+            }
+        }
+    }
+
+    /// Removes `key` (present), shifting later entries of its probe run back into the hole.
+    #[inline]
+    fn remove(&mut self, key: u64) {
+        let mut hole = key as usize & self.mask;
+        while self.keys[hole] != key {
+            assert!(
+                self.keys[hole] != NO_KEY,
+                "removing a key that is not mapped"
+            );
+            hole = (hole + 1) & self.mask;
+        }
+        let mut i = hole;
+        loop {
+            i = (i + 1) & self.mask;
+            let k = self.keys[i];
+            if k == NO_KEY {
+                break;
+            }
+            // Move k into the hole unless its home lies cyclically in (hole, i].
+            let home = k as usize & self.mask;
+            let stays = if hole <= i {
+                hole < home && home <= i
+            } else {
+                hole < home || home <= i
+            };
+            if !stays {
+                self.keys[hole] = k;
+                self.blocks[hole] = self.blocks[i];
+                hole = i;
+            }
+        }
+        self.keys[hole] = NO_KEY;
+        self.blocks[hole] = NIL;
     }
 }
 
@@ -264,6 +348,33 @@ mod tests {
         assert_eq!(kv.allocate(), Some(ids[2]));
         assert_eq!(kv.allocate(), Some(ids[0]));
         assert_eq!(kv.lookup(101), Some(ids[1]));
+    }
+
+    #[test]
+    fn block_map_agrees_with_a_btree_map_under_churn() {
+        use rand::{RngExt, SeedableRng};
+        let mut rng = crate::rng::SimRng::seed_from_u64(3);
+        let mut map = BlockMap::new(64);
+        let mut reference = std::collections::BTreeMap::new();
+        for step in 0..20_000u32 {
+            // Few distinct low bits, so probe runs collide and wrap around.
+            let key = rng.random_range(0..200u64) * 1024 + rng.random_range(0..3u64);
+            if reference.len() < 64 && rng.random_bool(0.5) {
+                let inserted = map.insert_if_vacant(key, step);
+                assert_eq!(inserted, !reference.contains_key(&key));
+                reference.entry(key).or_insert(step);
+            } else if let Some(&k) = reference.keys().next() {
+                map.remove(k);
+                reference.remove(&k);
+            }
+            if step % 97 == 0 {
+                for k in 0..200u64 * 1024 + 3 {
+                    if k % 1024 < 3 {
+                        assert_eq!(map.get(k), reference.get(&k).copied(), "key {k}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]
