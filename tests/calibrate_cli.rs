@@ -571,6 +571,16 @@ fn calibrate_waits_the_idle_gap_before_each_run_and_records_it() {
         "{:?}",
         profile.settings
     );
+    if cfg!(target_os = "linux") {
+        // Linux says how long other processes kept the measuring thread off the CPU.
+        assert!(
+            profile.points.iter().all(|p| p.cpu_wait_mean_ns.is_some()),
+            "{:?}",
+            profile.points
+        );
+        let text = String::from_utf8_lossy(&output.stdout);
+        assert!(text.contains("waited for a CPU"), "{text}");
+    }
 
     let output = run("5");
     assert_user_error(&output, &["--idle-gap", "5"]);

@@ -16,7 +16,7 @@ use capsim_trace::{Columns, Trace};
 use clap::Args;
 
 use super::BadInput;
-use super::calibrate::{Ep, load_runtime, user_facing};
+use super::calibrate::{Ep, cpu_wait_share, load_runtime, user_facing};
 use super::replay::live_summary;
 use crate::input::TraceInput;
 
@@ -94,6 +94,10 @@ pub fn run(args: ValidateArgs) -> Result<()> {
         eprintln!("validate: warning: {warning}");
     }
     let service = Arc::new(ProfileServiceTime::new(&profile));
+    let calibration_wait = cpu_wait_share(&profile).map_or_else(
+        || "not recorded".to_string(),
+        |s| format!("{:.1}%", 100.0 * s),
+    );
     let loaded = args.input.load()?;
     eprintln!("{}", loaded.report_line());
     let trace = &loaded.trace;
@@ -135,7 +139,8 @@ pub fn run(args: ValidateArgs) -> Result<()> {
         intra_threads: args.threads,
         length_dim: args.length_dim.clone(),
         max_length,
-        vocab: 1000,
+        // The token ids the profile was measured with (their values do not change the time).
+        vocab: profile.settings.vocab,
         seed: args.seed,
     };
     println!(
@@ -188,6 +193,15 @@ pub fn run(args: ValidateArgs) -> Result<()> {
             write_requests_parquet(&dir.join("measured.parquet"), &live.records, pools)?;
         }
         print_comparison(load, &simulated, &measured);
+        if let Some(wait_ns) = live.cpu_wait_ns {
+            println!(
+                "{:>4.0}% live model instances waited for a CPU {:.1}% of their execution time \
+                 (the calibration: {}): other processes took the CPU",
+                load * 100.0,
+                100.0 * wait_ns as f64 / live.busy_ns().max(1) as f64,
+                calibration_wait
+            );
+        }
     }
     Ok(())
 }

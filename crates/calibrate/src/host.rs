@@ -36,7 +36,37 @@ pub fn gpu_name() -> String {
         .unwrap_or_else(|| "unknown GPU (nvidia-smi unavailable)".into())
 }
 
+/// Time the calling thread has spent runnable but waiting for a CPU, ns, from Linux's
+/// `/proc/thread-self/schedstat` (its second field); `None` where that file is missing. The
+/// difference over a span is how long other threads or processes kept this one off the CPU.
+pub fn thread_cpu_wait_ns() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    text.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// Operating system and architecture, for example `linux x86_64`.
 pub fn os() -> String {
     format!("{} {}", std::env::consts::OS, std::env::consts::ARCH)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn cpu_wait_is_read_on_linux_and_never_decreases() {
+        let before = thread_cpu_wait_ns().expect("Linux has /proc/thread-self/schedstat");
+        // Work and yield so the scheduler has a chance to run others in between.
+        let mut x = 0u64;
+        for i in 0..100_000u64 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+            if i % 10_000 == 0 {
+                std::thread::yield_now();
+            }
+        }
+        std::hint::black_box(x);
+        let after = thread_cpu_wait_ns().expect("second read");
+        assert!(after >= before, "wait went back: {before} -> {after}");
+    }
 }

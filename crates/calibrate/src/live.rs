@@ -21,6 +21,7 @@ use capsim_sim::summary::InstanceUtilization;
 use capsim_sim::timeseries::{IntervalCounters, State as TimeseriesState, Timeseries};
 use rand::SeedableRng;
 
+use crate::host::thread_cpu_wait_ns;
 use crate::model::{DimPlan, InputSpec};
 use crate::{CalibrateError, ProviderChoice, Runtime, feed, model};
 
@@ -67,6 +68,21 @@ pub struct LiveRun {
     pub truncated_inputs: u64,
     /// Last response, ns since the start.
     pub end_ns: u64,
+    /// Time the model instances' threads spent runnable but waiting for a CPU while executing
+    /// batches, summed over batches, ns (Linux's `/proc/thread-self/schedstat`; `None` where
+    /// the kernel does not say). Other processes on the machine take this from the server; the
+    /// calibrated profile cannot know it.
+    pub cpu_wait_ns: Option<u64>,
+}
+
+impl LiveRun {
+    /// Summed execution time of all batches, ns.
+    pub fn busy_ns(&self) -> u64 {
+        self.utilization
+            .iter()
+            .map(|u| (u.busy_s * 1e9).round() as u64)
+            .sum()
+    }
 }
 
 struct Queued {
@@ -111,6 +127,8 @@ struct Executed {
     batch: Batch,
     exec_start_ns: u64,
     exec_end_ns: u64,
+    /// Run-queue wait of the thread during the batch, ns (`None`: not known).
+    cpu_wait_ns: Option<u64>,
 }
 
 /// A condition-variable timeout wakes late by tens of microseconds (more on a busy machine); the
@@ -263,6 +281,9 @@ pub fn replay(
     let mut busy_ns = vec![0u64; instance_count];
     let mut batches_per_instance = vec![0u64; instance_count];
     executed.sort_by_key(|e| e.batch.id);
+    let cpu_wait_ns = executed
+        .iter()
+        .try_fold(0u64, |sum, e| e.cpu_wait_ns.map(|w| sum + w));
     for e in &executed {
         batch_sizes.push(e.batch.requests.len() as u32);
         busy_ns[e.instance] += e.exec_end_ns - e.exec_start_ns;
@@ -321,6 +342,7 @@ pub fn replay(
         utilization,
         truncated_inputs,
         end_ns,
+        cpu_wait_ns,
     })
 }
 
@@ -394,6 +416,8 @@ impl Worker {
         session: &mut ort::session::Session,
         batch: Batch,
     ) -> Result<Executed, CalibrateError> {
+        // Read outside the timed span: the read itself takes microseconds.
+        let wait_before_ns = thread_cpu_wait_ns();
         let exec_start_ns = self.shared.now_ns();
         let size = batch.requests.len() as u32;
         let length = self.has_length.then(|| {
@@ -418,11 +442,16 @@ impl Worker {
             length,
             reason: e.to_string(),
         })?;
+        let exec_end_ns = self.shared.now_ns();
+        let cpu_wait_ns = wait_before_ns
+            .zip(thread_cpu_wait_ns())
+            .map(|(before, after)| after.saturating_sub(before));
         Ok(Executed {
             instance: self.index,
             batch,
             exec_start_ns,
-            exec_end_ns: self.shared.now_ns(),
+            exec_end_ns,
+            cpu_wait_ns,
         })
     }
 }

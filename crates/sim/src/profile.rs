@@ -156,6 +156,12 @@ pub struct GridPoint {
     pub input_build_ns: Vec<u64>,
     /// Mean host time to build the inputs, ns.
     pub input_build_mean_ns: f64,
+    /// Mean time per timed run that the measuring thread was runnable but waiting for a CPU
+    /// (kept off it by other threads or processes), ns; `None` where the OS does not say (and in
+    /// profiles written before it was recorded). Large values mean a busy machine inflated the
+    /// measurement.
+    #[serde(default)]
+    pub cpu_wait_mean_ns: Option<f64>,
 }
 
 /// A least-squares fit of mean latency: `a_ns + b_ns * batch + c_ns * batch * length`.
@@ -684,6 +690,7 @@ mod tests {
                     latency_mean_ns: b * 1.5,
                     input_build_ns: vec![1_000; levels.len()],
                     input_build_mean_ns: 1_000.0,
+                    cpu_wait_mean_ns: Some(0.0),
                     latency_ns,
                 });
             }
@@ -969,16 +976,23 @@ mod tests {
     }
 
     #[test]
-    fn a_profile_written_before_the_idle_gap_setting_reads_as_back_to_back() {
+    fn a_profile_written_before_the_idle_gap_and_cpu_wait_reads_with_their_defaults() {
         let p = profile(&[1, 2], &[16, 32], affine);
         let mut json: serde_json::Value = serde_json::to_value(&p).expect("to JSON");
         json["settings"]
             .as_object_mut()
             .expect("settings")
             .remove("idle_gap_ns");
-        let read: Profile = serde_json::from_value(json).expect("reads without idle_gap_ns");
+        for point in json["points"].as_array_mut().expect("points") {
+            point
+                .as_object_mut()
+                .expect("point")
+                .remove("cpu_wait_mean_ns");
+        }
+        let read: Profile =
+            serde_json::from_value(json).expect("reads without idle_gap_ns and cpu_wait_mean_ns");
         assert_eq!(read.settings.idle_gap_ns, 0);
-        assert_eq!(read, p);
+        assert!(read.points.iter().all(|p| p.cpu_wait_mean_ns.is_none()));
     }
 
     #[test]
