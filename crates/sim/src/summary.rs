@@ -128,7 +128,9 @@ fn empty_histogram() -> Histogram<u32> {
 /// the HdrHistogram is built from the counts only when the statistics are asked for.
 #[derive(Debug, Clone)]
 struct LatencyAccumulator {
-    slot_counts: Vec<u64>,
+    /// Counts per slot, saturating at `u32::MAX` as the `Histogram<u32>` built from them does;
+    /// 4 bytes a slot halve the cache footprint of the per-request adds.
+    slot_counts: Vec<u32>,
     /// Slot of [`HISTOGRAM_MAX_NS`]: where values past the array are clamped, as HdrHistogram's
     /// `saturating_record` does.
     max_slot: usize,
@@ -160,7 +162,7 @@ impl LatencyAccumulator {
         if slot >= self.slot_counts.len() {
             slot = self.max_slot;
         }
-        self.slot_counts[slot] += 1;
+        self.slot_counts[slot] = self.slot_counts[slot].saturating_add(1);
         self.count += 1;
         self.sum_ns += u128::from(ns);
         self.max_ns = self.max_ns.max(ns);
@@ -170,7 +172,6 @@ impl LatencyAccumulator {
         let mut histogram = empty_histogram();
         for (slot, &n) in self.slot_counts.iter().enumerate() {
             if n > 0 {
-                let n = u32::try_from(n).unwrap_or(u32::MAX);
                 histogram.saturating_record_n(slot_value(slot), n);
             }
         }
