@@ -238,7 +238,7 @@ pub fn run(args: CalibrateArgs) -> Result<()> {
             bar.inc(1);
         }
     })
-    .map_err(user_facing)?;
+    .map_err(|err| decoder_hint(err, &runtime, &args.model))?;
     bar.finish_and_clear();
     if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)
@@ -290,6 +290,30 @@ pub fn run(args: CalibrateArgs) -> Result<()> {
         plot_path.display()
     );
     Ok(())
+}
+
+/// As [`user_facing`]; when a dimension is missing and the model has past key/value inputs,
+/// also says to calibrate it as a decoder with --decoder.
+fn decoder_hint(err: CalibrateError, runtime: &Runtime, model: &std::path::Path) -> anyhow::Error {
+    let missing_dim = matches!(
+        err,
+        CalibrateError::UnboundDim { .. } | CalibrateError::UnknownDim { .. }
+    );
+    let is_decoder = || {
+        runtime
+            .open_session(model, ProviderChoice::Cpu, 1)
+            .ok()
+            .and_then(|(session, _)| capsim_calibrate::model::inputs_of(&session, model).ok())
+            .is_some_and(|inputs| capsim_calibrate::decoder::is_decoder(&inputs))
+    };
+    if missing_dim && is_decoder() {
+        return BadInput(format!(
+            "{err}; this model has past key/value inputs, so it is a decoder with a KV cache: \
+             calibrate its steps with --decoder (see docs/step-time.md)"
+        ))
+        .into();
+    }
+    user_facing(err)
 }
 
 /// `capsim calibrate --decoder`: prefill and decode steps of a decoder into a step profile.
