@@ -256,3 +256,25 @@ fn batch_calibration_of_a_decoder_points_to_the_decoder_flag() {
     assert_eq!(output.status.code(), Some(2), "stderr: {message}");
     assert!(message.contains("--decoder"), "{message}");
 }
+
+#[test]
+fn the_shipped_cpu_step_profile_loads_and_covers_its_grid() {
+    let spec = StepTimeSpec::Profile {
+        path: "tiny_gpt.cpu.json".into(),
+    };
+    let model = spec
+        .build(&root().join("traces/profiles"))
+        .expect("the shipped step profile builds");
+    let profile =
+        StepProfile::read(&root().join("traces/profiles/tiny_gpt.cpu.json")).expect("valid");
+    assert_eq!(profile.decoder.kv_bytes_per_token(), 2 * 2 * 4 * 16 * 4);
+    let inside = StepBatch {
+        prefill_tokens: 500,
+        prefill_attention_tokens2: 250_000,
+        prefill_seqs: 1,
+        decode_seqs: 32,
+        decode_kv_tokens: 32 * 500,
+    };
+    assert!(!model.is_extrapolated(&inside));
+    assert!(model.mean_ns(&inside) > 0.0);
+}
