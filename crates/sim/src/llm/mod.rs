@@ -12,6 +12,6 @@ pub mod kv;
 pub mod prefix;
 pub mod roofline;
 pub mod scheduler;
-pub mod step_profile;
 pub mod spec;
+pub mod step_profile;
 pub mod step_time;
