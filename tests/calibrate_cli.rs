@@ -507,6 +507,12 @@ fn validate_compares_simulated_and_measured_figures_at_each_load() {
     }
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(text.contains("calibrated capacity: "), "{text}");
+    // The live batches' run times against the profile's, by batch size.
+    assert!(
+        text.contains("30% median batch run time, live/profile ms, by batch size: ")
+            && text.contains(" batches)"),
+        "{text}"
+    );
     for metric in [
         "throughput rps",
         "end_to_end p50 ms",

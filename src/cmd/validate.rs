@@ -1,12 +1,13 @@
 //! `capsim validate`: the simulator against a live replay of the same arrivals, at 30%, 60% and
 //! 85% of the profile's calibrated capacity.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use capsim_calibrate::check_model_file;
-use capsim_calibrate::live::{LiveConfig, LiveRequest, replay};
+use capsim_calibrate::live::{LiveConfig, LiveRequest, LiveRun, replay};
 use capsim_sim::output::write_requests_parquet;
 use capsim_sim::profile::{Profile, ProfileServiceTime};
 use capsim_sim::quantity::parse_duration_ns;
@@ -202,8 +203,89 @@ pub fn run(args: ValidateArgs) -> Result<()> {
                 calibration_wait
             );
         }
+        print_run_times(load, &live_run_times(&live, &service, max_length));
     }
     Ok(())
+}
+
+/// The live run times of one batch size against the profile's, ms.
+#[derive(Debug, Clone, PartialEq)]
+struct RunTimes {
+    batch_size: u32,
+    batches: usize,
+    /// Median measured execution time of these batches.
+    live_median_ms: f64,
+    /// Median over the same batches of the profile's median for each one's shape (size and
+    /// longest clamped input), input build included.
+    profile_median_ms: f64,
+}
+
+/// Each batch size's measured execution times against the profile's prediction for the same
+/// batch shapes: where the service model and the live server part ways.
+fn live_run_times(live: &LiveRun, service: &ProfileServiceTime, max_length: u32) -> Vec<RunTimes> {
+    // batch id -> (size, longest clamped input, execution ns)
+    let mut batches: BTreeMap<u64, (u32, u32, u64)> = BTreeMap::new();
+    for r in &live.records {
+        let entry =
+            batches
+                .entry(r.batch_id)
+                .or_insert((r.batch_size, 0, r.exec_end_ns - r.exec_start_ns));
+        entry.1 = entry.1.max(r.input_tokens.clamp(1, max_length));
+    }
+    // batch size -> (measured ns, predicted ns) per batch
+    let mut by_size: BTreeMap<u32, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
+    for &(size, longest, exec_ns) in batches.values() {
+        let shape = BatchShape {
+            size,
+            max_input_tokens: longest,
+            total_input_tokens: u64::from(size) * u64::from(longest),
+        };
+        let predicted_ns = service.quantile_ns(&shape, 0.5) + service.input_build_mean_ns(&shape);
+        let (measured, predicted) = by_size.entry(size).or_default();
+        measured.push(exec_ns as f64);
+        predicted.push(predicted_ns);
+    }
+    by_size
+        .into_iter()
+        .map(|(batch_size, (mut measured, mut predicted))| RunTimes {
+            batch_size,
+            batches: measured.len(),
+            live_median_ms: median(&mut measured) * 1e-6,
+            profile_median_ms: median(&mut predicted) * 1e-6,
+        })
+        .collect()
+}
+
+/// Median of non-empty values (sorts them).
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
+}
+
+fn print_run_times(load: f64, times: &[RunTimes]) {
+    let cells: Vec<String> = times
+        .iter()
+        .map(|t| {
+            format!(
+                "{}: {:.3}/{:.3} ({:+.0}%, {} batches)",
+                t.batch_size,
+                t.live_median_ms,
+                t.profile_median_ms,
+                100.0 * relative_error(t.live_median_ms, t.profile_median_ms),
+                t.batches
+            )
+        })
+        .collect();
+    println!(
+        "{:>4.0}% median batch run time, live/profile ms, by batch size: {}",
+        load * 100.0,
+        cells.join("; ")
+    );
 }
 
 /// Why the profile may not describe the live run: measured with other intra-op threads than the
@@ -249,5 +331,17 @@ fn print_comparison(load: f64, simulated: &Summary, measured: &Summary) {
         row(&format!("{stage} p50 ms"), s.p50_ms, m.p50_ms);
         row(&format!("{stage} p90 ms"), s.p90_ms, m.p90_ms);
         row(&format!("{stage} p99 ms"), s.p99_ms, m.p99_ms);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_is_the_middle_value_or_the_mean_of_the_two_middle_ones() {
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(&mut [7.0]), 7.0);
     }
 }
