@@ -131,7 +131,7 @@ pub struct Capacity {
     pub unsustainable_load: Option<f64>,
     /// Where the capacity lies.
     pub bracket: Bracket,
-    /// Every evaluation, in order.
+    /// Every evaluation, in order (outcomes known before the search first).
     pub probes: Vec<Probe>,
 }
 
@@ -157,6 +157,24 @@ pub enum SearchError<E: std::error::Error + 'static> {
 /// sustainable, halving while not, within `[min_load, max_load]`) and then bisecting.
 pub fn search_capacity<E, F>(
     options: &SearchOptions,
+    evaluate: F,
+) -> Result<Capacity, SearchError<E>>
+where
+    E: std::error::Error + 'static,
+    F: FnMut(f64) -> Result<Outcome, E>,
+{
+    search_capacity_from(options, &[], evaluate)
+}
+
+/// Like [`search_capacity`], but starts from `known` outcomes of the same configuration and
+/// seed (for example a sweep's curve runs), so runs already made are not made again: the
+/// bracket starts at the lowest known unsustainable load and the highest known sustainable load
+/// below it; with only sustainable ones it doubles from the highest, with only unsustainable ones
+/// it halves from the lowest. Known loads outside `[min_load, max_load]` are ignored. The known
+/// outcomes come first in [`Capacity::probes`] and count against `max_evaluations`.
+pub fn search_capacity_from<E, F>(
+    options: &SearchOptions,
+    known: &[(f64, Outcome)],
     mut evaluate: F,
 ) -> Result<Capacity, SearchError<E>>
 where
@@ -164,7 +182,31 @@ where
     F: FnMut(f64) -> Result<Outcome, E>,
 {
     check_options(options)?;
-    let mut probes: Vec<Probe> = Vec::new();
+    let mut probes: Vec<Probe> = known
+        .iter()
+        .filter(|(load, _)| (options.min_load..=options.max_load).contains(load))
+        .map(|&(load, outcome)| Probe {
+            load,
+            outcome,
+            sustainable: outcome.sustainable(options.max_lost_fraction),
+        })
+        .collect();
+    let lowest_unsustainable = probes
+        .iter()
+        .filter(|p| !p.sustainable)
+        .map(|p| p.load)
+        .min_by(f64::total_cmp);
+    let highest_sustainable_below = |limit: f64| {
+        probes
+            .iter()
+            .filter(|p| p.sustainable && p.load < limit)
+            .map(|p| p.load)
+            .max_by(f64::total_cmp)
+    };
+    let known_bracket = match lowest_unsustainable {
+        Some(high) => (highest_sustainable_below(high), Some(high)),
+        None => (highest_sustainable_below(f64::INFINITY), None),
+    };
     let mut probe = |load: f64, probes: &mut Vec<Probe>| -> Result<bool, SearchError<E>> {
         if probes.len() >= options.max_evaluations {
             return Err(SearchError::TooManyEvaluations(options.max_evaluations));
@@ -180,9 +222,23 @@ where
     };
 
     let start = options.start_load.clamp(options.min_load, options.max_load);
-    let (mut low, mut high);
-    if probe(start, &mut probes)? {
-        low = start;
+    // Both ends move as the bracket is found; each starts at the first load tried.
+    let (mut low, mut high) = (start, start);
+    let start_sustainable = match known_bracket {
+        (Some(known_low), Some(known_high)) => {
+            return bisect(options, known_low, known_high, probes, &mut probe);
+        }
+        (Some(known_low), None) => {
+            low = known_low;
+            true
+        }
+        (None, Some(known_high)) => {
+            high = known_high;
+            false
+        }
+        (None, None) => probe(start, &mut probes)?,
+    };
+    if start_sustainable {
         loop {
             if low >= options.max_load {
                 return Ok(Capacity {
@@ -201,7 +257,6 @@ where
             }
         }
     } else {
-        high = start;
         loop {
             if high <= options.min_load {
                 return Ok(Capacity {
@@ -219,6 +274,17 @@ where
             high = next;
         }
     }
+    bisect(options, low, high, probes, &mut probe)
+}
+
+/// Bisects a bracket (`low` sustainable, `high` not) down to the relative tolerance.
+fn bisect<E: std::error::Error + 'static>(
+    options: &SearchOptions,
+    mut low: f64,
+    mut high: f64,
+    mut probes: Vec<Probe>,
+    probe: &mut impl FnMut(f64, &mut Vec<Probe>) -> Result<bool, SearchError<E>>,
+) -> Result<Capacity, SearchError<E>> {
     while (high - low) / low > options.relative_tolerance {
         let middle = 0.5 * (low + high);
         if probe(middle, &mut probes)? {
@@ -396,6 +462,63 @@ mod tests {
         let test = QueueGrowth::from_samples(&stable);
         assert!(!test.grows, "{test:?}");
         assert!(!QueueGrowth::from_samples(&[0.0, 100.0]).grows);
+    }
+
+    fn known(loads: &[f64], threshold: f64) -> Vec<(f64, Outcome)> {
+        let mut evaluate = threshold_evaluator(threshold);
+        loads
+            .iter()
+            .map(|&load| (load, evaluate(load).unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn known_outcomes_bracket_the_search_and_save_runs() {
+        let options = SearchOptions::default();
+        let curve: Vec<f64> = (1..=10).map(|i| 0.25 + 0.4 * f64::from(i - 1)).collect();
+        for threshold in [0.3, 1.37, 2.0, 3.9] {
+            let mut calls = 0;
+            let mut evaluate = threshold_evaluator(threshold);
+            let capacity = search_capacity_from(&options, &known(&curve, threshold), |load| {
+                calls += 1;
+                evaluate(load)
+            })
+            .unwrap();
+            assert_within_tolerance(&capacity, threshold, 0.01);
+            let mut cold_calls = 0;
+            let mut evaluate = threshold_evaluator(threshold);
+            search_capacity(&options, |load| {
+                cold_calls += 1;
+                evaluate(load)
+            })
+            .unwrap();
+            assert!(
+                calls < cold_calls,
+                "threshold {threshold}: {calls} runs with the curve known, {cold_calls} without"
+            );
+            assert_eq!(capacity.probes.len(), curve.len() + calls);
+        }
+    }
+
+    #[test]
+    fn known_outcomes_on_one_side_extend_the_bracket_outward() {
+        let options = SearchOptions::default();
+        let all_sustainable = known(&[0.5, 1.0, 2.0], 37.0);
+        let capacity =
+            search_capacity_from(&options, &all_sustainable, threshold_evaluator(37.0)).unwrap();
+        assert_within_tolerance(&capacity, 37.0, 0.01);
+        assert_eq!(
+            capacity.probes[3].load, 4.0,
+            "doubles from the highest known"
+        );
+        let none_sustainable = known(&[0.5, 1.0, 2.0], 0.01);
+        let capacity =
+            search_capacity_from(&options, &none_sustainable, threshold_evaluator(0.01)).unwrap();
+        assert_within_tolerance(&capacity, 0.01, 0.01);
+        assert_eq!(
+            capacity.probes[3].load, 0.25,
+            "halves from the lowest known"
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ use capsim_trace::{IngestReport, Transforms};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::capacity::{Bracket, SearchOptions, search_capacity};
+use crate::capacity::{Bracket, Outcome, SearchOptions, search_capacity_from};
 use crate::experiment::{RunError, Workload, configure, latency_ms};
 use crate::grid::{Configuration, Grid};
 use crate::interval::{Estimate, mean_with_95_interval};
@@ -199,6 +199,19 @@ pub enum SweepError {
 /// One seed's search result: (seed, capacity rps, bracket, SLO statistic at capacity in ms).
 type SeedCapacity = (u64, f64, Bracket, Option<f64>);
 
+/// A run already made at one load: its verdict, achieved throughput (rps) and the SLO's primary
+/// statistic (ms).
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    load: f64,
+    outcome: Outcome,
+    throughput_rps: f64,
+    latency_ms: Option<f64>,
+}
+
+/// The curve runs of each (configuration, seed), which its capacity search starts from.
+type SeenByRun = BTreeMap<(usize, u64), Vec<Seen>>;
+
 enum Job {
     Search {
         config: usize,
@@ -222,7 +235,7 @@ enum JobOutput {
         bracket: Bracket,
         latency_ms: Option<f64>,
     },
-    Point(Box<CurveRow>),
+    Point(Box<CurveRow>, Seen),
     Detail(Box<ConfigDetail>),
 }
 
@@ -272,16 +285,10 @@ pub fn run_sweep(
     let seeds: Vec<u64> = (0..u64::from(spec.seeds))
         .map(|i| spec.base_seed + i)
         .collect();
+    // The curves run first, and each capacity search then starts from its curve's outcomes
+    // (the same configuration, seed and loads give the same runs), so a search only bisects the
+    // bracket the curve left instead of re-running loads the curve already ran.
     let mut jobs = Vec::new();
-    // Searches first: they are the longest, so starting them early balances the threads.
-    for (index, _, _) in &configurations {
-        for &seed in &seeds {
-            jobs.push(Job::Search {
-                config: *index,
-                seed,
-            });
-        }
-    }
     for (index, _, _) in configurations.iter().filter(|_| spec.curves) {
         for load in 0..spec.load.values.len() {
             for &seed in &seeds {
@@ -295,24 +302,58 @@ pub fn run_sweep(
         jobs.push(Job::Detail { config: *index });
     }
     let search = search_options(spec);
-    let outputs: Vec<Option<Result<JobOutput, SweepError>>> = jobs
-        .par_iter()
-        .map(|job| {
-            if cancel.load(Ordering::Relaxed) {
-                return None;
-            }
-            let result = run_job(job, spec, workload, &configurations, &by_index, &search);
-            on_job_done();
-            Some(result)
+    let run_jobs = |jobs: &[Job], seen: &SeenByRun| -> Vec<Option<Result<JobOutput, SweepError>>> {
+        jobs.par_iter()
+            .map(|job| {
+                if cancel.load(Ordering::Relaxed) {
+                    return None;
+                }
+                let result = run_job(
+                    job,
+                    spec,
+                    workload,
+                    &configurations,
+                    &by_index,
+                    &search,
+                    seen,
+                );
+                on_job_done();
+                Some(result)
+            })
+            .collect()
+    };
+    let mut outputs = run_jobs(&jobs, &SeenByRun::new());
+    // A failed curve run fails the sweep; no search is started after it.
+    if let Some(failed) = outputs.iter().position(|o| matches!(o, Some(Err(_))))
+        && let Some(Err(error)) = outputs.swap_remove(failed)
+    {
+        return Err(error);
+    }
+    let mut seen = SeenByRun::new();
+    for output in outputs.iter().flatten() {
+        if let Ok(JobOutput::Point(row, point)) = output {
+            seen.entry((row.config_index, row.seed))
+                .or_default()
+                .push(*point);
+        }
+    }
+    let search_jobs: Vec<Job> = configurations
+        .iter()
+        .flat_map(|(index, _, _)| {
+            seeds.iter().map(|&seed| Job::Search {
+                config: *index,
+                seed,
+            })
         })
         .collect();
+    outputs.extend(run_jobs(&search_jobs, &seen));
     let complete = outputs.iter().all(Option::is_some);
     let mut curves = Vec::new();
     let mut searches: BTreeMap<usize, Vec<SeedCapacity>> = BTreeMap::new();
     let mut details = Vec::new();
     for output in outputs.into_iter().flatten() {
         match output? {
-            JobOutput::Point(row) => curves.push(*row),
+            JobOutput::Point(row, _) => curves.push(*row),
             JobOutput::Search {
                 config,
                 seed,
@@ -382,6 +423,7 @@ fn run_job(
     configurations: &[(usize, Configuration, Scenario)],
     by_index: &BTreeMap<usize, usize>,
     search: &SearchOptions,
+    seen_by_run: &SeenByRun,
 ) -> Result<JobOutput, SweepError> {
     let entry = |config: usize| &configurations[by_index[&config]];
     let primary = spec.slo.primary();
@@ -392,7 +434,13 @@ fn run_job(
             let run = workload.run(scenario, load, seed)?;
             let outcome = run.outcome(&spec.slo);
             let s = &run.summary;
-            Ok(JobOutput::Point(Box::new(CurveRow {
+            let seen = Seen {
+                load,
+                outcome,
+                throughput_rps: s.throughput_rps,
+                latency_ms: latency_ms(s, &primary.metric, primary.stat),
+            };
+            let row = CurveRow {
                 config_index: *index,
                 configuration: configuration.to_string(),
                 settings: configuration.settings.clone(),
@@ -409,12 +457,18 @@ fn run_job(
                 slo_met: outcome.slo_met,
                 queue_grows: outcome.queue_grows,
                 latency_ms: s.latency_ms.clone(),
-            })))
+            };
+            Ok(JobOutput::Point(Box::new(row), seen))
         }
         Job::Search { config, seed } => {
             let (_, configuration, scenario) = entry(config);
             let mut seen: Vec<(f64, f64, Option<f64>)> = Vec::new();
-            let capacity = search_capacity(search, |load| {
+            let mut known = Vec::new();
+            for point in seen_by_run.get(&(config, seed)).into_iter().flatten() {
+                known.push((point.load, point.outcome));
+                seen.push((point.load, point.throughput_rps, point.latency_ms));
+            }
+            let capacity = search_capacity_from(search, &known, |load| {
                 let run = workload.run(scenario, load, seed)?;
                 seen.push((
                     load,
