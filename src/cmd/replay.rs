@@ -127,7 +127,10 @@ pub fn run(args: ReplayArgs) -> Result<()> {
 
 /// The simulator's summary of a live run (stages the live server does not reproduce are left out).
 pub fn live_summary(scenario: &Scenario, seed: u64, live: &LiveRun) -> capsim_sim::Summary {
-    let mut summary = SummaryBuilder::new(scenario.slo.as_ref().map(|s| s.latency.0), [false; 8]);
+    let mut summary = SummaryBuilder::new(
+        scenario.slo.as_ref().and_then(|s| s.latency).map(|d| d.0),
+        [false; 8],
+    );
     for &size in &live.batch_sizes {
         summary.add_batch(size);
     }

@@ -148,7 +148,11 @@ pub fn write_curves_parquet(path: &Path, result: &SweepResult) -> Result<(), Out
             rows.iter().map(pick).collect::<Vec<_>>(),
         )));
     }
-    for stage in stages() {
+    // The stages, then the token metrics of continuous batching when the runs have them.
+    let token_metrics = capsim_sim::summary::TOKEN_METRICS
+        .iter()
+        .filter(|m| rows.iter().any(|r| r.latency_ms.contains_key(**m)));
+    for stage in stages().iter().chain(token_metrics) {
         for (stat_name, stat) in STATS {
             let values = rows
                 .iter()

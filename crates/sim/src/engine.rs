@@ -22,6 +22,8 @@ use crate::batcher::{Batcher, Decision};
 use crate::event::{EventKind, EventQueue};
 use crate::gateway::{Admission, Balancer, Refusal};
 use crate::instance::{Instance, ModelInstance};
+use crate::llm::scheduler::{NewSeq, Scheduler, Token, Unservable};
+use crate::llm::step_time::StepTime;
 use crate::network::NetworkPath;
 use crate::postprocess;
 use crate::preprocess::{self, WorkerPool};
@@ -32,9 +34,9 @@ use crate::scenario::{
     LoadMode, PostprocessSpec, PreprocessSpec, RetryOn, Scenario, TimeoutAction,
 };
 use crate::service::{BatchShape, ServiceTime};
-use crate::summary::{InstanceUtilization, Summary, SummaryBuilder};
+use crate::summary::{InstanceUtilization, LlmSummary, Summary, SummaryBuilder};
 use crate::time::SimTime;
-use crate::timeseries::{IntervalCounters, State, Timeseries};
+use crate::timeseries::{IntervalCounters, LlmState, State, Timeseries};
 
 /// Which requests are excluded from statistics as warm-up (they are still simulated and counted).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -77,6 +79,14 @@ pub enum SimError {
         /// Rows of the trace.
         rows: usize,
     },
+    /// A continuous-batching pool needs each request's output tokens.
+    #[error(
+        "pool `{pool}` uses continuous batching, which generates each request's output tokens, but the trace has no output_tokens column: read a trace that has one (map it with --map output_tokens=COLUMN)"
+    )]
+    MissingOutputTokens {
+        /// The pool's name.
+        pool: String,
+    },
 }
 
 /// Simulates `trace` through `scenario` and returns the summary only (no per-request records;
@@ -110,6 +120,13 @@ pub fn run_with_sink<S: RecordSink>(
 ) -> Result<Run, SimError> {
     if trace.len() >= u32::MAX as usize {
         return Err(SimError::TooManyRequests { rows: trace.len() });
+    }
+    if trace.output_tokens().is_none()
+        && let Some(pool) = scenario.pools().iter().find(|p| p.llm.is_some())
+    {
+        return Err(SimError::MissingOutputTokens {
+            pool: pool.name.clone(),
+        });
     }
     let mut engine = Engine::new(scenario, trace, options);
     engine.run(sink);
@@ -171,6 +188,8 @@ struct Ticket {
     level: u32,
     measured: bool,
     admitted: bool,
+    /// Continuous batching: when its latest output token was sampled.
+    last_token_ns: u64,
 }
 
 /// A pool's settings and random streams, ready for the hot loop.
@@ -183,7 +202,10 @@ struct PoolState {
     preprocess: Option<PreprocessSpec>,
     postprocess: PostprocessSpec,
     postprocess_instant: bool,
-    service: Arc<dyn ServiceTime>,
+    /// Dynamic batcher's model (`None` for a continuous pool).
+    service: Option<Arc<dyn ServiceTime>>,
+    /// Continuous batcher's step-time model.
+    step_time: Option<Arc<dyn StepTime>>,
     /// Whether `service` can ever extrapolate (asked once, so analytic models cost nothing).
     may_extrapolate: bool,
     /// Batches started whose execution time the model extrapolated.
@@ -231,6 +253,14 @@ struct Engine<'a> {
     pools: Vec<PoolState>,
     instances: Vec<Instance>,
     model_instances: Vec<ModelInstance>,
+    /// Continuous batchers, by instance (`None` for dynamic-batcher instances).
+    schedulers: Vec<Option<Scheduler>>,
+    has_llm: bool,
+    prefix_blocks: Option<&'a capsim_trace::ListColumn>,
+    /// Tokens of the step being completed (capacity kept between steps).
+    token_buf: Vec<Token>,
+    /// Output tokens of completed continuous-batching requests (checked against the samples).
+    llm_completed_tokens: u64,
     tickets: Vec<Ticket>,
     free_tickets: Vec<u32>,
     events: EventQueue,
@@ -266,6 +296,7 @@ impl<'a> Engine<'a> {
         let mut pools = Vec::new();
         let mut instances = Vec::new();
         let mut model_instances = Vec::new();
+        let mut schedulers = Vec::new();
         let mut events = EventQueue::new(1024, LANES);
         let mut model_pool = HashMap::new();
         let mut class_pool = HashMap::new();
@@ -296,6 +327,11 @@ impl<'a> Engine<'a> {
                     outstanding: 0,
                     timer_at: SimTime::NEVER,
                 });
+                schedulers.push(
+                    pool.llm
+                        .as_ref()
+                        .map(|l| Scheduler::new(l.scheduler.clone())),
+                );
                 for k in 0..per_instance {
                     if cold_start_ns > 0 && !standby {
                         events.push(
@@ -313,10 +349,12 @@ impl<'a> Engine<'a> {
                     ));
                 }
             }
-            let service = options
-                .service_override
-                .clone()
-                .unwrap_or_else(|| pool.service.clone());
+            let service = pool.service.as_ref().map(|s| {
+                options
+                    .service_override
+                    .clone()
+                    .unwrap_or_else(|| s.clone())
+            });
             pools.push(PoolState {
                 batcher: Batcher::new(&pool.batcher),
                 max_queue_size: pool.queue.max_queue_size,
@@ -326,9 +364,10 @@ impl<'a> Engine<'a> {
                 preprocess: pool.preprocess.clone(),
                 postprocess: pool.postprocess.clone(),
                 postprocess_instant: postprocess::is_instant(&pool.postprocess),
-                may_extrapolate: service.may_extrapolate(),
+                may_extrapolate: service.as_ref().is_some_and(|s| s.may_extrapolate()),
                 extrapolated_batches: 0,
                 service,
+                step_time: pool.llm.as_ref().map(|l| l.step_time.clone()),
                 first_instance,
                 instances: pool.instances,
                 standby_left: pool.standby.instances,
@@ -339,6 +378,7 @@ impl<'a> Engine<'a> {
                 execution_rng: stream(seed, Component::Execution, p as u32),
             });
         }
+        let has_llm = schedulers.iter().any(Option::is_some);
         let uplink = NetworkPath::uplink(&scenario.network);
         let downlink = NetworkPath::downlink(&scenario.network);
         let lane_if_constant = |path: &NetworkPath, lane: usize| {
@@ -384,6 +424,11 @@ impl<'a> Engine<'a> {
             pools,
             instances,
             model_instances,
+            schedulers,
+            has_llm,
+            prefix_blocks: trace.prefix_blocks(),
+            token_buf: Vec::with_capacity(256),
+            llm_completed_tokens: 0,
             tickets: Vec::with_capacity(1024),
             free_tickets: Vec::with_capacity(1024),
             events,
@@ -408,10 +453,21 @@ impl<'a> Engine<'a> {
             last_sample: SimTime::ZERO,
             interval: IntervalCounters::default(),
             timeseries: Timeseries::default(),
-            summary: SummaryBuilder::new(
-                scenario.slo.as_ref().map(|s| s.latency.0),
-                modeled_stages(scenario, uplink_instant, downlink_instant),
-            ),
+            summary: {
+                let slo = scenario.slo.as_ref();
+                let builder = SummaryBuilder::new(
+                    slo.and_then(|s| s.latency).map(|d| d.0),
+                    modeled_stages(scenario, uplink_instant, downlink_instant),
+                );
+                if has_llm {
+                    builder.with_token_metrics(
+                        slo.and_then(|s| s.ttft).map(|d| d.0),
+                        slo.and_then(|s| s.tpot).map(|d| d.0),
+                    )
+                } else {
+                    builder
+                }
+            },
         }
     }
 
@@ -496,6 +552,18 @@ impl<'a> Engine<'a> {
             state,
             &self.interval,
         );
+        if self.has_llm {
+            let mut llm = LlmState::default();
+            for (instance, scheduler) in self.instances.iter().zip(&self.schedulers) {
+                if let Some(s) = scheduler {
+                    llm.running += s.running();
+                    llm.waiting += instance.queue.len() + s.held();
+                    llm.kv_blocks_in_use += s.kv_in_use();
+                    llm.kv_blocks_total += s.kv_total();
+                }
+            }
+            self.timeseries.push_llm(llm);
+        }
         self.interval = IntervalCounters::default();
         self.last_sample = at;
     }
@@ -543,6 +611,7 @@ impl<'a> Engine<'a> {
             level,
             measured,
             admitted: false,
+            last_token_ns: 0,
         };
         match self.free_tickets.pop() {
             Some(t) => {
@@ -786,6 +855,19 @@ impl<'a> Engine<'a> {
         let t = &mut self.tickets[ticket as usize];
         let pool = &self.pools[t.record.pool as usize];
         let instance = &mut self.instances[instance_index as usize];
+        if let Some(scheduler) = &self.schedulers[instance_index as usize]
+            && let Some(why) = scheduler
+                .config()
+                .unservable(t.record.input_tokens, t.record.output_tokens)
+        {
+            instance.outstanding -= 1;
+            let reason = match why {
+                Unservable::KvCapacity => RejectReason::KvCapacity,
+                Unservable::PromptTooLong => RejectReason::PromptTooLong,
+            };
+            self.end(ticket, Outcome::Rejected(reason), sink);
+            return;
+        }
         if pool.max_queue_size > 0 && instance.queue.len() >= pool.max_queue_size {
             instance.outstanding -= 1;
             self.end(ticket, Outcome::Rejected(RejectReason::QueueFull), sink);
@@ -842,6 +924,10 @@ impl<'a> Engine<'a> {
     /// Forms and starts batches on `instance_index` while a model instance is free and the
     /// batcher's rule says send.
     fn dispatch(&mut self, instance_index: u32) {
+        if self.schedulers[instance_index as usize].is_some() {
+            self.plan_step(instance_index);
+            return;
+        }
         let now = self.now;
         loop {
             let instance = &mut self.instances[instance_index as usize];
@@ -932,8 +1018,12 @@ impl<'a> Engine<'a> {
             mi.members.push(entry.ticket);
         }
         self.queued -= size;
-        let duration_ns = pool.service.sample_ns(&shape, &mut pool.execution_rng);
-        if pool.may_extrapolate && pool.service.is_extrapolated(&shape) {
+        let service = pool
+            .service
+            .as_ref()
+            .expect("a dynamic-batcher pool has a service model");
+        let duration_ns = service.sample_ns(&shape, &mut pool.execution_rng);
+        if pool.may_extrapolate && service.is_extrapolated(&shape) {
             pool.extrapolated_batches += 1;
         }
         mi.busy = true;
@@ -947,7 +1037,141 @@ impl<'a> Engine<'a> {
             .push(now + duration_ns, EventKind::BatchDone, mi_index, 0);
     }
 
+    /// Plans and starts the next step of continuous-batching instance `instance_index`, when its
+    /// model instance is free and there is work.
+    fn plan_step(&mut self, instance_index: u32) {
+        let now = self.now.ns();
+        let i = instance_index as usize;
+        let instance = &mut self.instances[i];
+        let mi_index = instance.first_model_instance;
+        let mi = &mut self.model_instances[mi_index as usize];
+        if !mi.is_free() {
+            return;
+        }
+        let scheduler = self.schedulers[i]
+            .as_mut()
+            .expect("a continuous instance has a scheduler");
+        let tickets = &mut self.tickets;
+        let queue = &mut instance.queue;
+        let prefix_blocks = self.prefix_blocks;
+        let mut taken = 0u32;
+        let planned = scheduler.plan_step(now, || {
+            let entry = queue.pop(|e, part| {
+                let t = &tickets[e.ticket as usize];
+                t.generation == e.generation
+                    && match part {
+                        Part::Main => t.stage == Stage::Queued,
+                        Part::Delayed => t.stage == Stage::Delayed,
+                    }
+            })?;
+            taken += 1;
+            let t = &mut tickets[entry.ticket as usize];
+            // Out of the queue (and its timeout): waiting in the scheduler, then running.
+            t.stage = Stage::Executing;
+            t.record.batch_formed_ns = now;
+            let row = t.record.request as usize;
+            Some(NewSeq {
+                ticket: entry.ticket,
+                prompt_tokens: t.record.input_tokens,
+                output_tokens: t.record.output_tokens,
+                prefix_ids: prefix_blocks.map_or(&[][..], |p| p.get(row)),
+            })
+        });
+        self.queued -= taken;
+        for &ticket in scheduler.admitted() {
+            let t = &mut tickets[ticket as usize];
+            t.record.exec_start_ns = now;
+            t.record.model_instance = mi.index_in_instance;
+        }
+        let Some(step) = planned else {
+            return;
+        };
+        let pool = &mut self.pools[instance.pool as usize];
+        let step_time = pool
+            .step_time
+            .as_ref()
+            .expect("a continuous pool has a step-time model");
+        let gpu_ns = step_time.sample_ns(&step.batch, &mut pool.execution_rng);
+        if step_time.is_extrapolated(&step.batch) {
+            pool.extrapolated_batches += 1;
+        }
+        let seqs = step.batch.seqs();
+        mi.busy = true;
+        mi.batch_start = self.now;
+        mi.batches += 1;
+        self.busy_model_instances += 1;
+        self.interval.batches += 1;
+        self.interval.batched += u64::from(seqs);
+        self.summary.add_batch(seqs);
+        self.events.push(
+            now + gpu_ns + step.overhead_ns,
+            EventKind::BatchDone,
+            mi_index,
+            0,
+        );
+    }
+
+    /// A continuous-batching step ends: tokens are emitted, finished requests move on to
+    /// post-processing, and the next step is planned.
+    fn step_done<S: RecordSink>(&mut self, mi_index: u32, sink: &mut S) {
+        let now = self.now;
+        let mi = &mut self.model_instances[mi_index as usize];
+        mi.busy = false;
+        mi.busy_ns += now - mi.batch_start;
+        let instance_index = mi.instance;
+        self.busy_model_instances -= 1;
+        let mut tokens = std::mem::take(&mut self.token_buf);
+        tokens.clear();
+        self.schedulers[instance_index as usize]
+            .as_mut()
+            .expect("a continuous instance has a scheduler")
+            .complete_step(now.ns(), |token| tokens.push(token));
+        for token in &tokens {
+            let t = &mut self.tickets[token.ticket as usize];
+            debug_assert_eq!(t.stage, Stage::Executing);
+            if token.index == 0 {
+                t.record.first_token_ns = now.ns();
+            } else if t.measured {
+                self.summary.add_inter_token_ns(now.ns() - t.last_token_ns);
+            }
+            t.last_token_ns = now.ns();
+            if token.last {
+                t.record.exec_end_ns = now.ns();
+                self.llm_completed_tokens += u64::from(token.index + 1);
+                self.instances[instance_index as usize].outstanding -= 1;
+                self.executed(token.ticket, sink);
+            }
+        }
+        self.token_buf = tokens;
+        self.plan_step(instance_index);
+    }
+
+    /// Execution is over for `ticket`: post-processing starts (or is skipped).
+    fn executed<S: RecordSink>(&mut self, ticket: u32, sink: &mut S) {
+        let now = self.now;
+        let t = &mut self.tickets[ticket as usize];
+        let pool = &self.pools[t.record.pool as usize];
+        if pool.postprocess_instant {
+            self.postprocessed(ticket, sink);
+        } else {
+            t.stage = Stage::Postprocess;
+            let done = now + postprocess::time_ns(&pool.postprocess, t.record.output_tokens);
+            self.events.push_in_order(
+                LANE_POSTPROCESS,
+                done.ns(),
+                EventKind::PostprocessDone,
+                ticket,
+                0,
+            );
+        }
+    }
+
     fn batch_done<S: RecordSink>(&mut self, mi_index: u32, sink: &mut S) {
+        let instance_index = self.model_instances[mi_index as usize].instance;
+        if self.schedulers[instance_index as usize].is_some() {
+            self.step_done(mi_index, sink);
+            return;
+        }
         let now = self.now;
         let mi = &mut self.model_instances[mi_index as usize];
         mi.busy = false;
@@ -1062,12 +1286,66 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// Adds the continuous batchers' section to the summary, checking that every output token
+    /// sampled belongs to a completed request.
+    fn finish_llm(&mut self, end_ns: u64) {
+        let mut llm = LlmSummary::default();
+        let (mut seqs, mut tokens, mut kv_block_ns) = (0u64, 0u64, 0u128);
+        let mut prefix = crate::llm::prefix::PrefixStats::default();
+        for scheduler in self.schedulers.iter_mut().flatten() {
+            assert!(
+                scheduler.is_idle(),
+                "a continuous batcher still holds requests"
+            );
+            scheduler.finish(end_ns);
+            let s = scheduler.stats();
+            llm.steps += s.steps;
+            seqs += s.step_seqs;
+            tokens += s.step_tokens;
+            llm.preemptions += s.preemptions;
+            llm.recomputed_tokens += s.recomputed_tokens;
+            llm.output_tokens += s.output_tokens;
+            prefix.prompt_tokens += s.prefix.prompt_tokens;
+            prefix.cached_prompt_tokens += s.prefix.cached_prompt_tokens;
+            llm.kv_blocks_total += u64::from(scheduler.kv_total());
+            kv_block_ns += s.kv_in_use_block_ns;
+            llm.kv_utilization_max = llm
+                .kv_utilization_max
+                .max(f64::from(s.kv_in_use_max) / f64::from(scheduler.kv_total()));
+        }
+        assert_eq!(
+            llm.output_tokens, self.llm_completed_tokens,
+            "output tokens sampled != output tokens of completed requests"
+        );
+        let per_step = |n: u64| {
+            if llm.steps == 0 {
+                0.0
+            } else {
+                n as f64 / llm.steps as f64
+            }
+        };
+        llm.mean_seqs_per_step = per_step(seqs);
+        llm.mean_tokens_per_step = per_step(tokens);
+        llm.prompt_tokens = prefix.prompt_tokens;
+        llm.cached_prompt_tokens = prefix.cached_prompt_tokens;
+        llm.prefix_cache_hit_rate = prefix.hit_rate();
+        llm.kv_utilization_mean = if end_ns == 0 || llm.kv_blocks_total == 0 {
+            0.0
+        } else {
+            kv_block_ns as f64 / (llm.kv_blocks_total as f64 * end_ns as f64)
+        };
+        self.summary.set_llm(llm);
+    }
+
     fn finish(mut self) -> Run {
         let end = self.now;
         if end > self.last_sample {
             self.sample(end);
         }
         let end_ns = end.ns();
+        if self.has_llm {
+            self.finish_llm(end_ns);
+        }
         let utilization = self
             .model_instances
             .iter()

@@ -112,7 +112,7 @@ pub fn write_requests_parquet(
     records: &[RequestRecord],
     pool_names: &[String],
 ) -> Result<(), OutputError> {
-    let columns: Vec<(&str, ArrayRef)> = vec![
+    let mut columns: Vec<(&str, ArrayRef)> = vec![
         (
             "request",
             Arc::new(UInt32Array::from_iter_values(
@@ -201,6 +201,29 @@ pub fn write_requests_parquet(
             )),
         ),
     ];
+    if records.iter().any(|r| r.first_token_ns != NONE) {
+        let completed_with_tokens =
+            |r: &RequestRecord| r.outcome == Outcome::Completed && r.first_token_ns != NONE;
+        columns.push(("first_token_ns", time_column(records, |r| r.first_token_ns)));
+        columns.push((
+            "ttft_ns",
+            Arc::new(Int64Array::from_iter(
+                records
+                    .iter()
+                    .map(|r| completed_with_tokens(r).then(|| r.ttft_ns() as i64)),
+            )),
+        ));
+        columns.push((
+            "tpot_ns",
+            Arc::new(Int64Array::from_iter(records.iter().map(|r| {
+                if completed_with_tokens(r) {
+                    r.tpot_ns().map(|t| t as i64)
+                } else {
+                    None
+                }
+            }))),
+        ));
+    }
     write_batch(path, columns)
 }
 

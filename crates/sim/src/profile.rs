@@ -956,7 +956,10 @@ mod tests {
         let toml = "[batcher]\nmax_batch_size = 4\nmax_queue_delay = \"1ms\"\n[service]\nkind = \"profile\"\npath = \"p.json\"\n";
         std::fs::write(&scenario_path, toml).expect("write");
         let scenario = crate::Scenario::from_path(&scenario_path).expect("scenario");
-        let service = &scenario.pools()[0].service;
+        let service = scenario.pools()[0]
+            .service
+            .as_ref()
+            .expect("a dynamic pool");
         let expected = affine(2, 40) * 1.5;
         let got = service.mean_ns(&shape(2, 40));
         assert!(

@@ -15,6 +15,11 @@ pub enum RejectReason {
     MaxInFlight,
     /// The instance queue held `max_queue_size` requests.
     QueueFull,
+    /// Continuous batching: the prompt and output need more KV blocks than the instance has.
+    KvCapacity,
+    /// Continuous batching without chunked prefill: the prompt exceeds
+    /// `max_num_batched_tokens`.
+    PromptTooLong,
 }
 
 impl RejectReason {
@@ -24,14 +29,18 @@ impl RejectReason {
             RejectReason::RateLimited => "rate_limited",
             RejectReason::MaxInFlight => "max_in_flight",
             RejectReason::QueueFull => "queue_full",
+            RejectReason::KvCapacity => "kv_capacity",
+            RejectReason::PromptTooLong => "prompt_too_long",
         }
     }
 
     /// Every reason, in output order.
-    pub const ALL: [RejectReason; 3] = [
+    pub const ALL: [RejectReason; 5] = [
         RejectReason::RateLimited,
         RejectReason::MaxInFlight,
         RejectReason::QueueFull,
+        RejectReason::KvCapacity,
+        RejectReason::PromptTooLong,
     ];
 }
 
@@ -89,7 +98,9 @@ pub struct RequestRecord {
     pub batch_formed_ns: u64,
     /// Its batch starts executing.
     pub exec_start_ns: u64,
-    /// Its batch finishes.
+    /// Continuous batching: its first output token is sampled (at the server).
+    pub first_token_ns: u64,
+    /// Its batch finishes (continuous batching: its last output token is sampled).
     pub exec_end_ns: u64,
     /// Post-processing finishes.
     pub postprocessed_ns: u64,
@@ -123,6 +134,7 @@ impl RequestRecord {
             queued_ns: NONE,
             batch_formed_ns: NONE,
             exec_start_ns: NONE,
+            first_token_ns: NONE,
             exec_end_ns: NONE,
             postprocessed_ns: NONE,
             response_ns: NONE,
@@ -136,6 +148,23 @@ impl RequestRecord {
     /// End-to-end latency from the intended arrival, in nanoseconds.
     pub fn latency_ns(&self) -> u64 {
         self.response_ns - self.arrival_ns
+    }
+
+    /// Time to first token at the client, in nanoseconds: the first token's sampling plus the
+    /// response path's delay (`response_ns - exec_end_ns`), from the intended arrival. Only for
+    /// a completed request with a first token.
+    pub fn ttft_ns(&self) -> u64 {
+        debug_assert!(self.first_token_ns != NONE && self.response_ns != NONE);
+        let ttft_ns = self.first_token_ns + (self.response_ns - self.exec_end_ns) - self.arrival_ns;
+        assert!(ttft_ns <= self.latency_ns(), "TTFT exceeds e2e: {self:?}");
+        ttft_ns
+    }
+
+    /// Time per output token, `(e2e - TTFT) / (output_tokens - 1)`, in nanoseconds; `None`
+    /// with fewer than two output tokens.
+    pub fn tpot_ns(&self) -> Option<u64> {
+        (self.output_tokens >= 2)
+            .then(|| (self.exec_end_ns - self.first_token_ns) / u64::from(self.output_tokens - 1))
     }
 }
 

@@ -597,12 +597,18 @@ fn retry_on_all() -> Vec<RetryOn> {
     vec![RetryOn::Rejected, RetryOn::TimedOut]
 }
 
-/// Service-level objective.
+/// Service-level objective: a completed request counts as goodput when it meets every bound
+/// that is set (DistServe's joint SLO; at least one must be).
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct SloSpec {
-    /// End-to-end latency a request must meet to count as goodput.
-    pub latency: DurationNs,
+    /// End-to-end latency bound.
+    pub latency: Option<DurationNs>,
+    /// Time-to-first-token bound (continuous batching).
+    pub ttft: Option<DurationNs>,
+    /// Time-per-output-token bound (continuous batching; requests with one output token have
+    /// no TPOT and meet it).
+    pub tpot: Option<DurationNs>,
 }
 
 /// Output sampling.
@@ -693,8 +699,8 @@ pub struct Pool {
     pub execution: ExecutionSpec,
     /// The service-time model as written (dynamic batcher).
     pub service_spec: Option<ServiceSpec>,
-    /// The service-time model, built.
-    pub service: Arc<dyn ServiceTime>,
+    /// The service-time model, built (dynamic batcher; `None` with a continuous batcher).
+    pub service: Option<Arc<dyn ServiceTime>>,
     /// The continuous batcher's settings and step-time model, when `batcher.kind` is
     /// `continuous`.
     pub llm: Option<LlmPool>,
@@ -818,6 +824,26 @@ impl Scenario {
         }
         if file.load.concurrency == 0 {
             return Err(invalid("load.concurrency", "must be at least 1"));
+        }
+        if let Some(slo) = &file.slo
+            && slo.latency.is_none()
+            && slo.ttft.is_none()
+            && slo.tpot.is_none()
+        {
+            return Err(invalid(
+                "slo",
+                "sets no bound: give `latency`, `ttft` or `tpot` (or drop [slo])",
+            ));
+        }
+        let continuous = pools.iter().any(|p| p.llm.is_some());
+        if let Some(slo) = &file.slo
+            && !continuous
+            && (slo.ttft.is_some() || slo.tpot.is_some())
+        {
+            return Err(invalid(
+                "slo",
+                "`ttft` and `tpot` bound token latencies, which only a continuous batcher (`batcher.kind = \"continuous\"`) produces",
+            ));
         }
         if file.timeseries.interval.0 == 0 {
             return Err(invalid("timeseries.interval", "must be above 0"));
@@ -1065,17 +1091,38 @@ fn build_pool(
             "gpus * instance_count must be between 1 and 4096",
         ));
     }
-    let Some(service_spec) = &p.service else {
-        return Err(invalid(
-            &key("service"),
-            match llm {
-                None => {
-                    "is required: add a [service] table (for example `kind = \"constant\"`, `time = \"5ms\"`)"
-                }
-                Some(_) => "continuous batching is validated but the engine does not run it yet",
-            },
-        ));
+    let service = match (&p.service, &llm) {
+        (_, Some(_)) => None,
+        (None, None) => {
+            return Err(invalid(
+                &key("service"),
+                "is required: add a [service] table (for example `kind = \"constant\"`, `time = \"5ms\"`)",
+            ));
+        }
+        (Some(spec), None) => Some(build_service(&key, spec, base)?),
     };
+    Ok(Pool {
+        name: name.to_string(),
+        models: p.models,
+        classes: p.classes,
+        instances: p.instances,
+        standby: p.standby,
+        preprocess: p.preprocess,
+        queue: p.queue,
+        batcher,
+        execution: p.execution,
+        service_spec: p.service.clone(),
+        service,
+        llm,
+        postprocess: p.postprocess,
+    })
+}
+
+fn build_service(
+    key: &dyn Fn(&str) -> String,
+    service_spec: &ServiceSpec,
+    base: Option<&Path>,
+) -> Result<Arc<dyn ServiceTime>, ScenarioError> {
     let service: Arc<dyn ServiceTime> = match service_spec {
         ServiceSpec::Constant { time, residuals } => Arc::new(ConstantService {
             time_ns: time.0,
@@ -1102,21 +1149,7 @@ fn build_pool(
             Arc::new(model)
         }
     };
-    Ok(Pool {
-        name: name.to_string(),
-        models: p.models,
-        classes: p.classes,
-        instances: p.instances,
-        standby: p.standby,
-        preprocess: p.preprocess,
-        queue: p.queue,
-        batcher,
-        execution: p.execution,
-        service_spec: p.service.clone(),
-        service,
-        llm,
-        postprocess: p.postprocess,
-    })
+    Ok(service)
 }
 
 #[cfg(test)]
@@ -1136,11 +1169,14 @@ mod tests {
         assert_eq!(s.load.mode, LoadMode::Open);
         assert_eq!(s.timeseries.interval, DurationNs(1_000_000_000));
         assert_eq!(
-            p.service.mean_ns(&crate::service::BatchShape {
-                size: 1,
-                max_input_tokens: 1,
-                total_input_tokens: 1
-            }),
+            p.service
+                .as_ref()
+                .expect("a dynamic pool")
+                .mean_ns(&crate::service::BatchShape {
+                    size: 1,
+                    max_input_tokens: 1,
+                    total_input_tokens: 1
+                }),
             5e6
         );
     }
@@ -1267,6 +1303,77 @@ mod tests {
         );
         let err = Scenario::from_toml_str(&text).unwrap_err();
         assert!(err.to_string().contains("batcher.scheduling"), "{err}");
+    }
+
+    #[test]
+    fn continuous_pool_gets_vllm_defaults_and_set_changes_its_keys() {
+        let mut s = Scenario::from_toml_str(CONTINUOUS).unwrap();
+        let pool = &s.pools()[0];
+        assert!(pool.service.is_none());
+        let c = &pool.llm.as_ref().expect("a continuous pool").scheduler;
+        assert_eq!(
+            (
+                c.max_num_seqs,
+                c.max_num_batched_tokens,
+                c.enable_chunked_prefill
+            ),
+            (256, 8192, true)
+        );
+        assert_eq!(
+            (c.block_size, c.num_gpu_blocks, c.prefix_block_tokens),
+            (16, 1000, 512)
+        );
+        assert!(!c.enable_prefix_caching);
+        s.set("batcher.max_num_seqs", "32").unwrap();
+        s.set("batcher.step_overhead", "3ms").unwrap();
+        s.set("kv_cache.enable_prefix_caching", "true").unwrap();
+        s.set("kv_cache.num_gpu_blocks", "500").unwrap();
+        let c = &s.pools()[0].llm.as_ref().unwrap().scheduler;
+        assert_eq!(
+            (c.max_num_seqs, c.step_overhead_ns, c.num_gpu_blocks),
+            (32, 3_000_000, 500)
+        );
+        assert!(c.enable_prefix_caching);
+    }
+
+    #[test]
+    fn roofline_step_time_sizes_the_kv_cache_from_gpu_memory() {
+        let s = Scenario::from_toml_str(
+            "[batcher]\nkind = \"continuous\"\n[step_time]\nkind = \"roofline\"\nmodel = \"llama-3-8b\"\nhardware = \"h200\"\n",
+        )
+        .unwrap();
+        let llm = s.pools()[0].llm.as_ref().unwrap();
+        let tokens = llm
+            .step_time_spec
+            .kv_capacity_tokens()
+            .expect("roofline knows memory");
+        assert_eq!(u64::from(llm.scheduler.num_gpu_blocks), tokens / 16);
+        assert!(
+            llm.scheduler.num_gpu_blocks > 10_000,
+            "{}",
+            llm.scheduler.num_gpu_blocks
+        );
+    }
+
+    #[test]
+    fn slo_needs_a_bound_and_token_bounds_need_a_continuous_pool() {
+        let err = Scenario::from_toml_str(&format!("{MINIMAL}[slo]\n")).unwrap_err();
+        assert!(err.to_string().contains("`slo`"), "{err}");
+        let err = Scenario::from_toml_str(&format!("{MINIMAL}[slo]\nttft = \"2s\"\n")).unwrap_err();
+        assert!(err.to_string().contains("continuous"), "{err}");
+        let s = Scenario::from_toml_str(&format!(
+            "{CONTINUOUS}[slo]\nttft = \"2s\"\ntpot = \"100ms\"\n"
+        ))
+        .unwrap();
+        let slo = s.slo.unwrap();
+        assert_eq!(
+            (slo.latency, slo.ttft, slo.tpot),
+            (
+                None,
+                Some(DurationNs(2_000_000_000)),
+                Some(DurationNs(100_000_000))
+            )
+        );
     }
 
     #[test]

@@ -209,6 +209,40 @@ pub const STAGES: [&str; 8] = [
     "network_out",
 ];
 
+/// Token latencies of continuous batching, keys of [`Summary::latency_ms`] next to the stages:
+/// time to first token, time per output token, inter-token latency (every gap), and end-to-end
+/// latency over output tokens (`normalized`, in ms per token). See docs/llm.md.
+pub const TOKEN_METRICS: [&str; 4] = ["ttft", "tpot", "itl", "normalized"];
+
+/// The continuous batchers of a run (summed over their instances).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LlmSummary {
+    /// Scheduler steps run.
+    pub steps: u64,
+    /// Mean sequences per step.
+    pub mean_seqs_per_step: f64,
+    /// Mean tokens computed per step (prefill tokens plus one per decode).
+    pub mean_tokens_per_step: f64,
+    /// Preemptions (a request preempted twice counts twice).
+    pub preemptions: u64,
+    /// Tokens computed again after preemptions (prefix-cache hits excluded).
+    pub recomputed_tokens: u64,
+    /// Output tokens sampled (each exactly once per completed request).
+    pub output_tokens: u64,
+    /// Prompt tokens of admitted requests.
+    pub prompt_tokens: u64,
+    /// Of those, tokens taken from the prefix cache.
+    pub cached_prompt_tokens: u64,
+    /// `cached_prompt_tokens / prompt_tokens` (0 when none).
+    pub prefix_cache_hit_rate: f64,
+    /// KV blocks over all continuous-batching instances.
+    pub kv_blocks_total: u64,
+    /// Time-weighted mean of KV blocks in use over `kv_blocks_total`, from 0 to the last event.
+    pub kv_utilization_mean: f64,
+    /// Highest fraction of one instance's KV blocks in use.
+    pub kv_utilization_max: f64,
+}
+
 /// Utilization of one model instance over the run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InstanceUtilization {
@@ -249,12 +283,23 @@ pub struct Summary {
     pub throughput_rps: f64,
     /// The end-to-end SLO, in milliseconds, when the scenario sets one.
     pub slo_latency_ms: Option<f64>,
-    /// Measured completions within the SLO over `measured_span_s`, per second.
+    /// The time-to-first-token SLO, in milliseconds, when the scenario sets one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo_ttft_ms: Option<f64>,
+    /// The time-per-output-token SLO, in milliseconds, when the scenario sets one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo_tpot_ms: Option<f64>,
+    /// Measured completions within every SLO set (each request's own e2e, TTFT and TPOT; see
+    /// docs/llm.md) over `measured_span_s`, per second.
     pub goodput_rps: Option<f64>,
     /// Latency statistics: `end_to_end` for completed requests, and each stage (`network_in`,
     /// `gateway`, `preprocess`, `queue`, `execution`, `postprocess`, `network_out`) for those
-    /// that went through it. Stages the scenario does not model are left out.
+    /// that went through it. Stages the scenario does not model are left out. With continuous
+    /// batching, also [`TOKEN_METRICS`] (`normalized` in ms per output token).
     pub latency_ms: BTreeMap<String, LatencyStats>,
+    /// Continuous batching, when a pool uses it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub llm: Option<LlmSummary>,
     /// Batches executed (whole run).
     pub batches: u64,
     /// Mean requests per batch.
@@ -285,7 +330,12 @@ pub struct SummaryBuilder {
     stages: Vec<LatencyAccumulator>,
     modeled: [bool; STAGES.len()],
     slo_ns: Option<u64>,
+    slo_ttft_ns: Option<u64>,
+    slo_tpot_ns: Option<u64>,
     within_slo: u64,
+    /// [`TOKEN_METRICS`] accumulators, when continuous batching is on.
+    tokens: Option<Box<[LatencyAccumulator; 4]>>,
+    llm: Option<LlmSummary>,
     first_arrival_ns: u64,
     last_arrival_ns: u64,
     last_response_ns: u64,
@@ -312,7 +362,11 @@ impl SummaryBuilder {
                 .collect(),
             modeled,
             slo_ns,
+            slo_ttft_ns: None,
+            slo_tpot_ns: None,
             within_slo: 0,
+            tokens: None,
+            llm: None,
             first_arrival_ns: u64::MAX,
             last_arrival_ns: 0,
             last_response_ns: 0,
@@ -330,6 +384,34 @@ impl SummaryBuilder {
                 .entry(pool.to_string())
                 .or_default() += batches;
         }
+    }
+
+    /// Reports the token latencies of continuous batching ([`TOKEN_METRICS`]), with optional
+    /// per-request TTFT and TPOT bounds for goodput, in nanoseconds.
+    pub fn with_token_metrics(
+        mut self,
+        slo_ttft_ns: Option<u64>,
+        slo_tpot_ns: Option<u64>,
+    ) -> Self {
+        self.tokens = Some(Box::new(std::array::from_fn(|_| {
+            LatencyAccumulator::new(true)
+        })));
+        self.slo_ttft_ns = slo_ttft_ns;
+        self.slo_tpot_ns = slo_tpot_ns;
+        self
+    }
+
+    /// Counts one inter-token gap of a measured request, in nanoseconds.
+    #[inline]
+    pub fn add_inter_token_ns(&mut self, gap_ns: u64) {
+        if let Some(tokens) = self.tokens.as_mut() {
+            tokens[2].add(gap_ns);
+        }
+    }
+
+    /// Sets the continuous batchers' section.
+    pub fn set_llm(&mut self, llm: LlmSummary) {
+        self.llm = Some(llm);
     }
 
     /// Counts a batch of `size` requests.
@@ -358,7 +440,25 @@ impl SummaryBuilder {
         }
         let e2e_ns = r.latency_ns();
         self.stages[0].add(e2e_ns);
-        if self.slo_ns.is_some_and(|slo| e2e_ns <= slo) {
+        let mut good = self.slo_ns.is_none_or(|slo| e2e_ns <= slo);
+        if let Some(tokens) = self.tokens.as_mut()
+            && r.first_token_ns != NONE
+        {
+            let ttft_ns = r.ttft_ns();
+            tokens[0].add(ttft_ns);
+            let tpot_ns = r.tpot_ns();
+            if let Some(tpot_ns) = tpot_ns {
+                tokens[1].add(tpot_ns);
+            }
+            tokens[3].add(e2e_ns / u64::from(r.output_tokens.max(1)));
+            good &= self.slo_ttft_ns.is_none_or(|slo| ttft_ns <= slo);
+            good &= self
+                .slo_tpot_ns
+                .is_none_or(|slo| tpot_ns.is_none_or(|t| t <= slo));
+        }
+        let any_slo =
+            self.slo_ns.is_some() || self.slo_ttft_ns.is_some() || self.slo_tpot_ns.is_some();
+        if any_slo && good {
             self.within_slo += 1;
         }
         let mut span = |stage: usize, from: u64, to: u64| {
@@ -424,7 +524,12 @@ impl SummaryBuilder {
             offered_rate_rps: per_s(self.measured.total, arrival_span_ns),
             throughput_rps: per_s(self.measured.completed, span_ns),
             slo_latency_ms: self.slo_ns.map(|ns| ns as f64 * 1e-6),
-            goodput_rps: self.slo_ns.map(|_| per_s(self.within_slo, span_ns)),
+            slo_ttft_ms: self.slo_ttft_ns.map(|ns| ns as f64 * 1e-6),
+            slo_tpot_ms: self.slo_tpot_ns.map(|ns| ns as f64 * 1e-6),
+            goodput_rps: (self.slo_ns.is_some()
+                || self.slo_ttft_ns.is_some()
+                || self.slo_tpot_ns.is_some())
+            .then(|| per_s(self.within_slo, span_ns)),
             measured: self.measured,
             latency_ms: STAGES
                 .iter()
@@ -432,7 +537,14 @@ impl SummaryBuilder {
                 .zip(self.modeled)
                 .filter(|(_, modeled)| *modeled)
                 .map(|((name, acc), _)| (name.to_string(), acc.stats()))
+                .chain(self.tokens.iter().flat_map(|t| {
+                    TOKEN_METRICS
+                        .iter()
+                        .zip(t.iter())
+                        .map(|(name, acc)| (name.to_string(), acc.stats()))
+                }))
                 .collect(),
+            llm: self.llm,
             batches,
             batch_size_mean: if batches == 0 {
                 0.0
@@ -480,8 +592,16 @@ impl Summary {
             self.offered_rate_rps,
             self.throughput_rps,
         );
-        if let (Some(slo), Some(goodput)) = (self.slo_latency_ms, self.goodput_rps) {
-            out += &format!(", goodput {goodput:.2} rps (SLO {slo} ms)");
+        if let Some(goodput) = self.goodput_rps {
+            let bounds: Vec<String> = [
+                ("e2e", self.slo_latency_ms),
+                ("ttft", self.slo_ttft_ms),
+                ("tpot", self.slo_tpot_ms),
+            ]
+            .iter()
+            .filter_map(|(k, v)| v.map(|ms| format!("{k} <= {ms} ms")))
+            .collect();
+            out += &format!(", goodput {goodput:.2} rps (SLO {})", bounds.join(", "));
         }
         out += &format!(
             "\nlatency ms: mean {:.3}, p50 {:.3}, p90 {:.3}, p99 {:.3}, p99.9 {:.3}, max {:.3}\n",
@@ -493,6 +613,31 @@ impl Summary {
             self.utilization.iter().map(|u| u.utilization).sum::<f64>()
                 / self.utilization.len() as f64
         };
+        for key in TOKEN_METRICS {
+            if let Some(t) = self.latency_ms.get(key) {
+                let unit = if key == "normalized" {
+                    "ms/token"
+                } else {
+                    "ms"
+                };
+                out += &format!(
+                    "{key} {unit}: mean {:.3}, p50 {:.3}, p90 {:.3}, p99 {:.3}, max {:.3}\n",
+                    t.mean_ms, t.p50_ms, t.p90_ms, t.p99_ms, t.max_ms
+                );
+            }
+        }
+        if let Some(llm) = &self.llm {
+            out += &format!(
+                "steps {}, mean {:.1} seqs/step; preemptions {} ({} tokens recomputed); prefix-cache hit rate {:.1}%; KV utilization mean {:.1}% max {:.1}%\n",
+                llm.steps,
+                llm.mean_seqs_per_step,
+                llm.preemptions,
+                llm.recomputed_tokens,
+                llm.prefix_cache_hit_rate * 100.0,
+                llm.kv_utilization_mean * 100.0,
+                llm.kv_utilization_max * 100.0
+            );
+        }
         out += &format!(
             "batches {}, mean size {:.2}; mean utilization {:.1}%\npercentiles: {}\n",
             self.batches,

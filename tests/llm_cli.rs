@@ -1,0 +1,126 @@
+//! End-to-end tests of continuous batching through the command: `capsim simulate` writes the
+//! token metrics, and `capsim plan` sizes an LLM fleet under TTFT and TPOT objectives.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+fn capsim(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_capsim"))
+        .args(args)
+        .output()
+        .expect("capsim runs")
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "stdout {}\nstderr {}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+#[test]
+fn simulate_llm_writes_token_metrics_and_llm_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let scenario = repo("scenarios/llm-8b-h200.toml");
+    let trace = repo("traces/azure-code.parquet");
+    let result = capsim(&[
+        "simulate",
+        "--scenario",
+        scenario.to_str().unwrap(),
+        "--trace",
+        trace.to_str().unwrap(),
+        "--set",
+        "kv_cache.num_gpu_blocks=40000",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(result.status.success(), "{}", text(&result));
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(
+        stdout.contains("ttft ms") && stdout.contains("steps "),
+        "{stdout}"
+    );
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    for key in ["ttft", "tpot", "itl", "normalized"] {
+        assert!(
+            summary["latency_ms"][key]["p99_ms"].as_f64().is_some(),
+            "latency_ms.{key}: {summary}"
+        );
+    }
+    assert_eq!(summary["llm"]["kv_blocks_total"], 40000);
+    assert!(
+        summary["goodput_rps"].as_f64().is_some(),
+        "joint SLO goodput"
+    );
+    assert_eq!(summary["requests"]["completed"], 8819);
+    let requests = std::fs::read(out.join("requests.parquet")).unwrap();
+    let timeseries = std::fs::read(out.join("timeseries.parquet")).unwrap();
+    for column in ["first_token_ns", "ttft_ns", "tpot_ns"] {
+        assert!(
+            requests
+                .windows(column.len())
+                .any(|w| w == column.as_bytes()),
+            "requests.parquet has {column}"
+        );
+    }
+    for column in ["running", "waiting", "kv_utilization"] {
+        assert!(
+            timeseries
+                .windows(column.len())
+                .any(|w| w == column.as_bytes()),
+            "timeseries.parquet has {column}"
+        );
+    }
+}
+
+#[test]
+fn plan_sizes_h200_replicas_for_azure_code_under_ttft_and_tpot_objectives() {
+    let scenario = repo("scenarios/llm-8b-h200.toml");
+    let trace = repo("traces/azure-code.parquet");
+    let output = capsim(&[
+        "plan",
+        "--scenario",
+        scenario.to_str().unwrap(),
+        "--trace",
+        trace.to_str().unwrap(),
+        "--slo",
+        "ttft.p99<=2s,tpot.p99<=100ms",
+        "--grid",
+        "instances=3..5",
+    ]);
+    assert!(output.status.success(), "{}", text(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    // Azure code's bursts (60 s peak 12 req/s of 2k-token prompts) need 4 replicas at 1x.
+    assert!(stdout.contains("plan: instances=4"), "{}", text(&output));
+}
+
+#[test]
+fn continuous_scenario_with_a_service_table_is_refused_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    let text_in = std::fs::read_to_string(repo("scenarios/llm-8b-h200.toml")).unwrap()
+        + "\n[service]\nkind = \"constant\"\ntime = \"5ms\"\n";
+    std::fs::write(&path, text_in).unwrap();
+    let trace = repo("traces/azure-code.parquet");
+    let output = capsim(&[
+        "simulate",
+        "--scenario",
+        path.to_str().unwrap(),
+        "--trace",
+        trace.to_str().unwrap(),
+        "--limit",
+        "10",
+        "-o",
+        dir.path().join("out").to_str().unwrap(),
+    ]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("`service`"), "{stderr}");
+}
