@@ -331,13 +331,31 @@ impl StepTimeSpec {
                 per_prefill_attention_token2,
                 per_decode_seq,
                 per_kv_token,
-            } => Ok(Arc::new(LinearStepTime {
-                base_ns: base.0,
-                per_prefill_token_ns: per_prefill_token.0,
-                per_prefill_attention_token2_ns: per_prefill_attention_token2.0,
-                per_decode_seq_ns: per_decode_seq.0,
-                per_kv_token_ns: per_kv_token.0,
-            })),
+            } => {
+                let model = LinearStepTime {
+                    base_ns: base.0,
+                    per_prefill_token_ns: per_prefill_token.0,
+                    per_prefill_attention_token2_ns: per_prefill_attention_token2.0,
+                    per_decode_seq_ns: per_decode_seq.0,
+                    per_kv_token_ns: per_kv_token.0,
+                };
+                // Steps that take no time would let the simulated server serve any load.
+                let coefficients = [
+                    model.base_ns,
+                    model.per_prefill_token_ns,
+                    model.per_prefill_attention_token2_ns,
+                    model.per_decode_seq_ns,
+                    model.per_kv_token_ns,
+                ];
+                if coefficients.iter().all(|&c| c == 0.0) {
+                    return Err(StepTimeError::Missing {
+                        key: "base",
+                        fix: "a linear step time needs base or a per-token coefficient above 0 \
+                              (for example base = \"5ms\", per_decode_seq = \"50us\")",
+                    });
+                }
+                Ok(Arc::new(model))
+            }
             StepTimeSpec::Roofline(spec) => {
                 let sized = spec.resolve()?;
                 if sized.kv_capacity_tokens() == 0 {
@@ -669,6 +687,13 @@ mod tests {
         assert!(e.contains("modle"), "{e}");
         let e = spec("kind = \"cubic\"").unwrap_err().to_string();
         assert!(e.contains("cubic"), "{e}");
+        let free = spec("kind = \"linear\"\nbase = \"0ms\"").unwrap();
+        let e = free
+            .build(Path::new("."))
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("step_time.base is missing"), "{e}");
     }
 
     #[test]
