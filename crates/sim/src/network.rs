@@ -55,7 +55,7 @@ impl Latency {
             Latency::Constant(ns) => *ns,
             Latency::Lognormal { mu, sigma } => {
                 let z: f64 = rand_distr::StandardNormal.sample(rng);
-                (mu + sigma * z).exp().round() as u64
+                crate::time::round_ns((mu + sigma * z).exp())
             }
             Latency::Empirical(samples) => samples[rng.random_range(0..samples.len())],
         }
@@ -108,7 +108,7 @@ impl NetworkPath {
     #[inline]
     pub fn delay_ns(&self, tokens: u32, rng: &mut SimRng) -> u64 {
         let bytes = self.fixed_bytes + self.bytes_per_token * u64::from(tokens);
-        let transfer_ns = (bytes as f64 * self.ns_per_byte).round() as u64;
+        let transfer_ns = crate::time::round_ns(bytes as f64 * self.ns_per_byte);
         self.latency.sample_ns(rng) + transfer_ns
     }
 }

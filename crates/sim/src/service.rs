@@ -77,7 +77,7 @@ impl Residuals {
 #[inline]
 fn scaled_ns(mean_ns: f64, residuals: Option<&Residuals>, rng: &mut SimRng) -> u64 {
     let factor = residuals.map_or(1.0, |r| r.draw(rng));
-    (mean_ns * factor).round().max(0.0) as u64
+    crate::time::round_ns(mean_ns * factor)
 }
 
 /// Every batch takes `time_ns`, times an optional empirical residual factor.
@@ -118,7 +118,7 @@ impl ServiceTime for ExponentialService {
     fn sample_ns(&self, _batch: &BatchShape, rng: &mut SimRng) -> u64 {
         use rand_distr::Distribution;
         let e: f64 = rand_distr::Exp1.sample(rng);
-        (e * self.mean_ns).round() as u64
+        crate::time::round_ns(e * self.mean_ns)
     }
 
     fn mean_ns(&self, _batch: &BatchShape) -> f64 {
