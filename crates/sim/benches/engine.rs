@@ -1,7 +1,8 @@
 //! Engine speed: customers per second on M/M/4 at utilization 0.8, and a 1 M-request trace
 //! through the full pipeline (network, gateway, 4 instances with pre-processing and a dynamic
 //! batcher). Run with `cargo bench -p capsim-sim --bench engine`; compare the M/M/4 figure with
-//! `scripts/simpy_mm4.py` (SimPy, the same model), which prints the ratio.
+//! `scripts/bench_vs_simpy.py` (SimPy, the same model, in the same run), which prints the ratio;
+//! `cargo run --release -p capsim-sim --example full_pipeline_rate` repeats the second outside criterion.
 
 use std::hint::black_box;
 use std::time::Duration;
