@@ -196,8 +196,8 @@ pub fn run(args: ValidateArgs) -> Result<()> {
         print_comparison(load, &simulated, &measured);
         if let Some(wait_ns) = live.cpu_wait_ns {
             println!(
-                "{:>4.0}% live model instances waited for a CPU {:.1}% of their execution time \
-                 (the calibration: {}): other processes took the CPU",
+                "{:>4.0}% live model instances waited for a CPU (held by other threads or \
+                 processes) {:.1}% of their execution time; the calibration: {}",
                 load * 100.0,
                 100.0 * wait_ns as f64 / live.busy_ns().max(1) as f64,
                 calibration_wait
