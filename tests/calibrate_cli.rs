@@ -2,11 +2,14 @@
 //! the CPU provider, and each user error with its fix. They need ONNX Runtime's library, which
 //! `scripts/setup.sh` installs into the project's `.venv` (CI runs it before the tests).
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use capsim_sim::profile::{Profile, ProfileServiceTime};
 use capsim_sim::{BatchShape, ServiceTime};
+use common::{assert_user_error, capsim, stderr};
 
 const CAPSIM: &str = env!("CARGO_BIN_EXE_capsim");
 
@@ -16,36 +19,6 @@ fn root() -> PathBuf {
 
 fn model(name: &str) -> PathBuf {
     root().join("traces/models").join(name)
-}
-
-fn capsim(args: &[&str]) -> Output {
-    Command::new(CAPSIM)
-        .args(args)
-        .current_dir(root())
-        .env_remove("ORT_DYLIB_PATH")
-        .output()
-        .expect("capsim runs")
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-/// Asserts a failed run exited 2 (bad input) and its message contains every `needle`.
-fn assert_user_error(output: &Output, needles: &[&str]) {
-    let message = stderr(output);
-    assert_eq!(
-        output.status.code(),
-        Some(2),
-        "expected exit 2, got {:?}; stderr: {message}",
-        output.status
-    );
-    for needle in needles {
-        assert!(
-            message.contains(needle),
-            "stderr lacks {needle:?}: {message}"
-        );
-    }
 }
 
 #[test]

@@ -3,26 +3,18 @@
 //! the errors a user meets. They need ONNX Runtime's library, which `scripts/setup.sh` installs
 //! into the project's `.venv` (CI runs it before the tests).
 
+mod common;
+
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Command;
 
 use capsim_sim::llm::step_profile::StepProfile;
 use capsim_sim::llm::step_time::{StepBatch, StepTimeSpec};
 use capsim_sim::rng::{Component, stream};
-
-const CAPSIM: &str = env!("CARGO_BIN_EXE_capsim");
+use common::{assert_user_error, capsim};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn capsim(args: &[&str]) -> Output {
-    Command::new(CAPSIM)
-        .args(args)
-        .current_dir(root())
-        .env_remove("ORT_DYLIB_PATH")
-        .output()
-        .expect("capsim runs")
 }
 
 fn tiny_gpt() -> String {
@@ -164,12 +156,9 @@ fn decoder_calibration_of_a_model_without_a_kv_cache_says_so() {
         out.to_str().expect("utf-8 path"),
     ];
     args.extend(SHORT);
-    let output = capsim(&args);
-    let message = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "stderr: {message}");
-    assert!(
-        message.contains("not a decoder with a KV cache") && message.contains("without --decoder"),
-        "{message}"
+    assert_user_error(
+        &capsim(&args),
+        &["not a decoder with a KV cache", "without --decoder"],
     );
     assert!(!out.exists());
 }
@@ -189,10 +178,7 @@ fn decoder_calibration_refuses_a_zero_context() {
         out.to_str().expect("utf-8 path"),
     ];
     args.extend(SHORT);
-    let output = capsim(&args);
-    let message = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "stderr: {message}");
-    assert!(message.contains("--context"), "{message}");
+    assert_user_error(&capsim(&args), &["--context"]);
 }
 
 #[test]
@@ -251,10 +237,7 @@ fn batch_calibration_of_a_decoder_points_to_the_decoder_flag() {
         out.to_str().expect("utf-8 path"),
     ];
     args.extend(SHORT);
-    let output = capsim(&args);
-    let message = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "stderr: {message}");
-    assert!(message.contains("--decoder"), "{message}");
+    assert_user_error(&capsim(&args), &["--decoder"]);
 }
 
 #[test]

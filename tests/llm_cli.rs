@@ -1,27 +1,9 @@
 //! End-to-end tests of continuous batching through the command: `capsim simulate` writes the
 //! token metrics, and `capsim plan` sizes an LLM fleet under TTFT and TPOT objectives.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn repo(path: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
-}
-
-fn capsim(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_capsim"))
-        .args(args)
-        .output()
-        .expect("capsim runs")
-}
-
-fn text(output: &Output) -> String {
-    format!(
-        "stdout {}\nstderr {}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
+use common::{capsim, repo, text};
 
 #[test]
 fn simulate_llm_writes_token_metrics_and_llm_columns() {

@@ -1,26 +1,11 @@
 //! End-to-end tests of `capsim sweep`, `capsim merge`, `capsim report` and `capsim plan`.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn repo(path: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
-}
-
-fn capsim(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_capsim"))
-        .args(args)
-        .output()
-        .expect("capsim runs")
-}
-
-fn text(output: &Output) -> String {
-    format!(
-        "stdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
+use common::{capsim, repo, text};
 
 /// A small affine-service scenario written into `dir`.
 fn scenario(dir: &Path) -> PathBuf {

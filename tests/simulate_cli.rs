@@ -1,18 +1,11 @@
 //! End-to-end tests of `capsim simulate`.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn repo(path: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
-}
+use std::path::Path;
+use std::process::Output;
 
-fn capsim(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_capsim"))
-        .args(args)
-        .output()
-        .expect("capsim runs")
-}
+use common::{capsim, repo};
 
 fn simulate(out: &Path, extra: &[&str]) -> Output {
     let scenario = repo("scenarios/bert-dynamic-batching.toml");

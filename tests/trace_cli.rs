@@ -3,18 +3,12 @@
 //!
 //! The shared public traces are read from `../shared/traces` (beside the checkout) or `$CAPSIM_SHARED_TRACES`.
 
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Output};
 
+use common::{assert_user_error, capsim, stderr};
 use serde_json::Value;
-
-fn capsim(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_capsim"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("run capsim")
-}
 
 fn ok(args: &[&str]) -> String {
     let out = capsim(args);
@@ -30,23 +24,12 @@ fn ok(args: &[&str]) -> String {
 /// Runs a command that must fail with exit code 2 and one `error:` line containing `needles`.
 fn bad_input(args: &[&str], needles: &[&str]) {
     let out = capsim(args);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(
-        out.status.code(),
-        Some(2),
-        "capsim {args:?}: expected exit 2, stderr:\n{stderr}"
-    );
+    assert_user_error(&out, needles);
+    let stderr = stderr(&out);
     assert!(
         stderr.starts_with("error: "),
         "stderr should start with `error: `:\n{stderr}"
     );
-    assert!(!stderr.contains("panicked"), "panic:\n{stderr}");
-    for n in needles {
-        assert!(
-            stderr.contains(n),
-            "capsim {args:?}: stderr lacks {n:?}:\n{stderr}"
-        );
-    }
 }
 
 fn inspect_json(args: &[&str]) -> Value {

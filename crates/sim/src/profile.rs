@@ -207,34 +207,61 @@ pub enum ProfileError {
     },
 }
 
+/// Why a JSON file of a profile kind could not be read (each kind wraps it in its own error).
+#[derive(Debug)]
+pub(crate) enum JsonFileError {
+    /// The file could not be read.
+    Io(std::io::Error),
+    /// The file is not JSON of the expected shape.
+    Json(serde_json::Error),
+    /// The value parses but breaks one of its rules.
+    Invalid(String),
+}
+
+/// Reads `path` as JSON of `T` and checks it with `validate`.
+pub(crate) fn read_json<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    validate: impl Fn(&T) -> Result<(), String>,
+) -> Result<T, JsonFileError> {
+    let text = std::fs::read_to_string(path).map_err(JsonFileError::Io)?;
+    let value: T = serde_json::from_str(&text).map_err(JsonFileError::Json)?;
+    validate(&value).map_err(JsonFileError::Invalid)?;
+    Ok(value)
+}
+
+/// Writes `value` to `path` as pretty-printed JSON with a final newline.
+pub(crate) fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), std::io::Error> {
+    let mut text = serde_json::to_string_pretty(value)?;
+    text.push('\n');
+    std::fs::write(path, text)
+}
+
 impl Profile {
     /// Reads and validates a profile file.
     pub fn read(path: &Path) -> Result<Profile, ProfileError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ProfileError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let profile: Profile =
-            serde_json::from_str(&text).map_err(|source| ProfileError::Json {
-                path: path.to_path_buf(),
+        let path_buf = || path.to_path_buf();
+        read_json(path, Profile::validate).map_err(|e| match e {
+            JsonFileError::Io(source) => ProfileError::Io {
+                path: path_buf(),
                 source,
-            })?;
-        profile.validate().map_err(|reason| ProfileError::Invalid {
-            path: Some(path.to_path_buf()),
-            reason,
-        })?;
-        Ok(profile)
+            },
+            JsonFileError::Json(source) => ProfileError::Json {
+                path: path_buf(),
+                source,
+            },
+            JsonFileError::Invalid(reason) => ProfileError::Invalid {
+                path: Some(path_buf()),
+                reason,
+            },
+        })
     }
 
     /// Writes the profile as pretty-printed JSON.
     pub fn write(&self, path: &Path) -> Result<(), ProfileError> {
-        let io = |source| ProfileError::Io {
+        write_json(path, self).map_err(|source| ProfileError::Io {
             path: path.to_path_buf(),
             source,
-        };
-        let mut text = serde_json::to_string_pretty(self).map_err(|e| io(e.into()))?;
-        text.push('\n');
-        std::fs::write(path, text).map_err(io)
+        })
     }
 
     /// Checks the profile's rules; the error names the offending field or grid point.
@@ -412,23 +439,24 @@ fn solve(m: &mut [[f64; 4]; 3], n: usize) -> Option<[f64; 3]> {
     Some(beta)
 }
 
-/// Where a coordinate falls on one axis of the grid.
-#[derive(Debug, Clone, Copy)]
-enum AxisPosition {
+/// Where a coordinate falls on one axis of a measured grid (also used by the decoder step
+/// profile, [`crate::llm::step_profile`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum AxisPosition {
     /// Between grid values `lo` and `lo + 1`, at fraction `t` (`t = 0` on or below the first).
     Inside { lo: usize, t: f64 },
     /// Beyond the last grid value, at coordinate `x`.
     Above { x: f64 },
 }
 
-/// One axis (batch sizes or lengths) of the grid.
+/// One increasing axis of a measured grid (batch sizes, lengths, prompt tokens, contexts).
 #[derive(Debug, Clone)]
-struct Axis {
-    values: Vec<f64>,
+pub(crate) struct Axis {
+    pub(crate) values: Vec<f64>,
 }
 
 impl Axis {
-    fn locate(&self, x: f64) -> AxisPosition {
+    pub(crate) fn locate(&self, x: f64) -> AxisPosition {
         let n = self.values.len();
         let last = self.values[n - 1];
         if x > last {
@@ -450,7 +478,7 @@ impl Axis {
     /// Beyond the grid the function grows at least in proportion to the coordinate and at least
     /// as fast as over the last grid interval, which overestimates any time that grows
     /// sub-linearly or affinely with a non-negative intercept.
-    fn value(&self, position: AxisPosition, at: impl Fn(usize) -> f64) -> f64 {
+    pub(crate) fn value(&self, position: AxisPosition, at: impl Fn(usize) -> f64) -> f64 {
         match position {
             AxisPosition::Inside { lo, t: 0.0 } => at(lo),
             AxisPosition::Inside { lo, t } => at(lo) + t * (at(lo + 1) - at(lo)),

@@ -28,7 +28,9 @@ use rand::RngExt;
 use serde::{Deserialize, Serialize};
 
 use super::step_time::{StepBatch, StepTime};
-use crate::profile::{Environment, ModelDescription};
+use crate::profile::{
+    Axis, AxisPosition, Environment, JsonFileError, ModelDescription, read_json, write_json,
+};
 use crate::rng::SimRng;
 
 /// The step-profile format this build reads and writes.
@@ -173,33 +175,29 @@ pub enum StepProfileError {
 impl StepProfile {
     /// Reads and validates a step-profile file.
     pub fn read(path: &Path) -> Result<StepProfile, StepProfileError> {
-        let text = std::fs::read_to_string(path).map_err(|source| StepProfileError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let profile: StepProfile =
-            serde_json::from_str(&text).map_err(|source| StepProfileError::Json {
-                path: path.to_path_buf(),
+        let path_buf = || path.to_path_buf();
+        read_json(path, StepProfile::validate).map_err(|e| match e {
+            JsonFileError::Io(source) => StepProfileError::Io {
+                path: path_buf(),
                 source,
-            })?;
-        profile
-            .validate()
-            .map_err(|reason| StepProfileError::Invalid {
-                path: Some(path.to_path_buf()),
+            },
+            JsonFileError::Json(source) => StepProfileError::Json {
+                path: path_buf(),
+                source,
+            },
+            JsonFileError::Invalid(reason) => StepProfileError::Invalid {
+                path: Some(path_buf()),
                 reason,
-            })?;
-        Ok(profile)
+            },
+        })
     }
 
     /// Writes the profile as pretty-printed JSON.
     pub fn write(&self, path: &Path) -> Result<(), StepProfileError> {
-        let io = |source| StepProfileError::Io {
+        write_json(path, self).map_err(|source| StepProfileError::Io {
             path: path.to_path_buf(),
             source,
-        };
-        let mut text = serde_json::to_string_pretty(self).map_err(|e| io(e.into()))?;
-        text.push('\n');
-        std::fs::write(path, text).map_err(io)
+        })
     }
 
     /// The decode grid's batch sizes and contexts, each increasing and deduplicated.
@@ -303,66 +301,6 @@ impl StepProfile {
             }
         }
         Ok(())
-    }
-}
-
-/// Where a coordinate lies on an increasing axis of grid values.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum AxisPosition {
-    /// Between `values[lo]` and `values[lo + 1]` (or at `values[lo]` when `t` is 0). Below the
-    /// axis is `lo = 0, t = 0`: the smallest point's value.
-    Inside { lo: usize, t: f64 },
-    /// Beyond the last value, at `x`.
-    Above { x: f64 },
-}
-
-#[derive(Debug, Clone)]
-struct Axis {
-    values: Vec<f64>,
-}
-
-impl Axis {
-    fn locate(&self, x: f64) -> AxisPosition {
-        let n = self.values.len();
-        if x <= self.values[0] {
-            return AxisPosition::Inside { lo: 0, t: 0.0 };
-        }
-        if x > self.values[n - 1] {
-            return AxisPosition::Above { x };
-        }
-        let hi = self.values.partition_point(|&v| v < x);
-        if self.values[hi] == x {
-            return AxisPosition::Inside { lo: hi, t: 0.0 };
-        }
-        let lo = hi - 1;
-        let t = (x - self.values[lo]) / (self.values[hi] - self.values[lo]);
-        AxisPosition::Inside { lo, t }
-    }
-
-    /// The value at `position` of a function known at the grid values through `at(index)`.
-    /// Beyond the grid it grows at least in proportion to the coordinate and at least as fast
-    /// as over the last grid interval.
-    fn value(&self, position: AxisPosition, at: impl Fn(usize) -> f64) -> f64 {
-        match position {
-            AxisPosition::Inside { lo, t } => {
-                if t > 0.0 {
-                    at(lo) + t * (at(lo + 1) - at(lo))
-                } else {
-                    at(lo)
-                }
-            }
-            AxisPosition::Above { x } => {
-                let n = self.values.len();
-                let last = self.values[n - 1];
-                let v_last = at(n - 1);
-                let proportional = v_last * x / last;
-                if n == 1 {
-                    return proportional;
-                }
-                let slope = ((v_last - at(n - 2)) / (last - self.values[n - 2])).max(0.0);
-                proportional.max(v_last + slope * (x - last))
-            }
-        }
     }
 }
 
