@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{capsim, repo, text};
+use common::{assert_user_error, capsim, repo, text};
 
 #[test]
 fn simulate_llm_writes_token_metrics_and_llm_columns() {
@@ -105,4 +105,30 @@ fn continuous_scenario_with_a_service_table_is_refused_naming_the_key() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("`service`"), "{stderr}");
+}
+
+#[test]
+fn live_replay_and_validate_refuse_a_continuous_pool_and_say_what_to_use() {
+    let scenario = repo("scenarios/llm-8b-h200.toml");
+    let trace = repo("traces/azure-conv.parquet");
+    let model = repo("traces/models/text_classifier.onnx");
+    let common = [
+        "--scenario",
+        scenario.to_str().unwrap(),
+        "--trace",
+        trace.to_str().unwrap(),
+        "--model",
+        model.to_str().unwrap(),
+    ];
+    let mut replay = vec!["replay", "--live", "-o", "/nonexistent/never-written"];
+    replay.extend(common);
+    let mut validate = vec!["validate", "--profile", "/nonexistent/profile.json"];
+    validate.extend(common);
+    for args in [replay, validate] {
+        let output = capsim(&args);
+        assert_user_error(
+            &output,
+            &["batcher.kind = \"continuous\"", "capsim simulate"],
+        );
+    }
 }

@@ -6,7 +6,9 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use capsim_calibrate::check_model_file;
-use capsim_calibrate::live::{LiveConfig, LiveRequest, LiveRun, replay, timeseries_of};
+use capsim_calibrate::live::{
+    LiveConfig, LiveRequest, LiveRun, check_servable, replay, timeseries_of,
+};
 use capsim_sim::Scenario;
 use capsim_sim::output::{write_requests_parquet, write_summary_json, write_timeseries_parquet};
 use capsim_sim::summary::SummaryBuilder;
@@ -71,6 +73,7 @@ pub fn run(args: ReplayArgs) -> Result<()> {
         .into());
     }
     let pool = &scenario.pools()[0];
+    check_servable(pool).map_err(user_facing)?;
     check_model_file(&args.model).map_err(user_facing)?;
     let loaded = args.input.load()?;
     eprintln!("{}", loaded.report_line());

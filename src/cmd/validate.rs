@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use capsim_calibrate::check_model_file;
-use capsim_calibrate::live::{LiveConfig, LiveRequest, LiveRun, replay};
+use capsim_calibrate::live::{LiveConfig, LiveRequest, LiveRun, check_servable, replay};
 use capsim_sim::output::write_requests_parquet;
 use capsim_sim::profile::{Profile, ProfileServiceTime};
 use capsim_sim::quantity::parse_duration_ns;
@@ -80,6 +80,7 @@ pub fn run(args: ValidateArgs) -> Result<()> {
         )
         .into());
     }
+    check_servable(&scenario.pools()[0]).map_err(user_facing)?;
     if args.loads.iter().any(|&l| !(l > 0.0 && l.is_finite())) {
         return Err(BadInput(format!(
             "--loads {:?}: each load must be a positive fraction such as 0.6",

@@ -14,6 +14,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use capsim_sim::batcher::{Batcher, Decision};
+use capsim_sim::llm::spec::BatcherKind;
 use capsim_sim::record::{Outcome, RequestRecord};
 use capsim_sim::rng::SimRng;
 use capsim_sim::scenario::Pool;
@@ -150,6 +151,19 @@ struct Worker {
     rng: SimRng,
 }
 
+/// Whether the live server can serve `pool`: it runs Triton's dynamic batcher only, so a
+/// continuous-batching (LLM) pool is refused with what to use instead.
+pub fn check_servable(pool: &Pool) -> Result<(), CalibrateError> {
+    if matches!(pool.batcher.kind, BatcherKind::Continuous) {
+        return Err(CalibrateError::Settings(format!(
+            "pool {:?} has batcher.kind = \"continuous\": the live replay serves the dynamic batcher only; \
+             simulate LLM scenarios with `capsim simulate`",
+            pool.name
+        )));
+    }
+    Ok(())
+}
+
 /// Replays `requests` (sorted by arrival) in wall time through the default pool of a scenario.
 /// Every request completes (the live server neither rejects nor times out); the function returns
 /// when the last response is out, or with the first ONNX Runtime failure.
@@ -165,6 +179,7 @@ pub fn replay(
     requests: &[LiveRequest],
     config: &LiveConfig,
 ) -> Result<LiveRun, CalibrateError> {
+    check_servable(pool)?;
     let instances_per_server = (pool.execution.gpus * pool.execution.instance_count) as usize;
     let instance_count = pool.instances as usize * instances_per_server;
     if requests.len() >= u32::MAX as usize {
