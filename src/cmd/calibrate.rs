@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use capsim_calibrate::{
-    CalibrateError, CalibrationConfig, Progress, ProviderChoice, Runtime, calibrate,
-    check_model_file, library,
+    CalibrateError, CalibrationConfig, Progress, ProviderChoice, ProviderDecision, Runtime,
+    calibrate, check_model_file, library,
 };
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -118,6 +118,29 @@ pub struct CalibrateArgs {
     pub context: Vec<u32>,
 }
 
+/// A progress bar of measured points, counted in `unit`.
+fn progress_bar(unit: &str) -> ProgressBar {
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template(&format!(
+            "{{spinner}} [{{elapsed_precise}}] {{bar:30}} {{pos}}/{{len}} {unit}  {{msg}}"
+        ))
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
+
+/// Which execution provider a calibration uses, and why CUDA was not used when `auto` fell back.
+fn provider_line(decision: &ProviderDecision, choice: ProviderChoice) -> String {
+    match (&decision.cuda_unavailable, choice) {
+        (Some(reason), ProviderChoice::Auto) => {
+            format!("execution provider: cpu (CUDA not used: {reason})")
+        }
+        _ => format!("execution provider: {}", decision.provider.name()),
+    }
+}
+
 /// A library error as the command reports it: bad input (exit 2) when the user can fix it.
 pub(super) fn user_facing(err: CalibrateError) -> anyhow::Error {
     if err.is_bad_input() {
@@ -195,14 +218,7 @@ pub fn run(args: CalibrateArgs) -> Result<()> {
     };
 
     let started = Instant::now();
-    let bar = ProgressBar::new(0);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} grid points  {msg}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    bar.enable_steady_tick(Duration::from_millis(200));
+    let bar = progress_bar("grid points");
     let length_name = config
         .dims
         .iter()
@@ -212,12 +228,7 @@ pub fn run(args: CalibrateArgs) -> Result<()> {
     let profile = calibrate(&runtime, &config, &mut |event| match event {
         Progress::Started { points, decision } => {
             bar.set_length(points as u64);
-            let line = match (&decision.cuda_unavailable, config.provider) {
-                (Some(reason), ProviderChoice::Auto) => {
-                    format!("execution provider: cpu (CUDA not used: {reason})")
-                }
-                _ => format!("execution provider: {}", decision.provider.name()),
-            };
+            let line = provider_line(decision, config.provider);
             bar.suspend(|| {
                 eprintln!(
                     "calibrate: {line}; ONNX Runtime {} from {}",
@@ -338,24 +349,12 @@ fn run_decoder(args: CalibrateArgs) -> Result<()> {
             .map_err(|e| BadInput(format!("--idle-gap: {e}")))?,
     };
     let started = Instant::now();
-    let bar = ProgressBar::new(0);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} steps  {msg}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    bar.enable_steady_tick(Duration::from_millis(200));
+    let bar = progress_bar("steps");
     let mut converged = 0usize;
     let profile = calibrate_decoder(&runtime, &config, &mut |event| match event {
         DecoderProgress::Started { points, decision } => {
             bar.set_length(points as u64);
-            let line = match (&decision.cuda_unavailable, config.provider) {
-                (Some(reason), ProviderChoice::Auto) => {
-                    format!("execution provider: cpu (CUDA not used: {reason})")
-                }
-                _ => format!("execution provider: {}", decision.provider.name()),
-            };
+            let line = provider_line(decision, config.provider);
             bar.suspend(|| {
                 eprintln!(
                     "calibrate --decoder: {line}; ONNX Runtime {}",

@@ -24,7 +24,7 @@ use capsim_sim::llm::step_profile::{
     DecodePoint, DecoderDescription, PrefillPoint, STEP_PROFILE_FORMAT_VERSION, STEP_PROFILE_KIND,
     StepCalibrationSettings, StepProfile,
 };
-use capsim_sim::profile::{Environment, InputDescription, ModelDescription, QUANTILE_LEVELS};
+use capsim_sim::profile::QUANTILE_LEVELS;
 use capsim_sim::rng::SimRng;
 use ort::session::Session;
 use ort::value::{DynValue, Tensor, ValueType};
@@ -32,7 +32,7 @@ use rand::{RngExt, SeedableRng};
 use rand_distr::{Distribution, StandardNormal};
 
 use crate::model::{Dim, ElementType, InputSpec};
-use crate::{CalibrateError, Provider, ProviderChoice, ProviderDecision, Runtime, host, measure};
+use crate::{CalibrateError, ProviderChoice, ProviderDecision, Runtime, measure};
 
 /// What to measure and how.
 #[derive(Debug, Clone, PartialEq)]
@@ -480,25 +480,10 @@ pub fn calibrate_decoder(
         }
     }
 
-    let device_name = match decision.provider {
-        Provider::Cpu => host::cpu_model(),
-        Provider::Cuda => host::gpu_name(),
-    };
     let profile = StepProfile {
         format_version: STEP_PROFILE_FORMAT_VERSION,
         kind: STEP_PROFILE_KIND.to_string(),
-        model: ModelDescription {
-            path: config.model.display().to_string(),
-            file_bytes: std::fs::metadata(&config.model).map_or(0, |m| m.len()),
-            inputs: inputs
-                .iter()
-                .map(|i| InputDescription {
-                    name: i.name.clone(),
-                    element_type: i.element_type.name().to_string(),
-                    shape: i.shape_strings(),
-                })
-                .collect(),
-        },
+        model: crate::model_description(&config.model, &inputs),
         decoder: DecoderDescription {
             token_input: layout.token_input.0.clone(),
             layers: (layout.kv_inputs.len() / 2) as u32,
@@ -506,18 +491,7 @@ pub fn calibrate_decoder(
             head_dim: layout.head_dim,
             kv_element_bytes: 4,
         },
-        environment: Environment {
-            execution_provider: decision.provider.name().to_string(),
-            device_name,
-            ort_version: runtime.version().to_string(),
-            ort_library: runtime.library().display().to_string(),
-            intra_threads: config.intra_threads,
-            cpu_model: host::cpu_model(),
-            logical_cpus: host::logical_cpus(),
-            os: host::os(),
-            date,
-            capsim_version: env!("CARGO_PKG_VERSION").to_string(),
-        },
+        environment: crate::environment(runtime, decision.provider, config.intra_threads, date),
         settings: StepCalibrationSettings {
             warmup_iters: config.warmup_iters,
             max_iters: config.max_iters,

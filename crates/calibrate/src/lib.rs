@@ -396,37 +396,10 @@ pub fn calibrate(
         c_ns: 0.0,
         r_squared: 1.0,
     });
-    let device_name = match decision.provider {
-        Provider::Cpu => host::cpu_model(),
-        Provider::Cuda => host::gpu_name(),
-    };
-    let file_bytes = std::fs::metadata(&config.model).map_or(0, |m| m.len());
     let profile = Profile {
         format_version: PROFILE_FORMAT_VERSION,
-        model: ModelDescription {
-            path: config.model.display().to_string(),
-            file_bytes,
-            inputs: inputs
-                .iter()
-                .map(|i| InputDescription {
-                    name: i.name.clone(),
-                    element_type: i.element_type.name().to_string(),
-                    shape: i.shape_strings(),
-                })
-                .collect(),
-        },
-        environment: Environment {
-            execution_provider: decision.provider.name().to_string(),
-            device_name,
-            ort_version: runtime.version().to_string(),
-            ort_library: runtime.library().display().to_string(),
-            intra_threads: config.intra_threads,
-            cpu_model: host::cpu_model(),
-            logical_cpus: host::logical_cpus(),
-            os: host::os(),
-            date,
-            capsim_version: env!("CARGO_PKG_VERSION").to_string(),
-        },
+        model: model_description(&config.model, &inputs),
+        environment: environment(runtime, decision.provider, config.intra_threads, date),
         settings: CalibrationSettings {
             warmup_iters: config.warmup_iters,
             max_iters: config.max_iters,
@@ -457,4 +430,47 @@ pub fn calibrate(
         ))
     })?;
     Ok(profile)
+}
+
+/// The model file as a profile describes it.
+pub(crate) fn model_description(
+    path: &std::path::Path,
+    inputs: &[model::InputSpec],
+) -> ModelDescription {
+    ModelDescription {
+        path: path.display().to_string(),
+        file_bytes: std::fs::metadata(path).map_or(0, |m| m.len()),
+        inputs: inputs
+            .iter()
+            .map(|i| InputDescription {
+                name: i.name.clone(),
+                element_type: i.element_type.name().to_string(),
+                shape: i.shape_strings(),
+            })
+            .collect(),
+    }
+}
+
+/// Where and with what a profile was measured; `date` is when the measurement started.
+pub(crate) fn environment(
+    runtime: &Runtime,
+    provider: Provider,
+    intra_threads: u32,
+    date: String,
+) -> Environment {
+    Environment {
+        execution_provider: provider.name().to_string(),
+        device_name: match provider {
+            Provider::Cpu => host::cpu_model(),
+            Provider::Cuda => host::gpu_name(),
+        },
+        ort_version: runtime.version().to_string(),
+        ort_library: runtime.library().display().to_string(),
+        intra_threads,
+        cpu_model: host::cpu_model(),
+        logical_cpus: host::logical_cpus(),
+        os: host::os(),
+        date,
+        capsim_version: env!("CARGO_PKG_VERSION").to_string(),
+    }
 }
