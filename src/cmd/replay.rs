@@ -18,11 +18,9 @@ use super::BadInput;
 use super::calibrate::{Ep, load_runtime, user_facing};
 use crate::input::TraceInput;
 
+/// The live server's flags, shared by `replay --live` and `validate`.
 #[derive(Debug, Args)]
-pub struct ReplayArgs {
-    /// Run in wall time through a real server (the only mode).
-    #[arg(long)]
-    pub live: bool,
+pub struct ServerArgs {
     /// The scenario: its default pool's instances, execution and batcher are served live.
     #[arg(long, value_name = "S.toml")]
     pub scenario: PathBuf,
@@ -34,12 +32,55 @@ pub struct ReplayArgs {
     /// Execution provider.
     #[arg(long, value_enum, default_value = "cpu")]
     pub ep: Ep,
-    /// ONNX Runtime intra-op threads per model instance (0: its default).
+    /// ONNX Runtime intra-op threads per model instance (0: its default; validate: use what the
+    /// profile was measured with).
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub threads: u32,
     /// The model's input-length dimension (default: its only dynamic one besides the batch).
     #[arg(long, value_name = "NAME")]
     pub length_dim: Option<String>,
+    /// ONNX Runtime shared library (see `capsim calibrate --help`).
+    #[arg(long, value_name = "libonnxruntime.so")]
+    pub ort_lib: Option<PathBuf>,
+}
+
+impl ServerArgs {
+    /// Reads the scenario and checks that the live server can serve it: one pool, with the
+    /// dynamic batcher.
+    pub(super) fn served_scenario(&self) -> Result<Scenario> {
+        let scenario = Scenario::from_path(&self.scenario).map_err(|e| BadInput(e.to_string()))?;
+        if scenario.pools().len() > 1 {
+            return Err(BadInput(format!(
+                "scenario {}: the live replay serves the default pool only; remove the [pools.*] sections",
+                self.scenario.display()
+            ))
+            .into());
+        }
+        check_servable(&scenario.pools()[0]).map_err(user_facing)?;
+        Ok(scenario)
+    }
+
+    /// The live server's settings for these flags.
+    pub(super) fn live_config(&self, max_length: u32, vocab: u64, seed: u64) -> LiveConfig {
+        LiveConfig {
+            model: self.model.clone(),
+            provider: self.ep.into(),
+            intra_threads: self.threads,
+            length_dim: self.length_dim.clone(),
+            max_length,
+            vocab,
+            seed,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// Run in wall time through a real server (the only mode).
+    #[arg(long)]
+    pub live: bool,
+    #[command(flatten)]
+    pub server: ServerArgs,
     /// Longest input the model takes; longer trace inputs are cut to it (and counted).
     #[arg(long, default_value_t = 512, value_name = "TOKENS")]
     pub max_length: u32,
@@ -49,9 +90,6 @@ pub struct ReplayArgs {
     /// Seed of the input data (recorded in the summary).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// ONNX Runtime shared library (see `capsim calibrate --help`).
-    #[arg(long, value_name = "libonnxruntime.so")]
-    pub ort_lib: Option<PathBuf>,
     /// Output directory (created if missing).
     #[arg(short = 'o', long = "out", value_name = "DIR")]
     pub out: PathBuf,
@@ -64,18 +102,11 @@ pub fn run(args: ReplayArgs) -> Result<()> {
         )
         .into());
     }
-    let scenario = Scenario::from_path(&args.scenario).map_err(|e| BadInput(e.to_string()))?;
-    if scenario.pools().len() > 1 {
-        return Err(BadInput(format!(
-            "scenario {}: the live replay serves the default pool only; remove the [pools.*] sections",
-            args.scenario.display()
-        ))
-        .into());
-    }
+    let server = &args.server;
+    let scenario = server.served_scenario()?;
     let pool = &scenario.pools()[0];
-    check_servable(pool).map_err(user_facing)?;
-    check_model_file(&args.model).map_err(user_facing)?;
-    let loaded = args.input.load()?;
+    check_model_file(&server.model).map_err(user_facing)?;
+    let loaded = server.input.load()?;
     eprintln!("{}", loaded.report_line());
     let trace = &loaded.trace;
     let outputs = trace.output_tokens();
@@ -86,16 +117,8 @@ pub fn run(args: ReplayArgs) -> Result<()> {
             output_tokens: outputs.map_or(0, |o| o[i]),
         })
         .collect();
-    let runtime = load_runtime(args.ort_lib.as_deref())?;
-    let config = LiveConfig {
-        model: args.model.clone(),
-        provider: args.ep.into(),
-        intra_threads: args.threads,
-        length_dim: args.length_dim.clone(),
-        max_length: args.max_length.max(1),
-        vocab: args.vocab,
-        seed: args.seed,
-    };
+    let runtime = load_runtime(server.ort_lib.as_deref())?;
+    let config = server.live_config(args.max_length.max(1), args.vocab, args.seed);
     let span_s = requests.last().map_or(0.0, |r| r.arrival_ns as f64 * 1e-9);
     eprintln!(
         "replay: {} requests over {span_s:.1}s of wall time; queue, batcher and execution are live, \

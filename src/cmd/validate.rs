@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use capsim_calibrate::check_model_file;
-use capsim_calibrate::live::{LiveConfig, LiveRequest, LiveRun, check_servable, replay};
+use capsim_calibrate::live::{LiveRequest, LiveRun, replay};
 use capsim_sim::output::write_requests_parquet;
 use capsim_sim::profile::{Profile, ProfileServiceTime};
 use capsim_sim::quantity::parse_duration_ns;
@@ -17,20 +17,14 @@ use capsim_trace::{Columns, Trace};
 use clap::Args;
 
 use super::BadInput;
-use super::calibrate::{Ep, cpu_wait_share, load_runtime, user_facing};
-use super::replay::live_summary;
-use crate::input::TraceInput;
+use super::calibrate::{cpu_wait_share, load_runtime, user_facing};
+use super::replay::{ServerArgs, live_summary};
 
 #[derive(Debug, Args)]
 pub struct ValidateArgs {
-    /// The scenario; its default pool is simulated and served live, with the profile's times.
-    #[arg(long, value_name = "S.toml")]
-    pub scenario: PathBuf,
+    /// The live server; its scenario's default pool is also simulated, with the profile's times.
     #[command(flatten)]
-    pub input: TraceInput,
-    /// The ONNX model served live.
-    #[arg(long, value_name = "MODEL.onnx")]
-    pub model: PathBuf,
+    pub server: ServerArgs,
     /// The model's calibration profile (from `capsim calibrate`), used by the simulation.
     #[arg(long, value_name = "PROFILE.json")]
     pub profile: PathBuf,
@@ -43,21 +37,9 @@ pub struct ValidateArgs {
     /// Longest input; longer trace inputs are cut to it in both runs.
     #[arg(long, default_value_t = 64, value_name = "TOKENS")]
     pub max_length: u32,
-    /// Execution provider of the live run.
-    #[arg(long, value_enum, default_value = "cpu")]
-    pub ep: Ep,
-    /// ONNX Runtime intra-op threads per model instance (use what the profile was measured with).
-    #[arg(long, default_value_t = 1, value_name = "N")]
-    pub threads: u32,
-    /// The model's input-length dimension (default: its only dynamic one besides the batch).
-    #[arg(long, value_name = "NAME")]
-    pub length_dim: Option<String>,
     /// Seed of the simulation and of the live input data.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// ONNX Runtime shared library (see `capsim calibrate --help`).
-    #[arg(long, value_name = "libonnxruntime.so")]
-    pub ort_lib: Option<PathBuf>,
     /// Also write both runs' per-request records, `DIR/load-30/{simulated,measured}.parquet`
     /// (same columns as `capsim simulate`'s requests.parquet), to compare them request by request.
     #[arg(short = 'o', long = "out", value_name = "DIR")]
@@ -73,14 +55,8 @@ fn relative_error(simulated: f64, measured: f64) -> f64 {
 }
 
 pub fn run(args: ValidateArgs) -> Result<()> {
-    let scenario = Scenario::from_path(&args.scenario).map_err(|e| BadInput(e.to_string()))?;
-    if scenario.pools().len() > 1 {
-        return Err(BadInput(
-            "capsim validate serves the default pool only; remove the [pools.*] sections".into(),
-        )
-        .into());
-    }
-    check_servable(&scenario.pools()[0]).map_err(user_facing)?;
+    let server = &args.server;
+    let scenario = server.served_scenario()?;
     if args.loads.iter().any(|&l| !(l > 0.0 && l.is_finite())) {
         return Err(BadInput(format!(
             "--loads {:?}: each load must be a positive fraction such as 0.6",
@@ -90,9 +66,9 @@ pub fn run(args: ValidateArgs) -> Result<()> {
     }
     let duration_ns =
         parse_duration_ns(&args.duration).map_err(|e| BadInput(format!("--duration: {e}")))?;
-    check_model_file(&args.model).map_err(user_facing)?;
+    check_model_file(&server.model).map_err(user_facing)?;
     let profile = Profile::read(&args.profile).map_err(|e| BadInput(e.to_string()))?;
-    if let Some(warning) = measurement_mismatch(&profile, &scenario, args.threads) {
+    if let Some(warning) = measurement_mismatch(&profile, &scenario, server.threads) {
         eprintln!("validate: warning: {warning}");
     }
     let service = Arc::new(ProfileServiceTime::new(&profile));
@@ -100,7 +76,7 @@ pub fn run(args: ValidateArgs) -> Result<()> {
         || "not recorded".to_string(),
         |s| format!("{:.1}%", 100.0 * s),
     );
-    let loaded = args.input.load()?;
+    let loaded = server.input.load()?;
     eprintln!("{}", loaded.report_line());
     let trace = &loaded.trace;
     if trace.len() < 2 {
@@ -134,17 +110,9 @@ pub fn run(args: ValidateArgs) -> Result<()> {
         "calibrated capacity: {capacity_rps:.1} rps ({model_instances} model instances, batches of {max_batch} at {mean_length} tokens)"
     );
 
-    let runtime = load_runtime(args.ort_lib.as_deref())?;
-    let config = LiveConfig {
-        model: args.model.clone(),
-        provider: args.ep.into(),
-        intra_threads: args.threads,
-        length_dim: args.length_dim.clone(),
-        max_length,
-        // The token ids the profile was measured with (their values do not change the time).
-        vocab: profile.settings.vocab,
-        seed: args.seed,
-    };
+    let runtime = load_runtime(server.ort_lib.as_deref())?;
+    // The token ids the profile was measured with (their values do not change the time).
+    let config = server.live_config(max_length, profile.settings.vocab, args.seed);
     println!(
         "{:>5} {:<18} {:>10} {:>10} {:>8}",
         "load", "metric", "simulated", "measured", "error"
