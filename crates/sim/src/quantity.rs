@@ -47,12 +47,17 @@ fn split_number(text: &str) -> Option<(f64, &str)> {
 /// Parses a duration such as `5ms`, `2.5s`, `250us`, `100ns`, `1m` or `0` into nanoseconds.
 /// Fractions below a nanosecond round to the nearest nanosecond.
 pub fn parse_duration_ns(text: &str) -> Result<u64, QuantityError> {
-    let err = || QuantityError {
-        kind: "duration",
-        value: text.to_string(),
-        hint: DURATION_HINT,
-    };
-    let (value, unit) = split_number(text).ok_or_else(err)?;
+    let ns = parse_duration_ns_f64(text)?.round();
+    if ns > u64::MAX as f64 / 4.0 {
+        return Err(duration_error(text));
+    }
+    Ok(ns as u64)
+}
+
+/// Parses a duration like [`parse_duration_ns`] but keeps fractions of a nanosecond
+/// (`"0.25ns"` is 0.25), for coefficients that only add up to nanoseconds over many tokens.
+pub fn parse_duration_ns_f64(text: &str) -> Result<f64, QuantityError> {
+    let (value, unit) = split_number(text).ok_or_else(|| duration_error(text))?;
     let scale_ns = match unit {
         "ns" => 1.0,
         "us" | "µs" => 1e3,
@@ -61,13 +66,17 @@ pub fn parse_duration_ns(text: &str) -> Result<u64, QuantityError> {
         "m" | "min" => 60e9,
         "h" => 3600e9,
         "" if value == 0.0 => 1.0,
-        _ => return Err(err()),
+        _ => return Err(duration_error(text)),
     };
-    let ns = (value * scale_ns).round();
-    if ns > u64::MAX as f64 / 4.0 {
-        return Err(err());
+    Ok(value * scale_ns)
+}
+
+fn duration_error(text: &str) -> QuantityError {
+    QuantityError {
+        kind: "duration",
+        value: text.to_string(),
+        hint: DURATION_HINT,
     }
-    Ok(ns as u64)
 }
 
 /// Parses a request rate such as `120rps`, `3000rpm` or `1.5rph` into requests per second.

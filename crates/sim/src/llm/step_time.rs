@@ -8,7 +8,7 @@ use serde::Deserialize;
 use super::hardware::{self, Hardware};
 use super::roofline::{MODEL_PRESET_NAMES, ModelShape, Roofline, dtype_bytes, model_preset};
 use super::step_profile::{ProfileStepTime, StepProfileError};
-use crate::quantity::QuantityError;
+use crate::quantity::{QuantityError, parse_duration_ns_f64};
 use crate::rng::SimRng;
 use crate::scenario::SizeBytes;
 
@@ -106,32 +106,9 @@ pub enum StepTimeSpec {
 pub struct FineDurationNs(pub f64);
 
 impl FineDurationNs {
-    /// Parses a non-negative number followed by `ns`, `us`, `ms` or `s` (or a bare `0`).
+    /// Parses a non-negative duration with a unit (see [`parse_duration_ns_f64`]), or a bare `0`.
     pub fn parse(text: &str) -> Result<FineDurationNs, QuantityError> {
-        let err = || QuantityError {
-            kind: "duration",
-            value: text.to_string(),
-            hint: "write a number followed by a unit: ns, us, ms or s (for example \"0.5ns\" or \"0.1ms\")",
-        };
-        let trimmed = text.trim();
-        let end = trimmed
-            .char_indices()
-            .find(|&(_, c)| !(c.is_ascii_digit() || c == '.' || c == 'e' || c == '-' || c == '+'))
-            .map_or(trimmed.len(), |(i, _)| i);
-        let (number, unit) = trimmed.split_at(end);
-        let value: f64 = number.parse().map_err(|_| err())?;
-        if !value.is_finite() || value < 0.0 {
-            return Err(err());
-        }
-        let scale_ns = match unit.trim() {
-            "ns" => 1.0,
-            "us" | "µs" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "" if value == 0.0 => 1.0,
-            _ => return Err(err()),
-        };
-        Ok(FineDurationNs(value * scale_ns))
+        parse_duration_ns_f64(text).map(FineDurationNs)
     }
 }
 
