@@ -290,6 +290,18 @@ struct Engine<'a> {
     summary: SummaryBuilder,
 }
 
+/// Whether a queue entry still stands for its ticket: the ticket was not reused since (same
+/// generation) and is still waiting in that part of the queue (not timed out or taken).
+#[inline]
+fn queued_entry_is_live(tickets: &[Ticket], e: Entry, part: Part) -> bool {
+    let t = &tickets[e.ticket as usize];
+    t.generation == e.generation
+        && match part {
+            Part::Main => t.stage == Stage::Queued,
+            Part::Delayed => t.stage == Stage::Delayed,
+        }
+}
+
 impl<'a> Engine<'a> {
     fn new(scenario: &'a Scenario, trace: &'a Trace, options: &RunOptions) -> Engine<'a> {
         let seed = options.seed;
@@ -943,14 +955,7 @@ impl<'a> Engine<'a> {
                 return;
             };
             let tickets = &self.tickets;
-            let live = |e: Entry, part: Part| {
-                let t = &tickets[e.ticket as usize];
-                t.generation == e.generation
-                    && match part {
-                        Part::Main => t.stage == Stage::Queued,
-                        Part::Delayed => t.stage == Stage::Delayed,
-                    }
-            };
+            let live = |e: Entry, part: Part| queued_entry_is_live(tickets, e, part);
             let pool = &self.pools[instance.pool as usize];
             let queue = &mut instance.queue;
             let decision = pool.batcher.decide(now.ns(), queue.len(), || {
@@ -997,14 +1002,7 @@ impl<'a> Engine<'a> {
         for _ in 0..size {
             let entry = instance
                 .queue
-                .pop(|e, part| {
-                    let t = &tickets[e.ticket as usize];
-                    t.generation == e.generation
-                        && match part {
-                            Part::Main => t.stage == Stage::Queued,
-                            Part::Delayed => t.stage == Stage::Delayed,
-                        }
-                })
+                .pop(|e, part| queued_entry_is_live(tickets, e, part))
                 .expect("the batcher never sends more requests than are queued");
             let t = &mut tickets[entry.ticket as usize];
             t.stage = Stage::Executing;
@@ -1026,6 +1024,14 @@ impl<'a> Engine<'a> {
         if pool.may_extrapolate && service.is_extrapolated(&shape) {
             pool.extrapolated_batches += 1;
         }
+        self.begin_execution(mi_index, size, now + duration_ns);
+    }
+
+    /// Marks model instance `mi_index` busy with a batch (or step) of `size` requests until
+    /// `done_ns`, and counts the batch.
+    #[inline]
+    fn begin_execution(&mut self, mi_index: u32, size: u32, done_ns: u64) {
+        let mi = &mut self.model_instances[mi_index as usize];
         mi.busy = true;
         mi.batch_start = self.now;
         mi.batches += 1;
@@ -1033,8 +1039,7 @@ impl<'a> Engine<'a> {
         self.interval.batches += 1;
         self.interval.batched += u64::from(size);
         self.summary.add_batch(size);
-        self.events
-            .push(now + duration_ns, EventKind::BatchDone, mi_index, 0);
+        self.events.push(done_ns, EventKind::BatchDone, mi_index, 0);
     }
 
     /// Plans and starts the next step of continuous-batching instance `instance_index`, when its
@@ -1056,14 +1061,7 @@ impl<'a> Engine<'a> {
         let prefix_blocks = self.prefix_blocks;
         let mut taken = 0u32;
         let planned = scheduler.plan_step(now, || {
-            let entry = queue.pop(|e, part| {
-                let t = &tickets[e.ticket as usize];
-                t.generation == e.generation
-                    && match part {
-                        Part::Main => t.stage == Stage::Queued,
-                        Part::Delayed => t.stage == Stage::Delayed,
-                    }
-            })?;
+            let entry = queue.pop(|e, part| queued_entry_is_live(tickets, e, part))?;
             taken += 1;
             let t = &mut tickets[entry.ticket as usize];
             // Out of the queue (and its timeout): waiting in the scheduler, then running.
@@ -1095,20 +1093,8 @@ impl<'a> Engine<'a> {
         if step_time.is_extrapolated(&step.batch) {
             pool.extrapolated_batches += 1;
         }
-        let seqs = step.batch.seqs();
-        mi.busy = true;
-        mi.batch_start = self.now;
-        mi.batches += 1;
-        self.busy_model_instances += 1;
-        self.interval.batches += 1;
-        self.interval.batched += u64::from(seqs);
-        self.summary.add_batch(seqs);
-        self.events.push(
-            now + gpu_ns + step.overhead_ns,
-            EventKind::BatchDone,
-            mi_index,
-            0,
-        );
+        let (seqs, done_ns) = (step.batch.seqs(), now + gpu_ns + step.overhead_ns);
+        self.begin_execution(mi_index, seqs, done_ns);
     }
 
     /// A continuous-batching step ends: tokens are emitted, finished requests move on to
