@@ -2,7 +2,8 @@
 //! the full-pipeline benchmark scenario (`crates/sim/benches/full-pipeline.toml`), summary only.
 //! Prints the median of several runs, one thread.
 //!
-//! `cargo run --release -p capsim-sim --example full_pipeline_rate -- [REQUESTS] [REPEATS]`
+//! `cargo run --release -p capsim-sim --example full_pipeline_rate -- [REQUESTS] [REPEATS] [SCENARIO]`;
+//! SCENARIO is a scenario file to run instead of the full-pipeline one.
 
 use std::time::Instant;
 
@@ -19,6 +20,10 @@ fn main() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(1_000_000);
     let repeats: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(5).max(1);
+    let scenario_text = match args.next() {
+        Some(path) => std::fs::read_to_string(&path).expect("readable scenario file"),
+        None => include_str!("../benches/full-pipeline.toml").to_string(),
+    };
     // The same trace as the criterion bench's `full_pipeline_1M_requests`.
     let mut rng = stream(2, Component::Client, 999);
     let mut t_ns = 0.0f64;
@@ -36,8 +41,7 @@ fn main() {
         ..Columns::default()
     })
     .expect("sorted arrivals");
-    let scenario = Scenario::from_toml_str(include_str!("../benches/full-pipeline.toml"))
-        .expect("valid scenario");
+    let scenario = Scenario::from_toml_str(&scenario_text).expect("valid scenario");
     let mut secs = Vec::with_capacity(repeats);
     let mut p99_ms = 0.0;
     for _ in 0..repeats {

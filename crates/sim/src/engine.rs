@@ -336,6 +336,11 @@ impl<'a> Engine<'a> {
                         .map(|pre| WorkerPool::new(pre.workers)),
                     first_model_instance: model_instances.len() as u32,
                     model_instances: per_instance,
+                    free_model_instances: if cold_start_ns == 0 && !standby {
+                        per_instance
+                    } else {
+                        0
+                    },
                     outstanding: 0,
                     timer_at: SimTime::NEVER,
                 });
@@ -600,6 +605,7 @@ impl<'a> Engine<'a> {
                 let mi = &mut self.model_instances[target as usize];
                 mi.ready = true;
                 let instance = mi.instance;
+                self.instances[instance as usize].free_model_instances += 1;
                 self.dispatch(instance);
             }
             EventKind::PostprocessDone => self.postprocessed(target, sink),
@@ -819,11 +825,12 @@ impl<'a> Engine<'a> {
         let index = pool.first_instance + pool.instances;
         pool.instances += 1;
         pool.standby_left -= 1;
-        let instance = &self.instances[index as usize];
+        let instance = &mut self.instances[index as usize];
         let from = instance.first_model_instance;
         for mi in from..from + instance.model_instances {
             if pool.cold_start_ns == 0 {
                 self.model_instances[mi as usize].ready = true;
+                instance.free_model_instances += 1;
             } else {
                 self.events.push(
                     now + pool.cold_start_ns,
@@ -943,17 +950,15 @@ impl<'a> Engine<'a> {
         let now = self.now;
         loop {
             let instance = &mut self.instances[instance_index as usize];
-            if instance.queue.is_empty() {
+            if instance.queue.is_empty() || instance.free_model_instances == 0 {
                 return;
             }
             let first = instance.first_model_instance as usize;
             let count = instance.model_instances as usize;
-            let Some(free) = self.model_instances[first..first + count]
+            let free = self.model_instances[first..first + count]
                 .iter()
                 .position(ModelInstance::is_free)
-            else {
-                return;
-            };
+                .expect("free_model_instances > 0 means one is free");
             let tickets = &self.tickets;
             let live = |e: Entry, part: Part| queued_entry_is_live(tickets, e, part);
             let pool = &self.pools[instance.pool as usize];
@@ -1035,6 +1040,7 @@ impl<'a> Engine<'a> {
         mi.busy = true;
         mi.batch_start = self.now;
         mi.batches += 1;
+        self.instances[mi.instance as usize].free_model_instances -= 1;
         self.busy_model_instances += 1;
         self.interval.batches += 1;
         self.interval.batched += u64::from(size);
@@ -1105,6 +1111,7 @@ impl<'a> Engine<'a> {
         mi.busy = false;
         mi.busy_ns += now - mi.batch_start;
         let instance_index = mi.instance;
+        self.instances[instance_index as usize].free_model_instances += 1;
         self.busy_model_instances -= 1;
         let mut tokens = std::mem::take(&mut self.token_buf);
         tokens.clear();
@@ -1164,6 +1171,7 @@ impl<'a> Engine<'a> {
         mi.busy_ns += now - mi.batch_start;
         let instance_index = mi.instance;
         let mut members = std::mem::take(&mut mi.members);
+        self.instances[instance_index as usize].free_model_instances += 1;
         self.busy_model_instances -= 1;
         let instance = &mut self.instances[instance_index as usize];
         instance.outstanding -= members.len() as u32;

@@ -22,6 +22,9 @@ pub struct Instance {
     pub first_model_instance: u32,
     /// Model instances of this server.
     pub model_instances: u32,
+    /// Of those, how many are ready and not running a batch (kept by the engine, so the batcher
+    /// is not asked to form a batch no model instance could take).
+    pub free_model_instances: u32,
     /// Requests routed here and not yet done executing.
     pub outstanding: u32,
     /// Time of the pending batcher wake-up, or [`SimTime::NEVER`].

@@ -38,6 +38,27 @@ pub struct Counts {
 }
 
 impl Counts {
+    /// True when every request is accounted for.
+    pub fn adds_up(&self) -> bool {
+        self.completed + self.rejected + self.timed_out == self.total
+            && self.rejected_by_reason.values().sum::<u64>() == self.rejected
+    }
+}
+
+/// [`Counts`] while a run goes: fixed-size fields, so counting a request touches no map.
+#[derive(Debug, Clone, Copy, Default)]
+struct Tally {
+    total: u64,
+    completed: u64,
+    cache_hits: u64,
+    timed_out: u64,
+    retries: u64,
+    /// Indexed like [`RejectReason::ALL`].
+    rejected_by_reason: [u64; RejectReason::ALL.len()],
+}
+
+impl Tally {
+    #[inline]
     fn add(&mut self, r: &RequestRecord) {
         self.total += 1;
         self.retries += u64::from(r.attempt > 1);
@@ -46,21 +67,27 @@ impl Counts {
                 self.completed += 1;
                 self.cache_hits += u64::from(r.cache_hit);
             }
-            Outcome::Rejected(reason) => {
-                self.rejected += 1;
-                *self
-                    .rejected_by_reason
-                    .entry(reason.as_str().to_string())
-                    .or_default() += 1;
-            }
+            Outcome::Rejected(reason) => self.rejected_by_reason[reason as usize] += 1,
             Outcome::TimedOut => self.timed_out += 1,
         }
     }
 
-    /// True when every request is accounted for.
-    pub fn adds_up(&self) -> bool {
-        self.completed + self.rejected + self.timed_out == self.total
-            && self.rejected_by_reason.values().sum::<u64>() == self.rejected
+    fn counts(&self) -> Counts {
+        let by_reason = RejectReason::ALL
+            .iter()
+            .zip(self.rejected_by_reason)
+            .filter(|&(_, n)| n > 0);
+        Counts {
+            total: self.total,
+            completed: self.completed,
+            cache_hits: self.cache_hits,
+            rejected: self.rejected_by_reason.iter().sum(),
+            rejected_by_reason: by_reason
+                .map(|(reason, n)| (reason.as_str().to_string(), n))
+                .collect(),
+            timed_out: self.timed_out,
+            retries: self.retries,
+        }
     }
 }
 
@@ -325,8 +352,8 @@ pub struct Summary {
 /// Builds a [`Summary`] from finished requests, streaming.
 #[derive(Debug, Clone)]
 pub struct SummaryBuilder {
-    all: Counts,
-    measured: Counts,
+    all: Tally,
+    measured: Tally,
     stages: Vec<LatencyAccumulator>,
     modeled: [bool; STAGES.len()],
     slo_ns: Option<u64>,
@@ -354,8 +381,8 @@ impl SummaryBuilder {
             modeled[always] = true;
         }
         SummaryBuilder {
-            all: Counts::default(),
-            measured: Counts::default(),
+            all: Tally::default(),
+            measured: Tally::default(),
             stages: modeled
                 .iter()
                 .map(|&m| LatencyAccumulator::new(m))
@@ -476,8 +503,8 @@ impl SummaryBuilder {
     }
 
     /// Counts of every request added so far.
-    pub fn counts(&self) -> &Counts {
-        &self.all
+    pub fn counts(&self) -> Counts {
+        self.all.counts()
     }
 
     /// Finishes the summary. `end_ns` is the run's last event; the rest describes the run.
@@ -519,7 +546,7 @@ impl SummaryBuilder {
             seed,
             percentile_method: PERCENTILE_METHOD.to_string(),
             warmup_excluded: self.all.total - self.measured.total,
-            requests: self.all,
+            requests: self.all.counts(),
             measured_span_s: span_ns as f64 * 1e-9,
             offered_rate_rps: per_s(self.measured.total, arrival_span_ns),
             throughput_rps: per_s(self.measured.completed, span_ns),
@@ -530,7 +557,7 @@ impl SummaryBuilder {
                 || self.slo_ttft_ns.is_some()
                 || self.slo_tpot_ns.is_some())
             .then(|| per_s(self.within_slo, span_ns)),
-            measured: self.measured,
+            measured: self.measured.counts(),
             latency_ms: STAGES
                 .iter()
                 .zip(&self.stages)
@@ -660,6 +687,29 @@ impl Summary {
 mod tests {
     use super::*;
     use rand::{RngExt, SeedableRng};
+
+    #[test]
+    fn tally_counts_each_reject_reason_under_its_own_name() {
+        let mut tally = Tally::default();
+        for (i, &reason) in RejectReason::ALL.iter().enumerate() {
+            let mut r = RequestRecord::new(0, 1, 0);
+            r.outcome = Outcome::Rejected(reason);
+            for _ in 0..=i {
+                tally.add(&r);
+            }
+        }
+        let counts = tally.counts();
+        for (i, reason) in RejectReason::ALL.iter().enumerate() {
+            assert_eq!(
+                counts.rejected_by_reason.get(reason.as_str()),
+                Some(&(i as u64 + 1)),
+                "{reason:?} in {:?}",
+                counts.rejected_by_reason
+            );
+        }
+        assert_eq!(counts.rejected, 15);
+        assert!(counts.adds_up());
+    }
 
     #[test]
     fn slot_counts_give_the_same_percentiles_as_recording_into_hdrhistogram() {
