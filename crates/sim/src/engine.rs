@@ -621,6 +621,7 @@ impl<'a> Engine<'a> {
         }
     }
 
+    #[inline]
     fn new_ticket(&mut self, record: RequestRecord, level: u32, measured: bool) -> u32 {
         let ticket = Ticket {
             record,
@@ -648,6 +649,7 @@ impl<'a> Engine<'a> {
     }
 
     /// A client sends trace row `request` now.
+    #[inline]
     fn send<S: RecordSink>(&mut self, request: u32, client: u32, sink: &mut S) {
         let row = request as usize;
         let now = self.now.ns();
@@ -667,6 +669,7 @@ impl<'a> Engine<'a> {
     }
 
     /// A client's attempt leaves for the gateway.
+    #[inline]
     fn launch<S: RecordSink>(&mut self, ticket: u32, sink: &mut S) {
         let now = self.now.ns();
         self.sent += 1;
@@ -703,6 +706,7 @@ impl<'a> Engine<'a> {
         self.launch(ticket, sink);
     }
 
+    #[inline]
     fn gateway_arrival<S: RecordSink>(&mut self, ticket: u32, sink: &mut S) {
         let now = self.now.ns();
         let t = &mut self.tickets[ticket as usize];
@@ -748,6 +752,7 @@ impl<'a> Engine<'a> {
         }
     }
 
+    #[inline]
     fn pool_of(&self, row: usize) -> u16 {
         if self.pools.len() == 1 {
             return 0;
@@ -766,11 +771,14 @@ impl<'a> Engine<'a> {
     }
 
     /// The gateway routes an admitted request to an instance of its pool.
+    #[inline]
     fn route<S: RecordSink>(&mut self, ticket: u32, sink: &mut S) {
         let now = self.now.ns();
         let row = self.tickets[ticket as usize].record.request as usize;
         let p = self.pool_of(row);
-        self.activate_standby_if_needed(p);
+        if self.pools[p as usize].standby_left > 0 {
+            self.activate_standby_if_needed(p);
+        }
         let pool = &mut self.pools[p as usize];
         let first = pool.first_instance as usize;
         let instances = &self.instances;
@@ -842,6 +850,7 @@ impl<'a> Engine<'a> {
         }
     }
 
+    #[inline]
     fn preprocess_done<S: RecordSink>(&mut self, ticket: u32, sink: &mut S) {
         let now = self.now.ns();
         let record = self.tickets[ticket as usize].record;
@@ -869,6 +878,7 @@ impl<'a> Engine<'a> {
     }
 
     /// The request enters its instance's queue (or is rejected: queue full).
+    #[inline]
     fn enqueue<S: RecordSink>(&mut self, ticket: u32, instance_index: u32, sink: &mut S) {
         let now = self.now.ns();
         let t = &mut self.tickets[ticket as usize];
@@ -942,6 +952,7 @@ impl<'a> Engine<'a> {
 
     /// Forms and starts batches on `instance_index` while a model instance is free and the
     /// batcher's rule says send.
+    #[inline]
     fn dispatch(&mut self, instance_index: u32) {
         if self.schedulers[instance_index as usize].is_some() {
             self.plan_step(instance_index);
@@ -986,6 +997,7 @@ impl<'a> Engine<'a> {
         }
     }
 
+    #[inline]
     fn start_batch(&mut self, instance_index: u32, mi_index: u32, size: u32) {
         let now = self.now.ns();
         let batch_id = self.next_batch_id;
@@ -1140,6 +1152,7 @@ impl<'a> Engine<'a> {
     }
 
     /// Execution is over for `ticket`: post-processing starts (or is skipped).
+    #[inline]
     fn executed<S: RecordSink>(&mut self, ticket: u32, sink: &mut S) {
         let now = self.now;
         let t = &mut self.tickets[ticket as usize];
@@ -1159,6 +1172,7 @@ impl<'a> Engine<'a> {
         }
     }
 
+    #[inline]
     fn batch_done<S: RecordSink>(&mut self, mi_index: u32, sink: &mut S) {
         let instance_index = self.model_instances[mi_index as usize].instance;
         if self.schedulers[instance_index as usize].is_some() {
@@ -1201,6 +1215,7 @@ impl<'a> Engine<'a> {
     }
 
     /// Post-processing (or the cache) is done: the response leaves the gateway.
+    #[inline]
     fn postprocessed<S: RecordSink>(&mut self, ticket: u32, sink: &mut S) {
         let now = self.now.ns();
         let t = &mut self.tickets[ticket as usize];
@@ -1226,11 +1241,13 @@ impl<'a> Engine<'a> {
         }
     }
 
+    #[inline]
     fn deliver<S: RecordSink>(&mut self, ticket: u32, sink: &mut S) {
         self.end(ticket, Outcome::Completed, sink);
     }
 
     /// The request is finished: record it and free its ticket.
+    #[inline]
     fn end<S: RecordSink>(&mut self, ticket: u32, outcome: Outcome, sink: &mut S) {
         let now = self.now.ns();
         let t = &mut self.tickets[ticket as usize];

@@ -155,9 +155,12 @@ fn empty_histogram() -> Histogram<u32> {
 /// the HdrHistogram is built from the counts only when the statistics are asked for.
 #[derive(Debug, Clone)]
 struct LatencyAccumulator {
-    /// Counts per slot, saturating at `u32::MAX` as the `Histogram<u32>` built from them does;
-    /// 4 bytes a slot halve the cache footprint of the per-request adds.
-    slot_counts: Vec<u32>,
+    /// Counts per slot, modulo 256: one byte a slot keeps the slots a run touches in the L1
+    /// cache (a stage's latencies span a few thousand slots), which the per-request adds need.
+    slot_counts: Vec<u8>,
+    /// Per slot, the counts carried out of `slot_counts` (multiples of 256); touched once every
+    /// 256 adds to a slot.
+    slot_carries: Vec<u64>,
     /// Slot of [`HISTOGRAM_MAX_NS`]: where values past the array are clamped, as HdrHistogram's
     /// `saturating_record` does.
     max_slot: usize,
@@ -176,6 +179,7 @@ impl LatencyAccumulator {
         };
         LatencyAccumulator {
             slot_counts: vec![0; slots],
+            slot_carries: vec![0; slots],
             max_slot: slot_of(HISTOGRAM_MAX_NS),
             count: 0,
             sum_ns: 0,
@@ -189,16 +193,30 @@ impl LatencyAccumulator {
         if slot >= self.slot_counts.len() {
             slot = self.max_slot;
         }
-        self.slot_counts[slot] = self.slot_counts[slot].saturating_add(1);
+        let low = &mut self.slot_counts[slot];
+        if *low == u8::MAX {
+            *low = 0;
+            self.slot_carries[slot] += 256;
+        } else {
+            *low += 1;
+        }
         self.count += 1;
         self.sum_ns += u128::from(ns);
         self.max_ns = self.max_ns.max(ns);
     }
 
+    /// The values counted in `slot`.
+    fn slot_count(&self, slot: usize) -> u64 {
+        self.slot_carries[slot] + u64::from(self.slot_counts[slot])
+    }
+
     fn histogram(&self) -> Histogram<u32> {
         let mut histogram = empty_histogram();
-        for (slot, &n) in self.slot_counts.iter().enumerate() {
+        for slot in 0..self.slot_counts.len() {
+            let n = self.slot_count(slot);
             if n > 0 {
+                // A slot saturates at `u32::MAX`, as recording into a `Histogram<u32>` does.
+                let n = u32::try_from(n).unwrap_or(u32::MAX);
                 histogram.saturating_record_n(slot_value(slot), n);
             }
         }
@@ -721,6 +739,10 @@ mod tests {
             let magnitude = rng.random_range(0..64u32);
             values.push(rng.random_range(0..=u64::MAX >> (63 - magnitude)));
         }
+        // Slots counted past one byte: carried once, many times, and one short of a carry.
+        values.extend(std::iter::repeat_n(12_345, 256));
+        values.extend(std::iter::repeat_n(0, 70_000));
+        values.extend(std::iter::repeat_n(5_000_000, 511));
         for &v in &values {
             direct.saturating_record(v);
             acc.add(v);
