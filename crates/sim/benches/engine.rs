@@ -1,6 +1,7 @@
 //! Engine speed: customers per second on M/M/4 at utilization 0.8, and a 1 M-request trace
-//! through the full pipeline (network, gateway, 4 instances with pre-processing and a dynamic
-//! batcher). Run with `cargo bench -p capsim-sim --bench engine`; compare the M/M/4 figure with
+//! through two pipelines: the gateway, 4 instances and their dynamic batchers
+//! (`gateway-batcher.toml`), and the whole serving path, which adds lognormal network paths both
+//! ways, pre-processing workers and post-processing (`full-pipeline.toml`). Run with `cargo bench -p capsim-sim --bench engine`; compare the M/M/4 figure with
 //! `scripts/bench_vs_simpy.py` (SimPy, the same model, in the same run), which prints the ratio;
 //! `cargo run --release -p capsim-sim --example full_pipeline_rate` repeats the second outside criterion.
 
@@ -37,9 +38,12 @@ fn poisson_trace(n: usize, rate_rps: f64, seed: u64) -> Trace {
 const MM4: &str =
     "[execution]\ninstance_count = 4\n[service]\nkind = \"exponential\"\nmean = \"1ms\"\n";
 
-/// Gateway with admission control, 4 instances behind least-outstanding balancing, each with
-/// pre-processing workers and a dynamic batcher.
-pub const FULL_PIPELINE: &str = include_str!("full-pipeline.toml");
+/// Gateway with admission control, 4 instances behind least-outstanding balancing, each with a
+/// dynamic batcher.
+const GATEWAY_BATCHER: &str = include_str!("gateway-batcher.toml");
+
+/// [`GATEWAY_BATCHER`] plus network paths and pre- and post-processing.
+const FULL_PIPELINE: &str = include_str!("full-pipeline.toml");
 
 fn engine(c: &mut Criterion) {
     let n = 1_000_000;
@@ -59,6 +63,10 @@ fn engine(c: &mut Criterion) {
     // A batch of 16 with inputs up to 512 tokens takes about 2 + 3.2 + 16 * 480 * 0.00025 = 7.1 ms,
     // so 4 instances serve about 9000 rps: 6000 rps is a utilization near 0.67.
     let full_trace = poisson_trace(n, 6000.0, 2);
+    let gateway_batcher = Scenario::from_toml_str(GATEWAY_BATCHER).expect("valid scenario");
+    group.bench_function("gateway_batcher_1M_requests", |b| {
+        b.iter(|| black_box(simulate(&gateway_batcher, &full_trace, &options).expect("runs")))
+    });
     let full = Scenario::from_toml_str(FULL_PIPELINE).expect("valid scenario");
     group.bench_function("full_pipeline_1M_requests", |b| {
         b.iter(|| black_box(simulate(&full, &full_trace, &options).expect("runs")))

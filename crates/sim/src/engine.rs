@@ -21,7 +21,7 @@ use capsim_trace::Trace;
 use crate::batcher::{Batcher, Decision};
 use crate::event::{EventKind, EventQueue};
 use crate::gateway::{Admission, Balancer, Refusal};
-use crate::instance::{Instance, ModelInstance};
+use crate::instance::{FreeSet, Instance, ModelInstance};
 use crate::llm::scheduler::{NewSeq, Scheduler, Token, Unservable};
 use crate::llm::step_time::StepTime;
 use crate::network::NetworkPath;
@@ -336,11 +336,7 @@ impl<'a> Engine<'a> {
                         .map(|pre| WorkerPool::new(pre.workers)),
                     first_model_instance: model_instances.len() as u32,
                     model_instances: per_instance,
-                    free_model_instances: if cold_start_ns == 0 && !standby {
-                        per_instance
-                    } else {
-                        0
-                    },
+                    free: FreeSet::new(per_instance, cold_start_ns == 0 && !standby),
                     outstanding: 0,
                     timer_at: SimTime::NEVER,
                 });
@@ -604,8 +600,8 @@ impl<'a> Engine<'a> {
             EventKind::ModelInstanceReady => {
                 let mi = &mut self.model_instances[target as usize];
                 mi.ready = true;
-                let instance = mi.instance;
-                self.instances[instance as usize].free_model_instances += 1;
+                let (instance, k) = (mi.instance, mi.index_in_instance);
+                self.instances[instance as usize].free.insert(k);
                 self.dispatch(instance);
             }
             EventKind::PostprocessDone => self.postprocessed(target, sink),
@@ -838,7 +834,7 @@ impl<'a> Engine<'a> {
         for mi in from..from + instance.model_instances {
             if pool.cold_start_ns == 0 {
                 self.model_instances[mi as usize].ready = true;
-                instance.free_model_instances += 1;
+                instance.free.insert(mi - from);
             } else {
                 self.events.push(
                     now + pool.cold_start_ns,
@@ -961,15 +957,14 @@ impl<'a> Engine<'a> {
         let now = self.now;
         loop {
             let instance = &mut self.instances[instance_index as usize];
-            if instance.queue.is_empty() || instance.free_model_instances == 0 {
+            if instance.queue.is_empty() {
                 return;
             }
-            let first = instance.first_model_instance as usize;
-            let count = instance.model_instances as usize;
-            let free = self.model_instances[first..first + count]
-                .iter()
-                .position(ModelInstance::is_free)
-                .expect("free_model_instances > 0 means one is free");
+            let Some(free) = instance.free.first() else {
+                return;
+            };
+            let first = instance.first_model_instance;
+            debug_assert!(self.model_instances[(first + free) as usize].is_free());
             let tickets = &self.tickets;
             let live = |e: Entry, part: Part| queued_entry_is_live(tickets, e, part);
             let pool = &self.pools[instance.pool as usize];
@@ -980,9 +975,7 @@ impl<'a> Engine<'a> {
                     .expect("a non-empty queue has an oldest request")
             });
             match decision {
-                Decision::Send(size) => {
-                    self.start_batch(instance_index, (first + free) as u32, size)
-                }
+                Decision::Send(size) => self.start_batch(instance_index, first + free, size),
                 Decision::WaitUntil(deadline_ns) => {
                     let deadline = SimTime(deadline_ns);
                     if instance.timer_at <= now || deadline < instance.timer_at {
@@ -1052,7 +1045,9 @@ impl<'a> Engine<'a> {
         mi.busy = true;
         mi.batch_start = self.now;
         mi.batches += 1;
-        self.instances[mi.instance as usize].free_model_instances -= 1;
+        self.instances[mi.instance as usize]
+            .free
+            .remove(mi.index_in_instance);
         self.busy_model_instances += 1;
         self.interval.batches += 1;
         self.interval.batched += u64::from(size);
@@ -1123,7 +1118,9 @@ impl<'a> Engine<'a> {
         mi.busy = false;
         mi.busy_ns += now - mi.batch_start;
         let instance_index = mi.instance;
-        self.instances[instance_index as usize].free_model_instances += 1;
+        self.instances[instance_index as usize]
+            .free
+            .insert(mi.index_in_instance);
         self.busy_model_instances -= 1;
         let mut tokens = std::mem::take(&mut self.token_buf);
         tokens.clear();
@@ -1185,7 +1182,9 @@ impl<'a> Engine<'a> {
         mi.busy_ns += now - mi.batch_start;
         let instance_index = mi.instance;
         let mut members = std::mem::take(&mut mi.members);
-        self.instances[instance_index as usize].free_model_instances += 1;
+        self.instances[instance_index as usize]
+            .free
+            .insert(mi.index_in_instance);
         self.busy_model_instances -= 1;
         let instance = &mut self.instances[instance_index as usize];
         instance.outstanding -= members.len() as u32;

@@ -22,9 +22,10 @@ pub struct Instance {
     pub first_model_instance: u32,
     /// Model instances of this server.
     pub model_instances: u32,
-    /// Of those, how many are ready and not running a batch (kept by the engine, so the batcher
-    /// is not asked to form a batch no model instance could take).
-    pub free_model_instances: u32,
+    /// Of those, the ones ready and not running a batch (kept by the engine, so the batcher is
+    /// not asked to form a batch no model instance could take, and the lowest free one is
+    /// found without a scan).
+    pub free: FreeSet,
     /// Requests routed here and not yet done executing.
     pub outstanding: u32,
     /// Time of the pending batcher wake-up, or [`SimTime::NEVER`].
@@ -84,5 +85,70 @@ impl ModelInstance {
     #[inline]
     pub fn is_free(&self) -> bool {
         self.ready && !self.busy
+    }
+}
+
+/// A set of model-instance indices within one server (0-based), as bits: the engine keeps the
+/// free ones here and starts each batch on the lowest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FreeSet {
+    words: Vec<u64>,
+}
+
+impl FreeSet {
+    /// A set over `n` indices, holding all of them when `full`, else none.
+    pub fn new(n: u32, full: bool) -> FreeSet {
+        let mut set = FreeSet {
+            words: vec![0; (n as usize).div_ceil(64).max(1)],
+        };
+        if full {
+            (0..n).for_each(|i| set.insert(i));
+        }
+        set
+    }
+
+    /// Adds index `i`.
+    #[inline]
+    pub fn insert(&mut self, i: u32) {
+        self.words[i as usize / 64] |= 1 << (i % 64);
+    }
+
+    /// Removes index `i`.
+    #[inline]
+    pub fn remove(&mut self, i: u32) {
+        self.words[i as usize / 64] &= !(1 << (i % 64));
+    }
+
+    /// The lowest index held, if any.
+    #[inline]
+    pub fn first(&self) -> Option<u32> {
+        // Nearly always one word: a server rarely has more than 64 model instances.
+        let (w, word) = self.words.iter().enumerate().find(|(_, w)| **w != 0)?;
+        Some(w as u32 * 64 + word.trailing_zeros())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_set_yields_the_lowest_index_across_words() {
+        let mut set = FreeSet::new(130, false);
+        assert_eq!(set.first(), None);
+        for i in [129, 64, 70] {
+            set.insert(i);
+        }
+        assert_eq!(set.first(), Some(64));
+        set.remove(64);
+        assert_eq!(set.first(), Some(70));
+        set.remove(70);
+        assert_eq!(set.first(), Some(129));
+        set.insert(3);
+        assert_eq!(set.first(), Some(3));
+        assert_eq!(FreeSet::new(3, true).first(), Some(0));
+        let mut full = FreeSet::new(65, true);
+        (0..64).for_each(|i| full.remove(i));
+        assert_eq!(full.first(), Some(64));
     }
 }

@@ -72,6 +72,19 @@ impl Tally {
         }
     }
 
+    fn plus(&self, other: &Tally) -> Tally {
+        Tally {
+            total: self.total + other.total,
+            completed: self.completed + other.completed,
+            cache_hits: self.cache_hits + other.cache_hits,
+            timed_out: self.timed_out + other.timed_out,
+            retries: self.retries + other.retries,
+            rejected_by_reason: std::array::from_fn(|i| {
+                self.rejected_by_reason[i] + other.rejected_by_reason[i]
+            }),
+        }
+    }
+
     fn counts(&self) -> Counts {
         let by_reason = RejectReason::ALL
             .iter()
@@ -370,7 +383,8 @@ pub struct Summary {
 /// Builds a [`Summary`] from finished requests, streaming.
 #[derive(Debug, Clone)]
 pub struct SummaryBuilder {
-    all: Tally,
+    /// Warm-up attempts (the others are in `measured`).
+    warmup: Tally,
     measured: Tally,
     stages: Vec<LatencyAccumulator>,
     modeled: [bool; STAGES.len()],
@@ -399,7 +413,7 @@ impl SummaryBuilder {
             modeled[always] = true;
         }
         SummaryBuilder {
-            all: Tally::default(),
+            warmup: Tally::default(),
             measured: Tally::default(),
             stages: modeled
                 .iter()
@@ -472,8 +486,8 @@ impl SummaryBuilder {
     /// Adds a finished request; `measured` is false for warm-up requests, which only count.
     #[inline]
     pub fn add(&mut self, r: &RequestRecord, measured: bool) {
-        self.all.add(r);
         if !measured {
+            self.warmup.add(r);
             return;
         }
         self.measured.add(r);
@@ -522,7 +536,7 @@ impl SummaryBuilder {
 
     /// Counts of every request added so far.
     pub fn counts(&self) -> Counts {
-        self.all.counts()
+        self.measured.plus(&self.warmup).counts()
     }
 
     /// Finishes the summary. `end_ns` is the run's last event; the rest describes the run.
@@ -563,8 +577,8 @@ impl SummaryBuilder {
             scenario: scenario.to_string(),
             seed,
             percentile_method: PERCENTILE_METHOD.to_string(),
-            warmup_excluded: self.all.total - self.measured.total,
-            requests: self.all.counts(),
+            warmup_excluded: self.warmup.total,
+            requests: self.measured.plus(&self.warmup).counts(),
             measured_span_s: span_ns as f64 * 1e-9,
             offered_rate_rps: per_s(self.measured.total, arrival_span_ns),
             throughput_rps: per_s(self.measured.completed, span_ns),
