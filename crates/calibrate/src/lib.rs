@@ -318,6 +318,7 @@ pub fn calibrate(
     });
 
     let mut rng = SimRng::seed_from_u64(config.seed);
+    let cpu_wait = host::CpuWaitMeter::for_this_thread();
     let mut points = Vec::with_capacity(batch_sizes.len() * lengths.len());
     let mut latency_ns: Vec<u64> = Vec::with_capacity(config.max_iters as usize);
     let mut build_ns: Vec<u64> = Vec::with_capacity(config.max_iters as usize);
@@ -344,7 +345,7 @@ pub fn calibrate(
                 if config.idle_gap_ns > 0 {
                     std::thread::sleep(std::time::Duration::from_nanos(config.idle_gap_ns));
                 }
-                let wait_before_ns = host::thread_cpu_wait_ns();
+                let wait_before_ns = cpu_wait.read_ns();
                 let build_start = Instant::now();
                 let values =
                     feed::build_inputs(&inputs, &plan, batch, length, config.vocab, &mut rng)
@@ -353,7 +354,7 @@ pub fn calibrate(
                 let run_start = Instant::now();
                 let outputs = session.run(values).map_err(|e| run_error(e.to_string()))?;
                 let ran = run_start.elapsed();
-                let wait_after_ns = host::thread_cpu_wait_ns();
+                let wait_after_ns = cpu_wait.read_ns();
                 drop(outputs);
                 if iteration < config.warmup_iters {
                     continue;

@@ -22,7 +22,7 @@ use capsim_sim::summary::InstanceUtilization;
 use capsim_sim::timeseries::{IntervalCounters, State as TimeseriesState, Timeseries};
 use rand::SeedableRng;
 
-use crate::host::thread_cpu_wait_ns;
+use crate::host::CpuWaitMeter;
 use crate::model::{DimPlan, InputSpec};
 use crate::{CalibrateError, ProviderChoice, Runtime, feed, model};
 
@@ -367,6 +367,7 @@ impl Worker {
     /// empty, or at the first failure (recorded in the shared state).
     fn serve(mut self, mut session: ort::session::Session) -> Vec<Executed> {
         let shared = self.shared.clone();
+        let cpu_wait = CpuWaitMeter::for_this_thread();
         let mut executed = Vec::new();
         let mut state = shared.lock();
         loop {
@@ -389,7 +390,7 @@ impl Worker {
                     };
                     state.next_batch_id += 1;
                     drop(state);
-                    match self.run(&mut session, batch) {
+                    match self.run(&mut session, &cpu_wait, batch) {
                         Ok(done) => executed.push(done),
                         Err(failure) => {
                             shared.lock().failure.get_or_insert(failure);
@@ -429,10 +430,11 @@ impl Worker {
     fn run(
         &mut self,
         session: &mut ort::session::Session,
+        cpu_wait: &CpuWaitMeter,
         batch: Batch,
     ) -> Result<Executed, CalibrateError> {
         // Read outside the timed span: the read itself takes microseconds.
-        let wait_before_ns = thread_cpu_wait_ns();
+        let wait_before_ns = cpu_wait.read_ns();
         let exec_start_ns = self.shared.now_ns();
         let size = batch.requests.len() as u32;
         let length = self.has_length.then(|| {
@@ -459,7 +461,7 @@ impl Worker {
         })?;
         let exec_end_ns = self.shared.now_ns();
         let cpu_wait_ns = wait_before_ns
-            .zip(thread_cpu_wait_ns())
+            .zip(cpu_wait.read_ns())
             .map(|(before, after)| after.saturating_sub(before));
         Ok(Executed {
             instance: self.index,
