@@ -102,11 +102,34 @@ fn cpu_calibration_of_the_shipped_classifier_writes_a_valid_profile() {
         at(1, 16)
     );
 
+    // The idle slowdown, measured at the grid's middle point after each default idle wait.
+    let idle = profile
+        .idle_slowdown
+        .as_ref()
+        .expect("calibrate measures the idle slowdown by default");
+    assert_eq!(
+        idle.gaps_ns,
+        vec![
+            0, 500_000, 1_000_000, 2_000_000, 4_000_000, 8_000_000, 16_000_000
+        ]
+    );
+    assert_eq!(idle.factors[0], 1.0, "{idle:?}");
+    assert!(
+        idle.factors.iter().all(|f| *f > 0.2 && *f < 20.0),
+        "{idle:?}"
+    );
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("run time after an idle wait"),
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+
     let model = ProfileServiceTime::new(&profile);
     let shape = |size, max_input_tokens| BatchShape {
         size,
         max_input_tokens,
         total_input_tokens: u64::from(size * max_input_tokens),
+        idle_ns: 0,
     };
     assert!(model.mean_ns(&shape(2, 40)) <= model.mean_ns(&shape(3, 40)));
     assert!(
@@ -434,6 +457,8 @@ fn validate_compares_simulated_and_measured_figures_at_each_load() {
         "20",
         "--threads",
         "1",
+        "--idle-curve",
+        "none",
         "-o",
         profile.to_str().expect("utf-8"),
     ]);
@@ -468,9 +493,11 @@ fn validate_compares_simulated_and_measured_figures_at_each_load() {
         "validate failed: {}",
         stderr(&output)
     );
-    // Calibrated back to back, served behind a 1 ms max_queue_delay: the command says so.
+    // Calibrated back to back without the idle slowdown, served behind a 1 ms
+    // max_queue_delay: the command says so.
     assert!(
-        stderr(&output).contains("calibrate with --idle-gap 1000us"),
+        stderr(&output).contains("without --idle-curve none")
+            && stderr(&output).contains("--idle-gap 1000us"),
         "no idle-gap warning: {}",
         stderr(&output)
     );
@@ -563,4 +590,20 @@ fn calibrate_waits_the_idle_gap_before_each_run_and_records_it() {
 
     let output = run("5");
     assert_user_error(&output, &["--idle-gap", "5"]);
+}
+
+#[test]
+fn a_bad_idle_curve_is_refused_with_the_flag_and_an_example() {
+    let output = capsim(&[
+        "calibrate",
+        "--model",
+        "traces/models/text_classifier.onnx",
+        "--ep",
+        "cpu",
+        "--idle-curve",
+        "0,2ms,fast",
+        "-o",
+        "/dev/null",
+    ]);
+    assert_user_error(&output, &["--idle-curve", "fast", "0,1ms,4ms"]);
 }

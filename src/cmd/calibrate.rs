@@ -80,6 +80,15 @@ pub struct CalibrateArgs {
     /// back, which reads faster than a server sees after idling).
     #[arg(long, default_value = "0s", value_name = "DURATION")]
     pub idle_gap: String,
+    /// Idle waits after which to measure how much slower a run is than back to back, at the
+    /// grid's middle point (the simulator scales each batch by its model instance's idle time);
+    /// `none` skips it. Not used with --decoder.
+    #[arg(
+        long,
+        default_value = "0,500us,1ms,2ms,4ms,8ms,16ms",
+        value_name = "DURATIONS"
+    )]
+    pub idle_curve: String,
     /// ONNX Runtime shared library (default: ORT_DYLIB_PATH, the project's .venv, then the
     /// active Python's onnxruntime package).
     #[arg(long, value_name = "libonnxruntime.so")]
@@ -169,6 +178,31 @@ pub(super) fn cpu_wait_share(profile: &capsim_sim::profile::Profile) -> Option<f
     (ran_ns > 0.0).then(|| waited_ns / ran_ns)
 }
 
+/// `--idle-curve`: comma-separated durations, or `none`.
+fn parse_idle_curve(text: &str) -> Result<Vec<u64>, BadInput> {
+    if text.trim() == "none" {
+        return Ok(Vec::new());
+    }
+    text.split(',')
+        .map(|part| {
+            capsim_sim::quantity::parse_duration_ns(part.trim()).map_err(|e| {
+                BadInput(format!(
+                    "--idle-curve: {e}; give durations such as 0,1ms,4ms, or none"
+                ))
+            })
+        })
+        .collect()
+}
+
+/// A gap for a terminal: `500us`, `2ms`.
+fn format_gap(gap_ns: u64) -> String {
+    if gap_ns < 1_000_000 {
+        format!("{}us", gap_ns / 1_000)
+    } else {
+        format!("{}ms", gap_ns as f64 / 1e6)
+    }
+}
+
 /// Parses `NAME=V,V,...`.
 fn parse_dim(text: &str) -> Result<(String, Vec<u32>), BadInput> {
     let bad = || {
@@ -215,6 +249,7 @@ pub fn run(args: CalibrateArgs) -> Result<()> {
         seed: args.seed,
         idle_gap_ns: capsim_sim::quantity::parse_duration_ns(&args.idle_gap)
             .map_err(|e| BadInput(format!("--idle-gap: {e}")))?,
+        idle_curve_gaps_ns: parse_idle_curve(&args.idle_curve)?,
     };
 
     let started = Instant::now();
@@ -248,6 +283,18 @@ pub fn run(args: CalibrateArgs) -> Result<()> {
             converged += usize::from(point.converged);
             bar.inc(1);
         }
+        Progress::IdleSlowdownStarted {
+            batch,
+            length,
+            runs,
+        } => {
+            let at = match (length, &length_name) {
+                (Some(l), Some(name)) => format!("batch {batch}, {name}={l}"),
+                _ => format!("batch {batch}"),
+            };
+            bar.set_message(format!("idle slowdown: {runs} runs at {at}"));
+        }
+        Progress::IdleSlowdownFinished(_) => {}
     })
     .map_err(|err| decoder_hint(err, &runtime, &args.model))?;
     bar.finish_and_clear();
@@ -275,6 +322,22 @@ pub fn run(args: CalibrateArgs) -> Result<()> {
         fit.c_ns * 1e-6,
         fit.r_squared
     );
+    if let Some(idle) = &profile.idle_slowdown {
+        let factors: Vec<String> = idle
+            .gaps_ns
+            .iter()
+            .zip(&idle.factors)
+            .skip(1)
+            .map(|(gap, factor)| format!("{} x{factor:.2}", format_gap(*gap)))
+            .collect();
+        println!(
+            "run time after an idle wait, over back to back (batch {}{}): {}",
+            idle.batch_size,
+            idle.length
+                .map_or(String::new(), |l| format!(", length {l}")),
+            factors.join(", ")
+        );
+    }
     if let Some(share) = cpu_wait_share(&profile) {
         println!(
             "the measuring thread waited for a CPU {:.1}% of its timed runs (other processes); \

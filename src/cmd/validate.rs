@@ -103,6 +103,8 @@ pub fn run(args: ValidateArgs) -> Result<()> {
         size: max_batch,
         max_input_tokens: mean_length,
         total_input_tokens: u64::from(max_batch) * u64::from(mean_length),
+        // At capacity a model instance runs batches back to back.
+        idle_ns: 0,
     };
     let capacity_rps =
         model_instances * f64::from(max_batch) / (service.mean_ns(&full_batch) * 1e-9);
@@ -192,22 +194,36 @@ struct RunTimes {
 /// Each batch size's measured execution times against the profile's prediction for the same
 /// batch shapes: where the service model and the live server part ways.
 fn live_run_times(live: &LiveRun, service: &ProfileServiceTime, max_length: u32) -> Vec<RunTimes> {
-    // batch id -> (size, longest clamped input, execution ns)
-    let mut batches: BTreeMap<u64, (u32, u32, u64)> = BTreeMap::new();
+    // batch id -> (model instance, size, longest clamped input, start ns, end ns)
+    let mut batches: BTreeMap<u64, (u32, u32, u32, u64, u64)> = BTreeMap::new();
     for r in &live.records {
-        let entry =
-            batches
-                .entry(r.batch_id)
-                .or_insert((r.batch_size, 0, r.exec_end_ns - r.exec_start_ns));
-        entry.1 = entry.1.max(r.input_tokens.clamp(1, max_length));
+        let entry = batches.entry(r.batch_id).or_insert((
+            r.model_instance,
+            r.batch_size,
+            0,
+            r.exec_start_ns,
+            r.exec_end_ns,
+        ));
+        entry.2 = entry.2.max(r.input_tokens.clamp(1, max_length));
     }
+    // Each batch's idle time before it: since its model instance's previous batch ended.
+    let mut runs: Vec<_> = batches.into_values().collect();
+    runs.sort_by_key(|&(instance, _, _, start_ns, _)| (instance, start_ns));
+    let mut previous_end: Option<(u32, u64)> = None;
     // batch size -> (measured ns, predicted ns) per batch
     let mut by_size: BTreeMap<u32, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
-    for &(size, longest, exec_ns) in batches.values() {
+    for (instance, size, longest, start_ns, end_ns) in runs {
+        let idle_ns = match previous_end {
+            Some((i, end)) if i == instance => start_ns.saturating_sub(end),
+            _ => start_ns,
+        };
+        previous_end = Some((instance, end_ns));
+        let exec_ns = end_ns - start_ns;
         let shape = BatchShape {
             size,
             max_input_tokens: longest,
             total_input_tokens: u64::from(size) * u64::from(longest),
+            idle_ns,
         };
         let predicted_ns = service.quantile_ns(&shape, 0.5) + service.input_build_mean_ns(&shape);
         let (measured, predicted) = by_size.entry(size).or_default();
@@ -258,9 +274,10 @@ fn print_run_times(load: f64, times: &[RunTimes]) {
 }
 
 /// Why the profile may not describe the live run: measured with other intra-op threads than the
-/// live sessions use, or with another idle wait before each run than the scenario's batcher
-/// leaves a model instance at moderate load (about `max_queue_delay`: a run after an idle wait is
-/// slower than one back to back, see docs/calibration.md).
+/// live sessions use, or, when it has no idle slowdown, with another idle wait before each run
+/// than the scenario's batcher leaves a model instance at moderate load (about
+/// `max_queue_delay`: a run after an idle wait is slower than one back to back, see
+/// docs/calibration.md).
 fn measurement_mismatch(profile: &Profile, scenario: &Scenario, threads: u32) -> Option<String> {
     let measured_threads = profile.environment.intra_threads;
     if measured_threads != threads {
@@ -268,11 +285,14 @@ fn measurement_mismatch(profile: &Profile, scenario: &Scenario, threads: u32) ->
             "the profile was measured with --threads {measured_threads} and the live run uses --threads {threads}; calibrate with the same threads"
         ));
     }
+    if profile.idle_slowdown.is_some() {
+        return None;
+    }
     let gap_ns = profile.settings.idle_gap_ns;
     let delay_ns = scenario.pools()[0].batcher.max_queue_delay.0;
     (gap_ns.abs_diff(delay_ns) > delay_ns / 2).then(|| {
         format!(
-            "the profile's runs followed an idle wait of {:.3}ms but this batcher's max_queue_delay is {:.3}ms; at moderate load a model instance idles about that long before each batch, and runs after a longer wait are slower: calibrate with --idle-gap {}us",
+            "the profile's runs followed an idle wait of {:.3}ms but this batcher's max_queue_delay is {:.3}ms; at moderate load a model instance idles about that long before each batch, and runs after a longer wait are slower: calibrate without --idle-curve none (the default measures how run time grows with the idle wait), or with --idle-gap {}us",
             gap_ns as f64 * 1e-6,
             delay_ns as f64 * 1e-6,
             delay_ns / 1_000

@@ -37,7 +37,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use capsim_sim::profile::{
-    AffineFit, CalibrationSettings, Environment, Grid, GridPoint, InputDescription,
+    AffineFit, CalibrationSettings, Environment, Grid, GridPoint, IdleSlowdown, InputDescription,
     ModelDescription, PROFILE_FORMAT_VERSION, Profile, QUANTILE_LEVELS,
 };
 use capsim_sim::rng::SimRng;
@@ -217,7 +217,16 @@ pub struct CalibrationConfig {
     /// Idle wait before every run, ns: a serving worker waits for its next batch, and a run after
     /// a wait is slower than one back to back (cold caches). 0: runs back to back.
     pub idle_gap_ns: u64,
+    /// Idle waits, ns, after which the idle slowdown is measured at one grid point (see
+    /// [`IdleSlowdown`]); empty: not measured. 0 (back to back) is always among them.
+    pub idle_curve_gaps_ns: Vec<u64>,
 }
+
+/// The idle waits [`CalibrationConfig::new`] measures the idle slowdown after: 0 to 16 ms,
+/// doubling from 0.5 ms (batchers wait up to a few `max_queue_delay`s between batches).
+pub const DEFAULT_IDLE_CURVE_GAPS_NS: [u64; 7] = [
+    0, 500_000, 1_000_000, 2_000_000, 4_000_000, 8_000_000, 16_000_000,
+];
 
 impl CalibrationConfig {
     /// Defaults: CPU-or-CUDA (`auto`), batch 1..8, 10 warm-up runs, 60..200 timed runs, 3%
@@ -236,6 +245,7 @@ impl CalibrationConfig {
             vocab: 1000,
             seed: 1,
             idle_gap_ns: 0,
+            idle_curve_gaps_ns: DEFAULT_IDLE_CURVE_GAPS_NS.to_vec(),
         }
     }
 
@@ -279,6 +289,17 @@ pub enum Progress<'a> {
     },
     /// A grid point is done.
     PointFinished(&'a GridPoint),
+    /// The idle slowdown is being measured: `runs` runs at the given point.
+    IdleSlowdownStarted {
+        /// Batch size.
+        batch: u32,
+        /// Length.
+        length: Option<u32>,
+        /// Timed runs in all (over every gap).
+        runs: u32,
+    },
+    /// The idle slowdown is measured.
+    IdleSlowdownFinished(&'a IdleSlowdown),
 }
 
 /// Fails with [`CalibrateError::ModelMissing`] unless `model` is a file; cheap, so a command can
@@ -291,6 +312,63 @@ pub fn check_model_file(model: &std::path::Path) -> Result<(), CalibrateError> {
             path: model.to_path_buf(),
         })
     }
+}
+
+/// Measures how much slower `run` is after each idle wait of `gaps_ns` than back to back:
+/// `iterations` rounds, each running once after every gap in turn (so a machine that changes
+/// speed during the measurement slows every gap alike; shared machines do, by tens of percent
+/// from one second to the next), then each gap's median over the back-to-back median.
+fn measure_idle_slowdown(
+    gaps_ns: &[u64],
+    iterations: u32,
+    (batch_size, length): (u32, Option<u32>),
+    rng: &mut SimRng,
+    run: &mut dyn FnMut(&mut SimRng) -> Result<u64, CalibrateError>,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<IdleSlowdown, CalibrateError> {
+    let mut gaps: Vec<u64> = gaps_ns.to_vec();
+    gaps.push(0);
+    gaps.sort_unstable();
+    gaps.dedup();
+    progress(Progress::IdleSlowdownStarted {
+        batch: batch_size,
+        length,
+        runs: iterations * gaps.len() as u32,
+    });
+    // Warm the point up back to back first, as the grid does.
+    for _ in 0..5 {
+        run(rng)?;
+    }
+    let mut runs_ns: Vec<Vec<u64>> = vec![Vec::with_capacity(iterations as usize); gaps.len()];
+    for _ in 0..iterations {
+        for (g, &gap_ns) in gaps.iter().enumerate() {
+            if gap_ns == 0 {
+                // Back to back, as the grid runs: a few runs first, so the core is as warm as in
+                // the grid's long loop whatever gap came before.
+                for _ in 0..3 {
+                    run(rng)?;
+                }
+            } else {
+                std::thread::sleep(std::time::Duration::from_nanos(gap_ns));
+            }
+            runs_ns[g].push(run(rng)?);
+        }
+    }
+    let medians: Vec<f64> = runs_ns
+        .iter_mut()
+        .map(|r| {
+            r.sort_unstable();
+            measure::quantile(r, 0.5) as f64
+        })
+        .collect();
+    let back_to_back = medians[0].max(1.0);
+    Ok(IdleSlowdown {
+        batch_size,
+        length,
+        iterations,
+        gaps_ns: gaps,
+        factors: medians.iter().map(|m| m / back_to_back).collect(),
+    })
 }
 
 /// Measures the model over the grid and returns the profile (with its affine fit).
@@ -386,6 +464,40 @@ pub fn calibrate(
         }
     }
 
+    let idle_slowdown = if config.idle_curve_gaps_ns.is_empty() {
+        None
+    } else {
+        let batch = batch_sizes[batch_sizes.len() / 2];
+        let length = lengths[lengths.len() / 2];
+        let mut run = |rng: &mut SimRng| -> Result<u64, CalibrateError> {
+            let values = feed::build_inputs(&inputs, &plan, batch, length, config.vocab, rng)
+                .map_err(|e| CalibrateError::Run {
+                    batch,
+                    length,
+                    reason: e.to_string(),
+                })?;
+            let start = Instant::now();
+            let outputs = session.run(values).map_err(|e| CalibrateError::Run {
+                batch,
+                length,
+                reason: e.to_string(),
+            })?;
+            let ran = start.elapsed().as_nanos() as u64;
+            drop(outputs);
+            Ok(ran)
+        };
+        let curve = measure_idle_slowdown(
+            &config.idle_curve_gaps_ns,
+            config.min_iters.max(20),
+            (batch, length),
+            &mut rng,
+            &mut run,
+            progress,
+        )?;
+        progress(Progress::IdleSlowdownFinished(&curve));
+        Some(curve)
+    };
+
     let samples: Vec<(u32, Option<u32>, f64)> = points
         .iter()
         .map(|p| (p.batch_size, p.length, p.latency_mean_ns))
@@ -423,6 +535,7 @@ pub fn calibrate(
         quantile_levels: QUANTILE_LEVELS.to_vec(),
         points,
         fit,
+        idle_slowdown,
     };
     // The profile is built to the format's rules; a violation is a bug here, reported as such.
     profile.validate().map_err(|reason| {

@@ -600,6 +600,7 @@ impl<'a> Engine<'a> {
             EventKind::ModelInstanceReady => {
                 let mi = &mut self.model_instances[target as usize];
                 mi.ready = true;
+                mi.idle_since = now;
                 let (instance, k) = (mi.instance, mi.index_in_instance);
                 self.instances[instance as usize].free.insert(k);
                 self.dispatch(instance);
@@ -833,7 +834,9 @@ impl<'a> Engine<'a> {
         let from = instance.first_model_instance;
         for mi in from..from + instance.model_instances {
             if pool.cold_start_ns == 0 {
-                self.model_instances[mi as usize].ready = true;
+                let model_instance = &mut self.model_instances[mi as usize];
+                model_instance.ready = true;
+                model_instance.idle_since = self.now;
                 instance.free.insert(mi - from);
             } else {
                 self.events.push(
@@ -1008,6 +1011,7 @@ impl<'a> Engine<'a> {
             size,
             max_input_tokens: 0,
             total_input_tokens: 0,
+            idle_ns: now - mi.idle_since.ns(),
         };
         for _ in 0..size {
             let entry = instance
@@ -1117,6 +1121,7 @@ impl<'a> Engine<'a> {
         let mi = &mut self.model_instances[mi_index as usize];
         mi.busy = false;
         mi.busy_ns += now - mi.batch_start;
+        mi.idle_since = now;
         let instance_index = mi.instance;
         self.instances[instance_index as usize]
             .free
@@ -1180,6 +1185,7 @@ impl<'a> Engine<'a> {
         let mi = &mut self.model_instances[mi_index as usize];
         mi.busy = false;
         mi.busy_ns += now - mi.batch_start;
+        mi.idle_since = now;
         let instance_index = mi.instance;
         let mut members = std::mem::take(&mut mi.members);
         self.instances[instance_index as usize]
@@ -1754,6 +1760,36 @@ mod tests {
         assert_eq!(analytic.batch_size_counts, summary.batch_size_counts);
         assert_eq!(analytic.extrapolated_batches, 0);
         assert!(!analytic.human().contains("extrapolated"));
+    }
+
+    /// Runs 1 ms plus the idle time before the batch: shows the engine's idle times.
+    #[derive(Debug)]
+    struct SlowerAfterIdle;
+
+    impl ServiceTime for SlowerAfterIdle {
+        fn sample_ns(&self, batch: &BatchShape, _rng: &mut SimRng) -> u64 {
+            MS + batch.idle_ns
+        }
+
+        fn mean_ns(&self, batch: &BatchShape) -> f64 {
+            (MS + batch.idle_ns) as f64
+        }
+    }
+
+    #[test]
+    fn each_batch_sees_how_long_its_model_instance_idled() {
+        let scenario =
+            Scenario::from_toml_str("[service]\nkind = \"constant\"\ntime = \"1ms\"\n").unwrap();
+        // r0 at 2 ms: idle since the start, 2 ms, runs 3 ms (ends 5). r1 at 4 ms waits and starts
+        // at 5 back to back: 1 ms (ends 6). r2 at 10 ms: idle 4 ms, runs 5 ms (ends 15).
+        let trace = trace_ms(&[2, 4, 10], None);
+        let options = RunOptions {
+            service_override: Some(Arc::new(SlowerAfterIdle)),
+            ..RunOptions::default()
+        };
+        let (_, log) = simulate_with_requests(&scenario, &trace, &options).unwrap();
+        let ends: Vec<u64> = log.records().iter().map(|r| r.exec_end_ns / MS).collect();
+        assert_eq!(ends, vec![5, 6, 15]);
     }
 
     #[test]

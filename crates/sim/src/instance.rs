@@ -53,6 +53,8 @@ pub struct ModelInstance {
     pub busy: bool,
     /// When the current batch started.
     pub batch_start: SimTime,
+    /// When it last became idle: its previous batch ended, or it became ready.
+    pub idle_since: SimTime,
     /// Tickets of the current batch (capacity kept between batches).
     pub members: Vec<u32>,
     /// Total time spent executing, in nanoseconds.
@@ -75,6 +77,7 @@ impl ModelInstance {
             ready,
             busy: false,
             batch_start: SimTime::ZERO,
+            idle_since: SimTime::ZERO,
             members: Vec::with_capacity(max_batch_size as usize),
             busy_ns: 0,
             batches: 0,

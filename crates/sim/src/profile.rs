@@ -49,6 +49,71 @@ pub struct Profile {
     pub points: Vec<GridPoint>,
     /// Least-squares fit of the mean latency: `a + b*batch + c*batch*length`.
     pub fit: AffineFit,
+    /// How much slower a run is after the model instance idled (absent in profiles measured
+    /// without it, and in older ones: then the idle time before a batch changes nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_slowdown: Option<IdleSlowdown>,
+}
+
+/// Run time after an idle wait, relative to back-to-back runs, measured at one grid point. On a
+/// CPU a model run that follows an idle wait is slower (caches gone cold, clocks down; on the
+/// shipped classifier 15-20% after 2 ms, 50-60% after 10 ms), so a model instance at low load
+/// runs its batches slower than one at high load. The simulator scales each batch's run time by
+/// `factor(idle) / factor(settings.idle_gap_ns)`, interpolating linearly between the measured
+/// gaps and holding the last factor beyond them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdleSlowdown {
+    /// Batch size of the grid point it was measured at.
+    pub batch_size: u32,
+    /// Length of that point (`None` when the grid has no length dimension).
+    pub length: Option<u32>,
+    /// Timed runs after each gap.
+    pub iterations: u32,
+    /// Idle waits before the runs, ns: strictly increasing, the first 0 (back to back).
+    pub gaps_ns: Vec<u64>,
+    /// Median run time after each gap over the median back-to-back run time (the first is 1).
+    pub factors: Vec<f64>,
+}
+
+impl IdleSlowdown {
+    /// The factor after an idle wait of `idle_ns`: interpolated linearly between measured gaps,
+    /// the last factor beyond the last gap.
+    pub fn factor(&self, idle_ns: u64) -> f64 {
+        let k = self.gaps_ns.partition_point(|&g| g <= idle_ns);
+        if k == 0 {
+            return self.factors[0];
+        }
+        if k == self.gaps_ns.len() {
+            return self.factors[k - 1];
+        }
+        let (g0, g1) = (self.gaps_ns[k - 1] as f64, self.gaps_ns[k] as f64);
+        let w = (idle_ns as f64 - g0) / (g1 - g0);
+        self.factors[k - 1] + w * (self.factors[k] - self.factors[k - 1])
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        let gaps = &self.gaps_ns;
+        if gaps.len() < 2 || gaps[0] != 0 || !gaps.windows(2).all(|w| w[0] < w[1]) {
+            return Err(
+                "idle_slowdown.gaps_ns must start at 0, increase strictly and hold at least 2 gaps"
+                    .into(),
+            );
+        }
+        if self.factors.len() != gaps.len() {
+            return Err(format!(
+                "idle_slowdown has {} factors for {} gaps",
+                self.factors.len(),
+                gaps.len()
+            ));
+        }
+        if let Some(bad) = self.factors.iter().find(|f| !f.is_finite() || **f <= 0.0) {
+            return Err(format!(
+                "idle_slowdown.factors must be finite and positive, found {bad}"
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// The measured model.
@@ -348,6 +413,9 @@ impl Profile {
                 ));
             }
         }
+        if let Some(idle) = &self.idle_slowdown {
+            idle.validate()?;
+        }
         Ok(())
     }
 }
@@ -520,6 +588,9 @@ pub struct ProfileServiceTime {
     input_build_means_ns: Vec<f64>,
     extrapolated_batches: AtomicU64,
     fit: AffineFit,
+    /// The idle slowdown and its factor at the grid's own idle gap (the grid's times are
+    /// divided by it), when the profile has one.
+    idle: Option<(IdleSlowdown, f64)>,
 }
 
 impl ProfileServiceTime {
@@ -598,6 +669,10 @@ impl ProfileServiceTime {
             input_build_means_ns,
             extrapolated_batches: AtomicU64::new(0),
             fit: profile.fit,
+            idle: profile.idle_slowdown.as_ref().map(|idle| {
+                let grid_factor = idle.factor(profile.settings.idle_gap_ns);
+                (idle.clone(), grid_factor)
+            }),
         }
     }
 
@@ -635,8 +710,16 @@ impl ProfileServiceTime {
         self.interpolate(batch, |cell| self.input_build_means_ns[cell])
     }
 
+    /// How much longer than on the grid a run takes after the batch's idle time (1 without an
+    /// idle slowdown in the profile).
+    pub fn idle_factor(&self, batch: &BatchShape) -> f64 {
+        self.idle.as_ref().map_or(1.0, |(idle, grid_factor)| {
+            idle.factor(batch.idle_ns) / grid_factor
+        })
+    }
+
     /// The `u`-quantile (`u` in `[0, 1]`) of the measured model run (`Session::run`) of a batch
-    /// of this shape, ns, without the input build.
+    /// of this shape, ns, without the input build, scaled by [`idle_factor`](Self::idle_factor).
     pub fn quantile_ns(&self, batch: &BatchShape, u: f64) -> f64 {
         let nq = self.levels.len();
         let k = self
@@ -648,7 +731,7 @@ impl ProfileServiceTime {
         self.interpolate(batch, |cell| {
             let lo = self.quantiles_ns[cell * nq + k];
             lo + w * (self.quantiles_ns[cell * nq + k + 1] - lo)
-        })
+        }) * self.idle_factor(batch)
     }
 
     /// Bilinear interpolation (with extrapolation) over the grid of a per-cell value.
@@ -678,7 +761,8 @@ impl ServiceTime for ProfileServiceTime {
     }
 
     fn mean_ns(&self, batch: &BatchShape) -> f64 {
-        self.interpolate(batch, |cell| self.means_ns[cell]) + self.input_build_mean_ns(batch)
+        self.interpolate(batch, |cell| self.means_ns[cell]) * self.idle_factor(batch)
+            + self.input_build_mean_ns(batch)
     }
 
     fn is_extrapolated(&self, batch: &BatchShape) -> bool {
@@ -696,6 +780,7 @@ mod tests {
             size,
             max_input_tokens,
             total_input_tokens: u64::from(size) * u64::from(max_input_tokens),
+            idle_ns: 0,
         }
     }
 
@@ -764,6 +849,91 @@ mod tests {
             quantile_levels: levels,
             fit: AffineFit::fit(&samples).expect("fit"),
             points,
+            idle_slowdown: None,
+        }
+    }
+
+    fn with_idle_slowdown(mut p: Profile, grid_gap_ns: u64) -> Profile {
+        p.settings.idle_gap_ns = grid_gap_ns;
+        p.idle_slowdown = Some(IdleSlowdown {
+            batch_size: 2,
+            length: Some(32),
+            iterations: 50,
+            gaps_ns: vec![0, 2_000_000, 10_000_000],
+            factors: vec![1.0, 1.2, 1.5],
+        });
+        p
+    }
+
+    #[test]
+    fn idle_factor_interpolates_between_gaps_and_holds_beyond_the_last() {
+        let p = with_idle_slowdown(profile(&[1, 2], &[32], affine), 0);
+        let idle = p.idle_slowdown.as_ref().unwrap();
+        for (idle_ns, expected) in [
+            (0, 1.0),
+            (1_000_000, 1.1),
+            (2_000_000, 1.2),
+            (6_000_000, 1.35),
+            (10_000_000, 1.5),
+            (1_000_000_000, 1.5),
+        ] {
+            let got = idle.factor(idle_ns);
+            assert!(
+                (got - expected).abs() < 1e-12,
+                "idle {idle_ns}: {got} != {expected}"
+            );
+        }
+    }
+
+    #[test]
+    fn run_times_scale_with_the_idle_time_relative_to_the_grids_own_gap() {
+        // The grid was measured after 2 ms idle waits: factor 1.2 is already in its times.
+        let plain = ProfileServiceTime::new(&profile(&[1, 2], &[32], affine));
+        let idle = ProfileServiceTime::new(&with_idle_slowdown(
+            profile(&[1, 2], &[32], affine),
+            2_000_000,
+        ));
+        let at = |idle_ns| BatchShape {
+            idle_ns,
+            ..shape(2, 32)
+        };
+        for u in [0.0, 0.5, 0.99] {
+            let base = plain.quantile_ns(&at(0), u);
+            for (idle_ns, ratio) in [(0, 1.0 / 1.2), (2_000_000, 1.0), (50_000_000, 1.5 / 1.2)] {
+                let got = idle.quantile_ns(&at(idle_ns), u);
+                assert!(
+                    (got / base - ratio).abs() < 1e-9,
+                    "u {u}, idle {idle_ns}: {got} / {base} != {ratio}"
+                );
+            }
+        }
+        // The input build is host work outside the run: not scaled.
+        assert_eq!(
+            idle.input_build_mean_ns(&at(0)),
+            plain.input_build_mean_ns(&at(0))
+        );
+        // Without a curve the idle time changes nothing.
+        assert_eq!(
+            plain.quantile_ns(&at(0), 0.5),
+            plain.quantile_ns(&at(50_000_000), 0.5)
+        );
+    }
+
+    #[test]
+    fn malformed_idle_slowdowns_are_refused_with_the_key() {
+        let good = with_idle_slowdown(profile(&[1, 2], &[32], affine), 0);
+        assert_eq!(good.validate(), Ok(()));
+        let cases: [(&str, fn(&mut IdleSlowdown)); 4] = [
+            ("gaps_ns", |i| i.gaps_ns[0] = 5),
+            ("gaps_ns", |i| i.gaps_ns = vec![0, 3, 3]),
+            ("factors", |i| i.factors.pop().map(drop).unwrap_or(())),
+            ("factors", |i| i.factors[1] = f64::NAN),
+        ];
+        for (key, break_it) in cases {
+            let mut bad = good.clone();
+            break_it(bad.idle_slowdown.as_mut().unwrap());
+            let err = bad.validate().expect_err("must be refused");
+            assert!(err.contains("idle_slowdown") && err.contains(key), "{err}");
         }
     }
 

@@ -1175,7 +1175,8 @@ mod tests {
                 .mean_ns(&crate::service::BatchShape {
                     size: 1,
                     max_input_tokens: 1,
-                    total_input_tokens: 1
+                    total_input_tokens: 1,
+                    idle_ns: 0,
                 }),
             5e6
         );

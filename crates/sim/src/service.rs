@@ -14,6 +14,10 @@ pub struct BatchShape {
     pub max_input_tokens: u32,
     /// Sum of the batch's input tokens, before padding.
     pub total_input_tokens: u64,
+    /// How long the model instance had been idle (ready, running nothing) when the batch
+    /// started, ns; 0 when it starts as the previous batch ends. A run after an idle wait can be
+    /// slower (cold caches, clocks down); calibrated profiles model that, analytic models do not.
+    pub idle_ns: u64,
 }
 
 /// A model of batch execution time. Implementations are immutable and shared between instances;
@@ -168,6 +172,7 @@ mod tests {
         size: 4,
         max_input_tokens: 100,
         total_input_tokens: 250,
+        idle_ns: 0,
     };
 
     #[test]
