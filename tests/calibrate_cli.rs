@@ -507,6 +507,12 @@ fn validate_compares_simulated_and_measured_figures_at_each_load() {
     }
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(text.contains("calibrated capacity: "), "{text}");
+    // The machine's speed around the live run, against the calibration's.
+    assert!(
+        text.contains("30% machine speed: the reference batch (batch ")
+            && text.contains("x its calibrated median time before the live run and "),
+        "{text}"
+    );
     // The live batches' run times against the profile's, by batch size.
     assert!(
         text.contains("30% median batch run time, live/profile ms, by batch size: ")

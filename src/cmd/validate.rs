@@ -8,6 +8,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use capsim_calibrate::check_model_file;
 use capsim_calibrate::live::{LiveRequest, LiveRun, replay};
+use capsim_calibrate::probe::SpeedProbe;
 use capsim_sim::output::write_requests_parquet;
 use capsim_sim::profile::{Profile, ProfileServiceTime};
 use capsim_sim::quantity::parse_duration_ns;
@@ -115,6 +116,14 @@ pub fn run(args: ValidateArgs) -> Result<()> {
     let runtime = load_runtime(server.ort_lib.as_deref())?;
     // The token ids the profile was measured with (their values do not change the time).
     let config = server.live_config(max_length, profile.settings.vocab, args.seed);
+    let mut probe = SpeedProbe::new(
+        &runtime,
+        &server.model,
+        config.provider,
+        config.intra_threads,
+        &profile,
+    )
+    .map_err(user_facing)?;
     println!(
         "{:>5} {:<18} {:>10} {:>10} {:>8}",
         "load", "metric", "simulated", "measured", "error"
@@ -150,7 +159,9 @@ pub fn run(args: ValidateArgs) -> Result<()> {
         };
         let (simulated_run, simulated_log) = simulate_with_requests(&scenario, &scaled, &options)?;
         let simulated: Summary = simulated_run.summary;
+        let before = probe.slowdown(PROBE_RUNS).map_err(user_facing)?;
         let live = replay(&runtime, pool, &requests, &config).map_err(user_facing)?;
+        let after = probe.slowdown(PROBE_RUNS).map_err(user_facing)?;
         let measured = live_summary(&scenario, args.seed, &live);
         if let Some(out) = &args.out {
             let dir = out.join(format!("load-{:.0}", load * 100.0));
@@ -175,8 +186,42 @@ pub fn run(args: ValidateArgs) -> Result<()> {
             );
         }
         print_run_times(load, &live_run_times(&live, &service, max_length));
+        print_machine_speed(load, &probe, before, after);
     }
     Ok(())
+}
+
+/// Timed runs of the reference batch before and after each live run.
+const PROBE_RUNS: u32 = 30;
+
+/// Beyond this change of the machine's speed since the calibration (either way), the errors
+/// above say more about the machine than about the simulator.
+const SPEED_CHANGE_WARNING: f64 = 0.10;
+
+fn print_machine_speed(load: f64, probe: &SpeedProbe, before: f64, after: f64) {
+    let reference = probe.reference();
+    let at = match reference.length {
+        Some(length) => format!("batch {}, length {length}", reference.batch_size),
+        None => format!("batch {}", reference.batch_size),
+    };
+    println!(
+        "{:>4.0}% machine speed: the reference batch ({at}) took {before:.2}x its calibrated \
+             median time before the live run and {after:.2}x after",
+        load * 100.0
+    );
+    let worst = if (before - 1.0).abs() > (after - 1.0).abs() {
+        before
+    } else {
+        after
+    };
+    if (worst - 1.0).abs() > SPEED_CHANGE_WARNING {
+        eprintln!(
+            "validate: warning: at {:.0}% load the machine ran the reference batch at {worst:.2}x \
+             its calibrated time, so these errors mostly measure the machine's change of speed: \
+             calibrate and validate on a quiet machine, one right after the other",
+            load * 100.0
+        );
+    }
 }
 
 /// The live run times of one batch size against the profile's, ms.

@@ -30,6 +30,7 @@ pub mod library;
 pub mod live;
 pub mod measure;
 pub mod model;
+pub mod probe;
 pub mod runtime;
 
 use std::collections::BTreeMap;
