@@ -3,7 +3,8 @@
 //! (`gateway-batcher.toml`), and the whole serving path, which adds lognormal network paths both
 //! ways, pre-processing workers and post-processing (`full-pipeline.toml`). Run with `cargo bench -p capsim-sim --bench engine`; compare the M/M/4 figure with
 //! `scripts/bench_vs_simpy.py` (SimPy, the same model, in the same run), which prints the ratio;
-//! `cargo run --release -p capsim-sim --example full_pipeline_rate` repeats the second outside criterion.
+//! `cargo run --release -p capsim-sim --example full_pipeline_rate` repeats the second outside criterion;
+//! `scripts/ab_engine.py` compares two builds in alternation (shared machines change speed).
 
 use std::hint::black_box;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! Prints the median of several runs, one thread.
 //!
 //! `cargo run --release -p capsim-sim --example full_pipeline_rate -- [REQUESTS] [REPEATS] [SCENARIO]`;
-//! SCENARIO is a scenario file to run instead of the full-pipeline one.
+//! SCENARIO is a scenario file to run instead, e.g. `crates/sim/benches/gateway-batcher.toml`.
 
 use std::time::Instant;
 
