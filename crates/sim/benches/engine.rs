@@ -1,10 +1,12 @@
 //! Engine speed: customers per second on M/M/4 at utilization 0.8, and a 1 M-request trace
 //! through two pipelines: the gateway, 4 instances and their dynamic batchers
 //! (`gateway-batcher.toml`), and the whole serving path, which adds lognormal network paths both
-//! ways, pre-processing workers and post-processing (`full-pipeline.toml`). Run with `cargo bench -p capsim-sim --bench engine`; compare the M/M/4 figure with
-//! `scripts/bench_vs_simpy.py` (SimPy, the same model, in the same run), which prints the ratio;
-//! `cargo run --release -p capsim-sim --example full_pipeline_rate` repeats the second outside criterion;
-//! `scripts/ab_engine.py` compares two builds in alternation (shared machines change speed).
+//! ways, pre-processing workers and post-processing (`full-pipeline.toml`).
+//!
+//! Run with `cargo bench -p capsim-sim --bench engine`. `scripts/bench_vs_simpy.py` runs the
+//! same M/M/4 in SimPy and prints the ratio; `cargo run --release -p capsim-sim --example
+//! full_pipeline_rate` repeats the pipelines outside criterion; `scripts/ab_engine.py` compares
+//! two builds in alternation (shared machines change speed).
 
 use std::hint::black_box;
 use std::time::Duration;
