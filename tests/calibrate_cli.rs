@@ -102,7 +102,7 @@ fn cpu_calibration_of_the_shipped_classifier_writes_a_valid_profile() {
         at(1, 16)
     );
 
-    // The idle slowdown, measured at the grid's middle point after each default idle wait.
+    // The idle slowdown, measured at the smallest and largest batch after each default wait.
     let idle = profile
         .idle_slowdown
         .as_ref()
@@ -113,13 +113,20 @@ fn cpu_calibration_of_the_shipped_classifier_writes_a_valid_profile() {
             0, 500_000, 1_000_000, 2_000_000, 4_000_000, 8_000_000, 16_000_000
         ]
     );
-    assert_eq!(idle.factors[0], 1.0, "{idle:?}");
+    let measured_at: Vec<(u32, Option<u32>)> = idle
+        .points
+        .iter()
+        .map(|p| (p.batch_size, p.length))
+        .collect();
+    assert_eq!(measured_at, vec![(1, Some(64)), (4, Some(64))], "{idle:?}");
     assert!(
-        idle.factors.iter().all(|f| *f > 0.2 && *f < 20.0),
+        idle.points
+            .iter()
+            .all(|p| p.median_ns.len() == 7 && p.median_ns.iter().all(|t| *t > 0.0)),
         "{idle:?}"
     );
     assert!(
-        String::from_utf8_lossy(&output.stdout).contains("run time after an idle wait"),
+        String::from_utf8_lossy(&output.stdout).contains("run time after an idle wait, batch 4"),
         "{}",
         String::from_utf8_lossy(&output.stdout)
     );

@@ -283,16 +283,10 @@ pub fn run(args: CalibrateArgs) -> Result<()> {
             converged += usize::from(point.converged);
             bar.inc(1);
         }
-        Progress::IdleSlowdownStarted {
-            batch,
-            length,
-            runs,
-        } => {
-            let at = match (length, &length_name) {
-                (Some(l), Some(name)) => format!("batch {batch}, {name}={l}"),
-                _ => format!("batch {batch}"),
-            };
-            bar.set_message(format!("idle slowdown: {runs} runs at {at}"));
+        Progress::IdleSlowdownStarted { points, runs } => {
+            bar.set_message(format!(
+                "idle slowdown: {runs} runs at {points} grid points"
+            ));
         }
         Progress::IdleSlowdownFinished(_) => {}
     })
@@ -323,20 +317,27 @@ pub fn run(args: CalibrateArgs) -> Result<()> {
         fit.r_squared
     );
     if let Some(idle) = &profile.idle_slowdown {
-        let factors: Vec<String> = idle
-            .gaps_ns
-            .iter()
-            .zip(&idle.factors)
-            .skip(1)
-            .map(|(gap, factor)| format!("{} x{factor:.2}", format_gap(*gap)))
-            .collect();
-        println!(
-            "run time after an idle wait, over back to back (batch {}{}): {}",
-            idle.batch_size,
-            idle.length
-                .map_or(String::new(), |l| format!(", length {l}")),
-            factors.join(", ")
-        );
+        for point in &idle.points {
+            let back_to_back_ns = point.median_ns[0];
+            let extra: Vec<String> = idle
+                .gaps_ns
+                .iter()
+                .zip(&point.median_ns)
+                .skip(1)
+                .map(|(gap, t)| {
+                    format!("{} {:+.3}", format_gap(*gap), (t - back_to_back_ns) * 1e-6)
+                })
+                .collect();
+            println!(
+                "run time after an idle wait, batch {}{} ({:.3}ms back to back), ms more: {}",
+                point.batch_size,
+                point
+                    .length
+                    .map_or(String::new(), |l| format!(", length {l}")),
+                back_to_back_ns * 1e-6,
+                extra.join(", ")
+            );
+        }
     }
     if let Some(share) = cpu_wait_share(&profile) {
         println!(

@@ -23,6 +23,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod affinity;
 pub mod decoder;
 pub mod feed;
 pub mod host;
@@ -38,8 +39,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use capsim_sim::profile::{
-    AffineFit, CalibrationSettings, Environment, Grid, GridPoint, IdleSlowdown, InputDescription,
-    ModelDescription, PROFILE_FORMAT_VERSION, Profile, QUANTILE_LEVELS,
+    AffineFit, CalibrationSettings, Environment, Grid, GridPoint, IdleCurve, IdleSlowdown,
+    InputDescription, ModelDescription, PROFILE_FORMAT_VERSION, Profile, QUANTILE_LEVELS,
 };
 use capsim_sim::rng::SimRng;
 use rand::SeedableRng;
@@ -218,8 +219,8 @@ pub struct CalibrationConfig {
     /// Idle wait before every run, ns: a serving worker waits for its next batch, and a run after
     /// a wait is slower than one back to back (cold caches). 0: runs back to back.
     pub idle_gap_ns: u64,
-    /// Idle waits, ns, after which the idle slowdown is measured at one grid point (see
-    /// [`IdleSlowdown`]); empty: not measured. 0 (back to back) is always among them.
+    /// Idle waits, ns, after which the idle slowdown is measured at the smallest and the largest
+    /// batch (see [`IdleSlowdown`]); empty: not measured. 0 (back to back) is always among them.
     pub idle_curve_gaps_ns: Vec<u64>,
 }
 
@@ -290,13 +291,11 @@ pub enum Progress<'a> {
     },
     /// A grid point is done.
     PointFinished(&'a GridPoint),
-    /// The idle slowdown is being measured: `runs` runs at the given point.
+    /// The idle slowdown is being measured: `runs` runs over `points` grid points.
     IdleSlowdownStarted {
-        /// Batch size.
-        batch: u32,
-        /// Length.
-        length: Option<u32>,
-        /// Timed runs in all (over every gap).
+        /// Grid points measured.
+        points: usize,
+        /// Timed runs in all (every gap at every point).
         runs: u32,
     },
     /// The idle slowdown is measured.
@@ -315,16 +314,19 @@ pub fn check_model_file(model: &std::path::Path) -> Result<(), CalibrateError> {
     }
 }
 
-/// Measures how much slower `run` is after each idle wait of `gaps_ns` than back to back:
-/// `iterations` rounds, each running once after every gap in turn (so a machine that changes
-/// speed during the measurement slows every gap alike; shared machines do, by tens of percent
-/// from one second to the next), then each gap's median over the back-to-back median.
+/// A grid point's batch size and length.
+type PointShape = (u32, Option<u32>);
+
+/// Measures the run time after each idle wait of `gaps_ns` at each of `points` (batch size,
+/// length): `iterations` rounds, each running every point once after every gap in turn (so a
+/// machine that changes speed during the measurement slows every gap and point alike; shared
+/// machines do, by tens of percent from one second to the next), then each median.
 fn measure_idle_slowdown(
     gaps_ns: &[u64],
     iterations: u32,
-    (batch_size, length): (u32, Option<u32>),
+    points: &[PointShape],
     rng: &mut SimRng,
-    run: &mut dyn FnMut(&mut SimRng) -> Result<u64, CalibrateError>,
+    run: &mut dyn FnMut(PointShape, &mut SimRng) -> Result<u64, CalibrateError>,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<IdleSlowdown, CalibrateError> {
     let mut gaps: Vec<u64> = gaps_ns.to_vec();
@@ -332,43 +334,52 @@ fn measure_idle_slowdown(
     gaps.sort_unstable();
     gaps.dedup();
     progress(Progress::IdleSlowdownStarted {
-        batch: batch_size,
-        length,
-        runs: iterations * gaps.len() as u32,
+        points: points.len(),
+        runs: iterations * (gaps.len() * points.len()) as u32,
     });
-    // Warm the point up back to back first, as the grid does.
-    for _ in 0..5 {
-        run(rng)?;
-    }
-    let mut runs_ns: Vec<Vec<u64>> = vec![Vec::with_capacity(iterations as usize); gaps.len()];
-    for _ in 0..iterations {
-        for (g, &gap_ns) in gaps.iter().enumerate() {
-            if gap_ns == 0 {
-                // Back to back, as the grid runs: a few runs first, so the core is as warm as in
-                // the grid's long loop whatever gap came before.
-                for _ in 0..3 {
-                    run(rng)?;
-                }
-            } else {
-                std::thread::sleep(std::time::Duration::from_nanos(gap_ns));
-            }
-            runs_ns[g].push(run(rng)?);
+    // Warm every point up back to back first, as the grid does.
+    for &point in points {
+        for _ in 0..5 {
+            run(point, rng)?;
         }
     }
-    let medians: Vec<f64> = runs_ns
-        .iter_mut()
-        .map(|r| {
-            r.sort_unstable();
-            measure::quantile(r, 0.5) as f64
+    let mut runs_ns = vec![vec![Vec::with_capacity(iterations as usize); gaps.len()]; points.len()];
+    for _ in 0..iterations {
+        for (g, &gap_ns) in gaps.iter().enumerate() {
+            for (k, &point) in points.iter().enumerate() {
+                if gap_ns == 0 {
+                    // Back to back, as the grid runs: a few runs first, so the core is as warm
+                    // as in the grid's long loop whatever gap came before.
+                    for _ in 0..3 {
+                        run(point, rng)?;
+                    }
+                } else {
+                    std::thread::sleep(std::time::Duration::from_nanos(gap_ns));
+                }
+                runs_ns[k][g].push(run(point, rng)?);
+            }
+        }
+    }
+    let mut curves: Vec<IdleCurve> = points
+        .iter()
+        .zip(runs_ns.iter_mut())
+        .map(|(&(batch_size, length), runs)| IdleCurve {
+            batch_size,
+            length,
+            median_ns: runs
+                .iter_mut()
+                .map(|r| {
+                    r.sort_unstable();
+                    (measure::quantile(r, 0.5) as f64).max(1.0)
+                })
+                .collect(),
         })
         .collect();
-    let back_to_back = medians[0].max(1.0);
+    curves.sort_by(|a, b| a.median_ns[0].total_cmp(&b.median_ns[0]));
     Ok(IdleSlowdown {
-        batch_size,
-        length,
-        iterations,
         gaps_ns: gaps,
-        factors: medians.iter().map(|m| m / back_to_back).collect(),
+        iterations,
+        points: curves,
     })
 }
 
@@ -468,21 +479,25 @@ pub fn calibrate(
     let idle_slowdown = if config.idle_curve_gaps_ns.is_empty() {
         None
     } else {
-        let batch = batch_sizes[batch_sizes.len() / 2];
+        // The smallest and the largest batch at the middle length: the extra time after an idle
+        // wait grows with the run, less than in proportion, and is interpolated between them.
         let length = lengths[lengths.len() / 2];
-        let mut run = |rng: &mut SimRng| -> Result<u64, CalibrateError> {
-            let values = feed::build_inputs(&inputs, &plan, batch, length, config.vocab, rng)
-                .map_err(|e| CalibrateError::Run {
-                    batch,
-                    length,
-                    reason: e.to_string(),
-                })?;
-            let start = Instant::now();
-            let outputs = session.run(values).map_err(|e| CalibrateError::Run {
+        let mut idle_points = vec![(batch_sizes[0], length)];
+        if batch_sizes.len() > 1 {
+            idle_points.push((batch_sizes[batch_sizes.len() - 1], length));
+        }
+        let mut run = |(batch, length): (u32, Option<u32>),
+                       rng: &mut SimRng|
+         -> Result<u64, CalibrateError> {
+            let run_error = |reason: String| CalibrateError::Run {
                 batch,
                 length,
-                reason: e.to_string(),
-            })?;
+                reason,
+            };
+            let values = feed::build_inputs(&inputs, &plan, batch, length, config.vocab, rng)
+                .map_err(|e| run_error(e.to_string()))?;
+            let start = Instant::now();
+            let outputs = session.run(values).map_err(|e| run_error(e.to_string()))?;
             let ran = start.elapsed().as_nanos() as u64;
             drop(outputs);
             Ok(ran)
@@ -490,7 +505,7 @@ pub fn calibrate(
         let curve = measure_idle_slowdown(
             &config.idle_curve_gaps_ns,
             config.min_iters.max(20),
-            (batch, length),
+            &idle_points,
             &mut rng,
             &mut run,
             progress,

@@ -241,8 +241,12 @@ pub fn replay(
         wake: Condvar::new(),
         start: Instant::now(),
     });
+    // The client off the servers' CPUs, as in production (see the affinity module).
+    let allowed = crate::affinity::allowed_cpus();
+    let placement = crate::affinity::Placement::over(&allowed);
     let mut workers = Vec::with_capacity(instance_count);
     for (index, session) in sessions.into_iter().enumerate() {
+        let cpu = placement.server(index);
         let worker = Worker {
             index,
             shared: shared.clone(),
@@ -254,7 +258,15 @@ pub fn replay(
             vocab: config.vocab,
             rng: SimRng::seed_from_u64(config.seed.wrapping_add(index as u64)),
         };
-        workers.push(thread::spawn(move || worker.serve(session)));
+        workers.push(thread::spawn(move || {
+            if let Some(cpu) = cpu {
+                crate::affinity::pin_current_thread(&[cpu]);
+            }
+            worker.serve(session)
+        }));
+    }
+    if let Some(cpu) = placement.client {
+        crate::affinity::pin_current_thread(&[cpu]);
     }
 
     // The arrival timer: this thread.
@@ -277,6 +289,10 @@ pub fn replay(
         });
         drop(state);
         shared.wake.notify_all();
+    }
+    // The calling thread goes back to every CPU it had.
+    if placement.client.is_some() {
+        crate::affinity::pin_current_thread(&allowed);
     }
     shared.lock().arrivals_done = true;
     shared.wake.notify_all();

@@ -16,7 +16,8 @@ use rand::SeedableRng;
 use crate::runtime::{ProviderChoice, Runtime};
 use crate::{CalibrateError, feed, model};
 
-/// The probe's batch: the idle-slowdown point when the profile has one, else the grid's middle.
+/// The probe's batch: the idle slowdown's largest point when the profile has one, else the
+/// grid's middle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReferenceBatch {
     /// Batch size.
@@ -28,10 +29,10 @@ pub struct ReferenceBatch {
 impl ReferenceBatch {
     /// The reference batch of `profile`.
     pub fn of(profile: &Profile) -> ReferenceBatch {
-        match &profile.idle_slowdown {
-            Some(idle) => ReferenceBatch {
-                batch_size: idle.batch_size,
-                length: idle.length,
+        match profile.idle_slowdown.as_ref().and_then(|i| i.points.last()) {
+            Some(point) => ReferenceBatch {
+                batch_size: point.batch_size,
+                length: point.length,
             },
             None => {
                 let batches = &profile.grid.batch_sizes;

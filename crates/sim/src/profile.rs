@@ -55,41 +55,76 @@ pub struct Profile {
     pub idle_slowdown: Option<IdleSlowdown>,
 }
 
-/// Run time after an idle wait, relative to back-to-back runs, measured at one grid point. On a
-/// CPU a model run that follows an idle wait is slower (caches gone cold, clocks down; on the
-/// shipped classifier 15-20% after 2 ms, 50-60% after 10 ms), so a model instance at low load
-/// runs its batches slower than one at high load. The simulator scales each batch's run time by
-/// `factor(idle) / factor(settings.idle_gap_ns)`, interpolating linearly between the measured
-/// gaps and holding the last factor beyond them.
+/// Run time after an idle wait, measured at one or more grid points. On a CPU a model run that
+/// follows an idle wait is slower (caches gone cold, clocks down; on the shipped classifier about
+/// 0.1 ms more after 2 ms idle and 0.3-0.7 ms more after 8-16 ms), and the extra time grows with
+/// the run, but less than in proportion. The simulator adds to each batch's run the extra time
+/// that the points say for its idle time, interpolated by run time between the points (see
+/// [`IdleSlowdown::extra_ns`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IdleSlowdown {
-    /// Batch size of the grid point it was measured at.
-    pub batch_size: u32,
-    /// Length of that point (`None` when the grid has no length dimension).
-    pub length: Option<u32>,
-    /// Timed runs after each gap.
-    pub iterations: u32,
     /// Idle waits before the runs, ns: strictly increasing, the first 0 (back to back).
     pub gaps_ns: Vec<u64>,
-    /// Median run time after each gap over the median back-to-back run time (the first is 1).
-    pub factors: Vec<f64>,
+    /// Timed runs after each gap, at each point.
+    pub iterations: u32,
+    /// The points, by increasing back-to-back run time.
+    pub points: Vec<IdleCurve>,
+}
+
+/// The idle slowdown at one grid point.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdleCurve {
+    /// Batch size.
+    pub batch_size: u32,
+    /// Length (`None` when the grid has no length dimension).
+    pub length: Option<u32>,
+    /// Median run time after each of [`IdleSlowdown::gaps_ns`], ns.
+    pub median_ns: Vec<f64>,
 }
 
 impl IdleSlowdown {
-    /// The factor after an idle wait of `idle_ns`: interpolated linearly between measured gaps,
-    /// the last factor beyond the last gap.
-    pub fn factor(&self, idle_ns: u64) -> f64 {
-        let k = self.gaps_ns.partition_point(|&g| g <= idle_ns);
-        if k == 0 {
-            return self.factors[0];
+    /// The median run time at point `k` after an idle wait of `idle_ns`: interpolated linearly
+    /// between the measured gaps, the last gap's beyond it.
+    fn time_ns(&self, k: usize, idle_ns: u64) -> f64 {
+        let median = &self.points[k].median_ns;
+        let g = self.gaps_ns.partition_point(|&gap| gap <= idle_ns);
+        if g == 0 {
+            return median[0];
         }
-        if k == self.gaps_ns.len() {
-            return self.factors[k - 1];
+        if g == self.gaps_ns.len() {
+            return median[g - 1];
         }
-        let (g0, g1) = (self.gaps_ns[k - 1] as f64, self.gaps_ns[k] as f64);
+        let (g0, g1) = (self.gaps_ns[g - 1] as f64, self.gaps_ns[g] as f64);
         let w = (idle_ns as f64 - g0) / (g1 - g0);
-        self.factors[k - 1] + w * (self.factors[k] - self.factors[k - 1])
+        median[g - 1] + w * (median[g] - median[g - 1])
+    }
+
+    /// The time to add to a run of `run_ns` measured after an idle wait of `grid_gap_ns` when it
+    /// follows one of `idle_ns` instead, ns (negative when `idle_ns` is the shorter). Each point
+    /// gives an extra time at its own run time; between points it is interpolated linearly in the
+    /// run time, below the first point it shrinks in proportion to the run, and above the last it
+    /// stays the last point's (the cold start is paid once per run). With one point it is
+    /// proportional to the run throughout.
+    pub fn extra_ns(&self, run_ns: f64, grid_gap_ns: u64, idle_ns: u64) -> f64 {
+        let at = |k: usize| {
+            let grid = self.time_ns(k, grid_gap_ns);
+            (grid, self.time_ns(k, idle_ns) - grid)
+        };
+        let (x0, e0) = at(0);
+        if self.points.len() == 1 || run_ns <= x0 {
+            return e0 * run_ns / x0.max(1.0);
+        }
+        for k in 1..self.points.len() {
+            let (x1, e1) = at(k);
+            if run_ns <= x1 {
+                let (xa, ea) = at(k - 1);
+                let w = ((run_ns - xa) / (x1 - xa).max(1.0)).clamp(0.0, 1.0);
+                return ea + w * (e1 - ea);
+            }
+        }
+        at(self.points.len() - 1).1
     }
 
     fn validate(&self) -> Result<(), String> {
@@ -100,17 +135,35 @@ impl IdleSlowdown {
                     .into(),
             );
         }
-        if self.factors.len() != gaps.len() {
-            return Err(format!(
-                "idle_slowdown has {} factors for {} gaps",
-                self.factors.len(),
-                gaps.len()
-            ));
+        if self.points.is_empty() {
+            return Err("idle_slowdown.points must hold at least one point".into());
         }
-        if let Some(bad) = self.factors.iter().find(|f| !f.is_finite() || **f <= 0.0) {
-            return Err(format!(
-                "idle_slowdown.factors must be finite and positive, found {bad}"
-            ));
+        for (k, point) in self.points.iter().enumerate() {
+            if point.median_ns.len() != gaps.len() {
+                return Err(format!(
+                    "idle_slowdown.points[{k}].median_ns has {} values for {} gaps",
+                    point.median_ns.len(),
+                    gaps.len()
+                ));
+            }
+            if let Some(bad) = point
+                .median_ns
+                .iter()
+                .find(|t| !t.is_finite() || **t <= 0.0)
+            {
+                return Err(format!(
+                    "idle_slowdown.points[{k}].median_ns must be finite and positive, found {bad}"
+                ));
+            }
+        }
+        if !self
+            .points
+            .windows(2)
+            .all(|w| w[0].median_ns[0] <= w[1].median_ns[0])
+        {
+            return Err(
+                "idle_slowdown.points must be ordered by their back-to-back median_ns".into(),
+            );
         }
         Ok(())
     }
@@ -588,9 +641,8 @@ pub struct ProfileServiceTime {
     input_build_means_ns: Vec<f64>,
     extrapolated_batches: AtomicU64,
     fit: AffineFit,
-    /// The idle slowdown and its factor at the grid's own idle gap (the grid's times are
-    /// divided by it), when the profile has one.
-    idle: Option<(IdleSlowdown, f64)>,
+    /// The idle slowdown and the idle wait the grid was measured after, when the profile has one.
+    idle: Option<(IdleSlowdown, u64)>,
 }
 
 impl ProfileServiceTime {
@@ -669,10 +721,10 @@ impl ProfileServiceTime {
             input_build_means_ns,
             extrapolated_batches: AtomicU64::new(0),
             fit: profile.fit,
-            idle: profile.idle_slowdown.as_ref().map(|idle| {
-                let grid_factor = idle.factor(profile.settings.idle_gap_ns);
-                (idle.clone(), grid_factor)
-            }),
+            idle: profile
+                .idle_slowdown
+                .as_ref()
+                .map(|idle| (idle.clone(), profile.settings.idle_gap_ns)),
         }
     }
 
@@ -710,16 +762,20 @@ impl ProfileServiceTime {
         self.interpolate(batch, |cell| self.input_build_means_ns[cell])
     }
 
-    /// How much longer than on the grid a run takes after the batch's idle time (1 without an
-    /// idle slowdown in the profile).
-    pub fn idle_factor(&self, batch: &BatchShape) -> f64 {
-        self.idle.as_ref().map_or(1.0, |(idle, grid_factor)| {
-            idle.factor(batch.idle_ns) / grid_factor
-        })
+    /// A grid run time (ns) of this batch, after the batch's own idle time instead of the
+    /// grid's (unchanged without an idle slowdown in the profile).
+    fn after_idle(&self, run_ns: f64, batch: &BatchShape) -> f64 {
+        match &self.idle {
+            None => run_ns,
+            Some((idle, grid_gap_ns)) => {
+                (run_ns + idle.extra_ns(run_ns, *grid_gap_ns, batch.idle_ns)).max(1.0)
+            }
+        }
     }
 
     /// The `u`-quantile (`u` in `[0, 1]`) of the measured model run (`Session::run`) of a batch
-    /// of this shape, ns, without the input build, scaled by [`idle_factor`](Self::idle_factor).
+    /// of this shape, ns, without the input build, after the batch's idle time (see
+    /// [`IdleSlowdown::extra_ns`]).
     pub fn quantile_ns(&self, batch: &BatchShape, u: f64) -> f64 {
         let nq = self.levels.len();
         let k = self
@@ -728,10 +784,11 @@ impl ProfileServiceTime {
             .clamp(1, nq - 1)
             - 1;
         let w = ((u - self.levels[k]) / (self.levels[k + 1] - self.levels[k])).clamp(0.0, 1.0);
-        self.interpolate(batch, |cell| {
+        let run_ns = self.interpolate(batch, |cell| {
             let lo = self.quantiles_ns[cell * nq + k];
             lo + w * (self.quantiles_ns[cell * nq + k + 1] - lo)
-        }) * self.idle_factor(batch)
+        });
+        self.after_idle(run_ns, batch)
     }
 
     /// Bilinear interpolation (with extrapolation) over the grid of a per-cell value.
@@ -761,7 +818,7 @@ impl ServiceTime for ProfileServiceTime {
     }
 
     fn mean_ns(&self, batch: &BatchShape) -> f64 {
-        self.interpolate(batch, |cell| self.means_ns[cell]) * self.idle_factor(batch)
+        self.after_idle(self.interpolate(batch, |cell| self.means_ns[cell]), batch)
             + self.input_build_mean_ns(batch)
     }
 
@@ -853,63 +910,88 @@ mod tests {
         }
     }
 
+    /// Two points: back to back 1 ms and 4 ms; after 2 ms idle +0.2 and +0.4 ms, after 10 ms
+    /// +0.5 and +1.0 ms.
     fn with_idle_slowdown(mut p: Profile, grid_gap_ns: u64) -> Profile {
         p.settings.idle_gap_ns = grid_gap_ns;
         p.idle_slowdown = Some(IdleSlowdown {
-            batch_size: 2,
-            length: Some(32),
-            iterations: 50,
             gaps_ns: vec![0, 2_000_000, 10_000_000],
-            factors: vec![1.0, 1.2, 1.5],
+            iterations: 50,
+            points: vec![
+                IdleCurve {
+                    batch_size: 1,
+                    length: Some(32),
+                    median_ns: vec![1e6, 1.2e6, 1.5e6],
+                },
+                IdleCurve {
+                    batch_size: 2,
+                    length: Some(32),
+                    median_ns: vec![4e6, 4.4e6, 5e6],
+                },
+            ],
         });
         p
     }
 
     #[test]
-    fn idle_factor_interpolates_between_gaps_and_holds_beyond_the_last() {
+    fn idle_extra_time_interpolates_between_gaps_and_points() {
         let p = with_idle_slowdown(profile(&[1, 2], &[32], affine), 0);
         let idle = p.idle_slowdown.as_ref().unwrap();
-        for (idle_ns, expected) in [
-            (0, 1.0),
-            (1_000_000, 1.1),
-            (2_000_000, 1.2),
-            (6_000_000, 1.35),
-            (10_000_000, 1.5),
-            (1_000_000_000, 1.5),
+        for (run_ns, idle_ns, expected_ns) in [
+            // At the points, between gaps and beyond the last gap.
+            (1e6, 0, 0.0),
+            (1e6, 1_000_000, 0.1e6),
+            (1e6, 2_000_000, 0.2e6),
+            (4e6, 6_000_000, 0.7e6),
+            (4e6, 1_000_000_000, 1.0e6),
+            // Between the points, linear in the run time.
+            (2.5e6, 10_000_000, 0.75e6),
+            // Below the first point in proportion to the run; above the last, held.
+            (0.5e6, 10_000_000, 0.25e6),
+            (40e6, 10_000_000, 1.0e6),
         ] {
-            let got = idle.factor(idle_ns);
+            let got = idle.extra_ns(run_ns, 0, idle_ns);
             assert!(
-                (got - expected).abs() < 1e-12,
-                "idle {idle_ns}: {got} != {expected}"
+                (got - expected_ns).abs() < 1e-6,
+                "run {run_ns} idle {idle_ns}: {got} != {expected_ns}"
             );
         }
+        // Relative to a grid measured after 2 ms (the points ran 1.2 and 4.4 ms there): back to
+        // back is faster, 10 ms slower.
+        assert!((idle.extra_ns(1.2e6, 2_000_000, 0) + 0.2e6).abs() < 1e-6);
+        assert!((idle.extra_ns(4.4e6, 2_000_000, 10_000_000) - 0.6e6).abs() < 1e-6);
+        // One point: in proportion to the run.
+        let mut one = idle.clone();
+        one.points.truncate(1);
+        assert!((one.extra_ns(3e6, 0, 10_000_000) - 1.5e6).abs() < 1e-6);
     }
 
     #[test]
-    fn run_times_scale_with_the_idle_time_relative_to_the_grids_own_gap() {
-        // The grid was measured after 2 ms idle waits: factor 1.2 is already in its times.
+    fn run_times_follow_the_batchs_idle_time_and_not_the_input_build() {
         let plain = ProfileServiceTime::new(&profile(&[1, 2], &[32], affine));
-        let idle = ProfileServiceTime::new(&with_idle_slowdown(
-            profile(&[1, 2], &[32], affine),
-            2_000_000,
-        ));
+        let with_idle =
+            ProfileServiceTime::new(&with_idle_slowdown(profile(&[1, 2], &[32], affine), 0));
+        let idle = with_idle_slowdown(profile(&[1, 2], &[32], affine), 0)
+            .idle_slowdown
+            .unwrap();
         let at = |idle_ns| BatchShape {
             idle_ns,
             ..shape(2, 32)
         };
         for u in [0.0, 0.5, 0.99] {
-            let base = plain.quantile_ns(&at(0), u);
-            for (idle_ns, ratio) in [(0, 1.0 / 1.2), (2_000_000, 1.0), (50_000_000, 1.5 / 1.2)] {
-                let got = idle.quantile_ns(&at(idle_ns), u);
+            let grid_ns = plain.quantile_ns(&at(0), u);
+            assert_eq!(with_idle.quantile_ns(&at(0), u), grid_ns);
+            for idle_ns in [1_000_000, 50_000_000] {
+                let expected = grid_ns + idle.extra_ns(grid_ns, 0, idle_ns);
+                let got = with_idle.quantile_ns(&at(idle_ns), u);
                 assert!(
-                    (got / base - ratio).abs() < 1e-9,
-                    "u {u}, idle {idle_ns}: {got} / {base} != {ratio}"
+                    (got - expected).abs() < 1e-6 && got > grid_ns,
+                    "u {u} idle {idle_ns}: {got} != {expected}"
                 );
             }
         }
-        // The input build is host work outside the run: not scaled.
         assert_eq!(
-            idle.input_build_mean_ns(&at(0)),
+            with_idle.input_build_mean_ns(&at(50_000_000)),
             plain.input_build_mean_ns(&at(0))
         );
         // Without a curve the idle time changes nothing.
@@ -923,11 +1005,15 @@ mod tests {
     fn malformed_idle_slowdowns_are_refused_with_the_key() {
         let good = with_idle_slowdown(profile(&[1, 2], &[32], affine), 0);
         assert_eq!(good.validate(), Ok(()));
-        let cases: [(&str, fn(&mut IdleSlowdown)); 4] = [
+        let cases: [(&str, fn(&mut IdleSlowdown)); 6] = [
             ("gaps_ns", |i| i.gaps_ns[0] = 5),
             ("gaps_ns", |i| i.gaps_ns = vec![0, 3, 3]),
-            ("factors", |i| i.factors.pop().map(drop).unwrap_or(())),
-            ("factors", |i| i.factors[1] = f64::NAN),
+            ("points", |i| i.points.clear()),
+            ("points[1].median_ns", |i| i.points[1].median_ns.truncate(2)),
+            ("points[0].median_ns", |i| {
+                i.points[0].median_ns[1] = f64::NAN
+            }),
+            ("ordered", |i| i.points.reverse()),
         ];
         for (key, break_it) in cases {
             let mut bad = good.clone();
