@@ -80,9 +80,9 @@ pub struct CalibrateArgs {
     /// back, which reads faster than a server sees after idling).
     #[arg(long, default_value = "0s", value_name = "DURATION")]
     pub idle_gap: String,
-    /// Idle waits after which to measure how much slower a run is than back to back, at the
-    /// grid's middle point (the simulator scales each batch by its model instance's idle time);
-    /// `none` skips it. Not used with --decoder.
+    /// Idle waits after which to measure how much longer a run takes than back to back, at the
+    /// grid's smallest and largest batch (the simulator lengthens each batch by its model
+    /// instance's idle time); `none` skips it. Not used with --decoder.
     #[arg(
         long,
         default_value = "0,500us,1ms,2ms,4ms,8ms,16ms",

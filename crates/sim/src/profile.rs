@@ -56,8 +56,8 @@ pub struct Profile {
 }
 
 /// Run time after an idle wait, measured at one or more grid points. On a CPU a model run that
-/// follows an idle wait is slower (caches gone cold, clocks down; on the shipped classifier about
-/// 0.1 ms more after 2 ms idle and 0.3-0.7 ms more after 8-16 ms), and the extra time grows with
+/// follows an idle wait is slower (caches gone cold, clocks down; on the shipped classifier
+/// 0.2-0.3 ms more after 2 ms idle and 0.4-1.0 ms more after 8-16 ms), and the extra time grows with
 /// the run, but less than in proportion. The simulator adds to each batch's run the extra time
 /// that the points say for its idle time, interpolated by run time between the points (see
 /// [`IdleSlowdown::extra_ns`]).
