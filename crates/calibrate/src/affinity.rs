@@ -5,8 +5,8 @@
 //! keeps the server's cores to the server. Linux only; elsewhere nothing is pinned.
 //!
 //! Measured on the 2-core test VM (validate at 30% load, runs where the machine kept its
-//! calibrated speed): p50 errors of -5.4%, -6.0%, -7.0% and -14.0% pinned against -5.0%, -8.2%,
-//! -9.2% and -9.4% unpinned; no clear difference on so noisy a machine. It is kept for the
+//! calibrated speed): p50 errors of -5.4%, -6.0%, -7.0% and -14.0% pinned against -5.0%, -9.2%,
+//! -9.4% and -12.4% unpinned; no clear difference on so noisy a machine. It is kept for the
 //! reason above, not for a measured gain.
 
 /// The CPUs this process may run on, in increasing order (empty where unknown).
