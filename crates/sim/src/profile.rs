@@ -1005,7 +1005,8 @@ mod tests {
     fn malformed_idle_slowdowns_are_refused_with_the_key() {
         let good = with_idle_slowdown(profile(&[1, 2], &[32], affine), 0);
         assert_eq!(good.validate(), Ok(()));
-        let cases: [(&str, fn(&mut IdleSlowdown)); 6] = [
+        type Break = fn(&mut IdleSlowdown);
+        let cases: [(&str, Break); 6] = [
             ("gaps_ns", |i| i.gaps_ns[0] = 5),
             ("gaps_ns", |i| i.gaps_ns = vec![0, 3, 3]),
             ("points", |i| i.points.clear()),
