@@ -206,7 +206,8 @@ struct PoolState {
     service: Option<Arc<dyn ServiceTime>>,
     /// Continuous batcher's step-time model.
     step_time: Option<Arc<dyn StepTime>>,
-    /// Whether `service` can ever extrapolate (asked once, so analytic models cost nothing).
+    /// Whether `service` or `step_time` can ever extrapolate (asked once, so analytic models
+    /// cost nothing).
     may_extrapolate: bool,
     /// Batches started whose execution time the model extrapolated.
     extrapolated_batches: u64,
@@ -377,7 +378,11 @@ impl<'a> Engine<'a> {
                 preprocess: pool.preprocess.clone(),
                 postprocess: pool.postprocess.clone(),
                 postprocess_instant: postprocess::is_instant(&pool.postprocess),
-                may_extrapolate: service.as_ref().is_some_and(|s| s.may_extrapolate()),
+                may_extrapolate: service.as_ref().is_some_and(|s| s.may_extrapolate())
+                    || pool
+                        .llm
+                        .as_ref()
+                        .is_some_and(|l| l.step_time.may_extrapolate()),
                 extrapolated_batches: 0,
                 service,
                 step_time: pool.llm.as_ref().map(|l| l.step_time.clone()),
@@ -1107,7 +1112,7 @@ impl<'a> Engine<'a> {
             .as_ref()
             .expect("a continuous pool has a step-time model");
         let gpu_ns = step_time.sample_ns(&step.batch, &mut pool.execution_rng);
-        if step_time.is_extrapolated(&step.batch) {
+        if pool.may_extrapolate && step_time.is_extrapolated(&step.batch) {
             pool.extrapolated_batches += 1;
         }
         let (seqs, done_ns) = (step.batch.seqs(), now + gpu_ns + step.overhead_ns);

@@ -155,6 +155,10 @@ impl StepTime for Roofline {
     fn mean_ns(&self, step: &StepBatch) -> f64 {
         self.compute_s(step).max(self.memory_s(step)) * 1e9
     }
+
+    fn may_extrapolate(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]

@@ -56,6 +56,13 @@ pub trait StepTime: Send + Sync + std::fmt::Debug {
     fn is_extrapolated(&self, _step: &StepBatch) -> bool {
         false
     }
+
+    /// Whether [`StepTime::is_extrapolated`] can ever be true. The engine asks once per pool and
+    /// skips the per-step question when it is false. Default: true (ask every step); models that
+    /// never extrapolate return false.
+    fn may_extrapolate(&self) -> bool {
+        true
+    }
 }
 
 /// How a pool's step time is modelled: the `[step_time]` table of a continuous-batching pool.
@@ -609,6 +616,10 @@ impl StepTime for LinearStepTime {
             + self.per_prefill_attention_token2_ns * step.prefill_attention_tokens2 as f64
             + self.per_decode_seq_ns * f64::from(step.decode_seqs)
             + self.per_kv_token_ns * step.decode_kv_tokens as f64
+    }
+
+    fn may_extrapolate(&self) -> bool {
+        false
     }
 }
 
