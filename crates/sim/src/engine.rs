@@ -1064,6 +1064,22 @@ impl<'a> Engine<'a> {
         self.events.push(done_ns, EventKind::BatchDone, mi_index, 0);
     }
 
+    /// Marks model instance `mi_index` free again, its batch (or step) over now; returns its
+    /// instance.
+    #[inline]
+    fn end_execution(&mut self, mi_index: u32) -> u32 {
+        let now = self.now;
+        let mi = &mut self.model_instances[mi_index as usize];
+        mi.busy = false;
+        mi.busy_ns += now - mi.batch_start;
+        mi.idle_since = now;
+        self.instances[mi.instance as usize]
+            .free
+            .insert(mi.index_in_instance);
+        self.busy_model_instances -= 1;
+        mi.instance
+    }
+
     /// Plans and starts the next step of continuous-batching instance `instance_index`, when its
     /// model instance is free and there is work.
     fn plan_step(&mut self, instance_index: u32) {
@@ -1123,15 +1139,7 @@ impl<'a> Engine<'a> {
     /// post-processing, and the next step is planned.
     fn step_done<S: RecordSink>(&mut self, mi_index: u32, sink: &mut S) {
         let now = self.now;
-        let mi = &mut self.model_instances[mi_index as usize];
-        mi.busy = false;
-        mi.busy_ns += now - mi.batch_start;
-        mi.idle_since = now;
-        let instance_index = mi.instance;
-        self.instances[instance_index as usize]
-            .free
-            .insert(mi.index_in_instance);
-        self.busy_model_instances -= 1;
+        let instance_index = self.end_execution(mi_index);
         let mut tokens = std::mem::take(&mut self.token_buf);
         tokens.clear();
         self.schedulers[instance_index as usize]
@@ -1187,16 +1195,8 @@ impl<'a> Engine<'a> {
             return;
         }
         let now = self.now;
-        let mi = &mut self.model_instances[mi_index as usize];
-        mi.busy = false;
-        mi.busy_ns += now - mi.batch_start;
-        mi.idle_since = now;
-        let instance_index = mi.instance;
-        let mut members = std::mem::take(&mut mi.members);
-        self.instances[instance_index as usize]
-            .free
-            .insert(mi.index_in_instance);
-        self.busy_model_instances -= 1;
+        self.end_execution(mi_index);
+        let mut members = std::mem::take(&mut self.model_instances[mi_index as usize].members);
         let instance = &mut self.instances[instance_index as usize];
         instance.outstanding -= members.len() as u32;
         let pool = &mut self.pools[instance.pool as usize];
