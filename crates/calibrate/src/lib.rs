@@ -317,6 +317,33 @@ pub fn check_model_file(model: &std::path::Path) -> Result<(), CalibrateError> {
 /// A grid point's batch size and length.
 type PointShape = (u32, Option<u32>);
 
+/// One timed run of a batch of `shape`, as a server makes it: build the inputs, then
+/// `Session::run`. Returns the build time and the run time, ns; the outputs are dropped after
+/// the run's timer stops.
+pub(crate) fn time_run(
+    session: &mut ort::session::Session,
+    inputs: &[model::InputSpec],
+    plan: &model::DimPlan,
+    (batch, length): PointShape,
+    vocab: u64,
+    rng: &mut SimRng,
+) -> Result<(u64, u64), CalibrateError> {
+    let run_error = |reason: String| CalibrateError::Run {
+        batch,
+        length,
+        reason,
+    };
+    let build_start = Instant::now();
+    let values = feed::build_inputs(inputs, plan, batch, length, vocab, rng)
+        .map_err(|e| run_error(e.to_string()))?;
+    let built_ns = build_start.elapsed().as_nanos() as u64;
+    let run_start = Instant::now();
+    let outputs = session.run(values).map_err(|e| run_error(e.to_string()))?;
+    let ran_ns = run_start.elapsed().as_nanos() as u64;
+    drop(outputs);
+    Ok((built_ns, ran_ns))
+}
+
 /// Measures the run time after each idle wait of `gaps_ns` at each of `points` (batch size,
 /// length): `iterations` rounds, each running every point once after every gap in turn (so a
 /// machine that changes speed during the measurement slows every gap and point alike; shared
@@ -415,11 +442,6 @@ pub fn calibrate(
     for &length in &lengths {
         for &batch in &batch_sizes {
             progress(Progress::PointStarted { batch, length });
-            let run_error = |reason: String| CalibrateError::Run {
-                batch,
-                length,
-                reason,
-            };
             let check_every = (config.min_iters / 2).max(10);
             let mut convergence = measure::Convergence::new(
                 config.min_iters,
@@ -436,24 +458,23 @@ pub fn calibrate(
                     std::thread::sleep(std::time::Duration::from_nanos(config.idle_gap_ns));
                 }
                 let wait_before_ns = cpu_wait.read_ns();
-                let build_start = Instant::now();
-                let values =
-                    feed::build_inputs(&inputs, &plan, batch, length, config.vocab, &mut rng)
-                        .map_err(|e| run_error(e.to_string()))?;
-                let built = build_start.elapsed();
-                let run_start = Instant::now();
-                let outputs = session.run(values).map_err(|e| run_error(e.to_string()))?;
-                let ran = run_start.elapsed();
+                let (built_ns, ran_ns) = time_run(
+                    &mut session,
+                    &inputs,
+                    &plan,
+                    (batch, length),
+                    config.vocab,
+                    &mut rng,
+                )?;
                 let wait_after_ns = cpu_wait.read_ns();
-                drop(outputs);
                 if iteration < config.warmup_iters {
                     continue;
                 }
                 cpu_wait_ns = cpu_wait_ns
                     .zip(wait_before_ns.zip(wait_after_ns))
                     .map(|(sum, (before, after))| sum + after.saturating_sub(before));
-                latency_ns.push(ran.as_nanos() as u64);
-                build_ns.push(built.as_nanos() as u64);
+                latency_ns.push(ran_ns);
+                build_ns.push(built_ns);
                 if convergence.converged(&latency_ns) {
                     converged = true;
                     break;
@@ -486,21 +507,8 @@ pub fn calibrate(
         if batch_sizes.len() > 1 {
             idle_points.push((batch_sizes[batch_sizes.len() - 1], length));
         }
-        let mut run = |(batch, length): (u32, Option<u32>),
-                       rng: &mut SimRng|
-         -> Result<u64, CalibrateError> {
-            let run_error = |reason: String| CalibrateError::Run {
-                batch,
-                length,
-                reason,
-            };
-            let values = feed::build_inputs(&inputs, &plan, batch, length, config.vocab, rng)
-                .map_err(|e| run_error(e.to_string()))?;
-            let start = Instant::now();
-            let outputs = session.run(values).map_err(|e| run_error(e.to_string()))?;
-            let ran = start.elapsed().as_nanos() as u64;
-            drop(outputs);
-            Ok(ran)
+        let mut run = |shape: PointShape, rng: &mut SimRng| {
+            time_run(&mut session, &inputs, &plan, shape, config.vocab, rng).map(|(_, ran)| ran)
         };
         let curve = measure_idle_slowdown(
             &config.idle_curve_gaps_ns,

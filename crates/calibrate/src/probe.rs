@@ -6,7 +6,6 @@
 //! says when the two differ.
 
 use std::path::Path;
-use std::time::Instant;
 
 use capsim_sim::profile::{Profile, ProfileServiceTime};
 use capsim_sim::rng::SimRng;
@@ -14,7 +13,7 @@ use capsim_sim::service::BatchShape;
 use rand::SeedableRng;
 
 use crate::runtime::{ProviderChoice, Runtime};
-use crate::{CalibrateError, feed, model};
+use crate::{CalibrateError, model};
 
 /// The probe's batch: the idle slowdown's largest point when the profile has one, else the
 /// grid's middle.
@@ -115,22 +114,14 @@ impl SpeedProbe {
             if self.idle_gap_ns > 0 {
                 std::thread::sleep(std::time::Duration::from_nanos(self.idle_gap_ns));
             }
-            let values = feed::build_inputs(
+            let (_, ran_ns) = crate::time_run(
+                &mut self.session,
                 &self.inputs,
                 &self.plan,
-                batch_size,
-                length,
+                (batch_size, length),
                 self.vocab,
                 &mut self.rng,
-            )
-            .map_err(|e| run_error(batch_size, length, e))?;
-            let start = Instant::now();
-            let outputs = self
-                .session
-                .run(values)
-                .map_err(|e| run_error(batch_size, length, e))?;
-            let ran_ns = start.elapsed().as_nanos() as u64;
-            drop(outputs);
+            )?;
             if i >= 3 {
                 times_ns.push(ran_ns);
             }
@@ -138,13 +129,5 @@ impl SpeedProbe {
         times_ns.sort_unstable();
         let median_ns = crate::measure::quantile(&times_ns, 0.5) as f64;
         Ok(median_ns / self.calibrated_ns.max(1.0))
-    }
-}
-
-fn run_error(batch: u32, length: Option<u32>, e: ort::Error) -> CalibrateError {
-    CalibrateError::Run {
-        batch,
-        length,
-        reason: e.to_string(),
     }
 }
