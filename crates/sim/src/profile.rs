@@ -112,19 +112,19 @@ impl IdleSlowdown {
             let grid = self.time_ns(k, grid_gap_ns);
             (grid, self.time_ns(k, idle_ns) - grid)
         };
-        let (x0, e0) = at(0);
-        if self.points.len() == 1 || run_ns <= x0 {
-            return e0 * run_ns / x0.max(1.0);
+        let (mut xa, mut ea) = at(0);
+        if self.points.len() == 1 || run_ns <= xa {
+            return ea * run_ns / xa.max(1.0);
         }
         for k in 1..self.points.len() {
             let (x1, e1) = at(k);
             if run_ns <= x1 {
-                let (xa, ea) = at(k - 1);
                 let w = ((run_ns - xa) / (x1 - xa).max(1.0)).clamp(0.0, 1.0);
                 return ea + w * (e1 - ea);
             }
+            (xa, ea) = (x1, e1);
         }
-        at(self.points.len() - 1).1
+        ea
     }
 
     fn validate(&self) -> Result<(), String> {
