@@ -1197,27 +1197,10 @@ impl<'a> Engine<'a> {
         let now = self.now;
         self.end_execution(mi_index);
         let mut members = std::mem::take(&mut self.model_instances[mi_index as usize].members);
-        let instance = &mut self.instances[instance_index as usize];
-        instance.outstanding -= members.len() as u32;
-        let pool = &mut self.pools[instance.pool as usize];
-        let post_instant = pool.postprocess_instant;
+        self.instances[instance_index as usize].outstanding -= members.len() as u32;
         for &ticket in &members {
-            let t = &mut self.tickets[ticket as usize];
-            t.record.exec_end_ns = now.ns();
-            if post_instant {
-                self.postprocessed(ticket, sink);
-            } else {
-                t.stage = Stage::Postprocess;
-                let pool = &self.pools[t.record.pool as usize];
-                let done = now + postprocess::time_ns(&pool.postprocess, t.record.output_tokens);
-                self.events.push_in_order(
-                    LANE_POSTPROCESS,
-                    done.ns(),
-                    EventKind::PostprocessDone,
-                    ticket,
-                    0,
-                );
-            }
+            self.tickets[ticket as usize].record.exec_end_ns = now.ns();
+            self.executed(ticket, sink);
         }
         members.clear();
         self.model_instances[mi_index as usize].members = members;
