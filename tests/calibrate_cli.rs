@@ -520,6 +520,12 @@ fn validate_compares_simulated_and_measured_figures_at_each_load() {
             && text.contains("x its calibrated median time before the live run and "),
         "{text}"
     );
+    // The diagnostic run: the profile's times at the level the live batches ran at.
+    assert!(
+        text.contains("30% with the profile's times x")
+            && text.contains("the errors would be: end_to_end p50 "),
+        "{text}"
+    );
     // The live batches' run times against the profile's, by batch size.
     assert!(
         text.contains("30% median batch run time, live/profile ms, by batch size: ")

@@ -12,6 +12,7 @@ use capsim_calibrate::probe::SpeedProbe;
 use capsim_sim::output::write_requests_parquet;
 use capsim_sim::profile::{Profile, ProfileServiceTime};
 use capsim_sim::quantity::parse_duration_ns;
+use capsim_sim::service::ScaledService;
 use capsim_sim::summary::LatencyStats;
 use capsim_sim::{BatchShape, RunOptions, Scenario, ServiceTime, Summary, simulate_with_requests};
 use capsim_trace::{Columns, Trace};
@@ -185,7 +186,21 @@ pub fn run(args: ValidateArgs) -> Result<()> {
                 calibration_wait
             );
         }
-        print_run_times(load, &live_run_times(&live, &service, max_length));
+        let batches = live_batches(&live, &service, max_length);
+        print_run_times(load, &run_times_by_size(&batches));
+        if let Some(level) = live_level(&batches) {
+            // A diagnostic, not the validation: the simulation again, with the profile's times
+            // brought to the level the live batches ran at, leaves the serving model's own error.
+            let leveled = ScaledService::new(service.clone(), level)
+                .context("the live batches' level of the profile's times")?;
+            let options = RunOptions {
+                seed: args.seed,
+                service_override: Some(Arc::new(leveled) as Arc<dyn ServiceTime>),
+                ..RunOptions::default()
+            };
+            let (leveled_run, _) = simulate_with_requests(&scenario, &scaled, &options)?;
+            print_leveled(load, level, &leveled_run.summary, &measured);
+        }
         print_machine_speed(load, &probe, before, after);
     }
     Ok(())
@@ -236,9 +251,18 @@ struct RunTimes {
     profile_median_ms: f64,
 }
 
-/// Each batch size's measured execution times against the profile's prediction for the same
-/// batch shapes: where the service model and the live server part ways.
-fn live_run_times(live: &LiveRun, service: &ProfileServiceTime, max_length: u32) -> Vec<RunTimes> {
+/// One live batch: its size, measured execution time and the profile's median for its shape
+/// (size, longest clamped input, the idle time before it), input build included, ns.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct LiveBatch {
+    size: u32,
+    measured_ns: f64,
+    predicted_ns: f64,
+}
+
+/// Every batch of the live run with the profile's prediction for it: where the service model
+/// and the live server part ways.
+fn live_batches(live: &LiveRun, service: &ProfileServiceTime, max_length: u32) -> Vec<LiveBatch> {
     // batch id -> (model instance, size, longest clamped input, start ns, end ns)
     let mut batches: BTreeMap<u64, (u32, u32, u32, u64, u64)> = BTreeMap::new();
     for r in &live.records {
@@ -255,25 +279,37 @@ fn live_run_times(live: &LiveRun, service: &ProfileServiceTime, max_length: u32)
     let mut runs: Vec<_> = batches.into_values().collect();
     runs.sort_by_key(|&(instance, _, _, start_ns, _)| (instance, start_ns));
     let mut previous_end: Option<(u32, u64)> = None;
+    runs.into_iter()
+        .map(|(instance, size, longest, start_ns, end_ns)| {
+            let idle_ns = match previous_end {
+                Some((i, end)) if i == instance => start_ns.saturating_sub(end),
+                _ => start_ns,
+            };
+            previous_end = Some((instance, end_ns));
+            let shape = BatchShape {
+                size,
+                max_input_tokens: longest,
+                total_input_tokens: u64::from(size) * u64::from(longest),
+                idle_ns,
+            };
+            LiveBatch {
+                size,
+                measured_ns: (end_ns - start_ns) as f64,
+                predicted_ns: service.quantile_ns(&shape, 0.5)
+                    + service.input_build_mean_ns(&shape),
+            }
+        })
+        .collect()
+}
+
+/// Each batch size's median measured execution time against the median prediction.
+fn run_times_by_size(batches: &[LiveBatch]) -> Vec<RunTimes> {
     // batch size -> (measured ns, predicted ns) per batch
     let mut by_size: BTreeMap<u32, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
-    for (instance, size, longest, start_ns, end_ns) in runs {
-        let idle_ns = match previous_end {
-            Some((i, end)) if i == instance => start_ns.saturating_sub(end),
-            _ => start_ns,
-        };
-        previous_end = Some((instance, end_ns));
-        let exec_ns = end_ns - start_ns;
-        let shape = BatchShape {
-            size,
-            max_input_tokens: longest,
-            total_input_tokens: u64::from(size) * u64::from(longest),
-            idle_ns,
-        };
-        let predicted_ns = service.quantile_ns(&shape, 0.5) + service.input_build_mean_ns(&shape);
-        let (measured, predicted) = by_size.entry(size).or_default();
-        measured.push(exec_ns as f64);
-        predicted.push(predicted_ns);
+    for b in batches {
+        let (measured, predicted) = by_size.entry(b.size).or_default();
+        measured.push(b.measured_ns);
+        predicted.push(b.predicted_ns);
     }
     by_size
         .into_iter()
@@ -284,6 +320,17 @@ fn live_run_times(live: &LiveRun, service: &ProfileServiceTime, max_length: u32)
             profile_median_ms: median(&mut predicted) * 1e-6,
         })
         .collect()
+}
+
+/// The level the live server ran the profile's batches at: the median over batches of measured
+/// over predicted time (1.1: 10% slower than the profile). `None` without batches.
+fn live_level(batches: &[LiveBatch]) -> Option<f64> {
+    let mut ratios: Vec<f64> = batches
+        .iter()
+        .filter(|b| b.predicted_ns > 0.0)
+        .map(|b| b.measured_ns / b.predicted_ns)
+        .collect();
+    (!ratios.is_empty()).then(|| median(&mut ratios))
 }
 
 /// Median of non-empty values (sorts them).
@@ -345,6 +392,29 @@ fn measurement_mismatch(profile: &Profile, scenario: &Scenario, threads: u32) ->
     })
 }
 
+/// The simulation with the profile's times at the live batches' level, against the live run.
+fn print_leveled(load: f64, level: f64, simulated: &Summary, measured: &Summary) {
+    let empty = LatencyStats::default();
+    let errors: Vec<String> = ["end_to_end", "queue"]
+        .iter()
+        .map(|stage| {
+            let s = simulated.latency_ms.get(*stage).unwrap_or(&empty);
+            let m = measured.latency_ms.get(*stage).unwrap_or(&empty);
+            format!(
+                "{stage} p50 {:+.1}%, p99 {:+.1}%",
+                100.0 * relative_error(s.p50_ms, m.p50_ms),
+                100.0 * relative_error(s.p99_ms, m.p99_ms)
+            )
+        })
+        .collect();
+    println!(
+        "{:>4.0}% with the profile's times x{level:.3} (the live batches' median over the \
+         profile's; a diagnostic, fitted to this run) the errors would be: {}",
+        load * 100.0,
+        errors.join("; ")
+    );
+}
+
 fn print_comparison(load: f64, simulated: &Summary, measured: &Summary) {
     let row = |metric: &str, s: f64, m: f64| {
         println!(
@@ -377,5 +447,33 @@ mod tests {
         assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
         assert_eq!(median(&mut [7.0]), 7.0);
+    }
+
+    fn batch(size: u32, measured_ns: f64, predicted_ns: f64) -> LiveBatch {
+        LiveBatch {
+            size,
+            measured_ns,
+            predicted_ns,
+        }
+    }
+
+    #[test]
+    fn the_live_level_is_the_median_ratio_of_measured_to_predicted_batch_times() {
+        let batches = [
+            batch(1, 1.2e6, 1e6),
+            batch(1, 0.9e6, 1e6),
+            batch(2, 3.3e6, 3e6),
+            batch(4, 6e6, 4e6),
+            batch(4, 4.4e6, 0.0),
+        ];
+        // Ratios 1.2, 0.9, 1.1 and 1.5 (the batch predicted at 0 is left out): median 1.15.
+        let level = live_level(&batches).expect("batches");
+        assert!((level - 1.15).abs() < 1e-12, "{level}");
+        assert_eq!(live_level(&[]), None);
+        let by_size = run_times_by_size(&batches);
+        let sizes: Vec<(u32, usize)> = by_size.iter().map(|t| (t.batch_size, t.batches)).collect();
+        assert_eq!(sizes, [(1, 2), (2, 1), (4, 2)]);
+        assert!((by_size[0].live_median_ms - 1.05).abs() < 1e-12);
+        assert!((by_size[2].profile_median_ms - 2.0).abs() < 1e-12);
     }
 }

@@ -163,6 +163,39 @@ impl ServiceTime for AffineService {
     }
 }
 
+/// Another model's times multiplied by `factor`: the same model on a machine `factor` times
+/// slower (1.1: every batch takes 10% longer; 0.5: twice as fast).
+#[derive(Debug, Clone)]
+pub struct ScaledService {
+    inner: std::sync::Arc<dyn ServiceTime>,
+    factor: f64,
+}
+
+impl ScaledService {
+    /// `inner` slowed by `factor`; `None` unless `factor` is finite and positive.
+    pub fn new(inner: std::sync::Arc<dyn ServiceTime>, factor: f64) -> Option<ScaledService> {
+        (factor.is_finite() && factor > 0.0).then_some(ScaledService { inner, factor })
+    }
+}
+
+impl ServiceTime for ScaledService {
+    fn sample_ns(&self, batch: &BatchShape, rng: &mut SimRng) -> u64 {
+        crate::time::round_ns(self.inner.sample_ns(batch, rng) as f64 * self.factor)
+    }
+
+    fn mean_ns(&self, batch: &BatchShape) -> f64 {
+        self.inner.mean_ns(batch) * self.factor
+    }
+
+    fn is_extrapolated(&self, batch: &BatchShape) -> bool {
+        self.inner.is_extrapolated(batch)
+    }
+
+    fn may_extrapolate(&self) -> bool {
+        self.inner.may_extrapolate()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,5 +253,26 @@ mod tests {
         let n = 200_000;
         let mean = (0..n).map(|_| s.sample_ns(&SHAPE, &mut rng)).sum::<u64>() as f64 / n as f64;
         assert!((mean / 2e6 - 1.0).abs() < 0.01, "mean {mean}");
+    }
+
+    #[test]
+    fn scaled_service_multiplies_every_draw_and_the_mean_by_its_factor() {
+        let inner = std::sync::Arc::new(ExponentialService { mean_ns: 2e6 });
+        let scaled = ScaledService::new(inner.clone(), 1.25).unwrap();
+        assert_eq!(scaled.mean_ns(&SHAPE), 2.5e6);
+        let (mut a, mut b) = (SimRng::seed_from_u64(4), SimRng::seed_from_u64(4));
+        for _ in 0..1_000 {
+            let plain = inner.sample_ns(&SHAPE, &mut a);
+            let slowed = scaled.sample_ns(&SHAPE, &mut b);
+            assert_eq!(
+                slowed,
+                crate::time::round_ns(plain as f64 * 1.25),
+                "draw {plain}"
+            );
+        }
+        assert!(!scaled.may_extrapolate());
+        assert!(ScaledService::new(inner.clone(), 0.0).is_none());
+        assert!(ScaledService::new(inner.clone(), -1.0).is_none());
+        assert!(ScaledService::new(inner, f64::NAN).is_none());
     }
 }
