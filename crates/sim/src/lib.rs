@@ -40,7 +40,9 @@ pub mod output;
 pub mod postprocess;
 pub mod preprocess;
 pub mod profile;
-pub mod quantity;
+/// Durations, rates, bandwidths and sizes with units, parsed once at the edge (from the trace
+/// crate, which parses the same durations in its transforms).
+pub use capsim_trace::quantity;
 pub mod queue;
 pub mod record;
 pub mod rng;

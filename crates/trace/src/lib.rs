@@ -36,6 +36,7 @@
 mod error;
 mod format;
 mod ingest;
+pub mod quantity;
 mod read;
 mod summary;
 mod synth;
@@ -47,10 +48,11 @@ mod write;
 pub use error::{InvalidReason, TraceError};
 pub use format::{ColumnMap, Field, Format, MAP_KEYS, detect};
 pub use ingest::{FileReport, IngestOptions, IngestReport, expand_paths, read_trace};
+pub use quantity::parse_duration_ns;
 pub use summary::{Distribution, Summary, bin_counts, peak_count, percentile_sorted};
 pub use synth::{Arrivals, MAX_REQUESTS, SizeDist, Sizes, SynthSpec, synthesize};
 pub use table::{Columns, ListColumn, ObservedLatencies, StringColumn, Trace};
-pub use timestamp::{TimeUnit, parse_datetime_ns, parse_duration_ns};
+pub use timestamp::{TimeUnit, parse_datetime_ns};
 pub use transform::Transforms;
 pub use write::{write_parquet, write_parquet_to};
 

@@ -18,8 +18,8 @@ use rand::rngs::Xoshiro256PlusPlus;
 use rand::{RngExt, SeedableRng};
 use rand_distr::{Distribution, Exp, Gamma, LogNormal};
 
+use crate::quantity::parse_duration_ns;
 use crate::table::Columns;
-use crate::timestamp::parse_duration_ns;
 use crate::{Trace, TraceError};
 
 /// Most requests one synthesis may produce (bounds memory: 16 bytes a request).

@@ -229,38 +229,6 @@ pub fn size_from_i64(v: i64) -> Result<u32, InvalidReason> {
     u32::try_from(v).map_err(|_| InvalidReason::TooLarge)
 }
 
-/// Parses a human duration with a unit (`250ms`, `2.5s`, `10m`, `1h`, `3d`, `500us`, `10ns`)
-/// into nanoseconds. A bare number is refused: the unit must be explicit.
-pub fn parse_duration_ns(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .ok_or_else(|| format!("{text:?} has no unit (use ns, us, ms, s, m, h or d)"))?;
-    let (num, unit) = t.split_at(split);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("{text:?} does not start with a number"))?;
-    let scale = match unit.trim() {
-        "ns" => 1.0,
-        "us" | "µs" => 1e3,
-        "ms" => 1e6,
-        "s" => 1e9,
-        "m" | "min" => 60e9,
-        "h" => 3600e9,
-        "d" => 86_400e9,
-        other => {
-            return Err(format!(
-                "unknown unit {other:?} in {text:?} (use ns, us, ms, s, m, h or d)"
-            ));
-        }
-    };
-    let ns = value * scale;
-    if !ns.is_finite() || ns >= u64::MAX as f64 {
-        return Err(format!("{text:?} is too large"));
-    }
-    Ok(ns.round() as u64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -330,14 +298,5 @@ mod tests {
             parse_offset_ns(b"-1", TimeUnit::Millis),
             Err(InvalidReason::Negative)
         );
-    }
-
-    #[test]
-    fn durations_need_units() {
-        assert_eq!(parse_duration_ns("250ms"), Ok(250_000_000));
-        assert_eq!(parse_duration_ns("2.5s"), Ok(2_500_000_000));
-        assert_eq!(parse_duration_ns("10m"), Ok(600_000_000_000));
-        assert!(parse_duration_ns("10").is_err());
-        assert!(parse_duration_ns("10parsecs").is_err());
     }
 }

@@ -12,8 +12,8 @@
 use rand::rngs::Xoshiro256PlusPlus;
 use rand::{RngExt, SeedableRng};
 
+use crate::quantity::parse_duration_ns;
 use crate::table::{Columns, ObservedLatencies};
-use crate::timestamp::parse_duration_ns;
 use crate::{IngestReport, Trace, TraceError};
 
 /// The transforms to apply; `Default` applies none.
@@ -46,7 +46,9 @@ impl Transforms {
             if s.trim().is_empty() {
                 Ok(None)
             } else {
-                parse_duration_ns(s).map(Some).map_err(&bad)
+                parse_duration_ns(s)
+                    .map(Some)
+                    .map_err(|e| bad(e.to_string()))
             }
         };
         let (start, end) = (side(a)?, side(b)?);

@@ -1,7 +1,7 @@
-//! Human-readable quantities in scenario files and flags: durations (`5ms`, `2.5s`), rates
-//! (`120rps`), bandwidths (`10Gbps`) and sizes (`4KiB`). Each is parsed once, at the edge, into an
-//! integer or `f64` with its unit in the name; an error quotes the bad value and says what the
-//! accepted forms are.
+//! Human-readable quantities in scenario files, flags and trace transforms: durations (`5ms`,
+//! `2.5s`), rates (`120rps`), bandwidths (`10Gbps`) and sizes (`4KiB`). Each is parsed once, at
+//! the edge, into an integer or `f64` with its unit in the name; an error quotes the bad value
+//! and says what the accepted forms are.
 
 use std::fmt;
 
@@ -18,7 +18,7 @@ pub struct QuantityError {
 }
 
 const DURATION_HINT: &str =
-    "write a number followed by a unit: ns, us, ms, s, m or h (for example \"5ms\" or \"2.5s\")";
+    "write a number followed by a unit: ns, us, ms, s, m, h or d (for example \"5ms\" or \"2.5s\")";
 const RATE_HINT: &str = "write a number followed by rps, rpm or rph (for example \"120rps\")";
 const BANDWIDTH_HINT: &str = "write a number followed by bps, kbps, Mbps, Gbps, B/s, kB/s, MB/s or GB/s (for example \"10Gbps\")";
 const SIZE_HINT: &str = "write a number of bytes, optionally with B, kB, MB, GB, KiB, MiB or GiB (for example \"4KiB\")";
@@ -44,7 +44,8 @@ fn split_number(text: &str) -> Option<(f64, &str)> {
     Some((value, unit.trim()))
 }
 
-/// Parses a duration such as `5ms`, `2.5s`, `250us`, `100ns`, `1m` or `0` into nanoseconds.
+/// Parses a duration such as `5ms`, `2.5s`, `250us`, `100ns`, `1m`, `3d` or `0` into nanoseconds;
+/// any other bare number is refused, the unit must be explicit.
 /// Fractions below a nanosecond round to the nearest nanosecond.
 pub fn parse_duration_ns(text: &str) -> Result<u64, QuantityError> {
     let ns = parse_duration_ns_f64(text)?.round();
@@ -65,6 +66,7 @@ pub fn parse_duration_ns_f64(text: &str) -> Result<f64, QuantityError> {
         "s" => 1e9,
         "m" | "min" => 60e9,
         "h" => 3600e9,
+        "d" => 86_400e9,
         "" if value == 0.0 => 1.0,
         _ => return Err(duration_error(text)),
     };
@@ -178,6 +180,9 @@ mod tests {
         assert_eq!(parse_duration_ns("250us"), Ok(250_000));
         assert_eq!(parse_duration_ns("100ns"), Ok(100));
         assert_eq!(parse_duration_ns("1m"), Ok(60_000_000_000));
+        assert_eq!(parse_duration_ns("10min"), Ok(600_000_000_000));
+        assert_eq!(parse_duration_ns("1h"), Ok(3_600_000_000_000));
+        assert_eq!(parse_duration_ns("3d"), Ok(259_200_000_000_000));
         assert_eq!(parse_duration_ns("0"), Ok(0));
         assert_eq!(parse_duration_ns(" 1.5 ms "), Ok(1_500_000));
         assert_eq!(parse_duration_ns("1e3ns"), Ok(1_000));
