@@ -14,7 +14,9 @@ use capsim_sim::profile::{Profile, ProfileServiceTime};
 use capsim_sim::quantity::parse_duration_ns;
 use capsim_sim::service::ScaledService;
 use capsim_sim::summary::LatencyStats;
-use capsim_sim::{BatchShape, RunOptions, Scenario, ServiceTime, Summary, simulate_with_requests};
+use capsim_sim::{
+    BatchShape, RunOptions, Scenario, ServiceTime, Summary, simulate, simulate_with_requests,
+};
 use capsim_trace::{Columns, Trace};
 use clap::Args;
 
@@ -198,8 +200,8 @@ pub fn run(args: ValidateArgs) -> Result<()> {
                 service_override: Some(Arc::new(leveled) as Arc<dyn ServiceTime>),
                 ..RunOptions::default()
             };
-            let (leveled_run, _) = simulate_with_requests(&scenario, &scaled, &options)?;
-            print_leveled(load, level, &leveled_run.summary, &measured);
+            let leveled_summary = simulate(&scenario, &scaled, &options)?;
+            print_leveled(load, level, &leveled_summary, &measured);
         }
         print_machine_speed(load, &probe, before, after);
     }
