@@ -155,7 +155,7 @@ pub fn run(args: ValidateArgs) -> Result<()> {
             })
             .collect();
         let scaled = Trace::from_columns(columns).context("building the scaled trace")?;
-        let options = RunOptions {
+        let mut options = RunOptions {
             seed: args.seed,
             service_override: Some(service.clone() as Arc<dyn ServiceTime>),
             ..RunOptions::default()
@@ -195,11 +195,7 @@ pub fn run(args: ValidateArgs) -> Result<()> {
             // brought to the level the live batches ran at, leaves the serving model's own error.
             let leveled = ScaledService::new(service.clone(), level)
                 .context("the live batches' level of the profile's times")?;
-            let options = RunOptions {
-                seed: args.seed,
-                service_override: Some(Arc::new(leveled) as Arc<dyn ServiceTime>),
-                ..RunOptions::default()
-            };
+            options.service_override = Some(Arc::new(leveled));
             let leveled_summary = simulate(&scenario, &scaled, &options)?;
             print_leveled(load, level, &leveled_summary, &measured);
         }
