@@ -12,11 +12,11 @@ calibration can match a live run. See docs/calibration.md, Accuracy.
 """
 
 import argparse
-import os
 import time
 
 import numpy as np
-import onnxruntime as ort
+
+from cpu_session import batch_feed, open_session
 
 
 def main():
@@ -27,23 +27,8 @@ def main():
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--cpu", type=int, default=None, help="pin to this CPU (Linux)")
     args = parser.parse_args()
-    if args.cpu is not None:
-        os.sched_setaffinity(0, {args.cpu})
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    session = ort.InferenceSession(args.model, options, providers=["CPUExecutionProvider"])
-    feed = {}
-    rng = np.random.default_rng(1)
-    for spec in session.get_inputs():
-        shape = [args.batch if i == 0 else (d if isinstance(d, int) else args.length)
-                 for i, d in enumerate(spec.shape)]
-        if "int" in spec.type:
-            feed[spec.name] = rng.integers(1, 1000, shape, dtype=np.int64)
-        else:
-            feed[spec.name] = rng.standard_normal(shape).astype(np.float32)
+    session = open_session(args.model, args.cpu)
+    feed = batch_feed(session, args.batch, args.length, np.random.default_rng(1))
     for _ in range(30):
         session.run(None, feed)
 

@@ -13,11 +13,11 @@ the work done before each run.
 """
 
 import argparse
-import os
 import time
 
 import numpy as np
-import onnxruntime as ort
+
+from cpu_session import batch_feed, open_session
 
 
 def main():
@@ -30,20 +30,12 @@ def main():
     parser.add_argument("--warm-ms", type=float, default=20.0)
     parser.add_argument("--cpu", type=int, default=None, help="pin to this CPU (Linux)")
     args = parser.parse_args()
-    if args.cpu is not None:
-        os.sched_setaffinity(0, {args.cpu})
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    session = ort.InferenceSession(args.model, options, providers=["CPUExecutionProvider"])
-    spec = session.get_inputs()[0]
+    session = open_session(args.model, args.cpu)
     rng = np.random.default_rng(1)
 
     for text in args.shapes.split(","):
         batch, length = (int(v) for v in text.split("x"))
-        feed = {spec.name: rng.integers(1, 1000, (batch, length), dtype=np.int64)}
+        feed = batch_feed(session, batch, length, rng)
 
         def run():
             start = time.perf_counter_ns()
