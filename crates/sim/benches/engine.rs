@@ -3,6 +3,10 @@
 //! (`gateway-batcher.toml`), and the whole serving path, which adds lognormal network paths both
 //! ways, pre-processing workers and post-processing (`full-pipeline.toml`).
 //!
+//! `mm4_bare_heap_reference` times a bare binary-heap event loop of the same M/M/4
+//! (`reference/bare_heap.rs`), the yardstick issue #3 states its target against, so the rates
+//! can be read as a ratio on any machine.
+//!
 //! Run with `cargo bench -p capsim-sim --bench engine`. `scripts/bench_vs_simpy.py` runs the
 //! same M/M/4 in SimPy and prints the ratio; `cargo run --release -p capsim-sim --example
 //! full_pipeline_rate` repeats the pipelines outside criterion; `scripts/ab_engine.py` compares
@@ -17,6 +21,10 @@ use capsim_trace::{Columns, Trace};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use rand::RngExt;
 use rand_distr::Distribution;
+
+mod reference {
+    pub mod bare_heap;
+}
 
 /// `n` Poisson arrivals at `rate_rps`, input sizes uniform in 16..512 tokens.
 fn poisson_trace(n: usize, rate_rps: f64, seed: u64) -> Trace {
@@ -62,6 +70,17 @@ fn engine(c: &mut Criterion) {
     group.throughput(Throughput::Elements(n as u64));
     group.bench_function("mm4_rho0.8_1M_customers", |b| {
         b.iter(|| black_box(simulate(&mm4, &mm4_trace, &options).expect("runs")))
+    });
+    group.bench_function("mm4_bare_heap_reference", |b| {
+        b.iter(|| {
+            let mut rng = stream(1, Component::Execution, 0);
+            black_box(reference::bare_heap::mmc_mean_wait_ns(
+                mm4_trace.arrival_ns(),
+                4,
+                1e6,
+                &mut rng,
+            ))
+        })
     });
     // A batch of 16 with inputs up to 512 tokens takes about 2 + 3.2 + 16 * 480 * 0.00025 = 7.1 ms,
     // so 4 instances serve about 9000 rps: 6000 rps is a utilization near 0.67.

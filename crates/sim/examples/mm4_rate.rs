@@ -1,10 +1,15 @@
 //! Customers per second of the engine on M/M/4 at utilization 0.8 (exponential 1 ms service,
-//! 3200 arrivals/s), summary only. Prints the median of several runs, one thread.
+//! 3200 arrivals/s), summary only. Prints the median of several runs, one thread, and the same
+//! for a bare binary-heap event loop of the same model run in alternation with it (the yardstick
+//! of `benches/reference/bare_heap.rs`), with the median of the rounds' ratios.
 //!
 //! `cargo run --release -p capsim-sim --example mm4_rate -- [CUSTOMERS] [REPEATS]`; used by
 //! `scripts/bench_vs_simpy.py`, which runs the same model in SimPy and prints the ratio.
 
 use std::time::Instant;
+
+#[path = "../benches/reference/bare_heap.rs"]
+mod bare_heap;
 
 use capsim_sim::rng::{Component, stream};
 use capsim_sim::{RunOptions, Scenario, simulate, theory};
@@ -38,7 +43,9 @@ fn main() {
     )
     .expect("valid scenario");
     let mut rates = Vec::with_capacity(repeats);
-    let mut wait_ms = 0.0;
+    let mut bare_rates = Vec::with_capacity(repeats);
+    let mut ratios = Vec::with_capacity(repeats);
+    let (mut wait_ms, mut bare_wait_ms) = (0.0, 0.0);
     for seed in 0..repeats as u64 {
         let options = RunOptions {
             seed,
@@ -46,15 +53,36 @@ fn main() {
         };
         let start = Instant::now();
         let summary = simulate(&scenario, &trace, &options).expect("runs");
-        rates.push(customers as f64 / start.elapsed().as_secs_f64());
+        let rate = customers as f64 / start.elapsed().as_secs_f64();
         wait_ms = summary.latency_ms["queue"].mean_ms;
+        let mut rng = stream(seed, Component::Execution, 0);
+        let start = Instant::now();
+        let wait_ns = bare_heap::mmc_mean_wait_ns(trace.arrival_ns(), 4, 1e6, &mut rng);
+        let bare_rate = customers as f64 / start.elapsed().as_secs_f64();
+        bare_wait_ms = wait_ns / 1e6;
+        rates.push(rate);
+        bare_rates.push(bare_rate);
+        ratios.push(rate / bare_rate);
     }
-    rates.sort_by(f64::total_cmp);
+    for v in [&mut rates, &mut bare_rates, &mut ratios] {
+        v.sort_by(f64::total_cmp);
+    }
     let theory_ms = theory::mmc_mean_wait_s(3200.0, 1000.0, 4).unwrap_or(f64::NAN) * 1e3;
     println!(
         "capsim M/M/4 rho 0.8: {customers} customers, median {:.0} customers/s over {repeats} runs \
          (mean wait {wait_ms:.4} ms, Erlang C {theory_ms:.4} ms)",
         rates[rates.len() / 2]
     );
+    println!(
+        "bare binary-heap loop, same model: median {:.0} customers/s (mean wait {bare_wait_ms:.4} \
+         ms); capsim / bare: median {:.3} over {repeats} paired runs (issue #3's target, 6 M of \
+         ~9 M: 0.667)",
+        bare_rates[bare_rates.len() / 2],
+        ratios[ratios.len() / 2]
+    );
     println!("capsim_customers_per_s {:.0}", rates[rates.len() / 2]);
+    println!(
+        "bare_heap_customers_per_s {:.0}",
+        bare_rates[bare_rates.len() / 2]
+    );
 }
