@@ -3,7 +3,8 @@
 
 M/M/4 at utilization 0.8: Poisson arrivals at 3200/s, 4 servers, exponential service with a
 1 ms mean; every customer's wait is accumulated (the mean is printed as a sanity check against
-Erlang C). Prints both rates in customers per second and their ratio.
+Erlang C). Prints both rates in customers per second and their ratio, and the rate of a bare
+binary-heap event loop of the same model (the yardstick issue #3 quotes, run by `mm4_rate`).
 
     .venv/bin/python scripts/bench_vs_simpy.py [CAPSIM_CUSTOMERS] [SIMPY_CUSTOMERS] [ROUNDS]
 
@@ -64,13 +65,14 @@ def main() -> None:
     binary = ROOT / "target" / "release" / "examples" / "mm4_rate"
     # Shared machines change speed from one second to the next, so the two are measured in
     # alternation and compared round by round; the median of the rounds' ratios is the result.
-    capsim_rates, simpy_rates, ratios = [], [], []
+    capsim_rates, simpy_rates, ratios, bare_rates = [], [], [], []
     for r in range(rounds):
         out = subprocess.run([binary, str(capsim_n), "3"], check=True, capture_output=True,
                              text=True).stdout
         if r == 0:
             print(out.strip().splitlines()[0])
         capsim_rate = float(out.split("capsim_customers_per_s")[1].split()[0])
+        bare_rates.append(float(out.split("bare_heap_customers_per_s")[1].split()[0]))
         simpy_rate, wait_ms = simpy_mm4(simpy_n, r)
         capsim_rates.append(capsim_rate)
         simpy_rates.append(simpy_rate)
@@ -82,6 +84,8 @@ def main() -> None:
     print(f"SimPy {simpy.__version__} M/M/4 rho 0.8: {simpy_n} customers, median "
           f"{statistics.median(simpy_rates):.0f} customers/s over {rounds} rounds "
           f"(last mean wait {wait_ms:.4f} ms)")
+    print(f"bare binary-heap event loop (crates/sim/benches/reference/bare_heap.rs), same model: "
+          f"median {statistics.median(bare_rates):.0f} customers/s")
     print(f"ratio capsim / SimPy: median {statistics.median(ratios):.1f}x over {rounds} paired "
           f"rounds, min {min(ratios):.1f}x, max {max(ratios):.1f}x (target >= 100x)")
 
