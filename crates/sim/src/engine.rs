@@ -491,12 +491,17 @@ impl<'a> Engine<'a> {
 
     fn run<S: RecordSink>(&mut self, sink: &mut S) {
         let rows = self.arrival_ns.len();
+        // The trace's arrivals drive an open-loop run; closed-loop clients send on their own.
+        let open_loop_arrivals: &[u64] = if self.closed_loop {
+            &[]
+        } else {
+            self.arrival_ns
+        };
         loop {
-            let next_arrival_ns = if !self.closed_loop && self.next_request < rows {
-                self.arrival_ns[self.next_request]
-            } else {
-                u64::MAX
-            };
+            let next_arrival_ns = open_loop_arrivals
+                .get(self.next_request)
+                .copied()
+                .unwrap_or(u64::MAX);
             if let Some(event) = self.events.pop_until(next_arrival_ns) {
                 self.advance(SimTime(event.time_ns()));
                 self.handle(event.kind, event.target, event.aux, sink);
@@ -754,11 +759,17 @@ impl<'a> Engine<'a> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn pool_of(&self, row: usize) -> u16 {
         if self.pools.len() == 1 {
             return 0;
         }
+        self.routed_pool_of(row)
+    }
+
+    /// [`Engine::pool_of`] where there are several pools.
+    #[inline(never)]
+    fn routed_pool_of(&self, row: usize) -> u16 {
         if let Some(model) = self.model
             && let Some(&p) = self.model_pool.get(model.get(row))
         {
@@ -956,12 +967,25 @@ impl<'a> Engine<'a> {
 
     /// Forms and starts batches on `instance_index` while a model instance is free and the
     /// batcher's rule says send.
-    #[inline]
+    #[inline(always)]
     fn dispatch(&mut self, instance_index: u32) {
-        if self.schedulers[instance_index as usize].is_some() {
+        let index = instance_index as usize;
+        if self.schedulers[index].is_some() {
             self.plan_step(instance_index);
             return;
         }
+        // Checked here, inlined into the callers: most calls under load find every model
+        // instance busy or, after a batch, nothing queued.
+        let instance = &self.instances[index];
+        if instance.queue.is_empty() || instance.free.first().is_none() {
+            return;
+        }
+        self.form_batches(instance_index);
+    }
+
+    /// [`Engine::dispatch`] where a request is queued and a model instance is free.
+    #[inline(never)]
+    fn form_batches(&mut self, instance_index: u32) {
         let now = self.now;
         loop {
             let instance = &mut self.instances[instance_index as usize];

@@ -161,8 +161,19 @@ impl EventQueue {
 
     /// Removes and returns the earliest pending event (ties: the first scheduled) if it happens
     /// at or before `limit_ns`; otherwise leaves the queue as it is.
-    #[inline]
+    #[inline(always)]
     pub fn pop_until(&mut self, limit_ns: u64) -> Option<Event> {
+        // Checked here, inlined into the caller: in an open-loop run the next trace arrival
+        // often comes first, and the full merge below is not needed to say so.
+        if self.nonempty_lanes == 0 && (self.heap[0].key >> 64) as u64 > limit_ns {
+            return None;
+        }
+        self.pop_until_merged(limit_ns)
+    }
+
+    /// [`EventQueue::pop_until`] over the heap and the lanes.
+    #[inline(never)]
+    fn pop_until_merged(&mut self, limit_ns: u64) -> Option<Event> {
         // The heap's root is a sentinel when the heap is empty.
         let mut best_key = self.heap[0].key;
         let mut best_lane = usize::MAX;
@@ -257,16 +268,19 @@ impl EventQueue {
                 break;
             }
             // The smallest of the four children, without data-dependent branches (sentinels
-            // stand in for missing children).
-            let k = |i: usize| heap[i].key;
-            let a = first + usize::from(k(first + 1) < k(first));
-            let b = first + 2 + usize::from(k(first + 3) < k(first + 2));
-            let child = if k(b) < k(a) { b } else { a };
-            if last.key <= heap[child].key {
+            // stand in for missing children); one bounds check for the four.
+            let kids: &[Event; ARITY] = heap[first..first + ARITY]
+                .try_into()
+                .expect("a node has four child slots");
+            let a = usize::from(kids[1].key < kids[0].key);
+            let b = 2 + usize::from(kids[3].key < kids[2].key);
+            let smallest = if kids[b].key < kids[a].key { b } else { a };
+            let child = kids[smallest];
+            if last.key <= child.key {
                 break;
             }
-            heap[hole] = heap[child];
-            hole = child;
+            heap[hole] = child;
+            hole = first + smallest;
         }
         heap[hole] = last;
         top

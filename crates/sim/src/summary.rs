@@ -389,6 +389,9 @@ pub struct SummaryBuilder {
     measured: Tally,
     stages: Vec<LatencyAccumulator>,
     modeled: [bool; STAGES.len()],
+    /// Bit `s` set when stage `s` (1..=7, the span between two of a record's timestamps) is
+    /// modeled: the stages [`SummaryBuilder::add`] accumulates besides the end to end.
+    modeled_spans: u8,
     slo_ns: Option<u64>,
     slo_ttft_ns: Option<u64>,
     slo_tpot_ns: Option<u64>,
@@ -421,6 +424,9 @@ impl SummaryBuilder {
                 .map(|&m| LatencyAccumulator::new(m))
                 .collect(),
             modeled,
+            modeled_spans: (1..STAGES.len())
+                .filter(|&s| modeled[s])
+                .fold(0, |bits, s| bits | 1 << s),
             slo_ns,
             slo_ttft_ns: None,
             slo_tpot_ns: None,
@@ -521,18 +527,27 @@ impl SummaryBuilder {
         if any_slo && good {
             self.within_slo += 1;
         }
-        let mut span = |stage: usize, from: u64, to: u64| {
-            if self.modeled[stage] && from != NONE && to != NONE {
+        // Stage `s` (1..=7) spans from `edges[s - 1]` to `edges[s]`; only the modeled stages
+        // are visited (most scenarios model three or four of the seven).
+        let edges = [
+            r.arrival_ns,
+            r.gateway_ns,
+            r.admitted_ns,
+            r.queued_ns,
+            r.exec_start_ns,
+            r.exec_end_ns,
+            r.postprocessed_ns,
+            r.response_ns,
+        ];
+        let mut spans = self.modeled_spans;
+        while spans != 0 {
+            let stage = spans.trailing_zeros() as usize;
+            spans &= spans - 1;
+            let (from, to) = (edges[stage - 1], edges[stage]);
+            if from != NONE && to != NONE {
                 self.stages[stage].add(to - from);
             }
-        };
-        span(1, r.arrival_ns, r.gateway_ns);
-        span(2, r.gateway_ns, r.admitted_ns);
-        span(3, r.admitted_ns, r.queued_ns);
-        span(4, r.queued_ns, r.exec_start_ns);
-        span(5, r.exec_start_ns, r.exec_end_ns);
-        span(6, r.exec_end_ns, r.postprocessed_ns);
-        span(7, r.postprocessed_ns, r.response_ns);
+        }
     }
 
     /// Counts of every request added so far.
