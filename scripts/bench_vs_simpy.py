@@ -4,7 +4,7 @@
 M/M/4 at utilization 0.8: Poisson arrivals at 3200/s, 4 servers, exponential service with a
 1 ms mean; every customer's wait is accumulated (the mean is printed as a sanity check against
 Erlang C). Prints both rates in customers per second and their ratio, and the rate of a bare
-binary-heap event loop of the same model (the yardstick issue #3 quotes, run by `mm4_rate`).
+binary-heap event loop of the same model (run by `mm4_rate`; see its source for what it leaves out).
 
     .venv/bin/python scripts/bench_vs_simpy.py [CAPSIM_CUSTOMERS] [SIMPY_CUSTOMERS] [ROUNDS]
 

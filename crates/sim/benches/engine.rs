@@ -4,8 +4,8 @@
 //! ways, pre-processing workers and post-processing (`full-pipeline.toml`).
 //!
 //! `mm4_bare_heap_reference` times a bare binary-heap event loop of the same M/M/4
-//! (`reference/bare_heap.rs`), the yardstick issue #3 states its target against, so the rates
-//! can be read as a ratio on any machine.
+//! (`reference/bare_heap.rs`): the engine's rate over it is the cost of the serving model's
+//! bookkeeping, a ratio that holds on any machine.
 //!
 //! Run with `cargo bench -p capsim-sim --bench engine`. `scripts/bench_vs_simpy.py` runs the
 //! same M/M/4 in SimPy and prints the ratio; `cargo run --release -p capsim-sim --example

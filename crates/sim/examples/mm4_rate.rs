@@ -1,7 +1,7 @@
 //! Customers per second of the engine on M/M/4 at utilization 0.8 (exponential 1 ms service,
 //! 3200 arrivals/s), summary only. Prints the median of several runs, one thread, and the same
-//! for a bare binary-heap event loop of the same model run in alternation with it (the yardstick
-//! of `benches/reference/bare_heap.rs`), with the median of the rounds' ratios.
+//! for a bare binary-heap event loop of the same model (`benches/reference/bare_heap.rs`) run in
+//! alternation with it, with the median of the rounds' ratios.
 //!
 //! `cargo run --release -p capsim-sim --example mm4_rate -- [CUSTOMERS] [REPEATS]`; used by
 //! `scripts/bench_vs_simpy.py`, which runs the same model in SimPy and prints the ratio.
@@ -75,8 +75,7 @@ fn main() {
     );
     println!(
         "bare binary-heap loop, same model: median {:.0} customers/s (mean wait {bare_wait_ms:.4} \
-         ms); capsim / bare: median {:.3} over {repeats} paired runs (issue #3's target, 6 M of \
-         ~9 M: 0.667)",
+         ms); capsim / bare: median {:.3} over {repeats} paired runs",
         bare_rates[bare_rates.len() / 2],
         ratios[ratios.len() / 2]
     );
