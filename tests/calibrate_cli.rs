@@ -532,6 +532,12 @@ fn validate_compares_simulated_and_measured_figures_at_each_load() {
             && text.contains(" batches)"),
         "{text}"
     );
+    // How many live batches ran in (or past) the profile's tail.
+    assert!(
+        text.contains("30% live batches in the profile's tail for their shape: ")
+            && text.contains("% above its p99 (the simulation: 1%), "),
+        "{text}"
+    );
     for metric in [
         "throughput rps",
         "end_to_end p50 ms",

@@ -190,6 +190,7 @@ pub fn run(args: ValidateArgs) -> Result<()> {
         }
         let batches = live_batches(&live, &service, max_length);
         print_run_times(load, &run_times_by_size(&batches));
+        print_tail_excess(load, &tail_excess(&batches));
         if let Some(level) = live_level(&batches) {
             // A diagnostic, not the validation: the simulation again, with the profile's times
             // brought to the level the live batches ran at, leaves the serving model's own error.
@@ -249,13 +250,16 @@ struct RunTimes {
     profile_median_ms: f64,
 }
 
-/// One live batch: its size, measured execution time and the profile's median for its shape
-/// (size, longest clamped input, the idle time before it), input build included, ns.
+/// One live batch: its size, measured execution time and the profile's median, p99 and longest
+/// run for its shape (size, longest clamped input, the idle time before it), input build
+/// included, ns.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct LiveBatch {
     size: u32,
     measured_ns: f64,
     predicted_ns: f64,
+    p99_ns: f64,
+    max_ns: f64,
 }
 
 /// Every batch of the live run with the profile's prediction for it: where the service model
@@ -290,11 +294,13 @@ fn live_batches(live: &LiveRun, service: &ProfileServiceTime, max_length: u32) -
                 total_input_tokens: u64::from(size) * u64::from(longest),
                 idle_ns,
             };
+            let build_ns = service.input_build_mean_ns(&shape);
             LiveBatch {
                 size,
                 measured_ns: (end_ns - start_ns) as f64,
-                predicted_ns: service.quantile_ns(&shape, 0.5)
-                    + service.input_build_mean_ns(&shape),
+                predicted_ns: service.quantile_ns(&shape, 0.5) + build_ns,
+                p99_ns: service.quantile_ns(&shape, 0.99) + build_ns,
+                max_ns: service.quantile_ns(&shape, 1.0) + build_ns,
             }
         })
         .collect()
@@ -329,6 +335,54 @@ fn live_level(batches: &[LiveBatch]) -> Option<f64> {
         .map(|b| b.measured_ns / b.predicted_ns)
         .collect();
     (!ratios.is_empty()).then(|| median(&mut ratios))
+}
+
+/// The live batches in the profile's tail for their shapes. The simulation draws 1% of its
+/// batches above the profile's p99 and none above its longest run; live batches there are
+/// stalls or a tail the calibration's few hundred runs per grid point did not sample, and they
+/// set the live p99 at moderate load.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct TailExcess {
+    batches: usize,
+    over_p99: usize,
+    over_max: usize,
+    /// The batch furthest above the profile's longest run for its shape: (measured, longest) ns.
+    worst: Option<(f64, f64)>,
+}
+
+fn tail_excess(batches: &[LiveBatch]) -> TailExcess {
+    let worst = batches
+        .iter()
+        .filter(|b| b.max_ns > 0.0 && b.measured_ns > b.max_ns)
+        .max_by(|a, b| (a.measured_ns / a.max_ns).total_cmp(&(b.measured_ns / b.max_ns)))
+        .map(|b| (b.measured_ns, b.max_ns));
+    TailExcess {
+        batches: batches.len(),
+        over_p99: batches.iter().filter(|b| b.measured_ns > b.p99_ns).count(),
+        over_max: batches.iter().filter(|b| b.measured_ns > b.max_ns).count(),
+        worst,
+    }
+}
+
+fn print_tail_excess(load: f64, tail: &TailExcess) {
+    if tail.batches == 0 {
+        return;
+    }
+    let share = |n: usize| 100.0 * n as f64 / tail.batches as f64;
+    let worst = tail.worst.map_or(String::new(), |(measured, longest)| {
+        format!(
+            "; the furthest ran {:.3} ms where the profile's longest is {:.3} ms",
+            measured * 1e-6,
+            longest * 1e-6
+        )
+    });
+    println!(
+        "{:>4.0}% live batches in the profile's tail for their shape: {:.1}% above its p99 (the \
+         simulation: 1%), {:.1}% above its longest run (the simulation: none){worst}",
+        load * 100.0,
+        share(tail.over_p99),
+        share(tail.over_max),
+    );
 }
 
 /// Median of non-empty values (sorts them).
@@ -452,7 +506,34 @@ mod tests {
             size,
             measured_ns,
             predicted_ns,
+            p99_ns: 1.5 * predicted_ns,
+            max_ns: 2.0 * predicted_ns,
         }
+    }
+
+    #[test]
+    fn tail_excess_counts_live_batches_beyond_the_profiles_p99_and_longest_run() {
+        let batches = [
+            batch(1, 1.0e6, 1e6),
+            batch(1, 1.6e6, 1e6),
+            batch(2, 2.5e6, 1e6),
+            batch(4, 9.0e6, 3e6),
+            batch(4, 2.0e6, 2e6),
+        ];
+        // p99 = 1.5x and longest = 2x the median: 1.6, 2.5 and 3.0 are above the p99, 2.5 and
+        // 3.0 above the longest, the furthest 9 ms against 6 ms (3/2 beats 2.5/2).
+        let tail = tail_excess(&batches);
+        assert_eq!(
+            tail,
+            TailExcess {
+                batches: 5,
+                over_p99: 3,
+                over_max: 2,
+                worst: Some((9.0e6, 6.0e6)),
+            }
+        );
+        let none = tail_excess(&[batch(1, 1e6, 1e6)]);
+        assert_eq!((none.over_p99, none.over_max, none.worst), (0, 0, None));
     }
 
     #[test]
