@@ -17,6 +17,16 @@ pub struct QuantityError {
     pub hint: &'static str,
 }
 
+impl QuantityError {
+    fn new(kind: &'static str, text: &str, hint: &'static str) -> QuantityError {
+        QuantityError {
+            kind,
+            value: text.to_string(),
+            hint,
+        }
+    }
+}
+
 const DURATION_HINT: &str =
     "write a number followed by a unit: ns, us, ms, s, m, h or d (for example \"5ms\" or \"2.5s\")";
 const RATE_HINT: &str = "write a number followed by rps, rpm or rph (for example \"120rps\")";
@@ -74,20 +84,12 @@ pub fn parse_duration_ns_f64(text: &str) -> Result<f64, QuantityError> {
 }
 
 fn duration_error(text: &str) -> QuantityError {
-    QuantityError {
-        kind: "duration",
-        value: text.to_string(),
-        hint: DURATION_HINT,
-    }
+    QuantityError::new("duration", text, DURATION_HINT)
 }
 
 /// Parses a request rate such as `120rps`, `3000rpm` or `1.5rph` into requests per second.
 pub fn parse_rate_rps(text: &str) -> Result<f64, QuantityError> {
-    let err = || QuantityError {
-        kind: "rate",
-        value: text.to_string(),
-        hint: RATE_HINT,
-    };
+    let err = || QuantityError::new("rate", text, RATE_HINT);
     let (value, unit) = split_number(text).ok_or_else(err)?;
     let scale = match unit {
         "rps" | "/s" => 1.0,
@@ -101,11 +103,7 @@ pub fn parse_rate_rps(text: &str) -> Result<f64, QuantityError> {
 
 /// Parses a bandwidth such as `10Gbps` or `100MB/s` into bytes per second.
 pub fn parse_bandwidth_bytes_per_s(text: &str) -> Result<f64, QuantityError> {
-    let err = || QuantityError {
-        kind: "bandwidth",
-        value: text.to_string(),
-        hint: BANDWIDTH_HINT,
-    };
+    let err = || QuantityError::new("bandwidth", text, BANDWIDTH_HINT);
     let (value, unit) = split_number(text).ok_or_else(err)?;
     let scale = match unit {
         "bps" => 1.0 / 8.0,
@@ -127,11 +125,7 @@ pub fn parse_bandwidth_bytes_per_s(text: &str) -> Result<f64, QuantityError> {
 
 /// Parses a size such as `512`, `4KiB` or `1.5MB` into bytes.
 pub fn parse_size_bytes(text: &str) -> Result<u64, QuantityError> {
-    let err = || QuantityError {
-        kind: "size",
-        value: text.to_string(),
-        hint: SIZE_HINT,
-    };
+    let err = || QuantityError::new("size", text, SIZE_HINT);
     let (value, unit) = split_number(text).ok_or_else(err)?;
     let scale = match unit {
         "" | "B" => 1.0,
