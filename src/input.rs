@@ -16,7 +16,7 @@
 //! ```
 //!
 //! That gives the command `TRACE...` positionals (or `--trace PATH`, repeatable, for commands
-//! that have positionals of their own), `--format`, `--map`, `--skip-invalid` and the
+//! that have positionals of their own), `--format`, `--map`, `--skip-invalid`, `--keep-offsets` and the
 //! transforms `--window`, `--sample`/`--sample-seed`, `--rate-scale`, `--limit`. All the logic
 //! lives in `capsim_trace`; this struct only maps flags onto it. Errors from `load` are
 //! `capsim_trace::TraceError`s, which the command's exit code maps to 2.
@@ -24,7 +24,7 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
-use capsim_trace::{Format, IngestOptions, IngestReport, Trace, Transforms};
+use capsim_trace::{Format, IngestOptions, IngestReport, TimeOrigin, Trace, Transforms};
 
 /// Where a trace comes from and how to read and transform it.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -50,6 +50,12 @@ pub struct TraceInput {
     /// Skip rows with unusable values (and count them by reason) instead of failing.
     #[arg(long)]
     pub skip_invalid: bool,
+
+    /// Keep numeric arrivals as they are even when they are Unix times (the run then starts at
+    /// 1970-01-01, decades before the first request). By default such arrivals are rebased to
+    /// the first one, as datetimes are.
+    #[arg(long)]
+    pub keep_offsets: bool,
 
     /// Keep requests arriving in START..END after the first arrival (e.g. `10m..20m`, `..30s`).
     #[arg(long, value_name = "START..END")]
@@ -111,6 +117,12 @@ impl LoadedTrace {
         if r.out_of_order > 0 {
             parts.push(format!("{} out of order (sorted)", r.out_of_order));
         }
+        if matches!(
+            r.time_origin,
+            TimeOrigin::UnixNumbers | TimeOrigin::UnixNumbersKept
+        ) {
+            parts.push(format!("arrivals read as {}", r.time_origin.describe()));
+        }
         format!("{} rows read: {}", r.rows_read, parts.join(", "))
     }
 }
@@ -128,6 +140,7 @@ impl TraceInput {
             format,
             maps: self.maps.clone(),
             skip_invalid: self.skip_invalid,
+            keep_offsets: self.keep_offsets,
         })
     }
 

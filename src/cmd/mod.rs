@@ -26,6 +26,7 @@ impl std::error::Error for BadInput {}
 pub fn exit_code(err: &anyhow::Error) -> u8 {
     let bad_input = err.chain().any(|cause| {
         cause.is::<BadInput>()
+            || cause.is::<capsim_sim::SimError>()
             || cause
                 .downcast_ref::<capsim_trace::TraceError>()
                 .is_some_and(capsim_trace::TraceError::is_bad_input)

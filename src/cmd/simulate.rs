@@ -126,6 +126,9 @@ pub fn run(args: SimulateArgs) -> Result<()> {
         }
         run
     };
+    if let Some(note) = run.summary.timeseries_note() {
+        eprintln!("note: {note}");
+    }
     write_summary_json(&args.out.join("summary.json"), &run.summary)?;
     write_timeseries_parquet(&args.out.join("timeseries.parquet"), &run.timeseries)?;
     print!("{}", run.summary.human());

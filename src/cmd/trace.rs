@@ -109,6 +109,10 @@ fn render(input: &TraceInput, loaded: &LoadedTrace, s: &Summary) -> String {
         .unwrap_or_default();
     line("span", format!("{}{start}", human_duration(s.span_s)));
     line(
+        "time 0",
+        format!("arrivals are {}", loaded.report.time_origin.describe()),
+    );
+    line(
         "rate",
         format!(
             "mean {} req/s; peak {} req/s (1 s window), {} req/s (60 s window)",

@@ -19,7 +19,7 @@ use rand::RngExt;
 use capsim_trace::Trace;
 
 use crate::batcher::{Batcher, Decision};
-use crate::event::{EventKind, EventQueue};
+use crate::event::{Event, EventKind, EventQueue};
 use crate::gateway::{Admission, Balancer, Refusal};
 use crate::instance::{FreeSet, Instance, ModelInstance};
 use crate::llm::scheduler::{NewSeq, Scheduler, Token, Unservable};
@@ -87,6 +87,69 @@ pub enum SimError {
         /// The pool's name.
         pool: String,
     },
+    /// An event would happen at or after [`SimTime::HORIZON`] (about 292 years), past what the
+    /// engine's nanosecond clock represents.
+    #[error(
+        "the run would go past 292 years of simulated time (at {now_s:.0} s, the next event is {cause} that ends later than that); shorten those durations or use fewer, smaller requests"
+    )]
+    PastHorizon {
+        /// Simulated time when the run stopped, in seconds.
+        now_s: f64,
+        /// The stage whose event lies past the horizon, and the keys that set its duration.
+        cause: &'static str,
+    },
+}
+
+/// What one continuous batcher holds, as the timeseries counts it.
+#[derive(Clone, Copy)]
+struct Occupancy {
+    running: u32,
+    held: u32,
+    kv_blocks_in_use: u32,
+}
+
+impl Occupancy {
+    fn of(scheduler: &Scheduler) -> Occupancy {
+        Occupancy {
+            running: scheduler.running(),
+            held: scheduler.held(),
+            kv_blocks_in_use: scheduler.kv_in_use(),
+        }
+    }
+
+    /// Moves the totals in `state` from `before` to this occupancy.
+    fn update(self, before: Occupancy, state: &mut LlmState) {
+        state.running = state.running + self.running - before.running;
+        state.waiting = state.waiting + self.held - before.held;
+        state.kv_blocks_in_use = state.kv_blocks_in_use + u64::from(self.kv_blocks_in_use)
+            - u64::from(before.kv_blocks_in_use);
+    }
+}
+
+/// What an event past the horizon was, with the keys that set its delay, for
+/// [`SimError::PastHorizon`].
+fn horizon_cause(kind: EventKind) -> &'static str {
+    match kind {
+        EventKind::GatewayArrival | EventKind::ResponseDelivered => {
+            "a network transfer (`network.latency`, `network.bandwidth` and the request or response bytes)"
+        }
+        EventKind::GatewayDone => "the gateway's work (`gateway.overhead`)",
+        EventKind::CacheAnswered => "a cache answer (`cache.latency`)",
+        EventKind::PreprocessDone => {
+            "pre-processing (`preprocess.base`, `preprocess.per_input_token`)"
+        }
+        EventKind::QueueTimeout => "a queue timeout (`queue.timeout`)",
+        EventKind::BatcherTimer => "the batcher's timer (`batcher.max_queue_delay`)",
+        EventKind::BatchDone => {
+            "a batch or step executing (`[service]` or `[step_time]` and the batcher's step overheads, with the trace's token counts)"
+        }
+        EventKind::ModelInstanceReady => "a model instance loading (`execution.cold_start`)",
+        EventKind::PostprocessDone => {
+            "post-processing (`postprocess.base`, `postprocess.per_output_token`)"
+        }
+        EventKind::ClientSend => "a closed-loop client's pause (`load.think_time`)",
+        EventKind::RetrySend => "a retry's backoff (`retry.backoff`, `retry.backoff_multiplier`)",
+    }
 }
 
 /// Simulates `trace` through `scenario` and returns the summary only (no per-request records;
@@ -130,6 +193,12 @@ pub fn run_with_sink<S: RecordSink>(
     }
     let mut engine = Engine::new(scenario, trace, options);
     engine.run(sink);
+    if let Some(kind) = engine.past_horizon {
+        return Err(SimError::PastHorizon {
+            now_s: engine.now.as_secs_f64(),
+            cause: horizon_cause(kind),
+        });
+    }
     Ok(engine.finish())
 }
 
@@ -257,6 +326,9 @@ struct Engine<'a> {
     /// Continuous batchers, by instance (`None` for dynamic-batcher instances).
     schedulers: Vec<Option<Scheduler>>,
     has_llm: bool,
+    /// The continuous batchers' state summed over their instances, for the timeseries:
+    /// updated where it changes (requests queued or taken, steps planned or completed).
+    llm_state: LlmState,
     prefix_blocks: Option<&'a capsim_trace::ListColumn>,
     /// Tokens of the step being completed (capacity kept between steps).
     token_buf: Vec<Token>,
@@ -283,7 +355,12 @@ struct Engine<'a> {
     busy_model_instances: u32,
     in_system_area: u128,
 
+    /// Set when the run stopped at an event at or past [`SimTime::HORIZON`]: its kind.
+    past_horizon: Option<EventKind>,
     interval_ns: u64,
+    /// Rows the timeseries may hold (even): reaching it merges rows in pairs and doubles
+    /// `interval_ns`.
+    timeseries_max_rows: usize,
     next_sample: SimTime,
     last_sample: SimTime,
     interval: IntervalCounters,
@@ -397,6 +474,14 @@ impl<'a> Engine<'a> {
             });
         }
         let has_llm = schedulers.iter().any(Option::is_some);
+        let llm_state = LlmState {
+            kv_blocks_total: schedulers
+                .iter()
+                .flatten()
+                .map(|s| u64::from(s.kv_total()))
+                .sum(),
+            ..LlmState::default()
+        };
         let uplink = NetworkPath::uplink(&scenario.network);
         let downlink = NetworkPath::downlink(&scenario.network);
         let lane_if_constant = |path: &NetworkPath, lane: usize| {
@@ -406,7 +491,9 @@ impl<'a> Engine<'a> {
         let downlink_lane = lane_if_constant(&downlink, LANE_DOWNLINK);
         let closed_loop = scenario.load.mode == LoadMode::Closed;
         if closed_loop {
-            for client in 0..scenario.load.concurrency {
+            // A client past the trace's length would find nothing to send.
+            let clients = u64::from(scenario.load.concurrency).min(trace.len() as u64) as u32;
+            for client in 0..clients {
                 events.push_in_order(LANE_CLIENT, 0, EventKind::ClientSend, client, 0);
             }
         }
@@ -444,6 +531,7 @@ impl<'a> Engine<'a> {
             model_instances,
             schedulers,
             has_llm,
+            llm_state,
             prefix_blocks: trace.prefix_blocks(),
             token_buf: Vec::with_capacity(256),
             llm_completed_tokens: 0,
@@ -466,7 +554,9 @@ impl<'a> Engine<'a> {
             preprocess_waiting: 0,
             busy_model_instances: 0,
             in_system_area: 0,
+            past_horizon: None,
             interval_ns,
+            timeseries_max_rows: (scenario.timeseries.max_rows & !1).max(2) as usize,
             next_sample: SimTime(interval_ns),
             last_sample: SimTime::ZERO,
             interval: IntervalCounters::default(),
@@ -489,6 +579,8 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// Runs until every request is answered, or until the next event lies at or past
+    /// [`SimTime::HORIZON`] (then `past_horizon` names it and the end-of-run checks are skipped).
     fn run<S: RecordSink>(&mut self, sink: &mut S) {
         let rows = self.arrival_ns.len();
         // The trace's arrivals drive an open-loop run; closed-loop clients send on their own.
@@ -503,6 +595,16 @@ impl<'a> Engine<'a> {
                 .copied()
                 .unwrap_or(u64::MAX);
             if let Some(event) = self.events.pop_until(next_arrival_ns) {
+                if self.is_stale_timer(&event) {
+                    // A timer that no longer applies changes nothing: leaving the clock where it
+                    // is keeps it from stretching the run's end (and its time-averaged figures)
+                    // past the last thing that happened.
+                    continue;
+                }
+                if event.time_ns() >= SimTime::HORIZON.ns() {
+                    self.past_horizon = Some(event.kind);
+                    return;
+                }
                 self.advance(SimTime(event.time_ns()));
                 self.handle(event.kind, event.target, event.aux, sink);
             } else if next_arrival_ns != u64::MAX {
@@ -547,9 +649,31 @@ impl<'a> Engine<'a> {
             let boundary = self.next_sample;
             self.integrate(boundary);
             self.sample(boundary);
+            if self.timeseries.len() >= self.timeseries_max_rows {
+                // Rows so far end at multiples of the interval and their count is even, so
+                // merging pairs leaves the series sampled at twice the interval.
+                self.timeseries.merge_pairs();
+                self.interval_ns = self.interval_ns.saturating_mul(2);
+            }
             self.next_sample = boundary + self.interval_ns;
         }
         self.integrate(t);
+    }
+
+    /// True for a queue timeout or batcher timer whose request or deadline has moved on: its
+    /// handler would do nothing.
+    #[inline]
+    fn is_stale_timer(&self, event: &Event) -> bool {
+        match event.kind {
+            EventKind::QueueTimeout => {
+                let t = &self.tickets[event.target as usize];
+                t.generation != event.aux || t.stage != Stage::Queued
+            }
+            EventKind::BatcherTimer => {
+                self.instances[event.target as usize].timer_at != SimTime(event.time_ns())
+            }
+            _ => false,
+        }
     }
 
     #[inline]
@@ -576,16 +700,8 @@ impl<'a> Engine<'a> {
             &self.interval,
         );
         if self.has_llm {
-            let mut llm = LlmState::default();
-            for (instance, scheduler) in self.instances.iter().zip(&self.schedulers) {
-                if let Some(s) = scheduler {
-                    llm.running += s.running();
-                    llm.waiting += instance.queue.len() + s.held();
-                    llm.kv_blocks_in_use += s.kv_in_use();
-                    llm.kv_blocks_total += s.kv_total();
-                }
-            }
-            self.timeseries.push_llm(llm);
+            // Kept up to date step by step: a sample costs the same with one server or 100,000.
+            self.timeseries.push_llm(self.llm_state);
         }
         self.interval = IntervalCounters::default();
         self.last_sample = at;
@@ -689,7 +805,7 @@ impl<'a> Engine<'a> {
             let delay_ns = self.uplink.delay_ns(tokens, &mut self.uplink_rng);
             self.events.push_in_order(
                 self.uplink_lane,
-                now + delay_ns,
+                now.saturating_add(delay_ns),
                 EventKind::GatewayArrival,
                 ticket,
                 0,
@@ -737,7 +853,7 @@ impl<'a> Engine<'a> {
                     t.record.admitted_ns = now;
                     self.events.push_in_order(
                         LANE_CACHE,
-                        now + self.cache_latency_ns,
+                        now.saturating_add(self.cache_latency_ns),
                         EventKind::CacheAnswered,
                         ticket,
                         0,
@@ -749,7 +865,7 @@ impl<'a> Engine<'a> {
                 } else {
                     self.events.push_in_order(
                         LANE_GATEWAY,
-                        now + self.gateway_overhead_ns,
+                        now.saturating_add(self.gateway_overhead_ns),
                         EventKind::GatewayDone,
                         ticket,
                         0,
@@ -818,7 +934,7 @@ impl<'a> Engine<'a> {
                     .as_mut()
                     .expect("pool with preprocess has workers");
                 if workers.start_or_wait(ticket) {
-                    let done = now + preprocess::time_ns(spec, t.record.input_tokens);
+                    let done = now.saturating_add(preprocess::time_ns(spec, t.record.input_tokens));
                     self.events.push(done, EventKind::PreprocessDone, ticket, 0);
                 } else {
                     self.preprocess_waiting += 1;
@@ -856,7 +972,7 @@ impl<'a> Engine<'a> {
                 instance.free.insert(mi - from);
             } else {
                 self.events.push(
-                    now + pool.cold_start_ns,
+                    now.saturating_add(pool.cold_start_ns),
                     EventKind::ModelInstanceReady,
                     mi,
                     0,
@@ -883,7 +999,7 @@ impl<'a> Engine<'a> {
                 .expect("pool with workers has a preprocess spec");
             let tokens = self.tickets[next as usize].record.input_tokens;
             self.events.push(
-                now + preprocess::time_ns(spec, tokens),
+                now.saturating_add(preprocess::time_ns(spec, tokens)),
                 EventKind::PreprocessDone,
                 next,
                 0,
@@ -926,10 +1042,13 @@ impl<'a> Engine<'a> {
         };
         instance.queue.push(t.level, entry, Part::Main);
         self.queued += 1;
+        if self.schedulers[instance_index as usize].is_some() {
+            self.llm_state.waiting += 1;
+        }
         if let Some(timeout_ns) = pool.timeout_ns {
             self.events.push_in_order(
                 LANE_TIMEOUT,
-                now + timeout_ns,
+                now.saturating_add(timeout_ns),
                 EventKind::QueueTimeout,
                 ticket,
                 t.generation,
@@ -950,6 +1069,9 @@ impl<'a> Engine<'a> {
         match pool.timeout_action {
             TimeoutAction::Reject => {
                 self.queued -= 1;
+                if self.schedulers[instance_index as usize].is_some() {
+                    self.llm_state.waiting -= 1;
+                }
                 instance.outstanding -= 1;
                 self.end(ticket, Outcome::TimedOut, sink);
             }
@@ -1067,7 +1189,7 @@ impl<'a> Engine<'a> {
         if pool.may_extrapolate && service.is_extrapolated(&shape) {
             pool.extrapolated_batches += 1;
         }
-        self.begin_execution(mi_index, size, now + duration_ns);
+        self.begin_execution(mi_index, size, now.saturating_add(duration_ns));
     }
 
     /// Marks model instance `mi_index` busy with a batch (or step) of `size` requests until
@@ -1118,6 +1240,7 @@ impl<'a> Engine<'a> {
         let scheduler = self.schedulers[i]
             .as_mut()
             .expect("a continuous instance has a scheduler");
+        let before = Occupancy::of(scheduler);
         let tickets = &mut self.tickets;
         let queue = &mut instance.queue;
         let prefix_blocks = self.prefix_blocks;
@@ -1138,6 +1261,8 @@ impl<'a> Engine<'a> {
             })
         });
         self.queued -= taken;
+        self.llm_state.waiting -= taken;
+        Occupancy::of(scheduler).update(before, &mut self.llm_state);
         for &ticket in scheduler.admitted() {
             let t = &mut tickets[ticket as usize];
             t.record.exec_start_ns = now;
@@ -1155,7 +1280,10 @@ impl<'a> Engine<'a> {
         if pool.may_extrapolate && step_time.is_extrapolated(&step.batch) {
             pool.extrapolated_batches += 1;
         }
-        let (seqs, done_ns) = (step.batch.seqs(), now + gpu_ns + step.overhead_ns);
+        let (seqs, done_ns) = (
+            step.batch.seqs(),
+            now.saturating_add(gpu_ns).saturating_add(step.overhead_ns),
+        );
         self.begin_execution(mi_index, seqs, done_ns);
     }
 
@@ -1166,10 +1294,12 @@ impl<'a> Engine<'a> {
         let instance_index = self.end_execution(mi_index);
         let mut tokens = std::mem::take(&mut self.token_buf);
         tokens.clear();
-        self.schedulers[instance_index as usize]
+        let scheduler = self.schedulers[instance_index as usize]
             .as_mut()
-            .expect("a continuous instance has a scheduler")
-            .complete_step(now.ns(), |token| tokens.push(token));
+            .expect("a continuous instance has a scheduler");
+        let before = Occupancy::of(scheduler);
+        scheduler.complete_step(now.ns(), |token| tokens.push(token));
+        Occupancy::of(scheduler).update(before, &mut self.llm_state);
         for token in &tokens {
             let t = &mut self.tickets[token.ticket as usize];
             debug_assert_eq!(t.stage, Stage::Executing);
@@ -1250,7 +1380,7 @@ impl<'a> Engine<'a> {
                 .delay_ns(t.record.output_tokens, &mut self.downlink_rng);
             self.events.push_in_order(
                 self.downlink_lane,
-                now + delay_ns,
+                now.saturating_add(delay_ns),
                 EventKind::ResponseDelivered,
                 ticket,
                 0,
@@ -1294,7 +1424,7 @@ impl<'a> Engine<'a> {
             let backoff_ns =
                 self.retry_backoff_ns as f64 * self.retry_multiplier.powi(i32::from(attempt) - 1);
             self.events.push(
-                now + backoff_ns.round() as u64,
+                now.saturating_add(backoff_ns.round() as u64),
                 EventKind::RetrySend,
                 ticket,
                 0,
@@ -1306,7 +1436,7 @@ impl<'a> Engine<'a> {
         if self.closed_loop && client != u32::MAX {
             self.events.push_in_order(
                 LANE_CLIENT,
-                now + self.think_time_ns,
+                now.saturating_add(self.think_time_ns),
                 EventKind::ClientSend,
                 client,
                 0,
@@ -1402,14 +1532,17 @@ impl<'a> Engine<'a> {
         } else {
             self.in_system_area as f64 / end_ns as f64
         };
+        let mut summary = self.summary.finish(
+            &self.scenario.name,
+            self.seed,
+            utilization,
+            mean_in_system,
+            end_ns,
+        );
+        summary.timeseries_interval_s = self.interval_ns as f64 * 1e-9;
+        summary.timeseries_coarsened = self.interval_ns != self.scenario.timeseries.interval.0;
         Run {
-            summary: self.summary.finish(
-                &self.scenario.name,
-                self.seed,
-                utilization,
-                mean_in_system,
-                end_ns,
-            ),
+            summary,
             timeseries: self.timeseries,
         }
     }
@@ -1823,5 +1956,118 @@ mod tests {
             (100, 70, 30)
         );
         assert_eq!(summary.latency_ms["end_to_end"].count, 70);
+    }
+
+    /// Poisson-ish arrivals over `span_ms`, deterministic.
+    fn spread_trace(requests: u64, span_ms: u64) -> Trace {
+        let arrivals: Vec<u64> = (0..requests)
+            .map(|i| (i * i * 7919 % (span_ms * 1_000)) / 1_000)
+            .collect::<std::collections::BTreeSet<u64>>()
+            .into_iter()
+            .collect();
+        trace_ms(&arrivals, None)
+    }
+
+    #[test]
+    fn a_capped_timeseries_equals_the_series_sampled_at_the_doubled_interval() {
+        let base = "instances = 2\n[batcher]\nmax_batch_size = 4\nmax_queue_delay = \"3ms\"\n\
+                    [service]\nkind = \"exponential\"\nmean = \"7ms\"\n";
+        let trace = spread_trace(4_000, 60_000);
+        let run = |extra: &str| {
+            let scenario = Scenario::from_toml_str(&format!("{base}{extra}")).unwrap();
+            run_with_sink(&scenario, &trace, &RunOptions::default(), &mut NoRecords).unwrap()
+        };
+        // 60 s at 10 ms is 6,000 rows; a cap of 1,000 doubles the interval three times (80 ms).
+        let capped = run("[timeseries]\ninterval = \"10ms\"\nmax_rows = 1000\n");
+        let direct = run("[timeseries]\ninterval = \"80ms\"\n");
+        assert!(capped.summary.timeseries_coarsened);
+        assert!(!direct.summary.timeseries_coarsened);
+        assert_eq!(capped.summary.timeseries_interval_s, 0.08);
+        assert!(
+            capped.timeseries.len() <= 1000,
+            "{} rows",
+            capped.timeseries.len()
+        );
+        let (a, b) = (&capped.timeseries, &direct.timeseries);
+        assert_eq!(a.time_ns, b.time_ns);
+        assert_eq!(a.queued, b.queued);
+        assert_eq!(a.in_system, b.in_system);
+        assert_eq!(a.busy_model_instances, b.busy_model_instances);
+        assert_eq!(a.arrivals, b.arrivals);
+        assert_eq!(a.finished, b.finished);
+        assert_eq!(a.batches, b.batches);
+        for (i, (x, y)) in a.utilization.iter().zip(&b.utilization).enumerate() {
+            assert!(
+                (x - y).abs() < 1e-12,
+                "row {i}: utilization {x} merged, {y} direct"
+            );
+        }
+        for (i, (x, y)) in a.batch_size_mean.iter().zip(&b.batch_size_mean).enumerate() {
+            assert!(
+                (x - y).abs() < 1e-12,
+                "row {i}: batch size {x} merged, {y} direct"
+            );
+        }
+        assert_eq!(capped.summary.requests, direct.summary.requests);
+    }
+
+    #[test]
+    fn a_long_quiet_gap_keeps_the_timeseries_within_its_cap() {
+        // 1 us rows over 1000 days of simulated time.
+        let s = "[execution]\ncold_start = \"1000d\"\n[service]\nkind = \"constant\"\ntime = \"1ms\"\n\
+                 [timeseries]\ninterval = \"1us\"\nmax_rows = 5000\n";
+        let scenario = Scenario::from_toml_str(s).unwrap();
+        let trace = trace_ms(&[0, 1, 2], None);
+        let run = run_with_sink(&scenario, &trace, &RunOptions::default(), &mut NoRecords).unwrap();
+        assert!(
+            run.timeseries.len() <= 5000,
+            "{} rows",
+            run.timeseries.len()
+        );
+        assert!(run.summary.timeseries_coarsened);
+        let day_ms = 86_400_000.0;
+        let e2e = &run.summary.latency_ms["end_to_end"];
+        assert_eq!(e2e.count, 3);
+        assert!(
+            (e2e.p50_ms / day_ms - 1000.0).abs() < 1.0,
+            "p50 {} days, expected 1000 (no clamp)",
+            e2e.p50_ms / day_ms
+        );
+    }
+
+    #[test]
+    fn stale_queue_timeouts_do_not_stretch_the_run_past_its_last_response() {
+        let s = "[queue]\ntimeout = \"1000d\"\n[service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+        let scenario = Scenario::from_toml_str(s).unwrap();
+        let trace = trace_ms(&[0, 1, 2], None);
+        let run = run_with_sink(&scenario, &trace, &RunOptions::default(), &mut NoRecords).unwrap();
+        assert_eq!(run.summary.requests.completed, 3);
+        // The last of three 10 ms batches back to back ends at 30 ms.
+        assert!(
+            (run.summary.end_s - 0.030).abs() < 1e-9,
+            "end {} s, expected 0.030 s",
+            run.summary.end_s
+        );
+        assert!(!run.summary.timeseries_coarsened);
+    }
+
+    #[test]
+    fn a_batch_ending_past_the_horizon_stops_the_run_with_an_error_naming_the_stage() {
+        // 50,000 days per token of a 10-token request: 1,370 years.
+        let s = "[service]\nkind = \"affine\"\na = \"1ms\"\nc = \"50000d\"\n";
+        let scenario = Scenario::from_toml_str(s).unwrap();
+        let err = run_with_sink(
+            &scenario,
+            &trace_ms(&[0, 5], None),
+            &RunOptions::default(),
+            &mut NoRecords,
+        )
+        .unwrap_err();
+        assert!(matches!(err, SimError::PastHorizon { .. }), "{err:?}");
+        let message = err.to_string();
+        assert!(
+            message.contains("[service]") && message.contains("292 years"),
+            "{message}"
+        );
     }
 }

@@ -78,7 +78,8 @@ impl ModelInstance {
             busy: false,
             batch_start: SimTime::ZERO,
             idle_since: SimTime::ZERO,
-            members: Vec::with_capacity(max_batch_size as usize),
+            // Grows to the largest batch run, which a large `max_batch_size` may never reach.
+            members: Vec::with_capacity(max_batch_size.min(8) as usize),
             busy_ns: 0,
             batches: 0,
         }

@@ -107,9 +107,12 @@ impl NetworkPath {
     /// Time for one message carrying `tokens` tokens: latency plus payload / bandwidth.
     #[inline]
     pub fn delay_ns(&self, tokens: u32, rng: &mut SimRng) -> u64 {
-        let bytes = self.fixed_bytes + self.bytes_per_token * u64::from(tokens);
+        let bytes = self
+            .bytes_per_token
+            .saturating_mul(u64::from(tokens))
+            .saturating_add(self.fixed_bytes);
         let transfer_ns = crate::time::round_ns(bytes as f64 * self.ns_per_byte);
-        self.latency.sample_ns(rng) + transfer_ns
+        self.latency.sample_ns(rng).saturating_add(transfer_ns)
     }
 }
 

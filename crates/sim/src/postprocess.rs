@@ -6,7 +6,10 @@ use crate::scenario::PostprocessSpec;
 /// Post-processing time of one request, in nanoseconds.
 #[inline]
 pub fn time_ns(spec: &PostprocessSpec, output_tokens: u32) -> u64 {
-    spec.base.0 + spec.per_output_token.0 * u64::from(output_tokens)
+    spec.per_output_token
+        .0
+        .saturating_mul(u64::from(output_tokens))
+        .saturating_add(spec.base.0)
 }
 
 /// True when post-processing takes no time (the engine then skips the stage).

@@ -55,7 +55,10 @@ impl WorkerPool {
 /// Pre-processing time of one request, in nanoseconds.
 #[inline]
 pub fn time_ns(spec: &PreprocessSpec, input_tokens: u32) -> u64 {
-    spec.base.0 + spec.per_input_token.0 * u64::from(input_tokens)
+    spec.per_input_token
+        .0
+        .saturating_mul(u64::from(input_tokens))
+        .saturating_add(spec.base.0)
 }
 
 #[cfg(test)]

@@ -35,6 +35,7 @@ use crate::quantity::{
     QuantityError, parse_bandwidth_bytes_per_s, parse_duration_ns, parse_rate_rps, parse_size_bytes,
 };
 use crate::service::{AffineService, ConstantService, ExponentialService, Residuals, ServiceTime};
+use crate::timeseries::{DEFAULT_MAX_ROWS, MAX_ROWS_LIMIT};
 
 /// Why a scenario could not be read or changed. Messages name the file or key and quote the value.
 #[derive(Debug, thiserror::Error)]
@@ -618,14 +619,24 @@ pub struct TimeseriesSpec {
     /// Sampling interval of timeseries.parquet. Default 1s.
     #[serde(default = "one_second")]
     pub interval: DurationNs,
+    /// The most rows timeseries.parquet keeps (2 to [`MAX_ROWS_LIMIT`], default
+    /// [`DEFAULT_MAX_ROWS`]): a run whose simulated time needs more doubles the interval as
+    /// often as it takes (the summary's `timeseries_interval_s` says what was used).
+    #[serde(default = "default_max_rows")]
+    pub max_rows: u32,
 }
 
 impl Default for TimeseriesSpec {
     fn default() -> Self {
         TimeseriesSpec {
             interval: one_second(),
+            max_rows: DEFAULT_MAX_ROWS,
         }
     }
+}
+
+fn default_max_rows() -> u32 {
+    DEFAULT_MAX_ROWS
 }
 
 fn one_u32() -> u32 {
@@ -792,6 +803,7 @@ impl Scenario {
             let prefix = format!("pools.{name}.");
             pools.push(build_pool(&name, &prefix, pool, base)?);
         }
+        check_size(&pools)?;
         validate_network(&file.network)?;
         if let Some(rate) = file.gateway.rate_limit
             && rate.0 <= 0.0
@@ -847,6 +859,14 @@ impl Scenario {
         }
         if file.timeseries.interval.0 == 0 {
             return Err(invalid("timeseries.interval", "must be above 0"));
+        }
+        if !(2..=MAX_ROWS_LIMIT).contains(&file.timeseries.max_rows) {
+            return Err(invalid(
+                "timeseries.max_rows",
+                format!(
+                    "must be between 2 and {MAX_ROWS_LIMIT} (the interval doubles as needed to stay within it)"
+                ),
+            ));
         }
         Ok(Scenario {
             raw,
@@ -946,6 +966,41 @@ fn build_residuals(
     }
 }
 
+/// The most servers (`instances` plus `standby.instances`, over all pools) a scenario may have:
+/// each costs memory and, with load balancing that compares servers, time per request.
+pub const MAX_SERVERS: u32 = 100_000;
+
+/// The most model instances (servers times `gpus * instance_count`, over all pools).
+pub const MAX_MODEL_INSTANCES: u64 = 1_000_000;
+
+/// Checks the whole scenario's size against [`MAX_SERVERS`] and [`MAX_MODEL_INSTANCES`], before
+/// anything is allocated for it.
+fn check_size(pools: &[Pool]) -> Result<(), ScenarioError> {
+    let servers = |p: &Pool| u64::from(p.instances) + u64::from(p.standby.instances);
+    let total_servers: u64 = pools.iter().map(servers).sum();
+    if total_servers > u64::from(MAX_SERVERS) {
+        return Err(invalid(
+            "instances",
+            format!(
+                "the pools have {total_servers} servers (instances plus standby instances) in all; at most {MAX_SERVERS} are simulated"
+            ),
+        ));
+    }
+    let model_instances: u64 = pools
+        .iter()
+        .map(|p| servers(p) * u64::from(p.execution.gpus) * u64::from(p.execution.instance_count))
+        .sum();
+    if model_instances > MAX_MODEL_INSTANCES {
+        return Err(invalid(
+            "execution",
+            format!(
+                "the pools have {model_instances} model instances (servers x gpus x instance_count) in all; at most {MAX_MODEL_INSTANCES} are simulated"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn build_pool(
     name: &str,
     prefix: &str,
@@ -962,14 +1017,17 @@ fn build_pool(
             "must be at least 1",
         ));
     }
-    if u64::from(p.instances) + u64::from(p.standby.instances) > 1_000_000 {
+    if p.instances > MAX_SERVERS {
         return Err(invalid(
-            &key("standby.instances"),
-            "instances plus standby instances must be at most 1000000",
+            &key("instances"),
+            format!("must be at most {MAX_SERVERS}"),
         ));
     }
-    if p.instances > 1_000_000 {
-        return Err(invalid(&key("instances"), "must be at most 1000000"));
+    if u64::from(p.instances) + u64::from(p.standby.instances) > u64::from(MAX_SERVERS) {
+        return Err(invalid(
+            &key("standby.instances"),
+            format!("instances plus standby instances must be at most {MAX_SERVERS}"),
+        ));
     }
     if let Some(pre) = &p.preprocess
         && pre.workers == 0

@@ -13,8 +13,10 @@ use crate::record::{NONE, Outcome, RejectReason, RequestRecord};
 pub const PERCENTILE_METHOD: &str =
     "HdrHistogram, 3 significant digits (percentiles); mean and max are exact";
 
-/// Highest latency the histograms resolve (about 11.6 days); longer values are clamped.
-const HISTOGRAM_MAX_NS: u64 = 1_000_000_000_000_000;
+/// Values the histograms hold slots for from the start (up to about 17 s); a longer value grows
+/// them to its slot, so their size follows the longest latency observed, never a configured
+/// bound, and no value is clamped.
+const HISTOGRAM_INITIAL_MAX_NS: u64 = (1 << 34) - 1;
 
 /// Request attempts by outcome. `completed + rejected + timed_out == total` always; without
 /// client retries every attempt is one trace request.
@@ -159,8 +161,9 @@ fn slot_value(slot: usize) -> u64 {
     sub << bucket
 }
 
-fn empty_histogram() -> Histogram<u32> {
-    Histogram::new_with_bounds(1, HISTOGRAM_MAX_NS, 3).expect("constant histogram bounds are valid")
+/// An empty histogram with the accumulators' bucketing that holds values up to `max_ns`.
+fn empty_histogram(max_ns: u64) -> Histogram<u32> {
+    Histogram::new_with_bounds(1, max_ns.max(2), 3).expect("bounds of at least 2 are valid")
 }
 
 /// Accumulates one latency distribution. Values are counted in a flat array indexed like an
@@ -174,9 +177,6 @@ struct LatencyAccumulator {
     /// Per slot, the counts carried out of `slot_counts` (multiples of 256); touched once every
     /// 256 adds to a slot.
     slot_carries: Vec<u64>,
-    /// Slot of [`HISTOGRAM_MAX_NS`]: where values past the array are clamped, as HdrHistogram's
-    /// `saturating_record` does.
-    max_slot: usize,
     sum_ns: u128,
     max_ns: u64,
 }
@@ -185,14 +185,13 @@ impl LatencyAccumulator {
     /// An accumulator; `allocated` false leaves it empty and unusable (a stage not modeled).
     fn new(allocated: bool) -> LatencyAccumulator {
         let slots = if allocated {
-            empty_histogram().distinct_values()
+            slot_of(HISTOGRAM_INITIAL_MAX_NS) + 1
         } else {
             0
         };
         LatencyAccumulator {
             slot_counts: vec![0; slots],
             slot_carries: vec![0; slots],
-            max_slot: slot_of(HISTOGRAM_MAX_NS),
             sum_ns: 0,
             max_ns: 0,
         }
@@ -200,9 +199,9 @@ impl LatencyAccumulator {
 
     #[inline]
     fn add(&mut self, ns: u64) {
-        let mut slot = slot_of(ns);
+        let slot = slot_of(ns);
         if slot >= self.slot_counts.len() {
-            slot = self.max_slot;
+            self.grow_to(slot);
         }
         let low = &mut self.slot_counts[slot];
         if *low == u8::MAX {
@@ -215,13 +214,25 @@ impl LatencyAccumulator {
         self.max_ns = self.max_ns.max(ns);
     }
 
+    /// Makes room for slots up to `slot`, at least doubling the arrays so that a run of rising
+    /// values grows them a logarithmic number of times.
+    #[cold]
+    #[inline(never)]
+    fn grow_to(&mut self, slot: usize) {
+        let slots = (slot + 1)
+            .max(2 * self.slot_counts.len())
+            .min(slot_of(u64::MAX) + 1);
+        self.slot_counts.resize(slots, 0);
+        self.slot_carries.resize(slots, 0);
+    }
+
     /// The values counted in `slot`.
     fn slot_count(&self, slot: usize) -> u64 {
         self.slot_carries[slot] + u64::from(self.slot_counts[slot])
     }
 
     fn histogram(&self) -> Histogram<u32> {
-        let mut histogram = empty_histogram();
+        let mut histogram = empty_histogram(self.max_ns);
         for slot in 0..self.slot_counts.len() {
             let n = self.slot_count(slot);
             if n > 0 {
@@ -379,6 +390,14 @@ pub struct Summary {
     pub mean_in_system: f64,
     /// Time of the last response, in seconds since the origin.
     pub end_s: f64,
+    /// Interval between timeseries.parquet's rows, in seconds: the scenario's
+    /// `timeseries.interval`, or a power-of-two multiple of it when the run was too long for
+    /// `timeseries.max_rows` rows at that interval (see [`Summary::timeseries_coarsened`]).
+    #[serde(default)]
+    pub timeseries_interval_s: f64,
+    /// True when the timeseries interval was widened to keep within `timeseries.max_rows`.
+    #[serde(default)]
+    pub timeseries_coarsened: bool,
 }
 
 /// Builds a [`Summary`] from finished requests, streaming.
@@ -632,11 +651,28 @@ impl SummaryBuilder {
             utilization,
             mean_in_system,
             end_s: end_ns as f64 * 1e-9,
+            timeseries_interval_s: 0.0,
+            timeseries_coarsened: false,
         }
     }
 }
 
 impl Summary {
+    /// A one-line note for stderr when the timeseries interval was widened, saying to what and
+    /// how to keep the finer one; `None` otherwise.
+    pub fn timeseries_note(&self) -> Option<String> {
+        self.timeseries_coarsened.then(|| {
+            format!(
+                "timeseries.parquet: the run lasted {} of simulated time, too long for \
+                 `timeseries.max_rows` rows at `timeseries.interval`; it is sampled every {} \
+                 instead (raise timeseries.max_rows, up to {}, to keep a finer interval)",
+                human_seconds(self.end_s),
+                human_seconds(self.timeseries_interval_s),
+                crate::timeseries::MAX_ROWS_LIMIT
+            )
+        })
+    }
+
     /// Rejections of one reason among measured requests.
     pub fn rejected(&self, reason: RejectReason) -> u64 {
         self.measured
@@ -731,6 +767,30 @@ impl Summary {
     }
 }
 
+/// Seconds written with the largest unit that keeps the number at or above 1 (`250 ms`,
+/// `3.5 h`, `1000 d`).
+fn human_seconds(s: f64) -> String {
+    const UNITS: [(f64, &str); 6] = [
+        (86_400.0, "d"),
+        (3_600.0, "h"),
+        (60.0, "min"),
+        (1.0, "s"),
+        (1e-3, "ms"),
+        (1e-6, "us"),
+    ];
+    let (scale, unit) = UNITS
+        .iter()
+        .copied()
+        .find(|&(scale, _)| s >= scale)
+        .unwrap_or((1e-9, "ns"));
+    let v = s / scale;
+    if (v - v.round()).abs() < 1e-9 {
+        format!("{v:.0} {unit}")
+    } else {
+        format!("{v:.3} {unit}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -762,9 +822,18 @@ mod tests {
     #[test]
     fn slot_counts_give_the_same_percentiles_as_recording_into_hdrhistogram() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-        let mut direct = empty_histogram();
+        let mut direct = empty_histogram(u64::MAX);
         let mut acc = LatencyAccumulator::new(true);
-        let mut values: Vec<u64> = vec![0, 1, 2047, 2048, 2049, HISTOGRAM_MAX_NS, u64::MAX];
+        let mut values: Vec<u64> = vec![
+            0,
+            1,
+            2047,
+            2048,
+            2049,
+            HISTOGRAM_INITIAL_MAX_NS,
+            HISTOGRAM_INITIAL_MAX_NS + 1,
+            u64::MAX,
+        ];
         for _ in 0..20_000 {
             let magnitude = rng.random_range(0..64u32);
             values.push(rng.random_range(0..=u64::MAX >> (63 - magnitude)));
@@ -792,8 +861,29 @@ mod tests {
     }
 
     #[test]
+    fn latencies_of_years_are_counted_where_they_fall_not_clamped() {
+        let mut acc = LatencyAccumulator::new(true);
+        let initial_slots = acc.slot_counts.len();
+        let day_ns = 86_400_000_000_000u64;
+        for days in [1_000, 1_000, 1_000, 2_000] {
+            acc.add(days * day_ns);
+        }
+        let stats = acc.stats();
+        let p50_days = stats.p50_ms / 86_400_000.0;
+        assert!(
+            (p50_days - 1_000.0).abs() < 1.0,
+            "p50 of three 1000 d and one 2000 d latencies: expected 1000 d, got {p50_days} d"
+        );
+        assert!(
+            acc.slot_counts.len() > initial_slots,
+            "the slots grew to the value"
+        );
+        assert!(acc.slot_counts.len() <= slot_of(u64::MAX) + 1);
+    }
+
+    #[test]
     fn slot_value_is_the_lowest_value_of_its_slot() {
-        for slot in 0..empty_histogram().distinct_values() {
+        for slot in 0..empty_histogram(u64::MAX).distinct_values() {
             let v = slot_value(slot);
             assert_eq!(slot_of(v), slot);
             assert!(v == 0 || slot_of(v - 1) == slot - 1, "slot {slot}");

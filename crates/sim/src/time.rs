@@ -14,6 +14,10 @@ impl SimTime {
     pub const ZERO: SimTime = SimTime(0);
     /// A time later than any event; used as "never".
     pub const NEVER: SimTime = SimTime(u64::MAX);
+    /// The end of representable simulated time: 2^63 ns, about 292 years. A run stops with an
+    /// error at an event this late rather than let sums of times saturate; trace arrivals
+    /// (signed 64-bit nanoseconds) all come before it.
+    pub const HORIZON: SimTime = SimTime(1 << 63);
 
     /// Nanoseconds since the origin.
     #[inline]

@@ -1,7 +1,15 @@
 //! The run sampled over time (`timeseries.parquet`): one row per interval with the state at its
 //! end (queue depths, requests in the system) and what happened during it (arrivals,
-//! completions, batches, utilization). Its size grows with simulated time over the interval,
-//! never with the number of requests.
+//! completions, batches, utilization). Its size is bounded: a run whose simulated time would
+//! need more than `timeseries.max_rows` rows at the scenario's interval doubles the interval
+//! (merging rows in pairs) as often as it takes, so memory never grows with simulated time.
+
+/// Rows a timeseries keeps at most unless the scenario says otherwise (`timeseries.max_rows`):
+/// a day at one row a second, 68 bytes a row.
+pub const DEFAULT_MAX_ROWS: u32 = 100_000;
+
+/// The most rows `timeseries.max_rows` may ask for: about 68 MB of columns.
+pub const MAX_ROWS_LIMIT: u32 = 1_000_000;
 
 /// Columns of the sampled run; row `i` covers `(time_ns[i] - interval, time_ns[i]]`.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -44,6 +52,89 @@ impl Timeseries {
     /// True when no row was sampled.
     pub fn is_empty(&self) -> bool {
         self.time_ns.is_empty()
+    }
+
+    /// Merges rows in pairs (`0+1`, `2+3`, ...), halving the row count; an odd last row is kept
+    /// as it is. A merged row ends where its second row ends: states at the end are the second
+    /// row's, counts add, utilization is the length-weighted mean, and the batch size mean is
+    /// weighted by batches. With rows of equal length `L` ending at multiples of `L` and an even
+    /// row count, the result is the series sampled every `2L`.
+    pub fn merge_pairs(&mut self) {
+        let rows = self.len();
+        let llm = !self.running.is_empty();
+        let mut start_ns = 0u64;
+        for pair in 0..rows.div_ceil(2) {
+            let a = 2 * pair;
+            let b = a + 1;
+            if b == rows {
+                self.move_row(a, pair, llm);
+                break;
+            }
+            let length_a = (self.time_ns[a] - start_ns) as f64;
+            let length_b = (self.time_ns[b] - self.time_ns[a]) as f64;
+            let utilization = if length_a + length_b > 0.0 {
+                (self.utilization[a] * length_a + self.utilization[b] * length_b)
+                    / (length_a + length_b)
+            } else {
+                self.utilization[b]
+            };
+            let batches = u64::from(self.batches[a]) + u64::from(self.batches[b]);
+            let batch_size_mean = if batches == 0 {
+                0.0
+            } else {
+                (self.batch_size_mean[a] * f64::from(self.batches[a])
+                    + self.batch_size_mean[b] * f64::from(self.batches[b]))
+                    / batches as f64
+            };
+            let arrivals = self.arrivals[a].saturating_add(self.arrivals[b]);
+            let finished = self.finished[a].saturating_add(self.finished[b]);
+            start_ns = self.time_ns[b];
+            self.move_row(b, pair, llm);
+            self.utilization[pair] = utilization;
+            self.arrivals[pair] = arrivals;
+            self.finished[pair] = finished;
+            self.batches[pair] = u32::try_from(batches).unwrap_or(u32::MAX);
+            self.batch_size_mean[pair] = batch_size_mean;
+        }
+        let kept = rows.div_ceil(2);
+        self.truncate(kept, llm);
+    }
+
+    /// Copies row `from` over row `to` (`to <= from`).
+    fn move_row(&mut self, from: usize, to: usize, llm: bool) {
+        self.time_ns[to] = self.time_ns[from];
+        self.queued[to] = self.queued[from];
+        self.preprocess_waiting[to] = self.preprocess_waiting[from];
+        self.in_system[to] = self.in_system[from];
+        self.busy_model_instances[to] = self.busy_model_instances[from];
+        self.utilization[to] = self.utilization[from];
+        self.arrivals[to] = self.arrivals[from];
+        self.finished[to] = self.finished[from];
+        self.batches[to] = self.batches[from];
+        self.batch_size_mean[to] = self.batch_size_mean[from];
+        if llm {
+            self.running[to] = self.running[from];
+            self.waiting[to] = self.waiting[from];
+            self.kv_utilization[to] = self.kv_utilization[from];
+        }
+    }
+
+    fn truncate(&mut self, rows: usize, llm: bool) {
+        self.time_ns.truncate(rows);
+        self.queued.truncate(rows);
+        self.preprocess_waiting.truncate(rows);
+        self.in_system.truncate(rows);
+        self.busy_model_instances.truncate(rows);
+        self.utilization.truncate(rows);
+        self.arrivals.truncate(rows);
+        self.finished.truncate(rows);
+        self.batches.truncate(rows);
+        self.batch_size_mean.truncate(rows);
+        if llm {
+            self.running.truncate(rows);
+            self.waiting.truncate(rows);
+            self.kv_utilization.truncate(rows);
+        }
     }
 }
 
@@ -110,7 +201,7 @@ impl Timeseries {
         self.kv_utilization.push(if llm.kv_blocks_total == 0 {
             0.0
         } else {
-            f64::from(llm.kv_blocks_in_use) / f64::from(llm.kv_blocks_total)
+            llm.kv_blocks_in_use as f64 / llm.kv_blocks_total as f64
         });
     }
 }
@@ -123,7 +214,7 @@ pub struct LlmState {
     /// Requests waiting (queued, preempted, or taken and not yet admitted).
     pub waiting: u32,
     /// KV blocks in use.
-    pub kv_blocks_in_use: u32,
+    pub kv_blocks_in_use: u64,
     /// KV blocks in all.
-    pub kv_blocks_total: u32,
+    pub kv_blocks_total: u64,
 }

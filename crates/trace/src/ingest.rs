@@ -2,8 +2,9 @@
 //!
 //! Each file is read with its own format (given, or detected from its name and header) and the
 //! same column mapping; the parts are concatenated, stably sorted by arrival (the number of rows
-//! that arrived out of order is reported), and rebased: datetimes start at the earliest arrival,
-//! numeric offsets keep their values.
+//! that arrived out of order is reported), and rebased: datetimes, and numbers that can only be
+//! wall-clock times (see [`WALL_CLOCK_FLOOR_UNIX_NS`]), start at the earliest arrival with the
+//! wall-clock start kept; other numbers are offsets from the trace's start and keep their values.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -24,6 +25,48 @@ pub struct IngestOptions {
     pub maps: Vec<String>,
     /// Skip and count rows with unusable values instead of failing on the first.
     pub skip_invalid: bool,
+    /// Keep numeric arrivals as offsets even when they are wall-clock times (the run then starts
+    /// at time 0, with a gap before the first request).
+    pub keep_offsets: bool,
+}
+
+/// The earliest Unix time, 2000-01-01T00:00:00Z in nanoseconds, that numeric arrivals are taken
+/// as wall-clock from: a trace whose first request comes 30 years after its start is a log of
+/// Unix times (seconds, milliseconds, microseconds or nanoseconds, as the column's unit says),
+/// not of offsets.
+pub const WALL_CLOCK_FLOOR_UNIX_NS: i64 = 946_684_800_000_000_000;
+
+/// Where the trace's time 0 came from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeOrigin {
+    /// Numeric offsets from the trace's start, kept as they are.
+    #[default]
+    Offsets,
+    /// Datetimes, rebased so that the earliest request arrives at 0.
+    Datetimes,
+    /// Numbers that are Unix times (the earliest at or after [`WALL_CLOCK_FLOOR_UNIX_NS`]),
+    /// rebased so that the earliest request arrives at 0.
+    UnixNumbers,
+    /// Unix times kept as offsets, as `keep_offsets` asked: time 0 is 1970-01-01, and the trace
+    /// carries no separate wall-clock start.
+    UnixNumbersKept,
+}
+
+impl TimeOrigin {
+    /// A phrase for terminals: what the arrival times were read as and where time 0 is.
+    pub fn describe(self) -> &'static str {
+        match self {
+            TimeOrigin::Offsets => "offsets from the trace's start, kept as they are",
+            TimeOrigin::Datetimes => "datetimes, rebased to the first arrival",
+            TimeOrigin::UnixNumbers => {
+                "Unix times, rebased to the first arrival (--keep-offsets keeps them as they are)"
+            }
+            TimeOrigin::UnixNumbersKept => {
+                "Unix times kept as offsets (--keep-offsets): time 0 is 1970-01-01"
+            }
+        }
+    }
 }
 
 /// What ingest (and the transforms after it) did, so that every row read is accounted for:
@@ -40,6 +83,8 @@ pub struct IngestReport {
     pub skipped_by_reason: BTreeMap<String, u64>,
     /// Rows that arrived earlier than a row before them in the input (they were sorted).
     pub out_of_order: u64,
+    /// What the arrival times were read as, and where time 0 is.
+    pub time_origin: TimeOrigin,
     /// Rows flagged failed (kept in the trace).
     pub failed: u64,
     /// Rows dropped by `--window`.
@@ -178,8 +223,9 @@ pub fn read_trace(
         };
         return Err(TraceError::Empty { what, hint });
     }
-    let (columns, out_of_order) = finish(part.cols, part.base);
+    let (columns, out_of_order, time_origin) = finish(part.cols, part.base, opts.keep_offsets);
     report.out_of_order = out_of_order;
+    report.time_origin = time_origin;
     let trace = Trace::from_columns(columns)?;
     report.failed = trace
         .failed()
@@ -225,9 +271,9 @@ fn check_compatible(first: &Part, next: &Part) -> Result<(), TraceError> {
     Ok(())
 }
 
-/// Sorts (stably) and rebases the builder into canonical columns. Returns the columns and the
-/// number of rows that arrived out of order.
-fn finish(mut b: Builder, base: TimeBase) -> (Columns, u64) {
+/// Sorts (stably) and rebases the builder into canonical columns. Returns the columns, the
+/// number of rows that arrived out of order, and where time 0 was put.
+fn finish(mut b: Builder, base: TimeBase, keep_offsets: bool) -> (Columns, u64, TimeOrigin) {
     let mut out_of_order = 0u64;
     let mut latest = i64::MIN;
     for &a in &b.arrival {
@@ -243,9 +289,15 @@ fn finish(mut b: Builder, base: TimeBase) -> (Columns, u64) {
         b = permute(b, &order);
     }
     let min = b.arrival.first().copied().unwrap_or(0);
-    let (shift, start_unix_ns) = match base {
-        TimeBase::Unix => (min, Some(min)),
-        TimeBase::Offset => (0, None),
+    let origin = match base {
+        TimeBase::Unix => TimeOrigin::Datetimes,
+        TimeBase::Offset if min < WALL_CLOCK_FLOOR_UNIX_NS => TimeOrigin::Offsets,
+        TimeBase::Offset if keep_offsets => TimeOrigin::UnixNumbersKept,
+        TimeBase::Offset => TimeOrigin::UnixNumbers,
+    };
+    let (shift, start_unix_ns) = match origin {
+        TimeOrigin::Datetimes | TimeOrigin::UnixNumbers => (min, Some(min)),
+        TimeOrigin::UnixNumbersKept | TimeOrigin::Offsets => (0, None),
     };
     // Same size and alignment: this collect reuses the allocation.
     let mut arrival_ns: Vec<u64> = b.arrival.into_iter().map(|a| (a - shift) as u64).collect();
@@ -274,7 +326,7 @@ fn finish(mut b: Builder, base: TimeBase) -> (Columns, u64) {
         },
         start_unix_ns,
     };
-    (cols, out_of_order)
+    (cols, out_of_order, origin)
 }
 
 fn permute(b: Builder, order: &[usize]) -> Builder {
@@ -365,6 +417,59 @@ mod tests {
         assert_eq!(trace.arrival_ns(), &[0, 1_499_999_900]);
         assert_eq!(report.out_of_order, 1);
         assert!(trace.start_unix_ns().is_some());
+    }
+
+    #[test]
+    fn unix_numbers_in_any_unit_rebase_to_the_first_arrival() {
+        let dir = tempfile::tempdir().unwrap();
+        let first_unix_ns = 1_777_142_838_300_000_000i64;
+        for (unit, first, second) in [
+            ("s", "1777142838.3", "1777142839.5"),
+            ("ms", "1777142838300", "1777142839500"),
+            ("us", "1777142838300000", "1777142839500000"),
+            ("ns", "1777142838300000000", "1777142839500000000"),
+        ] {
+            let p = write(
+                dir.path(),
+                &format!("{unit}.csv"),
+                &format!("t,n\n{second},2\n{first},1\n"),
+            );
+            let opts = IngestOptions {
+                maps: vec![format!("arrival=t:{unit},input_tokens=n")],
+                ..IngestOptions::default()
+            };
+            let (trace, report) = read_trace(std::slice::from_ref(&p), &opts).unwrap();
+            assert_eq!(trace.arrival_ns(), &[0, 1_200_000_000], "unit {unit}");
+            assert_eq!(trace.start_unix_ns(), Some(first_unix_ns), "unit {unit}");
+            assert_eq!(report.time_origin, TimeOrigin::UnixNumbers, "unit {unit}");
+
+            let keep = IngestOptions {
+                keep_offsets: true,
+                ..opts
+            };
+            let (trace, report) = read_trace(&[p], &keep).unwrap();
+            assert_eq!(trace.arrival_ns()[0], first_unix_ns as u64, "unit {unit}");
+            assert_eq!(trace.start_unix_ns(), None, "unit {unit}");
+            assert_eq!(report.time_origin, TimeOrigin::UnixNumbersKept);
+        }
+    }
+
+    #[test]
+    fn offsets_below_the_year_2000_keep_their_values() {
+        let dir = tempfile::tempdir().unwrap();
+        // 29 years of seconds: a long offset, still not a Unix time of this century.
+        let p = write(dir.path(), "t.csv", "t,n\n5,1\n915148800,2\n");
+        let opts = IngestOptions {
+            maps: vec!["arrival=t:s,input_tokens=n".to_string()],
+            ..IngestOptions::default()
+        };
+        let (trace, report) = read_trace(&[p], &opts).unwrap();
+        assert_eq!(
+            trace.arrival_ns(),
+            &[5_000_000_000, 915_148_800_000_000_000]
+        );
+        assert_eq!(trace.start_unix_ns(), None);
+        assert_eq!(report.time_origin, TimeOrigin::Offsets);
     }
 
     #[test]

@@ -47,7 +47,10 @@ mod write;
 
 pub use error::{InvalidReason, TraceError};
 pub use format::{ColumnMap, Field, Format, MAP_KEYS, detect};
-pub use ingest::{FileReport, IngestOptions, IngestReport, expand_paths, read_trace};
+pub use ingest::{
+    FileReport, IngestOptions, IngestReport, TimeOrigin, WALL_CLOCK_FLOOR_UNIX_NS, expand_paths,
+    read_trace,
+};
 pub use quantity::parse_duration_ns;
 pub use summary::{Distribution, Summary, bin_counts, peak_count, percentile_sorted};
 pub use synth::{Arrivals, MAX_REQUESTS, SizeDist, Sizes, SynthSpec, synthesize};

@@ -60,7 +60,11 @@ fn split_number(text: &str) -> Option<(f64, &str)> {
 pub fn parse_duration_ns(text: &str) -> Result<u64, QuantityError> {
     let ns = parse_duration_ns_f64(text)?.round();
     if ns > u64::MAX as f64 / 4.0 {
-        return Err(duration_error(text));
+        return Err(QuantityError::new(
+            "duration",
+            text,
+            "it is longer than 53375 days (146 years), the longest duration capsim takes",
+        ));
     }
     Ok(ns as u64)
 }

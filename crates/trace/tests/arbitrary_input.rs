@@ -22,6 +22,7 @@ fn read(
         format,
         maps: Vec::new(),
         skip_invalid: skip,
+        keep_offsets: false,
     };
     match read_trace(&[path], &opts) {
         Ok((trace, report)) => {

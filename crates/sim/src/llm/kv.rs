@@ -8,7 +8,10 @@
 //! - **free**: holding nothing.
 //!
 //! Every operation is O(1) (a stack of free blocks, an intrusive doubly linked LRU list of cached
-//! blocks, and a map from prefix key to block), and nothing allocates after construction.
+//! blocks, and a map from prefix key to block), amortized: a block's bookkeeping is created the
+//! first time the block is handed out, so memory follows the blocks a run uses, never the
+//! configured `num_gpu_blocks` (which may be far larger than any trace needs). Blocks are handed
+//! out in the same order either way: a released block first, else the lowest never used.
 
 /// Marks "no block" in the LRU links and "no key" in the key table.
 const NIL: u32 = u32::MAX;
@@ -21,6 +24,8 @@ pub type BlockId = u32;
 #[derive(Debug, Clone)]
 pub struct KvCache {
     block_size: u32,
+    /// Blocks configured; blocks `refcount.len()..total` have never been handed out.
+    total: u32,
     refcount: Vec<u32>,
     key: Vec<u64>,
     lru_prev: Vec<u32>,
@@ -28,6 +33,7 @@ pub struct KvCache {
     lru_head: u32,
     lru_tail: u32,
     cached: u32,
+    /// Released blocks holding no key (blocks never handed out are not listed).
     free: Vec<BlockId>,
     by_key: BlockMap,
     in_use: u32,
@@ -37,21 +43,40 @@ impl KvCache {
     /// A cache of `blocks` empty blocks of `block_size` tokens (both at least 1).
     pub fn new(blocks: u32, block_size: u32) -> KvCache {
         assert!(blocks >= 1 && block_size >= 1, "validated by the scenario");
-        let n = blocks as usize;
         KvCache {
             block_size,
-            refcount: vec![0; n],
-            key: vec![NO_KEY; n],
-            lru_prev: vec![NIL; n],
-            lru_next: vec![NIL; n],
+            total: blocks,
+            refcount: Vec::new(),
+            key: Vec::new(),
+            lru_prev: Vec::new(),
+            lru_next: Vec::new(),
             lru_head: NIL,
             lru_tail: NIL,
             cached: 0,
-            // Popped from the back: block 0 first.
-            free: (0..blocks).rev().collect(),
-            by_key: BlockMap::new(n),
+            free: Vec::new(),
+            by_key: BlockMap::new(),
             in_use: 0,
         }
+    }
+
+    /// Blocks handed out at least once (those with bookkeeping).
+    #[inline]
+    fn touched(&self) -> u32 {
+        self.refcount.len() as u32
+    }
+
+    /// Creates the bookkeeping of the lowest block never handed out; `None` when every block
+    /// has been.
+    fn touch_next(&mut self) -> Option<BlockId> {
+        let block = self.touched();
+        if block == self.total {
+            return None;
+        }
+        self.refcount.push(0);
+        self.key.push(NO_KEY);
+        self.lru_prev.push(NIL);
+        self.lru_next.push(NIL);
+        Some(block)
     }
 
     /// Tokens per block.
@@ -63,7 +88,7 @@ impl KvCache {
     /// Blocks in the cache.
     #[inline]
     pub fn total(&self) -> u32 {
-        self.refcount.len() as u32
+        self.total
     }
 
     /// Blocks held by running sequences.
@@ -75,7 +100,7 @@ impl KvCache {
     /// Blocks that [`KvCache::allocate`] can hand out now (free plus evictable cached ones).
     #[inline]
     pub fn available(&self) -> u32 {
-        self.free.len() as u32 + self.cached
+        self.free.len() as u32 + self.cached + (self.total - self.touched())
     }
 
     /// Blocks needed to hold `tokens` tokens.
@@ -112,7 +137,7 @@ impl KvCache {
     /// Takes an empty block: a free one, else the least recently cached one (forgetting its key).
     /// `None` when every block is in use.
     pub fn allocate(&mut self) -> Option<BlockId> {
-        let block = match self.free.pop() {
+        let block = match self.free.pop().or_else(|| self.touch_next()) {
             Some(b) => b,
             None => {
                 let b = self.lru_head;
@@ -198,34 +223,59 @@ impl KvCache {
     #[inline]
     fn check(&self) {
         assert!(
-            self.in_use + self.cached + self.free.len() as u32 == self.total(),
-            "KV blocks: {} in use + {} cached + {} free != {} total",
+            self.in_use + self.cached + self.free.len() as u32 + (self.total - self.touched())
+                == self.total,
+            "KV blocks: {} in use + {} cached + {} free + {} never used != {} total",
             self.in_use,
             self.cached,
             self.free.len(),
-            self.total()
+            self.total - self.touched(),
+            self.total
         );
     }
 }
 
 /// Prefix key to block: open addressing with linear probing and backward-shift deletion (no
 /// tombstones, so lookups stay short under the cache's constant insert/evict churn). Keys are
-/// already uniformly mixed hashes, so their low bits index the table directly. It holds at most
-/// one entry per block and is sized to at least twice that, so it never fills.
+/// already uniformly mixed hashes, so their low bits index the table directly. It doubles when
+/// half full, so it never fills and probe runs stay short.
 #[derive(Debug, Clone)]
 struct BlockMap {
     keys: Vec<u64>,
     blocks: Vec<BlockId>,
     mask: usize,
+    len: usize,
 }
 
 impl BlockMap {
-    fn new(max_entries: usize) -> BlockMap {
-        let slots = (2 * max_entries).next_power_of_two().max(2);
+    /// Slots of a new map.
+    const INITIAL_SLOTS: usize = 16;
+
+    fn new() -> BlockMap {
         BlockMap {
-            keys: vec![NO_KEY; slots],
-            blocks: vec![NIL; slots],
-            mask: slots - 1,
+            keys: vec![NO_KEY; Self::INITIAL_SLOTS],
+            blocks: vec![NIL; Self::INITIAL_SLOTS],
+            mask: Self::INITIAL_SLOTS - 1,
+            len: 0,
+        }
+    }
+
+    /// Doubles the table and re-inserts every entry.
+    #[cold]
+    fn grow(&mut self) {
+        let slots = 2 * self.keys.len();
+        let keys = std::mem::replace(&mut self.keys, vec![NO_KEY; slots]);
+        let blocks = std::mem::replace(&mut self.blocks, vec![NIL; slots]);
+        self.mask = slots - 1;
+        for (key, block) in keys.into_iter().zip(blocks) {
+            if key != NO_KEY {
+                let mut i = key as usize & self.mask;
+                while self.keys[i] != NO_KEY {
+                    i = (i + 1) & self.mask;
+                }
+                self.keys[i] = key;
+                self.blocks[i] = block;
+            }
         }
     }
 
@@ -245,6 +295,9 @@ impl BlockMap {
     #[inline]
     fn insert_if_vacant(&mut self, key: u64, block: BlockId) -> bool {
         debug_assert!(key != NO_KEY);
+        if 2 * (self.len + 1) > self.keys.len() {
+            self.grow();
+        }
         let mut i = key as usize & self.mask;
         loop {
             match self.keys[i] {
@@ -252,6 +305,7 @@ impl BlockMap {
                 NO_KEY => {
                     self.keys[i] = key;
                     self.blocks[i] = block;
+                    self.len += 1;
                     return true;
                 }
                 _ => i = (i + 1) & self.mask,
@@ -292,6 +346,7 @@ impl BlockMap {
         }
         self.keys[hole] = NO_KEY;
         self.blocks[hole] = NIL;
+        self.len -= 1;
     }
 }
 
@@ -354,7 +409,7 @@ mod tests {
     fn block_map_agrees_with_a_btree_map_under_churn() {
         use rand::{RngExt, SeedableRng};
         let mut rng = crate::rng::SimRng::seed_from_u64(3);
-        let mut map = BlockMap::new(64);
+        let mut map = BlockMap::new();
         let mut reference = std::collections::BTreeMap::new();
         for step in 0..20_000u32 {
             // Few distinct low bits, so probe runs collide and wrap around.
@@ -375,6 +430,34 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_huge_cache_allocates_bookkeeping_only_for_the_blocks_used() {
+        let mut kv = KvCache::new(u32::MAX, 16);
+        assert_eq!(kv.available(), u32::MAX);
+        let a = kv.allocate().unwrap();
+        let b = kv.allocate().unwrap();
+        assert_eq!((a, b), (0, 1), "the lowest blocks first");
+        kv.release(a);
+        assert_eq!(kv.allocate(), Some(a), "a released block before a new one");
+        assert_eq!(kv.refcount.len(), 2, "bookkeeping for the two blocks used");
+        assert_eq!(kv.available(), u32::MAX - 2);
+    }
+
+    #[test]
+    fn block_map_grows_past_its_first_size_and_keeps_every_entry() {
+        let mut map = BlockMap::new();
+        for k in 0..10_000u64 {
+            assert!(map.insert_if_vacant(k.wrapping_mul(0x9E37_79B9_7F4A_7C15), k as u32));
+        }
+        for k in 0..10_000u64 {
+            assert_eq!(
+                map.get(k.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+                Some(k as u32)
+            );
+        }
+        assert!(map.keys.len() >= 20_000);
     }
 
     #[test]

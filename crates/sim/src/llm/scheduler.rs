@@ -209,7 +209,9 @@ impl Scheduler {
             "validated by the scenario"
         );
         let kv = KvCache::new(config.num_gpu_blocks, config.block_size);
-        let seqs_cap = config.max_num_seqs.min(4096) as usize;
+        // Grown on demand past this: a server with a large `max_num_seqs` that a run never fills
+        // (or a pool of thousands of servers) costs no more than its use.
+        let seqs_cap = config.max_num_seqs.min(8) as usize;
         Scheduler {
             kv,
             seqs: Vec::with_capacity(seqs_cap),
