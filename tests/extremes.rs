@@ -6,7 +6,7 @@
 //! Each case is drawn from its own seed and run in a child process whose address space is
 //! limited (`ulimit -v`), so an allocation sized by simulated time or by a configured bound fails
 //! the case instead of the machine. `CAPSIM_EXTREME_CASES` sets the number of cases (default
-//! 200, about a minute on two cores) and `CAPSIM_EXTREME_FIRST_SEED` the first seed; a failing
+//! 10,000, under a minute on two cores) and `CAPSIM_EXTREME_FIRST_SEED` the first seed; a failing
 //! case prints the command line, scenario and trace that reproduce it, and
 //! `CAPSIM_EXTREME_DIR=DIR` keeps every case's files in `DIR`.
 
@@ -370,7 +370,7 @@ fn env_u64(name: &str, default: u64) -> u64 {
 
 #[test]
 fn extreme_scenarios_traces_and_transforms_complete_or_exit_2_never_abort() {
-    let cases = env_u64("CAPSIM_EXTREME_CASES", 200);
+    let cases = env_u64("CAPSIM_EXTREME_CASES", 10_000);
     let first_seed = env_u64("CAPSIM_EXTREME_FIRST_SEED", 0);
     // CAPSIM_EXTREME_DIR keeps each case's scenario and trace there, to rerun one by hand.
     let temp = tempfile::tempdir().expect("tempdir");

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use capsim_calibrate::check_model_file;
 use capsim_calibrate::live::{
-    LiveConfig, LiveRequest, LiveRun, check_servable, replay, timeseries_of,
+    LiveConfig, LiveRequest, LiveRun, check_servable, live_interval_ns, replay, timeseries_of,
 };
 use capsim_sim::Scenario;
 use capsim_sim::output::{write_requests_parquet, write_summary_json, write_timeseries_parquet};
@@ -135,7 +135,14 @@ pub fn run(args: ReplayArgs) -> Result<()> {
 
     let summary = live_summary(&scenario, args.seed, &live);
     let model_instances = live.utilization.len() as u32;
-    let timeseries = timeseries_of(&live, scenario.timeseries.interval.0, model_instances);
+    let timeseries = timeseries_of(
+        &live,
+        (summary.timeseries_interval_s * 1e9).round() as u64,
+        model_instances,
+    );
+    if let Some(note) = summary.timeseries_note() {
+        eprintln!("note: {note}");
+    }
 
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create output directory {}", args.out.display()))?;
@@ -173,11 +180,19 @@ pub fn live_summary(scenario: &Scenario, seed: u64, live: &LiveRun) -> capsim_si
     } else {
         in_system_area as f64 / live.end_ns as f64
     };
-    summary.finish(
+    let mut summary = summary.finish(
         &scenario.name,
         seed,
         live.utilization.clone(),
         mean_in_system,
         live.end_ns,
-    )
+    );
+    let interval_ns = live_interval_ns(
+        live.end_ns,
+        scenario.timeseries.interval.0,
+        scenario.timeseries.max_rows,
+    );
+    summary.timeseries_interval_s = interval_ns as f64 * 1e-9;
+    summary.timeseries_coarsened = interval_ns != scenario.timeseries.interval.0;
+    summary
 }

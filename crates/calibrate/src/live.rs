@@ -514,9 +514,20 @@ fn single_length_dim(
     }
 }
 
-/// Samples a finished live run every `interval_ns` into the simulator's timeseries columns, from
-/// its records: the state at each interval's end and what happened during it. Live replays are
-/// bounded by wall time, so the plain scan over records per interval is small.
+/// The interval a run lasting `end_ns` is sampled at: `interval_ns`, doubled as often as it
+/// takes to keep within `max_rows` rows (as the simulator does).
+pub fn live_interval_ns(end_ns: u64, interval_ns: u64, max_rows: u32) -> u64 {
+    let mut interval_ns = interval_ns.max(1);
+    while end_ns.div_ceil(interval_ns) > u64::from(max_rows.max(1)) {
+        interval_ns = interval_ns.saturating_mul(2);
+    }
+    interval_ns
+}
+
+/// Samples a finished live run every `interval_ns` (see [`live_interval_ns`]) into the
+/// simulator's timeseries columns, from its records: the state at each interval's end and what
+/// happened during it. Live replays are bounded by wall time and the rows by the interval, so
+/// the plain scan over records per interval is small.
 pub fn timeseries_of(run: &LiveRun, interval_ns: u64, model_instances: u32) -> Timeseries {
     let mut series = Timeseries::default();
     let interval_ns = interval_ns.max(1);
