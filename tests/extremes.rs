@@ -6,7 +6,7 @@
 //! Each case is drawn from its own seed and run in a child process whose address space is
 //! limited (`ulimit -v`), so an allocation sized by simulated time or by a configured bound fails
 //! the case instead of the machine. `CAPSIM_EXTREME_CASES` sets the number of cases (default
-//! 10,000, under a minute on two cores) and `CAPSIM_EXTREME_FIRST_SEED` the first seed; a failing
+//! 10,000, under a minute on two cores) and `CAPSIM_EXTREME_FIRST_SEED` the first seed (`CAPSIM_EXTREME_SEEDS=3,17` runs just those); a failing
 //! case prints the command line, scenario and trace that reproduce it, and
 //! `CAPSIM_EXTREME_DIR=DIR` keeps every case's files in `DIR`.
 
@@ -53,6 +53,7 @@ const COMMON_KEYS: &[(&str, Kind)] = &[
     ("instances", Kind::Count),
     ("load.concurrency", Kind::Count),
     ("load.think_time", Kind::Duration),
+    ("network.latency.one_way", Kind::Duration),
     ("network.bandwidth", Kind::Bandwidth),
     ("network.request_bytes", Kind::Size),
     ("network.request_bytes_per_input_token", Kind::Count),
@@ -102,10 +103,12 @@ const CONTINUOUS_KEYS: &[(&str, Kind)] = &[
     ("batcher.step_overhead_per_seq", Kind::Duration),
     ("kv_cache.block_size", Kind::Count),
     ("kv_cache.num_gpu_blocks", Kind::Count),
+    ("kv_cache.prefix_block_tokens", Kind::Count),
     ("step_time.base", Kind::Duration),
     ("step_time.per_prefill_token", Kind::Duration),
     ("step_time.per_decode_seq", Kind::Duration),
     ("step_time.per_kv_token", Kind::Duration),
+    ("step_time.per_prefill_attention_token2", Kind::Duration),
     ("slo.ttft", Kind::Duration),
     ("slo.tpot", Kind::Duration),
 ];
@@ -184,8 +187,32 @@ fn draw_case(seed: u64) -> Case {
     let set_probability = rng.random_range(0.05..0.5);
     for &(key, kind) in COMMON_KEYS.iter().chain(keys) {
         if rng.random_bool(set_probability) {
+            if key == "network.latency.one_way" {
+                args.extend([
+                    "--set".to_string(),
+                    "network.latency.kind=constant".to_string(),
+                ]);
+            }
             args.push("--set".to_string());
             args.push(format!("{key}={}", draw_value(&mut rng, kind)));
+        }
+    }
+    if !args.iter().any(|a| a.starts_with("network.latency")) && rng.random_bool(0.1) {
+        let mut median = draw_value(&mut rng, Kind::Duration);
+        let mut p99 = draw_value(&mut rng, Kind::Duration);
+        if rng.random_bool(0.8) {
+            // Mostly a valid pair (p99 above the median), sometimes not.
+            let ns = |d: &str| capsim_trace::parse_duration_ns(d).unwrap_or(0);
+            if ns(&p99) < ns(&median) {
+                std::mem::swap(&mut median, &mut p99);
+            }
+        }
+        for set in [
+            "network.latency.kind=lognormal".to_string(),
+            format!("network.latency.median={median}"),
+            format!("network.latency.p99={p99}"),
+        ] {
+            args.extend(["--set".to_string(), set]);
         }
     }
     if rng.random_bool(0.2) {
@@ -372,6 +399,19 @@ fn env_u64(name: &str, default: u64) -> u64 {
 fn extreme_scenarios_traces_and_transforms_complete_or_exit_2_never_abort() {
     let cases = env_u64("CAPSIM_EXTREME_CASES", 10_000);
     let first_seed = env_u64("CAPSIM_EXTREME_FIRST_SEED", 0);
+    // CAPSIM_EXTREME_SEEDS=3,17 runs just those cases (to rerun failures).
+    let seeds: Vec<u64> = match std::env::var("CAPSIM_EXTREME_SEEDS") {
+        Ok(list) => list
+            .split(',')
+            .map(|s| {
+                s.trim()
+                    .parse()
+                    .expect("CAPSIM_EXTREME_SEEDS: whole numbers, comma-separated")
+            })
+            .collect(),
+        Err(_) => (first_seed..first_seed + cases).collect(),
+    };
+    let cases = seeds.len();
     // CAPSIM_EXTREME_DIR keeps each case's scenario and trace there, to rerun one by hand.
     let temp = tempfile::tempdir().expect("tempdir");
     let dir = std::env::var_os("CAPSIM_EXTREME_DIR").map_or(temp.path().to_path_buf(), |d| {
@@ -383,11 +423,13 @@ fn extreme_scenarios_traces_and_transforms_complete_or_exit_2_never_abort() {
     let failures: Vec<String> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..workers)
             .map(|w| {
-                let dir = dir.as_path();
+                let (dir, seeds) = (dir.as_path(), &seeds);
                 scope.spawn(move || {
-                    (first_seed + w..first_seed + cases)
+                    seeds
+                        .iter()
+                        .skip(w as usize)
                         .step_by(workers as usize)
-                        .filter_map(|seed| run_case(seed, dir).err())
+                        .filter_map(|&seed| run_case(seed, dir).err())
                         .collect::<Vec<_>>()
                 })
             })
@@ -398,7 +440,9 @@ fn extreme_scenarios_traces_and_transforms_complete_or_exit_2_never_abort() {
             .collect()
     });
     eprintln!(
-        "{cases} extreme cases from seed {first_seed} in {:.1} s, {} failed",
+        "{cases} extreme cases (seeds {}..={}) in {:.1} s, {} failed",
+        seeds.first().copied().unwrap_or(0),
+        seeds.last().copied().unwrap_or(0),
         started.elapsed().as_secs_f64(),
         failures.len()
     );

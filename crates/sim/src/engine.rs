@@ -191,6 +191,14 @@ pub fn run_with_sink<S: RecordSink>(
             pool: pool.name.clone(),
         });
     }
+    if let Some(&last_ns) = trace.arrival_ns().last()
+        && last_ns >= SimTime::HORIZON.ns()
+    {
+        return Err(SimError::PastHorizon {
+            now_s: 0.0,
+            cause: "the trace's last arrival (`--rate-scale` or the arrival column)",
+        });
+    }
     let mut engine = Engine::new(scenario, trace, options);
     engine.run(sink);
     if let Some(kind) = engine.past_horizon {

@@ -142,8 +142,21 @@ impl Transforms {
         if let Some(k) = self.rate_scale {
             let mut cols = trace.into_columns();
             let first = cols.arrival_ns.first().copied().unwrap_or(0);
+            // Arrivals stay signed 64-bit nanoseconds (292 years), as every reader gives them.
+            let room_ns = (i64::MAX as u64).saturating_sub(first) as f64;
             for a in &mut cols.arrival_ns {
-                *a = first + ((*a - first) as f64 / k).round() as u64;
+                let offset_ns = ((*a - first) as f64 / k).round();
+                if offset_ns > room_ns {
+                    return Err(TraceError::BadOption {
+                        option: "--rate-scale",
+                        value: k.to_string(),
+                        reason: format!(
+                            "stretches the trace to {:.0} years, past the 292 years of simulated time capsim represents; use a larger factor, or fewer requests (--window, --limit)",
+                            offset_ns / 1e9 / 31_557_600.0
+                        ),
+                    });
+                }
+                *a = first + offset_ns as u64;
             }
             trace = Trace::from_columns(cols)?;
         }
@@ -230,6 +243,28 @@ mod tests {
         assert_eq!(out.input_tokens(), &[1, 2]);
         assert_eq!(r.dropped_by_window, 2);
         assert!(r.adds_up());
+    }
+
+    #[test]
+    fn a_rate_scale_stretching_past_292_years_is_refused() {
+        let trace = Trace::from_columns(Columns {
+            arrival_ns: vec![0, 10_000_000_000_000],
+            input_tokens: vec![1, 1],
+            ..Columns::default()
+        })
+        .unwrap();
+        let t = Transforms {
+            rate_scale: Some(1e-6),
+            ..Transforms::default()
+        };
+        let err = t
+            .apply(trace, &mut IngestReport::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("--rate-scale") && err.contains("292 years"),
+            "{err}"
+        );
     }
 
     #[test]
