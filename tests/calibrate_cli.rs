@@ -445,56 +445,13 @@ fn replay_without_live_says_it_is_the_only_mode() {
 #[test]
 fn validate_compares_simulated_and_measured_figures_at_each_load() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let profile = dir.path().join("p.json");
-    let calibrated = capsim(&[
-        "calibrate",
-        "--model",
-        "traces/models/text_classifier.onnx",
-        "--ep",
-        "cpu",
-        "--batch",
-        "1,4",
-        "--dim",
-        "seq=16,32",
-        "--warmup",
-        "2",
-        "--iters",
-        "20",
-        "--min-iters",
-        "20",
-        "--threads",
-        "1",
-        "--idle-curve",
-        "none",
-        "-o",
-        profile.to_str().expect("utf-8"),
-    ]);
-    assert!(calibrated.status.success(), "{}", stderr(&calibrated));
-    let scenario = dir.path().join("s.toml");
-    std::fs::write(
+    let (profile, scenario) = common::quick_profile_and_scenario(dir.path());
+    let output = common::validate_quick(
         &scenario,
-        "instances = 1\n[batcher]\nmax_batch_size = 4\nmax_queue_delay = \"1ms\"\n\
-         [service]\nkind = \"constant\"\ntime = \"1ms\"\n",
-    )
-    .expect("write scenario");
-    let output = capsim(&[
-        "validate",
-        "--scenario",
-        scenario.to_str().expect("utf-8"),
-        "traces/azure-conv.parquet",
-        "--model",
-        "traces/models/text_classifier.onnx",
-        "--profile",
-        profile.to_str().expect("utf-8"),
-        "--loads",
-        "0.3",
-        "--duration",
-        "1s",
-        "--max-length",
-        "32",
-        "-o",
-        dir.path().join("validation").to_str().expect("utf-8"),
-    ]);
+        &profile,
+        &["traces/azure-conv.parquet"],
+        &dir.path().join("validation"),
+    );
     assert!(
         output.status.success(),
         "validate failed: {}",

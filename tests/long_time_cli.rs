@@ -30,6 +30,21 @@ fn capsim_limited(args: &[&str]) -> Output {
         .expect("sh runs")
 }
 
+/// `capsim simulate` of the BERT scenario on the demo trace into `out`, with `extra` flags,
+/// under [`ADDRESS_SPACE_KIB`].
+fn simulate_demo(out: &Path, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "simulate",
+        "--scenario",
+        "scenarios/bert-dynamic-batching.toml",
+        "traces/demo.parquet",
+        "-o",
+        out.to_str().expect("utf-8"),
+    ];
+    args.extend_from_slice(extra);
+    capsim_limited(&args)
+}
+
 fn assert_ok(output: &Output, what: &str) {
     assert!(
         output.status.success(),
@@ -80,17 +95,22 @@ fn unix_second_arrivals_start_at_the_first_request_unless_offsets_are_kept() {
     std::fs::write(&trace, "t,i,o\n1777142838.3,10,5\n1777142839.5,10,5\n").expect("write");
     let trace = trace.to_str().expect("utf-8");
     let map = "arrival=t:s,input_tokens=i,output_tokens=o";
+    let simulate = |out: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "simulate",
+            "--scenario",
+            "scenarios/llm-8b-h200.toml",
+            "--map",
+            map,
+            trace,
+            "-o",
+            out.to_str().expect("utf-8"),
+        ];
+        args.extend_from_slice(extra);
+        capsim_limited(&args)
+    };
     let out = dir.path().join("rebased");
-    let output = capsim_limited(&[
-        "simulate",
-        "--scenario",
-        "scenarios/llm-8b-h200.toml",
-        "--map",
-        map,
-        trace,
-        "-o",
-        out.to_str().expect("utf-8"),
-    ]);
+    let output = simulate(&out, &[]);
     assert_ok(&output, "Unix seconds, rebased");
     assert!(
         common::stderr(&output).contains("arrivals read as Unix times, rebased"),
@@ -116,17 +136,7 @@ fn unix_second_arrivals_start_at_the_first_request_unless_offsets_are_kept() {
     );
 
     let kept = dir.path().join("kept");
-    let output = capsim_limited(&[
-        "simulate",
-        "--scenario",
-        "scenarios/llm-8b-h200.toml",
-        "--map",
-        map,
-        "--keep-offsets",
-        trace,
-        "-o",
-        kept.to_str().expect("utf-8"),
-    ]);
+    let output = simulate(&kept, &["--keep-offsets"]);
     assert_ok(&output, "Unix seconds, kept as offsets");
     assert!(
         common::stderr(&output).contains("note: timeseries.parquet: the run lasted"),
@@ -155,16 +165,7 @@ fn settings_that_make_simulated_time_long_complete_in_bounded_memory() {
     ];
     for (i, extra) in cases.iter().enumerate() {
         let out = dir.path().join(format!("case{i}"));
-        let mut args = vec![
-            "simulate",
-            "--scenario",
-            "scenarios/bert-dynamic-batching.toml",
-            "traces/demo.parquet",
-            "-o",
-            out.to_str().expect("utf-8"),
-        ];
-        args.extend_from_slice(extra);
-        let output = capsim_limited(&args);
+        let output = simulate_demo(&out, extra);
         assert_ok(&output, &extra.join(" "));
         let s = summary(&out);
         let counts = &s["requests"];
@@ -188,20 +189,17 @@ fn settings_that_make_simulated_time_long_complete_in_bounded_memory() {
 fn a_cold_start_of_1000_days_reports_latencies_of_1000_days() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("cold");
-    let output = capsim_limited(&[
-        "simulate",
-        "--scenario",
-        "scenarios/bert-dynamic-batching.toml",
-        "traces/demo.parquet",
-        "--limit",
-        "100",
-        "--set",
-        "execution.cold_start=1000d",
-        "--set",
-        "queue.timeout=2000d",
-        "-o",
-        out.to_str().expect("utf-8"),
-    ]);
+    let output = simulate_demo(
+        &out,
+        &[
+            "--limit",
+            "100",
+            "--set",
+            "execution.cold_start=1000d",
+            "--set",
+            "queue.timeout=2000d",
+        ],
+    );
     assert_ok(&output, "cold start 1000 d");
     let s = summary(&out);
     let p50_days = s["latency_ms"]["end_to_end"]["p50_ms"]
@@ -217,34 +215,22 @@ fn a_cold_start_of_1000_days_reports_latencies_of_1000_days() {
 #[test]
 fn a_run_past_292_years_exits_2_naming_the_keys_to_shorten() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let output = capsim_limited(&[
-        "simulate",
-        "--scenario",
-        "scenarios/bert-dynamic-batching.toml",
-        "traces/demo.parquet",
-        "--set",
-        "service.c=50000d",
-        "-o",
-        dir.path().join("o").to_str().expect("utf-8"),
-    ]);
+    let output = simulate_demo(&dir.path().join("o"), &["--set", "service.c=50000d"]);
     assert_user_error(&output, &["292 years", "`[service]`"]);
 }
 
 #[test]
 fn a_scenario_too_large_to_simulate_is_refused_before_allocating() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let output = capsim_limited(&[
-        "simulate",
-        "--scenario",
-        "scenarios/bert-dynamic-batching.toml",
-        "traces/demo.parquet",
-        "--set",
-        "instances=90000",
-        "--set",
-        "execution.instance_count=100",
-        "-o",
-        dir.path().join("o").to_str().expect("utf-8"),
-    ]);
+    let output = simulate_demo(
+        &dir.path().join("o"),
+        &[
+            "--set",
+            "instances=90000",
+            "--set",
+            "execution.instance_count=100",
+        ],
+    );
     assert_user_error(&output, &["`execution`", "1000000"]);
 }
 
@@ -312,59 +298,14 @@ fn ground_truth_logs_run_through_simulate_sweep_and_plan() {
 #[test]
 fn ground_truth_log_runs_through_validate() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let profile = dir.path().join("p.json");
-    let calibrated = capsim(&[
-        "calibrate",
-        "--model",
-        "traces/models/text_classifier.onnx",
-        "--ep",
-        "cpu",
-        "--batch",
-        "1,4",
-        "--dim",
-        "seq=16,32",
-        "--warmup",
-        "2",
-        "--iters",
-        "20",
-        "--min-iters",
-        "20",
-        "--threads",
-        "1",
-        "--idle-curve",
-        "none",
-        "-o",
-        profile.to_str().expect("utf-8"),
-    ]);
-    assert_ok(&calibrated, "calibrate");
-    let scenario = dir.path().join("s.toml");
-    std::fs::write(
-        &scenario,
-        "instances = 1\n[batcher]\nmax_batch_size = 4\nmax_queue_delay = \"1ms\"\n\
-         [service]\nkind = \"constant\"\ntime = \"1ms\"\n",
-    )
-    .expect("write scenario");
+    let (profile, scenario) = common::quick_profile_and_scenario(dir.path());
     let log = ground_truth_runs()[0].join("requests.jsonl");
-    let output = capsim(&[
-        "validate",
-        "--scenario",
-        scenario.to_str().expect("utf-8"),
-        "--map",
-        GROUND_TRUTH_MAP,
-        log.to_str().expect("utf-8"),
-        "--model",
-        "traces/models/text_classifier.onnx",
-        "--profile",
-        profile.to_str().expect("utf-8"),
-        "--loads",
-        "0.3",
-        "--duration",
-        "1s",
-        "--max-length",
-        "32",
-        "-o",
-        dir.path().join("validation").to_str().expect("utf-8"),
-    ]);
+    let output = common::validate_quick(
+        &scenario,
+        &profile,
+        &["--map", GROUND_TRUTH_MAP, log.to_str().expect("utf-8")],
+        &dir.path().join("validation"),
+    );
     assert_ok(&output, "validate");
     assert!(
         common::stderr(&output).contains("arrivals read as Unix times"),

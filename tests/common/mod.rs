@@ -51,3 +51,67 @@ pub fn assert_user_error(output: &Output, needles: &[&str]) {
         );
     }
 }
+
+/// Calibrates the shipped classifier quickly on the CPU (batches 1 and 4, lengths 16 and 32, no
+/// idle curve) into `dir/p.json`, and writes beside it a scenario that serves it with one
+/// instance, batches of up to 4 and a 1 ms queue delay (`dir/s.toml`): what `validate` needs.
+/// Returns (profile, scenario).
+pub fn quick_profile_and_scenario(dir: &Path) -> (PathBuf, PathBuf) {
+    let profile = dir.join("p.json");
+    let calibrated = capsim(&[
+        "calibrate",
+        "--model",
+        "traces/models/text_classifier.onnx",
+        "--ep",
+        "cpu",
+        "--batch",
+        "1,4",
+        "--dim",
+        "seq=16,32",
+        "--warmup",
+        "2",
+        "--iters",
+        "20",
+        "--min-iters",
+        "20",
+        "--threads",
+        "1",
+        "--idle-curve",
+        "none",
+        "-o",
+        profile.to_str().expect("utf-8"),
+    ]);
+    assert!(calibrated.status.success(), "{}", stderr(&calibrated));
+    let scenario = dir.join("s.toml");
+    std::fs::write(
+        &scenario,
+        "instances = 1\n[batcher]\nmax_batch_size = 4\nmax_queue_delay = \"1ms\"\n\
+         [service]\nkind = \"constant\"\ntime = \"1ms\"\n",
+    )
+    .expect("write scenario");
+    (profile, scenario)
+}
+
+/// `capsim validate` of `scenario` and `profile` (from [`quick_profile_and_scenario`]) at 30%
+/// load for 1 s of the trace that `trace_args` name, into `out`.
+pub fn validate_quick(scenario: &Path, profile: &Path, trace_args: &[&str], out: &Path) -> Output {
+    let mut args = vec![
+        "validate",
+        "--scenario",
+        scenario.to_str().expect("utf-8"),
+        "--model",
+        "traces/models/text_classifier.onnx",
+        "--profile",
+        profile.to_str().expect("utf-8"),
+        "--loads",
+        "0.3",
+        "--duration",
+        "1s",
+        "--max-length",
+        "32",
+        "-o",
+        out.to_str().expect("utf-8"),
+    ];
+    args.extend_from_slice(trace_args);
+    capsim(&args)
+}
