@@ -1,16 +1,20 @@
 //! `capsim replay --live`: run a trace in wall time through a real in-process server (arrival
-//! timer, queue, dynamic batcher, ONNX Runtime sessions) and write the same files as
+//! timer, queue, dynamic batcher, ONNX Runtime sessions); `capsim replay --endpoint URL`: send it
+//! to a real server over HTTP (`capsim_endpoint`). Both write the same files as
 //! `capsim simulate`.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use capsim_calibrate::check_model_file;
 use capsim_calibrate::live::{
-    LiveConfig, LiveRequest, LiveRun, check_servable, live_interval_ns, replay, timeseries_of,
+    LiveConfig, LiveRequest, LiveRun, check_servable, replay, timeseries_of,
 };
+use capsim_endpoint::{EndpointOptions, LoadMode, Protocol, Reporting};
 use capsim_sim::Scenario;
 use capsim_sim::output::{write_requests_parquet, write_summary_json, write_timeseries_parquet};
+use capsim_sim::quantity::parse_duration_ns;
 use capsim_sim::summary::SummaryBuilder;
 use clap::Args;
 
@@ -21,12 +25,14 @@ use crate::input::TraceInput;
 /// The live server's flags, shared by `replay --live` and `validate`.
 #[derive(Debug, Args)]
 pub struct ServerArgs {
-    /// The scenario: its default pool's instances, execution and batcher are served live.
+    /// The scenario: its default pool's instances, execution and batcher are served live
+    /// (required, but with --endpoint, where it only names the run and sets its SLOs,
+    /// timeseries and `[load]`).
     #[arg(long, value_name = "S.toml")]
-    pub scenario: PathBuf,
+    pub scenario: Option<PathBuf>,
     #[command(flatten)]
     pub input: TraceInput,
-    /// The ONNX model each model instance runs.
+    /// The ONNX model each model instance runs (with --endpoint: the model's name on the server).
     #[arg(long, value_name = "MODEL.onnx")]
     pub model: PathBuf,
     /// Execution provider.
@@ -48,11 +54,17 @@ impl ServerArgs {
     /// Reads the scenario and checks that the live server can serve it: one pool, with the
     /// dynamic batcher.
     pub(super) fn served_scenario(&self) -> Result<Scenario> {
-        let scenario = Scenario::from_path(&self.scenario).map_err(|e| BadInput(e.to_string()))?;
+        let Some(path) = &self.scenario else {
+            return Err(BadInput(
+                "--scenario is required: the live server serves its default pool".to_string(),
+            )
+            .into());
+        };
+        let scenario = Scenario::from_path(path).map_err(|e| BadInput(e.to_string()))?;
         if scenario.pools().len() > 1 {
             return Err(BadInput(format!(
                 "scenario {}: the live replay serves the default pool only; remove the [pools.*] sections",
-                self.scenario.display()
+                path.display()
             ))
             .into());
         }
@@ -76,9 +88,25 @@ impl ServerArgs {
 
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
-    /// Run in wall time through a real server (the only mode).
-    #[arg(long)]
+    /// Run in wall time through a real in-process server (ONNX Runtime).
+    #[arg(long, conflicts_with = "endpoint")]
     pub live: bool,
+    /// Send the trace to a running server at this URL (`http://HOST:PORT`), in the trace's time.
+    #[arg(long, value_name = "URL")]
+    pub endpoint: Option<String>,
+    /// With --endpoint: the server's protocol.
+    #[arg(long, value_enum, default_value = "kserve")]
+    pub protocol: ProtocolArg,
+    /// With --endpoint: closed loop with this many clients (default: the scenario's `[load]`,
+    /// else open loop, each request at its trace arrival).
+    #[arg(long, value_name = "N")]
+    pub concurrency: Option<u32>,
+    /// With --concurrency: pause between an answer and the client's next request.
+    #[arg(long, value_name = "DURATION", default_value = "0s")]
+    pub think_time: String,
+    /// With --endpoint: a request not answered this long after its send fails as `timeout`.
+    #[arg(long, value_name = "DURATION", default_value = "60s")]
+    pub timeout: String,
     #[command(flatten)]
     pub server: ServerArgs,
     /// Longest input the model takes; longer trace inputs are cut to it (and counted).
@@ -95,10 +123,23 @@ pub struct ReplayArgs {
     pub out: PathBuf,
 }
 
+/// `--protocol`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum ProtocolArg {
+    /// KServe v2 / Triton HTTP.
+    Kserve,
+    /// OpenAI-compatible streamed completions.
+    Openai,
+}
+
 pub fn run(args: ReplayArgs) -> Result<()> {
+    if let Some(url) = &args.endpoint {
+        return run_endpoint(&args, url);
+    }
     if !args.live {
         return Err(BadInput(
-            "capsim replay needs --live (the only mode: a real in-process server)".into(),
+            "capsim replay needs --live (a real in-process server) or --endpoint URL (a running server)"
+                .into(),
         )
         .into());
     }
@@ -187,7 +228,7 @@ pub fn live_summary(scenario: &Scenario, seed: u64, live: &LiveRun) -> capsim_si
         mean_in_system,
         live.end_ns,
     );
-    let interval_ns = live_interval_ns(
+    let interval_ns = capsim_sim::timeseries::interval_for(
         live.end_ns,
         scenario.timeseries.interval.0,
         scenario.timeseries.max_rows,
@@ -195,4 +236,95 @@ pub fn live_summary(scenario: &Scenario, seed: u64, live: &LiveRun) -> capsim_si
     summary.timeseries_interval_s = interval_ns as f64 * 1e-9;
     summary.timeseries_coarsened = interval_ns != scenario.timeseries.interval.0;
     summary
+}
+
+/// `replay --endpoint`: the trace against a running server.
+fn run_endpoint(args: &ReplayArgs, url: &str) -> Result<()> {
+    let server = &args.server;
+    let scenario = server
+        .scenario
+        .as_ref()
+        .map(|path| Scenario::from_path(path).map_err(|e| BadInput(e.to_string())))
+        .transpose()?;
+    let duration = |flag: &str, text: &str| {
+        parse_duration_ns(text)
+            .map(Duration::from_nanos)
+            .map_err(|e| BadInput(format!("{flag}: {e}")))
+    };
+    let think_time = duration("--think-time", &args.think_time)?;
+    let mode = match (args.concurrency, &scenario) {
+        (Some(0), _) => return Err(BadInput("--concurrency must be at least 1".into()).into()),
+        (Some(concurrency), _) => LoadMode::Closed {
+            concurrency,
+            think_time,
+        },
+        (None, Some(s)) if s.load.mode == capsim_sim::scenario::LoadMode::Closed => {
+            LoadMode::Closed {
+                concurrency: s.load.concurrency,
+                think_time: Duration::from_nanos(s.load.think_time.0),
+            }
+        }
+        (None, _) => LoadMode::Open,
+    };
+    let options = EndpointOptions {
+        base_url: url.to_string(),
+        protocol: match args.protocol {
+            ProtocolArg::Kserve => Protocol::Kserve,
+            ProtocolArg::Openai => Protocol::Openai,
+        },
+        model: server.model.to_string_lossy().into_owned(),
+        mode,
+        timeout: duration("--timeout", &args.timeout)?,
+        seed: args.seed,
+        vocab: args.vocab,
+    };
+    let slo = scenario.as_ref().and_then(|s| s.slo.as_ref());
+    let reporting = match &scenario {
+        Some(s) => Reporting {
+            name: s.name.clone(),
+            slo_latency_ns: slo.and_then(|s| s.latency).map(|d| d.0),
+            slo_ttft_ns: slo.and_then(|s| s.ttft).map(|d| d.0),
+            slo_tpot_ns: slo.and_then(|s| s.tpot).map(|d| d.0),
+            interval_ns: s.timeseries.interval.0,
+            max_rows: s.timeseries.max_rows,
+        },
+        None => Reporting::default(),
+    };
+    let loaded = server.input.load()?;
+    eprintln!("{}", loaded.report_line());
+    let run = capsim_endpoint::replay(&loaded.trace, &options, &reporting)
+        .map_err(|e| BadInput(e.to_string()))?;
+    if let Some(load) = &run.summary.load {
+        eprintln!(
+            "load: {} sent ({} not sent), requested {:.2} req/s, achieved {:.2} req/s; schedule delay p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms",
+            load.sent,
+            load.not_sent,
+            load.requested_rate_rps,
+            load.achieved_rate_rps,
+            load.schedule_delay_p50_ms,
+            load.schedule_delay_p99_ms,
+            load.schedule_delay_max_ms
+        );
+        if load.schedule_delay_p99_ms > 1.0 {
+            eprintln!(
+                "warning: the load generator sent 1% of its requests more than 1 ms late (p99 {:.3} ms): the latencies include the client's delay; use fewer requests per second or a quieter machine",
+                load.schedule_delay_p99_ms
+            );
+        }
+    }
+    if let Some(note) = run.summary.timeseries_note() {
+        eprintln!("note: {note}");
+    }
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("cannot create output directory {}", args.out.display()))?;
+    write_requests_parquet(
+        &args.out.join("requests.parquet"),
+        &run.records,
+        &["endpoint".to_string()],
+    )?;
+    write_summary_json(&args.out.join("summary.json"), &run.summary)?;
+    write_timeseries_parquet(&args.out.join("timeseries.parquet"), &run.timeseries)?;
+    print!("{}", run.summary.human());
+    println!("wrote {}", args.out.display());
+    Ok(())
 }

@@ -19,7 +19,7 @@ use capsim_sim::record::{Outcome, RequestRecord};
 use capsim_sim::rng::SimRng;
 use capsim_sim::scenario::Pool;
 use capsim_sim::summary::InstanceUtilization;
-use capsim_sim::timeseries::{IntervalCounters, State as TimeseriesState, Timeseries};
+use capsim_sim::timeseries::{Timeseries, sample_records};
 use rand::SeedableRng;
 
 use crate::host::CpuWaitMeter;
@@ -514,58 +514,9 @@ fn single_length_dim(
     }
 }
 
-/// The interval a run lasting `end_ns` is sampled at: `interval_ns`, doubled as often as it
-/// takes to keep within `max_rows` rows (as the simulator does).
-pub fn live_interval_ns(end_ns: u64, interval_ns: u64, max_rows: u32) -> u64 {
-    let mut interval_ns = interval_ns.max(1);
-    while end_ns.div_ceil(interval_ns) > u64::from(max_rows.max(1)) {
-        interval_ns = interval_ns.saturating_mul(2);
-    }
-    interval_ns
-}
-
-/// Samples a finished live run every `interval_ns` (see [`live_interval_ns`]) into the
-/// simulator's timeseries columns, from its records: the state at each interval's end and what
-/// happened during it. Live replays are bounded by wall time and the rows by the interval, so
-/// the plain scan over records per interval is small.
+/// Samples a finished live run every `interval_ns` (see [`capsim_sim::timeseries::interval_for`]) into the
+/// simulator's timeseries columns, from its records (see
+/// [`capsim_sim::timeseries::sample_records`]).
 pub fn timeseries_of(run: &LiveRun, interval_ns: u64, model_instances: u32) -> Timeseries {
-    let mut series = Timeseries::default();
-    let interval_ns = interval_ns.max(1);
-    // One entry per batch: (start, end, size).
-    let mut batches: Vec<(u64, u64, u32)> = run
-        .records
-        .iter()
-        .map(|r| (r.batch_id, (r.exec_start_ns, r.exec_end_ns, r.batch_size)))
-        .collect::<std::collections::BTreeMap<_, _>>()
-        .into_iter()
-        .map(|(_, (start, end, size))| (start, end, size))
-        .collect();
-    batches.sort_unstable();
-    let mut end = interval_ns;
-    loop {
-        let begin = end - interval_ns;
-        let mut state = TimeseriesState::default();
-        let mut counters = IntervalCounters::default();
-        for r in &run.records {
-            let live_at = |from: u64, to: u64| from <= end && end < to;
-            state.queued += u32::from(live_at(r.queued_ns, r.exec_start_ns));
-            state.in_system += u32::from(live_at(r.arrival_ns, r.response_ns));
-            counters.arrivals += u32::from(begin < r.arrival_ns && r.arrival_ns <= end);
-            counters.finished += u32::from(begin < r.response_ns && r.response_ns <= end);
-        }
-        for &(start, stop, size) in &batches {
-            state.busy_model_instances += u32::from(start <= end && end < stop);
-            if begin < start && start <= end {
-                counters.batches += 1;
-                counters.batched += u64::from(size);
-            }
-            let overlap = stop.min(end).saturating_sub(start.max(begin));
-            counters.busy_area += u128::from(overlap);
-        }
-        series.push(end, interval_ns, model_instances, state, &counters);
-        if end >= run.end_ns {
-            return series;
-        }
-        end += interval_ns;
-    }
+    sample_records(&run.records, run.end_ns, interval_ns, model_instances)
 }

@@ -1417,7 +1417,8 @@ impl<'a> Engine<'a> {
         // The record is read in place (no copy of the whole record per request).
         let record = &t.record;
         let retry = match outcome {
-            Outcome::Completed => false,
+            // The engine never fails a request: that outcome is a real server's.
+            Outcome::Completed | Outcome::Failed(_) => false,
             Outcome::Rejected(_) => self.retry_rejected,
             Outcome::TimedOut => self.retry_timed_out,
         } && u32::from(record.attempt) < self.retry_max_attempts;

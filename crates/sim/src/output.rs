@@ -195,6 +195,15 @@ pub fn write_requests_parquet(
             ))),
         ),
         (
+            "fail_reason",
+            Arc::new(StringArray::from_iter(records.iter().map(
+                |r| match r.outcome {
+                    Outcome::Failed(reason) => Some(reason.label()),
+                    _ => None,
+                },
+            ))),
+        ),
+        (
             "cache_hit",
             Arc::new(BooleanArray::from_iter(
                 records.iter().map(|r| Some(r.cache_hit)),

@@ -44,6 +44,58 @@ impl RejectReason {
     ];
 }
 
+/// Why a request sent to a real server got no answer (measured runs only; the simulator's
+/// requests never fail).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailReason {
+    /// No connection could be made, or it broke before the response began.
+    Connect,
+    /// No complete response within the client's timeout.
+    Timeout,
+    /// The server answered with an HTTP status other than success.
+    Http(u16),
+    /// The response began but was cut off or could not be read.
+    Stream,
+}
+
+impl FailReason {
+    /// The reason's class in summaries: `connect`, `timeout`, `http_4xx`, `http_5xx`,
+    /// `http_other` or `stream`.
+    pub fn class(self) -> &'static str {
+        FailReason::CLASSES[self.class_index()]
+    }
+
+    /// Index of [`FailReason::class`] in [`FailReason::CLASSES`].
+    pub fn class_index(self) -> usize {
+        match self {
+            FailReason::Connect => 0,
+            FailReason::Timeout => 1,
+            FailReason::Http(400..=499) => 2,
+            FailReason::Http(500..=599) => 3,
+            FailReason::Http(_) => 4,
+            FailReason::Stream => 5,
+        }
+    }
+
+    /// The classes, in output order.
+    pub const CLASSES: [&'static str; 6] = [
+        "connect",
+        "timeout",
+        "http_4xx",
+        "http_5xx",
+        "http_other",
+        "stream",
+    ];
+
+    /// The reason as `requests.parquet` writes it: the class, or `http_503` with the status.
+    pub fn label(self) -> String {
+        match self {
+            FailReason::Http(status) => format!("http_{status}"),
+            other => other.class().to_string(),
+        }
+    }
+}
+
 /// How a request ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Outcome {
@@ -53,6 +105,8 @@ pub enum Outcome {
     Rejected(RejectReason),
     /// Left the instance queue at its timeout (`timeout_action = reject`).
     TimedOut,
+    /// Sent to a real server and not answered, with the reason (measured runs only).
+    Failed(FailReason),
 }
 
 impl Outcome {
@@ -62,6 +116,7 @@ impl Outcome {
             Outcome::Completed => "completed",
             Outcome::Rejected(_) => "rejected",
             Outcome::TimedOut => "timed_out",
+            Outcome::Failed(_) => "failed",
         }
     }
 }

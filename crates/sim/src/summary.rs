@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-use crate::record::{NONE, Outcome, RejectReason, RequestRecord};
+use crate::record::{FailReason, NONE, Outcome, RejectReason, RequestRecord};
 
 /// How percentiles are computed; written into the summary.
 pub const PERCENTILE_METHOD: &str =
@@ -18,8 +18,8 @@ pub const PERCENTILE_METHOD: &str =
 /// bound, and no value is clamped.
 const HISTOGRAM_INITIAL_MAX_NS: u64 = (1 << 34) - 1;
 
-/// Request attempts by outcome. `completed + rejected + timed_out == total` always; without
-/// client retries every attempt is one trace request.
+/// Request attempts by outcome. `completed + rejected + timed_out + failed == total` always;
+/// without client retries every attempt is one trace request.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Counts {
     /// Request attempts.
@@ -34,16 +34,27 @@ pub struct Counts {
     pub rejected_by_reason: BTreeMap<String, u64>,
     /// Timed out in a queue.
     pub timed_out: u64,
+    /// Sent to a real server and not answered (measured runs only; absent from simulations).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failed: u64,
+    /// Failed, by class ([`crate::record::FailReason::CLASSES`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub failed_by_reason: BTreeMap<String, u64>,
     /// Of `total`, attempts that were client retries (attempt 2 and later).
     #[serde(default)]
     pub retries: u64,
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 impl Counts {
     /// True when every request is accounted for.
     pub fn adds_up(&self) -> bool {
-        self.completed + self.rejected + self.timed_out == self.total
+        self.completed + self.rejected + self.timed_out + self.failed == self.total
             && self.rejected_by_reason.values().sum::<u64>() == self.rejected
+            && self.failed_by_reason.values().sum::<u64>() == self.failed
     }
 }
 
@@ -57,6 +68,8 @@ struct Tally {
     retries: u64,
     /// Indexed like [`RejectReason::ALL`].
     rejected_by_reason: [u64; RejectReason::ALL.len()],
+    /// Indexed like [`FailReason::CLASSES`].
+    failed_by_reason: [u64; FailReason::CLASSES.len()],
 }
 
 impl Tally {
@@ -71,6 +84,7 @@ impl Tally {
             }
             Outcome::Rejected(reason) => self.rejected_by_reason[reason as usize] += 1,
             Outcome::TimedOut => self.timed_out += 1,
+            Outcome::Failed(reason) => self.failed_by_reason[reason.class_index()] += 1,
         }
     }
 
@@ -83,6 +97,9 @@ impl Tally {
             retries: self.retries + other.retries,
             rejected_by_reason: std::array::from_fn(|i| {
                 self.rejected_by_reason[i] + other.rejected_by_reason[i]
+            }),
+            failed_by_reason: std::array::from_fn(|i| {
+                self.failed_by_reason[i] + other.failed_by_reason[i]
             }),
         }
     }
@@ -101,6 +118,13 @@ impl Tally {
                 .map(|(reason, n)| (reason.as_str().to_string(), n))
                 .collect(),
             timed_out: self.timed_out,
+            failed: self.failed_by_reason.iter().sum(),
+            failed_by_reason: FailReason::CLASSES
+                .iter()
+                .zip(self.failed_by_reason)
+                .filter(|&(_, n)| n > 0)
+                .map(|(class, n)| (class.to_string(), n))
+                .collect(),
             retries: self.retries,
         }
     }
@@ -398,6 +422,29 @@ pub struct Summary {
     /// True when the timeseries interval was widened to keep within `timeseries.max_rows`.
     #[serde(default)]
     pub timeseries_coarsened: bool,
+    /// A run measured against a real server: how well the load generator kept to the trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<LoadSummary>,
+}
+
+/// How a load generator kept to its schedule (inference-perf's `load_summary`): a run whose
+/// sends lag their intended times measures the client as much as the server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoadSummary {
+    /// Requests sent.
+    pub sent: u64,
+    /// Requests of the trace not sent (the run was interrupted).
+    pub not_sent: u64,
+    /// The trace's rate over the sends' intended span, per second.
+    pub requested_rate_rps: f64,
+    /// Requests sent over the span of their actual sends, per second.
+    pub achieved_rate_rps: f64,
+    /// Actual minus intended send time, median, in milliseconds.
+    pub schedule_delay_p50_ms: f64,
+    /// Its 99th percentile.
+    pub schedule_delay_p99_ms: f64,
+    /// Its maximum.
+    pub schedule_delay_max_ms: f64,
 }
 
 /// Builds a [`Summary`] from finished requests, streaming.
@@ -653,6 +700,7 @@ impl SummaryBuilder {
             end_s: end_ns as f64 * 1e-9,
             timeseries_interval_s: 0.0,
             timeseries_coarsened: false,
+            load: None,
         }
     }
 }
@@ -689,9 +737,20 @@ impl Summary {
             .get("end_to_end")
             .cloned()
             .unwrap_or_default();
+        let failed = if self.requests.failed > 0 {
+            let classes: Vec<String> = self
+                .requests
+                .failed_by_reason
+                .iter()
+                .map(|(class, n)| format!("{class} {n}"))
+                .collect();
+            format!(", failed {} ({})", self.requests.failed, classes.join(", "))
+        } else {
+            String::new()
+        };
         let mut out = format!(
             "scenario {} (seed {})\n\
-             requests {}: completed {}, rejected {}, timed out {} (warm-up excluded {})\n\
+             requests {}: completed {}, rejected {}, timed out {}{failed} (warm-up excluded {})\n\
              offered {:.2} rps, throughput {:.2} rps",
             self.scenario,
             self.seed,

@@ -4,6 +4,8 @@
 //! need more than `timeseries.max_rows` rows at the scenario's interval doubles the interval
 //! (merging rows in pairs) as often as it takes, so memory never grows with simulated time.
 
+use crate::record::{NONE, RequestRecord};
+
 /// Rows a timeseries keeps at most unless the scenario says otherwise (`timeseries.max_rows`):
 /// a day at one row a second, 68 bytes a row.
 pub const DEFAULT_MAX_ROWS: u32 = 100_000;
@@ -217,4 +219,68 @@ pub struct LlmState {
     pub kv_blocks_in_use: u64,
     /// KV blocks in all.
     pub kv_blocks_total: u64,
+}
+
+/// The interval a run lasting `end_ns` is sampled at after it ended: `interval_ns`, doubled as
+/// often as it takes to keep within `max_rows` rows (as the engine does while it runs).
+pub fn interval_for(end_ns: u64, interval_ns: u64, max_rows: u32) -> u64 {
+    let mut interval_ns = interval_ns.max(1);
+    while end_ns.div_ceil(interval_ns) > u64::from(max_rows.max(1)) {
+        interval_ns = interval_ns.saturating_mul(2);
+    }
+    interval_ns
+}
+
+/// Samples a finished run every `interval_ns` up to `end_ns` from its records alone: the state
+/// at each interval's end (queued, in the system, busy model instances) and what happened
+/// during it (arrivals, finishes, batches, busy time). For runs measured outside the engine (a
+/// live replay, a real server); records without batch times (`batch_id == NONE`) count for
+/// arrivals, finishes and the requests in the system only. Costs rows times records, so the
+/// caller keeps the rows bounded (an interval from `timeseries.max_rows`).
+pub fn sample_records(
+    records: &[RequestRecord],
+    end_ns: u64,
+    interval_ns: u64,
+    model_instances: u32,
+) -> Timeseries {
+    let mut series = Timeseries::default();
+    let interval_ns = interval_ns.max(1);
+    // One entry per batch: (start, end, size).
+    let mut batches: Vec<(u64, u64, u32)> = records
+        .iter()
+        .filter(|r| r.batch_id != NONE)
+        .map(|r| (r.batch_id, (r.exec_start_ns, r.exec_end_ns, r.batch_size)))
+        .collect::<std::collections::BTreeMap<_, _>>()
+        .into_values()
+        .collect();
+    batches.sort_unstable();
+    let mut end = interval_ns;
+    loop {
+        let begin = end - interval_ns;
+        let mut state = State::default();
+        let mut counters = IntervalCounters::default();
+        // Rows cover (begin, end], the first one [0, end], as the engine's do.
+        let within = |t: u64| t <= end && (begin < t || begin == 0);
+        for r in records {
+            let live_at = |from: u64, to: u64| from <= end && end < to;
+            state.queued += u32::from(live_at(r.queued_ns, r.exec_start_ns));
+            state.in_system += u32::from(live_at(r.arrival_ns, r.response_ns));
+            counters.arrivals += u32::from(within(r.arrival_ns));
+            counters.finished += u32::from(within(r.response_ns));
+        }
+        for &(start, stop, size) in &batches {
+            state.busy_model_instances += u32::from(start <= end && end < stop);
+            if within(start) {
+                counters.batches += 1;
+                counters.batched += u64::from(size);
+            }
+            let overlap = stop.min(end).saturating_sub(start.max(begin));
+            counters.busy_area += u128::from(overlap);
+        }
+        series.push(end, interval_ns, model_instances, state, &counters);
+        if end >= end_ns {
+            return series;
+        }
+        end = end.saturating_add(interval_ns);
+    }
 }

@@ -1,0 +1,267 @@
+//! capsim's side that talks to real servers: replays a trace against an HTTP endpoint in the
+//! trace's time and measures every request, writing what `capsim simulate` writes.
+//!
+//! [`replay`] checks the endpoint and the model, sends each request of the trace at its arrival
+//! (open loop, latency from the intended send time) or from a fixed number of clients (closed
+//! loop), and returns the per-request records, the summary (with a [`LoadSummary`] of how well
+//! the generator kept to its schedule) and the timeseries, in the simulator's types, so the
+//! report, the notebooks and `validate` read a measured run and a simulated one alike. Two
+//! protocols: KServe v2 / Triton HTTP ([`kserve`]) and OpenAI-compatible streamed completions
+//! ([`openai`]). Every request sent is accounted for: completed, or failed with its reason
+//! (connection, timeout, HTTP status, cut stream).
+//!
+//! ```no_run
+//! use capsim_endpoint::{EndpointOptions, Protocol, Reporting, replay};
+//! let (trace, _) = capsim_trace::read_trace(&["traces/demo.parquet".into()], &Default::default())?;
+//! let options = EndpointOptions::new("http://127.0.0.1:8000", Protocol::Kserve, "text_classifier");
+//! let run = replay(&trace, &options, &Reporting::default())?;
+//! println!("{} completed", run.summary.requests.completed);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod http;
+pub mod kserve;
+pub mod openai;
+mod replay;
+
+use std::time::Duration;
+
+use capsim_sim::record::RequestRecord;
+use capsim_sim::summary::{LoadSummary, Summary, SummaryBuilder};
+use capsim_sim::timeseries::{DEFAULT_MAX_ROWS, Timeseries, interval_for, sample_records};
+use capsim_trace::Trace;
+
+pub use replay::{Measured, PREPARE_AHEAD, Replayed};
+
+/// The protocol a server speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// KServe v2 / Triton HTTP: `GET /v2/models/NAME`, `POST /v2/models/NAME/infer`.
+    Kserve,
+    /// OpenAI-compatible streamed completions: `GET /v1/models`, `POST /v1/completions`.
+    Openai,
+}
+
+/// When requests are sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadMode {
+    /// Each at its trace arrival, whatever the server is doing.
+    Open,
+    /// `concurrency` clients each send the next request when their previous one is answered,
+    /// after `think_time` (the scenario's `[load]` closed loop).
+    Closed {
+        /// Clients.
+        concurrency: u32,
+        /// Pause between an answer and the client's next request.
+        think_time: Duration,
+    },
+}
+
+/// What to replay against, and how.
+#[derive(Debug, Clone)]
+pub struct EndpointOptions {
+    /// `http://HOST:PORT` (plain HTTP).
+    pub base_url: String,
+    /// The server's protocol.
+    pub protocol: Protocol,
+    /// The model's name on the server.
+    pub model: String,
+    /// Open or closed loop.
+    pub mode: LoadMode,
+    /// A request not answered this long after its send fails as `timeout`.
+    pub timeout: Duration,
+    /// Seed of the request data.
+    pub seed: u64,
+    /// Integer inputs and prompt token ids are drawn below this.
+    pub vocab: u64,
+}
+
+impl EndpointOptions {
+    /// Open loop, a 60 s timeout, seed 0 and ids below 1000.
+    pub fn new(base_url: &str, protocol: Protocol, model: &str) -> EndpointOptions {
+        EndpointOptions {
+            base_url: base_url.to_string(),
+            protocol,
+            model: model.to_string(),
+            mode: LoadMode::Open,
+            timeout: Duration::from_secs(60),
+            seed: 0,
+            vocab: 1000,
+        }
+    }
+}
+
+/// How the measured run is summarized (from the scenario, when one is given).
+#[derive(Debug, Clone)]
+pub struct Reporting {
+    /// Name written into the summary.
+    pub name: String,
+    /// End-to-end SLO, in nanoseconds, for goodput.
+    pub slo_latency_ns: Option<u64>,
+    /// Time-to-first-token SLO (streamed protocols).
+    pub slo_ttft_ns: Option<u64>,
+    /// Time-per-output-token SLO (streamed protocols).
+    pub slo_tpot_ns: Option<u64>,
+    /// Timeseries interval before any widening, in nanoseconds.
+    pub interval_ns: u64,
+    /// Most timeseries rows.
+    pub max_rows: u32,
+}
+
+impl Default for Reporting {
+    fn default() -> Reporting {
+        Reporting {
+            name: "endpoint".to_string(),
+            slo_latency_ns: None,
+            slo_ttft_ns: None,
+            slo_tpot_ns: None,
+            interval_ns: 1_000_000_000,
+            max_rows: DEFAULT_MAX_ROWS,
+        }
+    }
+}
+
+/// A measured run in the simulator's output types.
+#[derive(Debug, Clone)]
+pub struct MeasuredRun {
+    /// One record per request sent, in trace order.
+    pub records: Vec<RequestRecord>,
+    /// The summary, with its `load` section.
+    pub summary: Summary,
+    /// Arrivals, finishes and requests in the system per interval.
+    pub timeseries: Timeseries,
+}
+
+/// Why a replay could not run. Failures of single requests are not errors: they are counted.
+#[derive(Debug, thiserror::Error)]
+pub enum EndpointError {
+    /// The URL does not parse.
+    #[error("endpoint URL {url:?} is not valid: write it as http://HOST:PORT")]
+    BadUrl {
+        /// As given (with the path appended).
+        url: String,
+    },
+    /// Nothing answered.
+    #[error(
+        "cannot reach {url} ({reason}): is the server running and listening there? check --endpoint"
+    )]
+    Unreachable {
+        /// What was asked.
+        url: String,
+        /// How it failed.
+        reason: String,
+    },
+    /// The server answered, but not for this model.
+    #[error(
+        "{url} answered HTTP {status} ({body}): check --model and that the server has loaded it"
+    )]
+    UnknownModel {
+        /// What was asked.
+        url: String,
+        /// The HTTP status.
+        status: u16,
+        /// The start of its body.
+        body: String,
+    },
+    /// The server's answer is not what the protocol says.
+    #[error("{url}: {message}")]
+    Protocol {
+        /// What was asked.
+        url: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The async runtime could not start.
+    #[error("cannot start the load generator's runtime: {0}")]
+    Runtime(#[from] std::io::Error),
+}
+
+/// Replays `trace` against the endpoint of `options` and summarizes the run with `reporting`.
+/// Blocks until every request sent is answered or has failed (or, after Ctrl-C, until those in
+/// flight are).
+pub fn replay(
+    trace: &Trace,
+    options: &EndpointOptions,
+    reporting: &Reporting,
+) -> Result<MeasuredRun, EndpointError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let replayed = runtime.block_on(replay::run(trace, options))?;
+    Ok(measure(replayed, options, reporting))
+}
+
+/// Turns what was measured into the simulator's outputs.
+fn measure(replayed: Replayed, options: &EndpointOptions, reporting: &Reporting) -> MeasuredRun {
+    let mut builder = SummaryBuilder::new(reporting.slo_latency_ns, [false; 8]);
+    if options.protocol == Protocol::Openai {
+        builder = builder.with_token_metrics(reporting.slo_ttft_ns, reporting.slo_tpot_ns);
+    }
+    let mut in_system_area_ns = 0u128;
+    for m in &replayed.requests {
+        builder.add(&m.record, true);
+        for &gap in &m.token_gaps_ns {
+            builder.add_inter_token_ns(gap);
+        }
+        in_system_area_ns += u128::from(m.record.latency_ns());
+    }
+    let end_ns = replayed.end_ns;
+    let mean_in_system = if end_ns == 0 {
+        0.0
+    } else {
+        in_system_area_ns as f64 / end_ns as f64
+    };
+    let mut summary = builder.finish(
+        &reporting.name,
+        options.seed,
+        Vec::new(),
+        mean_in_system,
+        end_ns,
+    );
+    let records: Vec<RequestRecord> = replayed.requests.iter().map(|m| m.record).collect();
+    let interval_ns = interval_for(end_ns, reporting.interval_ns, reporting.max_rows);
+    summary.timeseries_interval_s = interval_ns as f64 * 1e-9;
+    summary.timeseries_coarsened = interval_ns != reporting.interval_ns;
+    summary.load = Some(load_summary(&replayed));
+    let timeseries = sample_records(&records, end_ns, interval_ns, 0);
+    MeasuredRun {
+        records,
+        summary,
+        timeseries,
+    }
+}
+
+/// How well the sends kept to their schedule.
+fn load_summary(replayed: &Replayed) -> LoadSummary {
+    let mut delays: Vec<u64> = replayed
+        .requests
+        .iter()
+        .map(|m| m.schedule_delay_ns)
+        .collect();
+    delays.sort_unstable();
+    let pick = |q: f64| {
+        delays
+            .get(((delays.len() as f64 - 1.0) * q).round() as usize)
+            .map_or(0.0, |&ns| ns as f64 * 1e-6)
+    };
+    let rate = |times: &mut dyn Iterator<Item = u64>| {
+        let times: Vec<u64> = times.collect();
+        let (Some(first), Some(last)) = (times.iter().min(), times.iter().max()) else {
+            return 0.0;
+        };
+        if last == first {
+            0.0
+        } else {
+            (times.len() - 1) as f64 / ((last - first) as f64 * 1e-9)
+        }
+    };
+    LoadSummary {
+        sent: replayed.requests.len() as u64,
+        not_sent: replayed.not_sent,
+        requested_rate_rps: rate(&mut replayed.requests.iter().map(|m| m.record.arrival_ns)),
+        achieved_rate_rps: rate(&mut replayed.requests.iter().map(|m| m.sent_ns)),
+        schedule_delay_p50_ms: pick(0.5),
+        schedule_delay_p99_ms: pick(0.99),
+        schedule_delay_max_ms: delays.last().map_or(0.0, |&ns| ns as f64 * 1e-6),
+    }
+}

@@ -1,0 +1,418 @@
+//! The load generator: sends a trace's requests to a server in the trace's time (open loop) or
+//! from a fixed number of clients (closed loop), and records when each was meant to go, went,
+//! and was answered.
+//!
+//! Open loop, each request is sent at its trace arrival whatever the server is doing, and its
+//! latency is measured from that intended time, so a server that falls behind is not excused by
+//! a client that waited for it (no coordinated omission). A thread of its own keeps the schedule;
+//! a request's body is built just before its time (within [`PREPARE_AHEAD`]), so building it
+//! does not delay the send.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hyper::Uri;
+use tokio::sync::{mpsc, oneshot};
+
+use capsim_sim::record::{FailReason, NONE, Outcome, RequestRecord};
+use capsim_trace::Trace;
+
+use crate::http::HttpClient;
+use crate::kserve::ModelMetadata;
+use crate::openai;
+use crate::{EndpointError, EndpointOptions, LoadMode, Protocol};
+
+/// How long before its intended send time a request's task is started to build its body.
+pub const PREPARE_AHEAD: Duration = Duration::from_millis(20);
+
+/// A request as measured.
+#[derive(Debug, Clone)]
+pub struct Measured {
+    /// Its record, on the trace's timeline: `arrival_ns` is the intended send time;
+    /// `response_ns` when the answer (or the failure) came; with streaming, `first_token_ns`
+    /// and `exec_end_ns` the first and last token's arrival.
+    pub record: RequestRecord,
+    /// Actual minus intended send time, in nanoseconds.
+    pub schedule_delay_ns: u64,
+    /// When it was actually sent, in nanoseconds on the trace's timeline.
+    pub sent_ns: u64,
+    /// Gaps between streamed tokens, in nanoseconds.
+    pub token_gaps_ns: Vec<u64>,
+}
+
+/// What a replay measured.
+#[derive(Debug, Clone)]
+pub struct Replayed {
+    /// Every request sent, in trace order.
+    pub requests: Vec<Measured>,
+    /// Trace requests not sent (the run was interrupted).
+    pub not_sent: u64,
+    /// The last answer's time on the trace's timeline, in nanoseconds.
+    pub end_ns: u64,
+}
+
+/// What the protocol needs to build and read requests, fetched once before the run.
+enum Prepared {
+    Kserve { metadata: ModelMetadata, infer: Uri },
+    Openai { completions: Uri },
+}
+
+/// Checks the endpoint and the model (a clear error when either is wrong), then replays.
+pub(crate) async fn run(
+    trace: &Trace,
+    options: &EndpointOptions,
+) -> Result<Replayed, EndpointError> {
+    let client = HttpClient::default();
+    let prepared = Arc::new(prepare(&client, options).await?);
+    let origin = Instant::now() + PREPARE_AHEAD;
+    let first_arrival_ns = trace.arrival_ns().first().copied().unwrap_or(0);
+    let context = Arc::new(Context {
+        client,
+        prepared,
+        options: options.clone(),
+        origin,
+        first_arrival_ns,
+    });
+    let requests = Arc::new(Rows::of(trace));
+    let (results, mut received) = mpsc::unbounded_channel::<Measured>();
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        // Ctrl-C stops new sends; the requests in flight get their timeout to finish, and what
+        // was measured is written.
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                stop.store(true, Ordering::Relaxed);
+            }
+        });
+    }
+    let scheduler = match options.mode {
+        LoadMode::Open => {
+            let (context, requests, stop) = (context.clone(), requests.clone(), stop.clone());
+            let runtime = tokio::runtime::Handle::current();
+            Some(std::thread::spawn(move || {
+                schedule_open(&context, &requests, &runtime, &stop, &results);
+            }))
+        }
+        LoadMode::Closed {
+            concurrency,
+            think_time,
+        } => {
+            let next = Arc::new(AtomicUsize::new(0));
+            for _ in 0..concurrency.min(requests.len().max(1) as u32) {
+                let (context, requests, next) = (context.clone(), requests.clone(), next.clone());
+                let (results, stop) = (results.clone(), stop.clone());
+                tokio::spawn(async move {
+                    client_loop(&context, &requests, &next, think_time, &stop, &results).await;
+                });
+            }
+            drop(results);
+            None
+        }
+    };
+    // Every sender is gone once the scheduler and every request are done.
+    let mut measured = Vec::with_capacity(requests.len());
+    while let Some(m) = received.recv().await {
+        measured.push(m);
+    }
+    if let Some(scheduler) = scheduler {
+        scheduler.join().expect("the scheduler thread never panics");
+    }
+    measured.sort_by_key(|m| m.record.request);
+    let end_ns = measured
+        .iter()
+        .map(|m| m.record.response_ns)
+        .max()
+        .unwrap_or(first_arrival_ns);
+    Ok(Replayed {
+        not_sent: (requests.len() - measured.len()) as u64,
+        requests: measured,
+        end_ns,
+    })
+}
+
+/// The trace's columns a request needs.
+struct Rows {
+    arrival_ns: Vec<u64>,
+    input_tokens: Vec<u32>,
+    output_tokens: Option<Vec<u32>>,
+    prefix_blocks: Option<capsim_trace::ListColumn>,
+}
+
+impl Rows {
+    fn of(trace: &Trace) -> Rows {
+        Rows {
+            arrival_ns: trace.arrival_ns().to_vec(),
+            input_tokens: trace.input_tokens().to_vec(),
+            output_tokens: trace.output_tokens().map(<[u32]>::to_vec),
+            prefix_blocks: trace.prefix_blocks().cloned(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.arrival_ns.len()
+    }
+}
+
+/// What every request task shares.
+struct Context {
+    client: HttpClient,
+    prepared: Arc<Prepared>,
+    options: EndpointOptions,
+    /// The instant of the trace's first arrival.
+    origin: Instant,
+    first_arrival_ns: u64,
+}
+
+impl Context {
+    /// Nanoseconds on the trace's timeline of `instant`.
+    fn trace_ns(&self, instant: Instant) -> u64 {
+        let since = instant.saturating_duration_since(self.origin).as_nanos() as u64;
+        self.first_arrival_ns + since
+    }
+}
+
+async fn prepare(
+    client: &HttpClient,
+    options: &EndpointOptions,
+) -> Result<Prepared, EndpointError> {
+    let base = options.base_url.trim_end_matches('/');
+    let uri = |path: String| -> Result<Uri, EndpointError> {
+        let url = format!("{base}{path}");
+        url.parse().map_err(|_| EndpointError::BadUrl { url })
+    };
+    match options.protocol {
+        Protocol::Kserve => {
+            let model_uri = uri(format!("/v2/models/{}", options.model))?;
+            let url = model_uri.to_string();
+            let response =
+                client
+                    .get(&model_uri)
+                    .await
+                    .map_err(|reason| EndpointError::Unreachable {
+                        url: url.clone(),
+                        reason: reason.label(),
+                    })?;
+            if response.status != 200 {
+                return Err(EndpointError::UnknownModel {
+                    url,
+                    status: response.status,
+                    body: String::from_utf8_lossy(&response.body)
+                        .chars()
+                        .take(300)
+                        .collect(),
+                });
+            }
+            let metadata = ModelMetadata::parse(&response.body, &url)?;
+            Ok(Prepared::Kserve {
+                metadata,
+                infer: uri(format!("/v2/models/{}/infer", options.model))?,
+            })
+        }
+        Protocol::Openai => {
+            let models = uri("/v1/models".to_string())?;
+            let url = models.to_string();
+            let response =
+                client
+                    .get(&models)
+                    .await
+                    .map_err(|reason| EndpointError::Unreachable {
+                        url: url.clone(),
+                        reason: reason.label(),
+                    })?;
+            openai::check_model(&response, &url, &options.model)?;
+            Ok(Prepared::Openai {
+                completions: uri("/v1/completions".to_string())?,
+            })
+        }
+    }
+}
+
+/// Open loop, on a thread of its own: the runtime's timer ticks in milliseconds, a thread's
+/// sleep is good to tens of microseconds. Each request's task is started [`PREPARE_AHEAD`]
+/// before its time, to build its body, and released at its time.
+fn schedule_open(
+    context: &Arc<Context>,
+    rows: &Arc<Rows>,
+    runtime: &tokio::runtime::Handle,
+    stop: &AtomicBool,
+    results: &mpsc::UnboundedSender<Measured>,
+) {
+    let intended = |row: usize| {
+        context.origin + Duration::from_nanos(rows.arrival_ns[row] - context.first_arrival_ns)
+    };
+    let n = rows.len();
+    let mut waiting: VecDeque<oneshot::Sender<()>> = VecDeque::new();
+    let (mut prepared, mut released) = (0, 0);
+    while released < n && !stop.load(Ordering::Relaxed) {
+        // The next thing to do: start the next task, or release the oldest started one.
+        if prepared < n && intended(prepared) - PREPARE_AHEAD <= intended(released) {
+            sleep_until(intended(prepared) - PREPARE_AHEAD);
+            let (go, ready) = oneshot::channel();
+            let (context, rows, results) = (context.clone(), rows.clone(), results.clone());
+            let (row, at) = (prepared, intended(prepared));
+            runtime.spawn(async move {
+                if let Some(m) = send(&context, &rows, row, at, Start::On(ready)).await {
+                    let _ = results.send(m);
+                }
+            });
+            waiting.push_back(go);
+            prepared += 1;
+        } else {
+            sleep_until(intended(released));
+            let go = waiting
+                .pop_front()
+                .expect("a request is started before its time");
+            let _ = go.send(());
+            released += 1;
+        }
+    }
+}
+
+/// Sleeps the thread until `deadline`: the kernel's sleep while more than 200 µs remain, then
+/// short yields.
+fn sleep_until(deadline: Instant) {
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            return;
+        }
+        let left = deadline - now;
+        if left > Duration::from_micros(200) {
+            std::thread::sleep(left - Duration::from_micros(100));
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// A closed-loop client: takes the next request, sends it when ready, waits for the answer and
+/// its think time, and so on until the trace is used up (or Ctrl-C).
+async fn client_loop(
+    context: &Context,
+    rows: &Rows,
+    next: &AtomicUsize,
+    think_time: Duration,
+    stop: &AtomicBool,
+    results: &mpsc::UnboundedSender<Measured>,
+) {
+    let mut ready = Instant::now().max(context.origin);
+    while !stop.load(Ordering::Relaxed) {
+        let row = next.fetch_add(1, Ordering::Relaxed);
+        if row >= rows.len() {
+            return;
+        }
+        let Some(done) = send(context, rows, row, ready, Start::At).await else {
+            return;
+        };
+        ready = context.origin
+            + Duration::from_nanos(done.record.response_ns - context.first_arrival_ns)
+            + think_time;
+        let _ = results.send(done);
+    }
+}
+
+/// When a request's task sends it.
+enum Start {
+    /// At its intended time, by the runtime's timer.
+    At,
+    /// When the scheduler says so (dropped: never).
+    On(oneshot::Receiver<()>),
+}
+
+/// Sends trace row `row` at `intended` (or when `start` releases it) and measures it; `None`
+/// when the run stopped before its time.
+async fn send(
+    context: &Context,
+    rows: &Rows,
+    row: usize,
+    intended: Instant,
+    start: Start,
+) -> Option<Measured> {
+    let options = &context.options;
+    let input_tokens = rows.input_tokens[row];
+    let output_tokens = rows.output_tokens.as_ref().map_or(0, |o| o[row]);
+    let seed = options.seed ^ (row as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let (uri, body) = match context.prepared.as_ref() {
+        Prepared::Kserve { metadata, infer } => (
+            infer,
+            metadata.infer_body(input_tokens, options.vocab, seed),
+        ),
+        Prepared::Openai { completions } => {
+            let prefix = rows.prefix_blocks.as_ref().map_or(&[][..], |p| p.get(row));
+            (
+                completions,
+                openai::completion_body(
+                    &options.model,
+                    input_tokens,
+                    output_tokens,
+                    prefix,
+                    options.vocab,
+                    seed,
+                ),
+            )
+        }
+    };
+    match start {
+        Start::At => tokio::time::sleep_until(intended.into()).await,
+        Start::On(go) => go.await.ok()?,
+    }
+    let sent = Instant::now();
+    let mut record = RequestRecord::new(row as u32, 1, context.trace_ns(intended));
+    record.input_tokens = input_tokens;
+    record.output_tokens = output_tokens;
+    let mut token_times: Vec<Instant> = Vec::new();
+    let streaming = matches!(context.prepared.as_ref(), Prepared::Openai { .. });
+    let mut events = openai::EventSplitter::default();
+    let exchange = context
+        .client
+        .post_json(uri, body.clone(), |chunk: &Bytes| {
+            if streaming {
+                let now = Instant::now();
+                for _ in 0..events.tokens_in(chunk) {
+                    token_times.push(now);
+                }
+            }
+        });
+    let outcome = match tokio::time::timeout(options.timeout, exchange).await {
+        Err(_) => Err(FailReason::Timeout),
+        Ok(Err(reason)) => Err(reason),
+        Ok(Ok(response)) if !(200..300).contains(&response.status) => {
+            Err(FailReason::Http(response.status))
+        }
+        Ok(Ok(_)) if streaming => events.finish().map(|usage| {
+            if let Some(tokens) = usage {
+                record.output_tokens = tokens;
+            }
+        }),
+        Ok(Ok(_)) => Ok(()),
+    };
+    let done = Instant::now();
+    record.response_ns = context.trace_ns(done);
+    let mut token_gaps_ns = Vec::new();
+    match outcome {
+        Ok(()) => {
+            record.outcome = Outcome::Completed;
+            if let (Some(first), Some(last)) = (token_times.first(), token_times.last()) {
+                record.first_token_ns = context.trace_ns(*first);
+                record.exec_end_ns = context.trace_ns(*last);
+                record.response_ns = record.exec_end_ns;
+                token_gaps_ns = token_times
+                    .windows(2)
+                    .map(|w| (w[1] - w[0]).as_nanos() as u64)
+                    .collect();
+            }
+        }
+        Err(reason) => record.outcome = Outcome::Failed(reason),
+    }
+    debug_assert!(record.first_token_ns == NONE || record.first_token_ns <= record.response_ns);
+    Some(Measured {
+        schedule_delay_ns: sent.saturating_duration_since(intended).as_nanos() as u64,
+        sent_ns: context.trace_ns(sent),
+        record,
+        token_gaps_ns,
+    })
+}

@@ -1,0 +1,139 @@
+//! End-to-end tests of `capsim replay --endpoint` against a real HTTP server on 127.0.0.1:
+//! `scripts/kserve_fixed_time.py`, a KServe v2 model that answers after a fixed time, started
+//! and stopped (by PID) by the test.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{assert_user_error, capsim, repo, text};
+use serde_json::Value;
+
+/// Each answer takes this long on the server, in milliseconds.
+const SERVICE_MS: f64 = 5.0;
+
+/// The fixed-time server, stopped when dropped.
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Server {
+    fn start(dir: &Path) -> Server {
+        let port_file = dir.join("port");
+        let child = Command::new("python3")
+            .arg(repo("scripts/kserve_fixed_time.py"))
+            .args(["--model", "fixed", "--time-ms", &SERVICE_MS.to_string()])
+            .arg("--port-file")
+            .arg(&port_file)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("python3 runs scripts/kserve_fixed_time.py");
+        // Stopped by `drop` from here on, whatever happens.
+        let mut server = Server {
+            child,
+            url: String::new(),
+        };
+        let started = Instant::now();
+        loop {
+            if let Ok(port) = std::fs::read_to_string(&port_file)
+                && !port.is_empty()
+            {
+                server.url = format!("http://127.0.0.1:{}", port.trim());
+                return server;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the server did not start within 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn replay_endpoint_writes_what_simulate_writes_with_every_request_accounted_for() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(dir.path());
+    let out = dir.path().join("measured");
+    let output = capsim(&[
+        "replay",
+        "--endpoint",
+        &server.url,
+        "--model",
+        "fixed",
+        "--scenario",
+        "scenarios/no-batching.toml",
+        "--trace",
+        "traces/demo.parquet",
+        "--limit",
+        "60",
+        "-o",
+        out.to_str().expect("utf-8"),
+    ]);
+    assert!(output.status.success(), "{}", text(&output));
+    for file in ["summary.json", "requests.parquet", "timeseries.parquet"] {
+        assert!(out.join(file).is_file(), "{file} missing");
+    }
+    let summary: Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("summary.json")).expect("summary.json"),
+    )
+    .expect("JSON");
+    assert_eq!(summary["requests"]["total"], 60, "{summary}");
+    assert_eq!(summary["requests"]["completed"], 60, "{summary}");
+    assert_eq!(summary["load"]["sent"], 60);
+    assert_eq!(summary["scenario"], "no-batching");
+    // The server sleeps 5 ms for each: no answer can come sooner.
+    let p50 = summary["latency_ms"]["end_to_end"]["p50_ms"]
+        .as_f64()
+        .expect("p50");
+    assert!(
+        p50 >= SERVICE_MS,
+        "p50 {p50} ms below the server's {SERVICE_MS} ms"
+    );
+    assert!(
+        common::stderr(&output).contains("load: 60 sent (0 not sent)"),
+        "{}",
+        text(&output)
+    );
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    let requests = std::fs::File::open(out.join("requests.parquet")).expect("requests.parquet");
+    let rows = SerializedFileReader::new(requests)
+        .expect("Parquet")
+        .metadata()
+        .file_metadata()
+        .num_rows();
+    assert_eq!(rows, 60, "one row per request sent");
+}
+
+#[test]
+fn replay_endpoint_refuses_an_unknown_model_and_an_unreachable_server() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(dir.path());
+    let common_args = ["--trace", "traces/demo.parquet", "--limit", "3", "-o"];
+    let out = dir.path().join("o");
+    let mut args = vec!["replay", "--endpoint", &server.url, "--model", "missing"];
+    args.extend(common_args);
+    args.push(out.to_str().expect("utf-8"));
+    assert_user_error(
+        &capsim(&args),
+        &["HTTP 404", "--model", "/v2/models/missing"],
+    );
+
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let url = format!("http://{}", closed.local_addr().expect("address"));
+    drop(closed);
+    let mut args = vec!["replay", "--endpoint", &url, "--model", "fixed"];
+    args.extend(common_args);
+    args.push(out.to_str().expect("utf-8"));
+    assert_user_error(&capsim(&args), &["cannot reach", "--endpoint"]);
+}
