@@ -4,12 +4,19 @@
 //! queued and `preferred` the `preferred_batch_size` list (or `[max_batch_size]` when the list is
 //! empty):
 //!
-//! 1. if some preferred size fits (`p <= min(n, max_batch_size)`), the largest such size is sent
-//!    at once;
-//! 2. otherwise, if the oldest queued request has waited at least `max_queue_delay`, everything
-//!    queued is sent, up to `max_batch_size`;
-//! 3. otherwise nothing is sent, and the batcher wakes again when the oldest request's delay runs
+//! 1. if `max_queue_delay` is set and the oldest queued request has waited at least that long,
+//!    everything queued is sent, up to `max_batch_size`, whether or not it is a preferred size;
+//! 2. otherwise, if some preferred size fits (`p <= min(n, max_batch_size)`), the largest such
+//!    size is sent at once;
+//! 3. otherwise, with no `max_queue_delay`, everything queued is sent (up to `max_batch_size`);
+//! 4. otherwise nothing is sent, and the batcher wakes again when the oldest request's delay runs
 //!    out (or earlier, when a request arrives or an instance frees up).
+//!
+//! The order of 1 and 2 is Triton's (`DynamicBatchScheduler::GetDynamicBatch`: a preferred batch
+//! is sent "if the queue delay hasn't been exceeded", else whatever is pending), and a real Triton
+//! shows it: with `max_batch_size = 8`, `preferred_batch_size = [4, 8]` and a 2 ms delay under
+//! load, it runs batches of 5, 6 and 7 that preferred-first would never form
+//! (`scripts/triton_check.py`, docs/validation.md).
 //!
 //! `max_batch_size = 1` is no batching: every request is sent alone as soon as an instance is
 //! free. `max_queue_delay = 0` sends whatever is queued whenever an instance is free.
@@ -24,7 +31,7 @@
 //! t=1    r1 queued (n=2): still waiting
 //! t=2    delay of r0 runs out: send [r0 r1] (n=2 < 4, delay expired) -> runs 2..12ms
 //! t=3..5 r2 r3 r4 r5 queued; the instance is busy, nothing is formed
-//! t=12   instance free, n=4: preferred size 4 fits -> send [r2 r3 r4 r5] at once, runs 12..22
+//! t=12   instance free, n=4, r2 has waited 10ms >= 2ms -> send [r2 r3 r4 r5], runs 12..22
 //! t=15   r6 queued, instance busy
 //! t=22   instance free, n=1, r6 has waited 7ms >= 2ms -> send [r6] at once, runs 22..32
 //! ```
@@ -71,7 +78,7 @@ impl Batcher {
     }
 
     /// Applies Triton's rule at time `now_ns` with `queued` requests; `oldest_queued_ns` gives
-    /// the queue time of the oldest (asked only when no preferred size fits). Call only when an
+    /// the queue time of the oldest (asked only when `max_queue_delay` is set). Call only when an
     /// instance is free.
     #[inline]
     pub fn decide(
@@ -84,14 +91,17 @@ impl Batcher {
             return Decision::Idle;
         }
         let fits = queued.min(self.max_batch_size);
-        if let Some(&size) = self.preferred_ascending.iter().rev().find(|&&p| p <= fits) {
-            return Decision::Send(size);
+        if self.max_queue_delay_ns == 0 {
+            let preferred = self.preferred_ascending.iter().rev().find(|&&p| p <= fits);
+            return Decision::Send(preferred.copied().unwrap_or(fits));
         }
         let deadline_ns = oldest_queued_ns().saturating_add(self.max_queue_delay_ns);
         if now_ns >= deadline_ns {
-            Decision::Send(fits)
-        } else {
-            Decision::WaitUntil(deadline_ns)
+            return Decision::Send(fits);
+        }
+        match self.preferred_ascending.iter().rev().find(|&&p| p <= fits) {
+            Some(&size) => Decision::Send(size),
+            None => Decision::WaitUntil(deadline_ns),
         }
     }
 }
@@ -126,6 +136,20 @@ mod tests {
             b.decide(0, 20, || 0),
             Decision::Send(8),
             "preferred sizes win over max"
+        );
+    }
+
+    #[test]
+    fn once_the_delay_has_run_out_everything_queued_is_sent_not_a_preferred_size() {
+        let b = batcher(8, &[4, 8], 2_000);
+        // Six queued, the oldest 1 us in: the largest preferred size that fits.
+        assert_eq!(b.decide(1_000, 6, || 0), Decision::Send(4));
+        // The oldest has waited its 2 us: all six (Triton's GetDynamicBatch).
+        assert_eq!(b.decide(2_000, 6, || 0), Decision::Send(6));
+        assert_eq!(
+            b.decide(2_000, 9, || 0),
+            Decision::Send(8),
+            "never past the maximum"
         );
     }
 

@@ -1598,6 +1598,18 @@ mod tests {
     const DONE: &str = "completed";
 
     #[test]
+    fn golden_an_expired_delay_sends_everything_queued_not_the_preferred_size() {
+        let s = "[batcher]\nmax_batch_size = 8\npreferred_batch_size = [4]\nmax_queue_delay = \"2ms\"\n\
+                 [service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+        let got = timeline(s, &trace_ms(&[0, 3, 4, 5, 6, 7, 8], None));
+        // r0 alone at 2 ms (its delay); at 12 ms six are queued and r1 has waited 9 ms: Triton
+        // sends all six, where a preferred size of 4 would leave two behind.
+        let mut expected = vec![(0, Some(2), Some(12), 1, DONE)];
+        expected.extend((1..=6).map(|r| (r, Some(12), Some(22), 6, DONE)));
+        assert_eq!(got, expected);
+    }
+
+    #[test]
     fn golden_doc_timeline_preferred_size_and_delay() {
         let s = "[batcher]\nmax_batch_size = 8\npreferred_batch_size = [4]\nmax_queue_delay = \"2ms\"\n\
                  [service]\nkind = \"constant\"\ntime = \"10ms\"\n";

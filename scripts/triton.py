@@ -1,0 +1,265 @@
+#!/usr/bin/env python3
+"""A real Triton Inference Server on 127.0.0.1, set up from a capsim scenario.
+
+The `tritonserver` binary comes from the `nvidia-pytriton` wheel on PyPI (pinned below), which
+bundles it with the Python backend; it runs on the CPU. Three commands:
+
+    scripts/triton.py install
+        Downloads the wheel (no dependencies) and unpacks the server into .triton/, with the
+        Python 3.11 backend stub in place and numpy 1.26 beside it (the stub is built against
+        numpy 1's C API: with numpy 2 it misreads output sizes).
+    scripts/triton.py start --scenario S.toml --model fixed --a 2ms --b 0.5ms --dir DIR
+        Writes a model repository in DIR whose config.pbtxt comes from the scenario's default
+        pool (max_batch_size, preferred_batch_size, max_queue_delay_microseconds, instance_group
+        count = gpus x instance_count), starts Triton on free loopback ports, waits until it is
+        ready, and writes DIR/pid and DIR/ports.json ({"http": ..., "grpc": ..., "metrics": ...}).
+        `--model fixed` is a model whose every batch takes exactly a + b * batch_size: it sleeps
+        for all but the last 0.2 ms and spins only that, so the server and a load generator can
+        share two cores. `--model onnx --onnx M.onnx` runs an ONNX model with ONNX Runtime inside
+        the Python backend.
+    scripts/triton.py stop --dir DIR
+        Stops the server started there, by its PID.
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+import urllib.request
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HOME = ROOT / ".triton"
+WHEEL = "nvidia-pytriton==0.7.0"
+NUMPY = "numpy==1.26.4"
+PYTHON_STUB = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def install() -> None:
+    server = HOME / "server" / "bin" / "tritonserver"
+    if server.exists() and (HOME / "numpy1" / "numpy").exists():
+        return
+    HOME.mkdir(exist_ok=True)
+    pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
+    wheels = HOME / "wheel"
+    subprocess.run([*pip, "download", "--no-deps", "-d", str(wheels), WHEEL], check=True)
+    wheel = next(wheels.glob("nvidia_pytriton-*.whl"))
+    with zipfile.ZipFile(wheel) as z:
+        members = [m for m in z.namelist()
+                   if m.startswith("pytriton/tritonserver/") or m.startswith("nvidia_pytriton.libs/")]
+        z.extractall(HOME / "unpacked", members)
+    shutil.rmtree(HOME / "server", ignore_errors=True)
+    shutil.move(str(HOME / "unpacked" / "pytriton" / "tritonserver"), str(HOME / "server"))
+    shutil.rmtree(HOME / "libs", ignore_errors=True)
+    shutil.move(str(HOME / "unpacked" / "nvidia_pytriton.libs"), str(HOME / "libs"))
+    shutil.rmtree(HOME / "unpacked")
+    stub = HOME / "server" / "python_backend_stubs" / PYTHON_STUB / "triton_python_backend_stub"
+    shutil.copy(stub, HOME / "server" / "backends" / "python" / "triton_python_backend_stub")
+    for binary in [HOME / "server" / "bin" / "tritonserver",
+                   HOME / "server" / "backends" / "python" / "triton_python_backend_stub"]:
+        binary.chmod(0o755)
+    subprocess.run([*pip, "install", "--no-warn-conflicts", "--target", str(HOME / "numpy1"), NUMPY],
+                   check=True)
+    shutil.rmtree(wheels)
+
+
+def duration_us(text: str) -> float:
+    """A capsim duration ('2ms', '500us', '0') in microseconds."""
+    text = str(text).strip()
+    for unit, scale in (("ns", 1e-3), ("us", 1.0), ("ms", 1e3), ("s", 1e6)):
+        if text.endswith(unit) and text[: -len(unit)].replace(".", "", 1).isdigit():
+            return float(text[: -len(unit)]) * scale
+    if float(text) == 0:
+        return 0.0
+    raise SystemExit(f"cannot read duration {text!r}: write it as 2ms, 500us or 1s")
+
+
+def config_pbtxt(scenario: dict, name: str, backend_inputs: str, outputs: str) -> str:
+    batcher = scenario.get("batcher", {})
+    execution = scenario.get("execution", {})
+    max_batch = int(batcher.get("max_batch_size", 1))
+    count = int(execution.get("gpus", 1)) * int(execution.get("instance_count", 1))
+    lines = [f'name: "{name}"', 'backend: "python"', f"max_batch_size: {max_batch}",
+             backend_inputs, outputs]
+    if max_batch > 1:
+        delay = int(round(duration_us(batcher.get("max_queue_delay", "0"))))
+        preferred = batcher.get("preferred_batch_size", [])
+        dyn = f"dynamic_batching {{ max_queue_delay_microseconds: {delay}"
+        if preferred:
+            dyn += f" preferred_batch_size: [ {', '.join(str(p) for p in preferred)} ]"
+        lines.append(dyn + " }")
+    lines.append(f"instance_group [ {{ count: {count} kind: KIND_CPU }} ]")
+    return "\n".join(lines) + "\n"
+
+
+FIXED_MODEL = '''import sys
+sys.path.insert(0, {numpy1!r})
+import time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+A_S, B_S, SPIN_S = {a_s!r}, {b_s!r}, 0.0002
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        """Every batch takes exactly a + b * batch_size: sleep, then spin the last 0.2 ms."""
+        start = time.perf_counter()
+        deadline = start + A_S + B_S * len(requests)
+        if deadline - start > SPIN_S:
+            time.sleep(deadline - start - SPIN_S)
+        while time.perf_counter() < deadline:
+            pass
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "input_ids").as_numpy()
+            y = np.zeros((x.shape[0], 2), dtype=np.float32)
+            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("logits", y)]))
+        return responses
+'''
+
+ONNX_MODEL = '''import sys
+sys.path.insert(0, {numpy1!r})
+sys.path.append({site!r})
+import numpy as np
+import onnxruntime as ort
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        self.session = ort.InferenceSession({onnx!r}, options, providers=["CPUExecutionProvider"])
+        self.inputs = [i.name for i in self.session.get_inputs()]
+
+    def execute(self, requests):
+        """One session run per batch: the requests' inputs padded to the longest and stacked."""
+        ids = [pb_utils.get_input_tensor_by_name(r, "input_ids").as_numpy() for r in requests]
+        length = max(x.shape[1] for x in ids)
+        batch = np.zeros((sum(x.shape[0] for x in ids), length), dtype=np.int64)
+        row = 0
+        for x in ids:
+            batch[row:row + x.shape[0], : x.shape[1]] = x
+            row += x.shape[0]
+        feeds = {{name: batch if "mask" not in name else (batch != 0).astype(np.int64) for name in self.inputs}}
+        logits = self.session.run(None, feeds)[0].astype(np.float32)
+        responses, row = [], 0
+        for x in ids:
+            out = logits[row:row + x.shape[0]]
+            row += x.shape[0]
+            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("logits", out)]))
+        return responses
+'''
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(args: argparse.Namespace) -> None:
+    install()
+    scenario = tomllib.loads(Path(args.scenario).read_text())
+    out = Path(args.dir).resolve()
+    repo = out / "repository"
+    shutil.rmtree(repo, ignore_errors=True)
+    model_dir = repo / args.name / "1"
+    model_dir.mkdir(parents=True)
+    numpy1 = str(HOME / "numpy1")
+    # Ragged batching lets requests of different lengths share a batch (Triton batches only equal
+    # shapes otherwise); each model below reads its requests one by one.
+    inputs = ('input [ { name: "input_ids" data_type: TYPE_INT64 dims: [ -1 ] '
+              'allow_ragged_batch: true } ]')
+    outputs = 'output [ { name: "logits" data_type: TYPE_FP32 dims: [ -1 ] } ]'
+    if args.model == "fixed":
+        code = FIXED_MODEL.format(numpy1=numpy1, a_s=duration_us(args.a) * 1e-6,
+                                  b_s=duration_us(args.b) * 1e-6)
+    else:
+        import site
+        code = ONNX_MODEL.format(numpy1=numpy1, site=site.getsitepackages()[0],
+                                 onnx=str(Path(args.onnx).resolve()))
+    (model_dir / "model.py").write_text(code)
+    (repo / args.name / "config.pbtxt").write_text(config_pbtxt(scenario, args.name, inputs, outputs))
+    ports = {"http": free_port(), "grpc": free_port(), "metrics": free_port()}
+    env = dict(os.environ)
+    libdir = Path(sys.base_prefix) / "lib"
+    # The active Python's own lib first, else the stub loads the system libpython and crashes.
+    env["LD_LIBRARY_PATH"] = f"{libdir}:{HOME / 'libs'}:{env.get('LD_LIBRARY_PATH', '')}"
+    log = open(out / "triton.log", "w")
+    process = subprocess.Popen(
+        [str(HOME / "server" / "bin" / "tritonserver"),
+         f"--model-repository={repo}",
+         f"--backend-directory={HOME / 'server' / 'backends'}",
+         "--http-address=127.0.0.1", f"--http-port={ports['http']}",
+         "--grpc-address=127.0.0.1", f"--grpc-port={ports['grpc']}",
+         f"--metrics-port={ports['metrics']}", "--metrics-address=127.0.0.1",
+         "--log-verbose=0"],
+        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    (out / "pid").write_text(str(process.pid))
+    deadline = time.time() + 60
+    url = f"http://127.0.0.1:{ports['http']}/v2/health/ready"
+    while time.time() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"tritonserver exited ({process.returncode}); see {out / 'triton.log'}")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as r:
+                if r.status == 200:
+                    (out / "ports.json").write_text(json.dumps(ports))
+                    print(json.dumps(ports))
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    stop_pid(process.pid)
+    raise SystemExit(f"tritonserver not ready within 60 s; see {out / 'triton.log'}")
+
+
+def stop_pid(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    for _ in range(100):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    os.killpg(pid, signal.SIGKILL)
+
+
+def stop(args: argparse.Namespace) -> None:
+    pid_file = Path(args.dir) / "pid"
+    if pid_file.exists():
+        stop_pid(int(pid_file.read_text()))
+        pid_file.unlink()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("install")
+    s = sub.add_parser("start")
+    s.add_argument("--scenario", required=True)
+    s.add_argument("--dir", required=True)
+    s.add_argument("--model", choices=["fixed", "onnx"], default="fixed")
+    s.add_argument("--name", default="fixed")
+    s.add_argument("--a", default="2ms")
+    s.add_argument("--b", default="0.5ms")
+    s.add_argument("--onnx")
+    t = sub.add_parser("stop")
+    t.add_argument("--dir", required=True)
+    args = parser.parse_args()
+    {"install": lambda: install(), "start": lambda: start(args), "stop": lambda: stop(args)}[args.command]()
+
+
+if __name__ == "__main__":
+    main()

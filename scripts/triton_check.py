@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""capsim's queue and dynamic batcher against a real Triton on 127.0.0.1, with a fixed-time model.
+
+For each batcher setting and load, this starts Triton (scripts/triton.py) with a model whose every
+batch takes exactly a + b * batch_size, replays a Poisson trace against it
+(`capsim replay --endpoint`), simulates the same trace through the same scenario
+(`capsim simulate`) twice: with the scenario's service time (a + b * batch_size, "sim") and with
+the service time Triton itself measured per batch size in that run, fitted the same way
+("run-sim", which isolates the queue and batcher from the model's time). It prints one markdown
+row per run: the batch-size shares Triton counted, the queue time Triton measured (mean), and
+the end-to-end p50/p99 the client measured, each beside both simulations'. The load is a fraction of
+the setting's capacity with full batches, instances * max_batch / (a + b * max_batch).
+
+    cargo build --release
+    .venv/bin/python scripts/triton_check.py [--duration 20s] [--out output/triton-check]
+
+Needs two free cores' worth of quiet: the server, its Python backend and the load generator share
+the machine. Each run's files stay under --out.
+"""
+import argparse
+import json
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CAPSIM = ROOT / "target" / "release" / "capsim"
+A_MS, B_MS = 2.0, 0.5
+
+SETTINGS = {
+    "no batching": dict(max_batch_size=1, preferred=[], delay="0ms", instances=1),
+    "max 8, no delay": dict(max_batch_size=8, preferred=[], delay="0ms", instances=1),
+    "max 8, preferred 4 and 8, 2 ms": dict(max_batch_size=8, preferred=[4, 8], delay="2ms",
+                                           instances=1),
+    "max 32, 5 ms, 2 instances": dict(max_batch_size=32, preferred=[], delay="5ms", instances=2),
+}
+LOADS = [0.3, 0.6, 0.85]
+
+
+def scenario_toml(name: str, s: dict, a_ms: float = A_MS, b_ms: float = B_MS) -> str:
+    lines = [f'name = "{name}"', "instances = 1", "[batcher]",
+             f"max_batch_size = {s['max_batch_size']}", f'max_queue_delay = "{s["delay"]}"']
+    if s["preferred"]:
+        lines.append(f"preferred_batch_size = {s['preferred']}")
+    lines += ["[execution]", f"instance_count = {s['instances']}",
+              "[service]", 'kind = "affine"', f'a = "{a_ms:.4f}ms"', f'b = "{b_ms:.4f}ms"']
+    return "\n".join(lines) + "\n"
+
+
+def capsim(*args: str) -> None:
+    subprocess.run([str(CAPSIM), *args], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+
+
+def shares(counts: dict) -> dict:
+    total = sum(counts.values())
+    return {size: n / total for size, n in counts.items()} if total else {}
+
+
+def run_one(out: Path, label: str, setting: dict, load: float, duration: str) -> str:
+    out.mkdir(parents=True, exist_ok=True)
+    scenario = out / "scenario.toml"
+    scenario.write_text(scenario_toml(label, setting))
+    batch = setting["max_batch_size"]
+    capacity = setting["instances"] * batch / ((A_MS + B_MS * batch) / 1000.0)
+    rate = load * capacity
+    trace = out / "trace.parquet"
+    capsim("trace", "synth", "--arrivals", "poisson", "--rate", f"{rate:.3f}", "--duration",
+           duration, "--input-tokens", "const:16", "--output-tokens", "none", "--seed", "1",
+           "-o", str(trace))
+    triton = ROOT / "scripts" / "triton.py"
+    subprocess.run([sys.executable, str(triton), "start", "--scenario", str(scenario), "--dir",
+                    str(out), "--a", f"{A_MS}ms", "--b", f"{B_MS}ms"], check=True,
+                   stdout=subprocess.DEVNULL)
+    try:
+        port = json.loads((out / "ports.json").read_text())["http"]
+        capsim("replay", "--endpoint", f"http://127.0.0.1:{port}", "--model", "fixed",
+               "--scenario", str(scenario), "--trace", str(trace), "-o", str(out / "measured"))
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/fixed/stats") as r:
+            stats = json.load(r)["model_stats"][0]
+        (out / "triton_stats.json").write_text(json.dumps(stats, indent=1))
+    finally:
+        subprocess.run([sys.executable, str(triton), "stop", "--dir", str(out)], check=True)
+    capsim("simulate", "--scenario", str(scenario), str(trace), "-o", str(out / "simulated"))
+    # The run-driven simulation: the service time Triton itself measured per batch size
+    # (compute input + infer + output), fitted as a + b * batch_size.
+    a_ms, b_ms = fit_affine(stats["batch_stats"])
+    fitted = out / "scenario-run.toml"
+    fitted.write_text(scenario_toml(label, setting, a_ms, b_ms))
+    capsim("simulate", "--scenario", str(fitted), str(trace), "-o", str(out / "simulated-run"))
+    measured = json.loads((out / "measured" / "summary.json").read_text())
+    sims = [json.loads((out / d / "summary.json").read_text())
+            for d in ("simulated", "simulated-run")]
+    triton_batches = {b["batch_size"]: b["compute_infer"]["count"] for b in stats["batch_stats"]}
+    t_sh = shares(triton_batches)
+    sim_shares = [shares({k: n for k, n in enumerate(sim["batch_size_counts"]) if n})
+                  for sim in sims]
+
+    def gap(s_sh: dict) -> float:
+        keys = set(t_sh) | set(s_sh)
+        return max((abs(t_sh.get(k, 0) - s_sh.get(k, 0)) for k in keys), default=0) * 100
+
+    queue = stats["inference_stats"]["queue"]
+    triton_queue_ms = queue["ns"] / max(queue["count"], 1) / 1e6
+    e2e = measured["latency_ms"]["end_to_end"]
+
+    def err(m: float, s: float) -> str:
+        return f"{(s - m) / m * 100:+.0f}%" if m else "–"
+
+    def three(measured_ms: float, key: str, stat: str) -> str:
+        a, b = (sim["latency_ms"][key][stat] for sim in sims)
+        return f"{measured_ms:.2f} / {a:.2f} ({err(measured_ms, a)}) / {b:.2f} ({err(measured_ms, b)})"
+
+    keys = sorted(set(t_sh) | set(sim_shares[0]), key=lambda k: -t_sh.get(k, 0))[:3]
+    top = ", ".join(f"{k}: {t_sh.get(k, 0) * 100:.0f}/{sim_shares[0].get(k, 0) * 100:.0f}/"
+                    f"{sim_shares[1].get(k, 0) * 100:.0f}" for k in keys)
+    return (f"| {label} | {load * 100:.0f}% ({rate:.0f}/s) | {top} | {gap(sim_shares[0]):.1f} / "
+            f"{gap(sim_shares[1]):.1f} | {three(triton_queue_ms, 'queue', 'mean_ms')} | "
+            f"{three(e2e['p50_ms'], 'end_to_end', 'p50_ms')} | "
+            f"{three(e2e['p99_ms'], 'end_to_end', 'p99_ms')} | {a_ms:.2f} + {b_ms:.2f}·n | "
+            f"{measured['load']['schedule_delay_p99_ms']:.2f} |")
+
+
+def fit_affine(batch_stats: list) -> tuple:
+    """Least squares of the mean compute time per batch size, weighted by batches, in ms."""
+    points = []
+    for b in batch_stats:
+        n = b["compute_infer"]["count"]
+        if n:
+            ns = sum(b[part]["ns"] for part in ("compute_input", "compute_infer", "compute_output"))
+            points.append((b["batch_size"], ns / n / 1e6, n))
+    w = sum(p[2] for p in points)
+    mx = sum(p[0] * p[2] for p in points) / w
+    my = sum(p[1] * p[2] for p in points) / w
+    sxx = sum(p[2] * (p[0] - mx) ** 2 for p in points)
+    slope = sum(p[2] * (p[0] - mx) * (p[1] - my) for p in points) / sxx if sxx else 0.0
+    slope = max(slope, 0.0)
+    return max(my - slope * mx, 0.0), slope
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", default="20s")
+    parser.add_argument("--out", default=str(ROOT / "output" / "triton-check"))
+    parser.add_argument("--settings", default=",".join(str(i) for i in range(len(SETTINGS))),
+                        help="indices of the settings to run, comma-separated")
+    args = parser.parse_args()
+    print("| setting | load | batch sizes, % of batches: Triton / sim / run-sim (top 3) "
+          "| worst share gap pp: sim / run-sim | queue mean ms: Triton / sim / run-sim "
+          "| e2e p50 ms: measured / sim / run-sim | e2e p99 ms: measured / sim / run-sim "
+          "| Triton's compute, fitted (ms) | schedule delay p99 ms |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    labels = list(SETTINGS)
+    for i in (int(i) for i in args.settings.split(",")):
+        for load in LOADS:
+            row = run_one(Path(args.out) / f"s{i}-{int(load * 100)}", labels[i],
+                          SETTINGS[labels[i]], load, args.duration)
+            print(row, flush=True)
+
+
+if __name__ == "__main__":
+    main()
