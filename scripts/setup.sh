@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what capsim's commands and tests need beyond the Rust toolchain, from the package
 # registries only: a project-local Python environment (.venv) with the pinned packages of
-# scripts/requirements.txt (ONNX Runtime's shared library comes from its PyPI wheel).
+# scripts/requirements.txt (ONNX Runtime's shared library comes from its PyPI wheel), and a
+# Triton Inference Server in .triton/ (scripts/triton.py install: the nvidia-pytriton wheel).
 # Safe to run again: it only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,5 +14,9 @@ if [ ! -x .venv/bin/python ]; then
 fi
 if ! .venv/bin/python -m pip install -q --disable-pip-version-check -r scripts/requirements.txt -r notebooks/requirements.txt; then
   echo "setup: installing scripts/requirements.txt and notebooks/requirements.txt into .venv failed (is PyPI reachable?)" >&2
+  exit 1
+fi
+if ! .venv/bin/python scripts/triton.py install; then
+  echo "setup: installing Triton into .triton (scripts/triton.py install) failed (is PyPI reachable?)" >&2
   exit 1
 fi

@@ -17,6 +17,8 @@ bundles it with the Python backend; it runs on the CPU. Three commands:
         for all but the last 0.2 ms and spins only that, so the server and a load generator can
         share two cores. `--model onnx --onnx M.onnx` runs an ONNX model with ONNX Runtime inside
         the Python backend.
+    scripts/triton.py stats --dir DIR [--name fixed]
+        Prints the model's statistics (`GET /v2/models/NAME/stats`) as JSON.
     scripts/triton.py stop --dir DIR
         Stops the server started there, by its PID.
 """
@@ -243,6 +245,13 @@ def stop(args: argparse.Namespace) -> None:
         pid_file.unlink()
 
 
+def stats(args: argparse.Namespace) -> None:
+    port = json.loads((Path(args.dir) / "ports.json").read_text())["http"]
+    url = f"http://127.0.0.1:{port}/v2/models/{args.name}/stats"
+    with urllib.request.urlopen(url, timeout=10) as r:
+        print(json.dumps(json.load(r)["model_stats"][0]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -257,8 +266,13 @@ def main() -> None:
     s.add_argument("--onnx")
     t = sub.add_parser("stop")
     t.add_argument("--dir", required=True)
+    q = sub.add_parser("stats")
+    q.add_argument("--dir", required=True)
+    q.add_argument("--name", default="fixed")
     args = parser.parse_args()
-    {"install": lambda: install(), "start": lambda: start(args), "stop": lambda: stop(args)}[args.command]()
+    commands = {"install": install, "start": lambda: start(args), "stop": lambda: stop(args),
+                "stats": lambda: stats(args)}
+    commands[args.command]()
 
 
 if __name__ == "__main__":
