@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 use capsim_sim::record::{FailReason, NONE, Outcome, RequestRecord};
 use capsim_trace::Trace;
 
-use crate::http::HttpClient;
+use crate::http::{HttpClient, Response};
 use crate::kserve::ModelMetadata;
 use crate::openai;
 use crate::{EndpointError, EndpointOptions, LoadMode, Protocol};
@@ -187,26 +187,8 @@ async fn prepare(
     match options.protocol {
         Protocol::Kserve => {
             let model_uri = uri(format!("/v2/models/{}", options.model))?;
-            let url = model_uri.to_string();
-            let response =
-                client
-                    .get(&model_uri)
-                    .await
-                    .map_err(|reason| EndpointError::Unreachable {
-                        url: url.clone(),
-                        reason: reason.label(),
-                    })?;
-            if response.status != 200 {
-                return Err(EndpointError::UnknownModel {
-                    url,
-                    status: response.status,
-                    body: String::from_utf8_lossy(&response.body)
-                        .chars()
-                        .take(300)
-                        .collect(),
-                });
-            }
-            let metadata = ModelMetadata::parse(&response.body, &url)?;
+            let response = get_ok(client, &model_uri).await?;
+            let metadata = ModelMetadata::parse(&response.body, &model_uri.to_string())?;
             Ok(Prepared::Kserve {
                 metadata,
                 infer: uri(format!("/v2/models/{}/infer", options.model))?,
@@ -214,21 +196,37 @@ async fn prepare(
         }
         Protocol::Openai => {
             let models = uri("/v1/models".to_string())?;
-            let url = models.to_string();
-            let response =
-                client
-                    .get(&models)
-                    .await
-                    .map_err(|reason| EndpointError::Unreachable {
-                        url: url.clone(),
-                        reason: reason.label(),
-                    })?;
-            openai::check_model(&response, &url, &options.model)?;
+            let response = get_ok(client, &models).await?;
+            openai::check_model(&response, &models.to_string(), &options.model)?;
             Ok(Prepared::Openai {
                 completions: uri("/v1/completions".to_string())?,
             })
         }
     }
+}
+
+/// `GET uri`, answered with 200: else [`EndpointError::Unreachable`] (no answer) or
+/// [`EndpointError::UnknownModel`] (another status, with the start of its body).
+async fn get_ok(client: &HttpClient, uri: &Uri) -> Result<Response, EndpointError> {
+    let url = uri.to_string();
+    let response = client
+        .get(uri)
+        .await
+        .map_err(|reason| EndpointError::Unreachable {
+            url: url.clone(),
+            reason: reason.label(),
+        })?;
+    if response.status != 200 {
+        return Err(EndpointError::UnknownModel {
+            url,
+            status: response.status,
+            body: String::from_utf8_lossy(&response.body)
+                .chars()
+                .take(300)
+                .collect(),
+        });
+    }
+    Ok(response)
 }
 
 /// Open loop, on a thread of its own: the runtime's timer ticks in milliseconds, a thread's
