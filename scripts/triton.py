@@ -196,8 +196,9 @@ def start(args: argparse.Namespace) -> None:
     # The active Python's own lib first, else the stub loads the system libpython and crashes.
     env["LD_LIBRARY_PATH"] = f"{libdir}:{HOME / 'libs'}:{env.get('LD_LIBRARY_PATH', '')}"
     log = open(out / "triton.log", "w")
+    pin = ["taskset", "-c", args.cpus] if args.cpus else []
     process = subprocess.Popen(
-        [str(HOME / "server" / "bin" / "tritonserver"),
+        [*pin, str(HOME / "server" / "bin" / "tritonserver"),
          f"--model-repository={repo}",
          f"--backend-directory={HOME / 'server' / 'backends'}",
          "--http-address=127.0.0.1", f"--http-port={ports['http']}",
@@ -264,6 +265,7 @@ def main() -> None:
     s.add_argument("--a", default="2ms")
     s.add_argument("--b", default="0.5ms")
     s.add_argument("--onnx")
+    s.add_argument("--cpus", help="CPU list for taskset (the server and its Python backend)")
     t = sub.add_parser("stop")
     t.add_argument("--dir", required=True)
     q = sub.add_parser("stats")

@@ -19,6 +19,7 @@ the machine. Each run's files stay under --out.
 """
 import argparse
 import json
+import os
 import subprocess
 import sys
 import urllib.request
@@ -36,6 +37,7 @@ SETTINGS = {
     "max 32, 5 ms, 2 instances": dict(max_batch_size=32, preferred=[], delay="5ms", instances=2),
 }
 LOADS = [0.3, 0.6, 0.85]
+SERVER_CPUS = ""
 
 
 def scenario_toml(name: str, s: dict, a_ms: float = A_MS, b_ms: float = B_MS) -> str:
@@ -48,8 +50,11 @@ def scenario_toml(name: str, s: dict, a_ms: float = A_MS, b_ms: float = B_MS) ->
     return "\n".join(lines) + "\n"
 
 
+CLIENT_CPUS: list = []
+
+
 def capsim(*args: str) -> None:
-    subprocess.run([str(CAPSIM), *args], check=True, stdout=subprocess.DEVNULL,
+    subprocess.run([*CLIENT_CPUS, str(CAPSIM), *args], check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
 
 
@@ -70,8 +75,9 @@ def run_one(out: Path, label: str, setting: dict, load: float, duration: str) ->
            duration, "--input-tokens", "const:16", "--output-tokens", "none", "--seed", "1",
            "-o", str(trace))
     triton = ROOT / "scripts" / "triton.py"
+    pin = ["--cpus", SERVER_CPUS] if SERVER_CPUS else []
     subprocess.run([sys.executable, str(triton), "start", "--scenario", str(scenario), "--dir",
-                    str(out), "--a", f"{A_MS}ms", "--b", f"{B_MS}ms"], check=True,
+                    str(out), "--a", f"{A_MS}ms", "--b", f"{B_MS}ms", *pin], check=True,
                    stdout=subprocess.DEVNULL)
     try:
         port = json.loads((out / "ports.json").read_text())["http"]
@@ -143,9 +149,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", default="20s")
     parser.add_argument("--out", default=str(ROOT / "output" / "triton-check"))
+    parser.add_argument("--pin", action="store_true",
+                        help="the server on the first CPU, the load generator on the last")
+    parser.add_argument("--loads", default=",".join(str(x) for x in LOADS))
     parser.add_argument("--settings", default=",".join(str(i) for i in range(len(SETTINGS))),
                         help="indices of the settings to run, comma-separated")
     args = parser.parse_args()
+    global SERVER_CPUS
+    if args.pin:
+        cpus = sorted(os.sched_getaffinity(0))
+        SERVER_CPUS = str(cpus[0])
+        CLIENT_CPUS.extend(["taskset", "-c", str(cpus[-1])])
     print("| setting | load | batch sizes, % of batches: Triton / sim / run-sim (top 3) "
           "| worst share gap pp: sim / run-sim | queue mean ms: Triton / sim / run-sim "
           "| e2e p50 ms: measured / sim / run-sim | e2e p99 ms: measured / sim / run-sim "
@@ -153,7 +167,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     labels = list(SETTINGS)
     for i in (int(i) for i in args.settings.split(",")):
-        for load in LOADS:
+        for load in (float(x) for x in args.loads.split(",")):
             row = run_one(Path(args.out) / f"s{i}-{int(load * 100)}", labels[i],
                           SETTINGS[labels[i]], load, args.duration)
             print(row, flush=True)
