@@ -109,7 +109,8 @@ pub struct ReplayArgs {
     pub timeout: String,
     #[command(flatten)]
     pub server: ServerArgs,
-    /// Longest input the model takes; longer trace inputs are cut to it (and counted).
+    /// Longest input the model takes; longer trace inputs are cut to it (and counted). With
+    /// --endpoint, for the KServe protocol only.
     #[arg(long, default_value_t = 512, value_name = "TOKENS")]
     pub max_length: u32,
     /// Integer (token id) inputs are drawn below this.
@@ -121,6 +122,12 @@ pub struct ReplayArgs {
     /// Output directory (created if missing).
     #[arg(short = 'o', long = "out", value_name = "DIR")]
     pub out: PathBuf,
+}
+
+impl ReplayArgs {
+    fn protocol_is_kserve(&self) -> bool {
+        matches!(self.protocol, ProtocolArg::Kserve)
+    }
 }
 
 /// `--protocol`.
@@ -277,6 +284,11 @@ fn run_endpoint(args: &ReplayArgs, url: &str) -> Result<()> {
         timeout: duration("--timeout", &args.timeout)?,
         seed: args.seed,
         vocab: args.vocab,
+        max_input_tokens: if args.protocol_is_kserve() {
+            args.max_length.max(1)
+        } else {
+            u32::MAX
+        },
     };
     let slo = scenario.as_ref().and_then(|s| s.slo.as_ref());
     let reporting = match &scenario {
@@ -292,6 +304,18 @@ fn run_endpoint(args: &ReplayArgs, url: &str) -> Result<()> {
     };
     let loaded = server.input.load()?;
     eprintln!("{}", loaded.report_line());
+    let cut = loaded
+        .trace
+        .input_tokens()
+        .iter()
+        .filter(|&&t| t > options.max_input_tokens)
+        .count();
+    if cut > 0 {
+        eprintln!(
+            "replay: {cut} inputs longer than --max-length {} are cut to it",
+            options.max_input_tokens
+        );
+    }
     let run = capsim_endpoint::replay(&loaded.trace, &options, &reporting)
         .map_err(|e| BadInput(e.to_string()))?;
     if let Some(load) = &run.summary.load {

@@ -74,6 +74,9 @@ pub struct EndpointOptions {
     pub seed: u64,
     /// Integer inputs and prompt token ids are drawn below this.
     pub vocab: u64,
+    /// KServe: longest sequence a model takes; longer trace inputs are cut to it (as a
+    /// tokenizer's max length does). Unlimited by default.
+    pub max_input_tokens: u32,
 }
 
 impl EndpointOptions {
@@ -87,6 +90,7 @@ impl EndpointOptions {
             timeout: Duration::from_secs(60),
             seed: 0,
             vocab: 1000,
+            max_input_tokens: u32::MAX,
         }
     }
 }

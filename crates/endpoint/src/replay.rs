@@ -337,7 +337,11 @@ async fn send(
     let (uri, body) = match context.prepared.as_ref() {
         Prepared::Kserve { metadata, infer } => (
             infer,
-            metadata.infer_body(input_tokens, options.vocab, seed),
+            metadata.infer_body(
+                input_tokens.min(options.max_input_tokens),
+                options.vocab,
+                seed,
+            ),
         ),
         Prepared::Openai { completions } => {
             let prefix = rows.prefix_blocks.as_ref().map_or(&[][..], |p| p.get(row));
