@@ -271,6 +271,18 @@ fn an_unreachable_endpoint_or_unknown_model_is_a_clear_error() {
     .unwrap_err();
     assert!(matches!(err, EndpointError::Unreachable { .. }), "{err}");
     assert!(err.to_string().contains("--endpoint"), "{err}");
+
+    let err = replay(
+        &trace(1, 1, 1),
+        &options(addr, Protocol::Openai, "llama"),
+        &Reporting::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("does not list model \"llama\"") && err.contains("tiny, cut"),
+        "{err}"
+    );
 }
 
 #[test]
