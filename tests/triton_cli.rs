@@ -43,12 +43,12 @@ impl Triton {
         triton
     }
 
-    fn url(&self) -> String {
+    fn url(&self, port: &str) -> String {
         let ports: Value = serde_json::from_str(
             &std::fs::read_to_string(self.dir.join("ports.json")).expect("ports.json"),
         )
         .expect("JSON");
-        format!("http://127.0.0.1:{}", ports["http"])
+        format!("http://127.0.0.1:{}", ports[port])
     }
 
     fn stats(&self) -> Value {
@@ -88,7 +88,9 @@ fn every_request_replayed_against_triton_is_one_triton_counted_and_batched() {
     let output = capsim(&[
         "replay",
         "--endpoint",
-        &triton.url(),
+        &triton.url("http"),
+        "--metrics-url",
+        &format!("{}/metrics", triton.url("metrics")),
         "--model",
         "fixed",
         "--scenario",
@@ -122,4 +124,18 @@ fn every_request_replayed_against_triton_is_one_triton_counted_and_batched() {
         .map(|b| b["batch_size"].as_u64().unwrap() * b["compute_infer"]["count"].as_u64().unwrap())
         .sum();
     assert_eq!(batched, 400, "batch sizes add up to the requests: {stats}");
+    // Triton's own counters, scraped through the run: the increase from the first scrape (at
+    // the first send) to the last (after the last answer).
+    let scraped = &summary["server_metrics"];
+    let counted = scraped["nv_inference_count"]
+        .as_f64()
+        .expect("nv_inference_count");
+    assert!(
+        (1.0..=400.0).contains(&counted),
+        "{counted} inferences counted between the first and last scrape: {scraped}"
+    );
+    assert!(
+        scraped["nv_inference_exec_count"].as_f64().is_some(),
+        "{scraped}"
+    );
 }

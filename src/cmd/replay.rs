@@ -104,6 +104,11 @@ pub struct ReplayArgs {
     /// With --concurrency: pause between an answer and the client's next request.
     #[arg(long, value_name = "DURATION", default_value = "0s")]
     pub think_time: String,
+    /// With --endpoint: the server's Prometheus metrics (e.g. Triton's
+    /// `http://127.0.0.1:8002/metrics`), scraped every timeseries interval into
+    /// timeseries.parquet (`server:NAME` columns) and the summary (`server_metrics`).
+    #[arg(long, value_name = "URL")]
+    pub metrics_url: Option<String>,
     /// With --endpoint: a request not answered this long after its send fails as `timeout`.
     #[arg(long, value_name = "DURATION", default_value = "60s")]
     pub timeout: String,
@@ -289,6 +294,7 @@ fn run_endpoint(args: &ReplayArgs, url: &str) -> Result<()> {
         } else {
             u32::MAX
         },
+        metrics_url: args.metrics_url.clone(),
     };
     let slo = scenario.as_ref().and_then(|s| s.slo.as_ref());
     let reporting = match &scenario {

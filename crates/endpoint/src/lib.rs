@@ -21,6 +21,7 @@
 
 mod http;
 pub mod kserve;
+pub mod metrics;
 pub mod openai;
 mod replay;
 
@@ -77,6 +78,9 @@ pub struct EndpointOptions {
     /// KServe: longest sequence a model takes; longer trace inputs are cut to it (as a
     /// tokenizer's max length does). Unlimited by default.
     pub max_input_tokens: u32,
+    /// The server's Prometheus metrics (`http://HOST:PORT/metrics`), scraped every timeseries
+    /// interval while the run goes, and once more at its end.
+    pub metrics_url: Option<String>,
 }
 
 impl EndpointOptions {
@@ -91,6 +95,7 @@ impl EndpointOptions {
             seed: 0,
             vocab: 1000,
             max_input_tokens: u32::MAX,
+            metrics_url: None,
         }
     }
 }
@@ -191,7 +196,8 @@ pub fn replay(
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let replayed = runtime.block_on(replay::run(trace, options))?;
+    let scrape_every = Duration::from_nanos(reporting.interval_ns.max(1_000_000));
+    let replayed = runtime.block_on(replay::run(trace, options, scrape_every))?;
     Ok(measure(replayed, options, reporting))
 }
 
@@ -227,7 +233,9 @@ fn measure(replayed: Replayed, options: &EndpointOptions, reporting: &Reporting)
     summary.timeseries_interval_s = interval_ns as f64 * 1e-9;
     summary.timeseries_coarsened = interval_ns != reporting.interval_ns;
     summary.load = Some(load_summary(&replayed));
-    let timeseries = sample_records(&records, end_ns, interval_ns, 0);
+    summary.server_metrics = metrics::summarize(&replayed.scrapes);
+    let mut timeseries = sample_records(&records, end_ns, interval_ns, 0);
+    timeseries.server_metrics = metrics::columns(&replayed.scrapes, &timeseries.time_ns);
     MeasuredRun {
         records,
         summary,

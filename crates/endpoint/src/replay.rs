@@ -22,8 +22,8 @@ use capsim_trace::Trace;
 
 use crate::http::{HttpClient, Response};
 use crate::kserve::ModelMetadata;
-use crate::openai;
 use crate::{EndpointError, EndpointOptions, LoadMode, Protocol};
+use crate::{metrics, openai};
 
 /// How long before its intended send time a request's task is started to build its body.
 pub const PREPARE_AHEAD: Duration = Duration::from_millis(20);
@@ -52,6 +52,8 @@ pub struct Replayed {
     pub not_sent: u64,
     /// The last answer's time on the trace's timeline, in nanoseconds.
     pub end_ns: u64,
+    /// The server's metrics, scraped through the run (empty without a metrics URL).
+    pub scrapes: Vec<metrics::Scrape>,
 }
 
 /// What the protocol needs to build and read requests, fetched once before the run.
@@ -64,9 +66,21 @@ enum Prepared {
 pub(crate) async fn run(
     trace: &Trace,
     options: &EndpointOptions,
+    scrape_every: Duration,
 ) -> Result<Replayed, EndpointError> {
     let client = HttpClient::default();
     let prepared = Arc::new(prepare(&client, options).await?);
+    let metrics_uri = match &options.metrics_url {
+        Some(url) => {
+            let uri: Uri = url
+                .parse()
+                .map_err(|_| EndpointError::BadUrl { url: url.clone() })?;
+            // Checked before the run: a wrong URL is an error, not an empty column.
+            scrape(&client, &uri, &options.model).await?;
+            Some(uri)
+        }
+        None => None,
+    };
     let origin = Instant::now() + PREPARE_AHEAD;
     let first_arrival_ns = trace.arrival_ns().first().copied().unwrap_or(0);
     let context = Arc::new(Context {
@@ -113,11 +127,21 @@ pub(crate) async fn run(
             None
         }
     };
+    let (finished, finished_rx) = tokio::sync::watch::channel(false);
+    let scraper = metrics_uri.map(|uri| {
+        let context = context.clone();
+        tokio::spawn(async move { scrape_loop(&context, &uri, scrape_every, finished_rx).await })
+    });
     // Every sender is gone once the scheduler and every request are done.
     let mut measured = Vec::with_capacity(requests.len());
     while let Some(m) = received.recv().await {
         measured.push(m);
     }
+    let _ = finished.send(true);
+    let scrapes = match scraper {
+        Some(task) => task.await.expect("the scraper never panics"),
+        None => Vec::new(),
+    };
     if let Some(scheduler) = scheduler {
         scheduler.join().expect("the scheduler thread never panics");
     }
@@ -131,6 +155,7 @@ pub(crate) async fn run(
         not_sent: (requests.len() - measured.len()) as u64,
         requests: measured,
         end_ns,
+        scrapes,
     })
 }
 
@@ -203,6 +228,62 @@ async fn prepare(
             })
         }
     }
+}
+
+/// Scrapes the server's metrics at every multiple of `every` from the run's origin, and once
+/// more when the run has finished. A scrape that fails mid-run is skipped (the column shows
+/// the previous value).
+async fn scrape_loop(
+    context: &Context,
+    uri: &Uri,
+    every: Duration,
+    mut finished: tokio::sync::watch::Receiver<bool>,
+) -> Vec<metrics::Scrape> {
+    let mut scrapes = Vec::new();
+    let mut next = context.origin;
+    loop {
+        let last = tokio::select! {
+            () = tokio::time::sleep_until(next.into()) => false,
+            _ = finished.changed() => true,
+        };
+        if let Ok(values) = scrape(&context.client, uri, &context.options.model).await {
+            scrapes.push(metrics::Scrape {
+                at_ns: context.trace_ns(Instant::now()),
+                values,
+            });
+        }
+        if last {
+            return scrapes;
+        }
+        next += every;
+    }
+}
+
+/// One scrape of `uri`, parsed.
+async fn scrape(
+    client: &HttpClient,
+    uri: &Uri,
+    model: &str,
+) -> Result<std::collections::BTreeMap<String, (metrics::Kind, f64)>, EndpointError> {
+    let response = client
+        .get(uri)
+        .await
+        .map_err(|reason| EndpointError::Unreachable {
+            url: format!("{uri} (--metrics-url)"),
+            reason: reason.label(),
+        })?;
+    if response.status != 200 {
+        return Err(EndpointError::Protocol {
+            url: uri.to_string(),
+            message: format!("--metrics-url answered HTTP {}", response.status),
+        });
+    }
+    metrics::parse(&String::from_utf8_lossy(&response.body), model).map_err(|message| {
+        EndpointError::Protocol {
+            url: uri.to_string(),
+            message: format!("not Prometheus text: {message}"),
+        }
+    })
 }
 
 /// `GET uri`, answered with 200: else [`EndpointError::Unreachable`] (no answer) or

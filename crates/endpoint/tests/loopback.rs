@@ -31,6 +31,7 @@ const SERVICE: Duration = Duration::from_millis(20);
 #[derive(Default)]
 struct Seen {
     infers: AtomicUsize,
+    succeeded: AtomicUsize,
     in_flight: AtomicU32,
     max_in_flight: AtomicU32,
 }
@@ -78,6 +79,7 @@ async fn handle(
             seen.infers.fetch_add(1, Ordering::SeqCst);
             tokio::time::sleep(SERVICE).await;
             seen.in_flight.fetch_sub(1, Ordering::SeqCst);
+            seen.succeeded.fetch_add(1, Ordering::SeqCst);
             whole(200, r#"{"outputs":[]}"#)
         }
         "/v2/models/flaky/infer" => {
@@ -93,6 +95,15 @@ async fn handle(
             whole(200, "{}")
         }
         "/v1/models" => whole(200, r#"{"data":[{"id":"tiny"},{"id":"cut"}]}"#),
+        "/metrics" => whole(
+            200,
+            &format!(
+                "# TYPE nv_inference_request_success counter\n\
+                 nv_inference_request_success{{model=\"fixed\",version=\"1\"}} {}\n\
+                 nv_inference_request_success{{model=\"flaky\",version=\"1\"}} 99\n",
+                seen.succeeded.load(Ordering::SeqCst)
+            ),
+        ),
         "/v1/completions" => {
             use http_body_util::BodyExt;
             let body = request
@@ -204,6 +215,33 @@ fn open_loop_measures_every_request_from_its_intended_send() {
     assert!((load.requested_rate_rps - 100.0).abs() < 1e-6, "{load:?}");
     assert!(load.schedule_delay_max_ms >= load.schedule_delay_p99_ms);
     assert!(run.timeseries.arrivals.iter().sum::<u32>() == 40);
+}
+
+#[test]
+fn the_servers_metrics_are_scraped_through_the_run_into_summary_and_timeseries() {
+    let (addr, _) = start_server();
+    let mut o = options(addr, Protocol::Kserve, "fixed");
+    o.metrics_url = Some(format!("http://{addr}/metrics"));
+    let reporting = Reporting {
+        interval_ns: 100_000_000,
+        ..Reporting::default()
+    };
+    let run = replay(&trace(30, 10, 1), &o, &reporting).expect("the replay runs");
+    let column = &run.timeseries.server_metrics["nv_inference_request_success"];
+    assert_eq!(column.len(), run.timeseries.len());
+    assert_eq!(
+        column.last().copied(),
+        Some(30.0),
+        "the last scrape, after every answer, counts all 30 (not the other model's 99)"
+    );
+    let increase = run.summary.server_metrics["nv_inference_request_success"];
+    assert!((1.0..=30.0).contains(&increase), "{increase}");
+
+    o.metrics_url = Some(format!("http://{addr}/nothing"));
+    let err = replay(&trace(1, 1, 1), &o, &reporting)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("--metrics-url answered HTTP 404"), "{err}");
 }
 
 #[test]

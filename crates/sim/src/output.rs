@@ -262,5 +262,15 @@ pub fn write_timeseries_parquet(path: &Path, ts: &Timeseries) -> Result<(), Outp
         columns.push(("waiting", u32s(&ts.waiting)));
         columns.push(("kv_utilization", f64s(&ts.kv_utilization)));
     }
+    let server: Vec<(String, ArrayRef)> = ts
+        .server_metrics
+        .iter()
+        .map(|(name, values)| (format!("server:{name}"), f64s(values)))
+        .collect();
+    columns.extend(
+        server
+            .iter()
+            .map(|(name, array)| (name.as_str(), array.clone())),
+    );
     write_batch(path, columns)
 }

@@ -425,6 +425,11 @@ pub struct Summary {
     /// A run measured against a real server: how well the load generator kept to the trace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load: Option<LoadSummary>,
+    /// A run measured against a scraped server: each counter's increase over the run and each
+    /// gauge's mean over the scrapes, by metric name (Triton's `nv_inference_*`, vLLM's
+    /// `vllm:*`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub server_metrics: BTreeMap<String, f64>,
 }
 
 /// How a load generator kept to its schedule (inference-perf's `load_summary`): a run whose
@@ -701,6 +706,7 @@ impl SummaryBuilder {
             timeseries_interval_s: 0.0,
             timeseries_coarsened: false,
             load: None,
+            server_metrics: BTreeMap::new(),
         }
     }
 }

@@ -43,6 +43,10 @@ pub struct Timeseries {
     pub waiting: Vec<u32>,
     /// Continuous batching only: KV blocks in use over all KV blocks, at the end of the interval.
     pub kv_utilization: Vec<f64>,
+    /// Measured runs with a scraped server (`replay --endpoint --metrics-url`): each metric's
+    /// latest scraped value at the end of the interval (counters as the server counts them,
+    /// cumulative), by metric name; `NaN` before the first scrape. Empty otherwise.
+    pub server_metrics: std::collections::BTreeMap<String, Vec<f64>>,
 }
 
 impl Timeseries {
