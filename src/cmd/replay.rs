@@ -188,11 +188,7 @@ pub fn run(args: ReplayArgs) -> Result<()> {
 
     let summary = live_summary(&scenario, args.seed, &live);
     let model_instances = live.utilization.len() as u32;
-    let timeseries = timeseries_of(
-        &live,
-        (summary.timeseries_interval_s * 1e9).round() as u64,
-        model_instances,
-    );
+    let timeseries = timeseries_of(&live, live_interval_ns(&scenario, &live), model_instances);
     if let Some(note) = summary.timeseries_note() {
         eprintln!("note: {note}");
     }
@@ -240,14 +236,21 @@ pub fn live_summary(scenario: &Scenario, seed: u64, live: &LiveRun) -> capsim_si
         mean_in_system,
         live.end_ns,
     );
-    let interval_ns = capsim_sim::timeseries::interval_for(
+    summary.set_timeseries_interval(
+        live_interval_ns(scenario, live),
+        scenario.timeseries.interval.0,
+    );
+    summary
+}
+
+/// The interval a live run's timeseries is sampled at: the scenario's, widened to keep within
+/// its `timeseries.max_rows`.
+fn live_interval_ns(scenario: &Scenario, live: &LiveRun) -> u64 {
+    capsim_sim::timeseries::interval_for(
         live.end_ns,
         scenario.timeseries.interval.0,
         scenario.timeseries.max_rows,
-    );
-    summary.timeseries_interval_s = interval_ns as f64 * 1e-9;
-    summary.timeseries_coarsened = interval_ns != scenario.timeseries.interval.0;
-    summary
+    )
 }
 
 /// `replay --endpoint`: the trace against a running server.

@@ -30,7 +30,7 @@ use std::time::Duration;
 use capsim_sim::record::RequestRecord;
 use capsim_sim::summary::{LoadSummary, Summary, SummaryBuilder};
 use capsim_sim::timeseries::{DEFAULT_MAX_ROWS, Timeseries, interval_for, sample_records};
-use capsim_trace::Trace;
+use capsim_trace::{Trace, percentile_sorted};
 
 pub use replay::{Measured, PREPARE_AHEAD, Replayed};
 
@@ -230,8 +230,7 @@ fn measure(replayed: Replayed, options: &EndpointOptions, reporting: &Reporting)
     );
     let records: Vec<RequestRecord> = replayed.requests.iter().map(|m| m.record).collect();
     let interval_ns = interval_for(end_ns, reporting.interval_ns, reporting.max_rows);
-    summary.timeseries_interval_s = interval_ns as f64 * 1e-9;
-    summary.timeseries_coarsened = interval_ns != reporting.interval_ns;
+    summary.set_timeseries_interval(interval_ns, reporting.interval_ns);
     summary.load = Some(load_summary(&replayed));
     summary.server_metrics = metrics::summarize(&replayed.scrapes);
     let mut timeseries = sample_records(&records, end_ns, interval_ns, 0);
@@ -245,35 +244,39 @@ fn measure(replayed: Replayed, options: &EndpointOptions, reporting: &Reporting)
 
 /// How well the sends kept to their schedule.
 fn load_summary(replayed: &Replayed) -> LoadSummary {
-    let mut delays: Vec<u64> = replayed
+    let mut delays_ms: Vec<f64> = replayed
         .requests
         .iter()
-        .map(|m| m.schedule_delay_ns)
+        .map(|m| m.schedule_delay_ns as f64 * 1e-6)
         .collect();
-    delays.sort_unstable();
-    let pick = |q: f64| {
-        delays
-            .get(((delays.len() as f64 - 1.0) * q).round() as usize)
-            .map_or(0.0, |&ns| ns as f64 * 1e-6)
-    };
-    let rate = |times: &mut dyn Iterator<Item = u64>| {
-        let times: Vec<u64> = times.collect();
-        let (Some(first), Some(last)) = (times.iter().min(), times.iter().max()) else {
-            return 0.0;
-        };
-        if last == first {
+    delays_ms.sort_by(f64::total_cmp);
+    let delay_ms = |q: f64| {
+        if delays_ms.is_empty() {
             0.0
         } else {
-            (times.len() - 1) as f64 / ((last - first) as f64 * 1e-9)
+            percentile_sorted(&delays_ms, q)
         }
     };
     LoadSummary {
         sent: replayed.requests.len() as u64,
         not_sent: replayed.not_sent,
-        requested_rate_rps: rate(&mut replayed.requests.iter().map(|m| m.record.arrival_ns)),
-        achieved_rate_rps: rate(&mut replayed.requests.iter().map(|m| m.sent_ns)),
-        schedule_delay_p50_ms: pick(0.5),
-        schedule_delay_p99_ms: pick(0.99),
-        schedule_delay_max_ms: delays.last().map_or(0.0, |&ns| ns as f64 * 1e-6),
+        requested_rate_rps: rate_rps(replayed.requests.iter().map(|m| m.record.arrival_ns)),
+        achieved_rate_rps: rate_rps(replayed.requests.iter().map(|m| m.sent_ns)),
+        schedule_delay_p50_ms: delay_ms(0.5),
+        schedule_delay_p99_ms: delay_ms(0.99),
+        schedule_delay_max_ms: delay_ms(1.0),
+    }
+}
+
+/// Events per second over the span of `times_ns` (the gaps between the first and the last): 0
+/// for fewer than two distinct times.
+fn rate_rps(times_ns: impl Iterator<Item = u64>) -> f64 {
+    let (count, first, last) = times_ns.fold((0u64, u64::MAX, 0u64), |(n, lo, hi), t| {
+        (n + 1, lo.min(t), hi.max(t))
+    });
+    if count < 2 || last == first {
+        0.0
+    } else {
+        (count - 1) as f64 / ((last - first) as f64 * 1e-9)
     }
 }

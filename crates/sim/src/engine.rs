@@ -725,10 +725,10 @@ impl<'a> Engine<'a> {
             EventKind::QueueTimeout => self.queue_timeout(target, aux, sink),
             EventKind::BatcherTimer => {
                 let instance = &mut self.instances[target as usize];
-                if instance.timer_at == now {
-                    instance.timer_at = SimTime::NEVER;
-                    self.dispatch(target);
-                }
+                // `run` drops timers whose deadline has moved (`is_stale_timer`).
+                debug_assert_eq!(instance.timer_at, now);
+                instance.timer_at = SimTime::NEVER;
+                self.dispatch(target);
             }
             EventKind::BatchDone => self.batch_done(target, sink),
             EventKind::ModelInstanceReady => {
@@ -1067,9 +1067,8 @@ impl<'a> Engine<'a> {
 
     fn queue_timeout<S: RecordSink>(&mut self, ticket: u32, generation: u32, sink: &mut S) {
         let t = &mut self.tickets[ticket as usize];
-        if t.generation != generation || t.stage != Stage::Queued {
-            return;
-        }
+        // `run` drops stale timeouts before they get here (`is_stale_timer`).
+        debug_assert!(t.generation == generation && t.stage == Stage::Queued);
         let pool = &self.pools[t.record.pool as usize];
         let instance_index = pool.first_instance + t.record.instance;
         let instance = &mut self.instances[instance_index as usize];
@@ -1548,8 +1547,7 @@ impl<'a> Engine<'a> {
             mean_in_system,
             end_ns,
         );
-        summary.timeseries_interval_s = self.interval_ns as f64 * 1e-9;
-        summary.timeseries_coarsened = self.interval_ns != self.scenario.timeseries.interval.0;
+        summary.set_timeseries_interval(self.interval_ns, self.scenario.timeseries.interval.0);
         Run {
             summary,
             timeseries: self.timeseries,

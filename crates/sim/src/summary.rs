@@ -712,6 +712,13 @@ impl SummaryBuilder {
 }
 
 impl Summary {
+    /// Records the timeseries interval used, `used_ns`, and whether it was widened from the
+    /// scenario's `configured_ns` to keep within `timeseries.max_rows`.
+    pub fn set_timeseries_interval(&mut self, used_ns: u64, configured_ns: u64) {
+        self.timeseries_interval_s = used_ns as f64 * 1e-9;
+        self.timeseries_coarsened = used_ns != configured_ns;
+    }
+
     /// A one-line note for stderr when the timeseries interval was widened, saying to what and
     /// how to keep the finer one; `None` otherwise.
     pub fn timeseries_note(&self) -> Option<String> {
