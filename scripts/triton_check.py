@@ -63,13 +63,17 @@ def shares(counts: dict) -> dict:
     return {size: n / total for size, n in counts.items()} if total else {}
 
 
+def capacity_rps(setting: dict) -> float:
+    """The setting's capacity with full batches of the fixed-time model."""
+    batch = setting["max_batch_size"]
+    return setting["instances"] * batch / ((A_MS + B_MS * batch) / 1000.0)
+
+
 def run_one(out: Path, label: str, setting: dict, load: float, duration: str) -> str:
     out.mkdir(parents=True, exist_ok=True)
     scenario = out / "scenario.toml"
     scenario.write_text(scenario_toml(label, setting))
-    batch = setting["max_batch_size"]
-    capacity = setting["instances"] * batch / ((A_MS + B_MS * batch) / 1000.0)
-    rate = load * capacity
+    rate = load * capacity_rps(setting)
     trace = out / "trace.parquet"
     capsim("trace", "synth", "--arrivals", "poisson", "--rate", f"{rate:.3f}", "--duration",
            duration, "--input-tokens", "const:16", "--output-tokens", "none", "--seed", "1",
@@ -88,7 +92,15 @@ def run_one(out: Path, label: str, setting: dict, load: float, duration: str) ->
         (out / "triton_stats.json").write_text(json.dumps(stats, indent=1))
     finally:
         subprocess.run([sys.executable, str(triton), "stop", "--dir", str(out)], check=True)
-    capsim("simulate", "--scenario", str(scenario), str(trace), "-o", str(out / "simulated"))
+    return compare(out, label, setting, load, rate)
+
+
+def compare(out: Path, label: str, setting: dict, load: float, rate: float) -> str:
+    """Simulates a measured run's trace (sim and run-sim) and returns its table row."""
+    trace = out / "trace.parquet"
+    stats = json.loads((out / "triton_stats.json").read_text())
+    capsim("simulate", "--scenario", str(out / "scenario.toml"), str(trace), "-o",
+           str(out / "simulated"))
     # The run-driven simulation: the service time Triton itself measured per batch size
     # (compute input + infer + output), fitted as a + b * batch_size.
     a_ms, b_ms = fit_affine(stats["batch_stats"])
@@ -154,6 +166,9 @@ def main() -> None:
     parser.add_argument("--loads", default=",".join(str(x) for x in LOADS))
     parser.add_argument("--settings", default=",".join(str(i) for i in range(len(SETTINGS))),
                         help="indices of the settings to run, comma-separated")
+    parser.add_argument("--resimulate", action="store_true",
+                        help="no Triton: simulate again the runs stored under --out (after a "
+                             "change to the simulator) and print their rows")
     args = parser.parse_args()
     global SERVER_CPUS
     if args.pin:
@@ -168,8 +183,13 @@ def main() -> None:
     labels = list(SETTINGS)
     for i in (int(i) for i in args.settings.split(",")):
         for load in (float(x) for x in args.loads.split(",")):
-            row = run_one(Path(args.out) / f"s{i}-{int(load * 100)}", labels[i],
-                          SETTINGS[labels[i]], load, args.duration)
+            out = Path(args.out) / f"s{i}-{int(load * 100)}"
+            setting = SETTINGS[labels[i]]
+            if args.resimulate:
+                rate = load * capacity_rps(setting)
+                row = compare(out, labels[i], setting, load, rate)
+            else:
+                row = run_one(out, labels[i], setting, load, args.duration)
             print(row, flush=True)
 
 

@@ -1,53 +1,79 @@
-//! The dynamic batcher, reproducing Triton Inference Server's rule.
+//! The dynamic batcher: Triton Inference Server's batcher thread and the payload queue between it
+//! and the model instances.
 //!
-//! A batch is formed only when a model instance of the server is free. Then, with `n` requests
-//! queued and `preferred` the `preferred_batch_size` list (or `[max_batch_size]` when the list is
-//! empty):
+//! Triton (2.x: `DynamicBatchScheduler` and its rate limiter's `InstanceQueue`) does not wait for
+//! a free model instance to form a batch. Its batcher thread moves queued requests into a
+//! *payload* as soon as its rule allows and puts the payload on a queue that model instances take
+//! from; while the payload waits there, the thread keeps adding requests to it. capsim runs the
+//! same state machine ([`BatcherThread`]):
 //!
-//! 1. if `max_queue_delay` is set and the oldest queued request has waited at least that long,
-//!    everything queued is sent, up to `max_batch_size`, whether or not it is a preferred size;
-//! 2. otherwise, if some preferred size fits (`p <= min(n, max_batch_size)`), the largest such
-//!    size is sent at once;
-//! 3. otherwise, with no `max_queue_delay`, everything queued is sent (up to `max_batch_size`);
-//! 4. otherwise nothing is sent, and the batcher wakes again when the oldest request's delay runs
-//!    out (or earlier, when a request arrives or an instance frees up).
+//! - **The rule** ([`Batcher::decide_payload`], Triton's `GetDynamicBatch`), with `p` requests in
+//!   the current payload and the waiting requests behind it, preferred sizes `P` (or
+//!   `[max_batch_size]` when none are given):
+//!   1. if a size in `P` can be reached (`p + k` for some `k` waiting) and the oldest waiting
+//!      request has not waited `max_queue_delay`, the `k` of the largest such size move into the
+//!      payload;
+//!   2. otherwise, when the delay has run out, when there is no delay, when the payload would pass
+//!      the largest preferred size, or when the payload is not empty and not at a preferred size,
+//!      every waiting request moves in (up to `max_batch_size`);
+//!   3. otherwise the thread sleeps until the oldest request's delay runs out.
 //!
-//! The order of 1 and 2 is Triton's (`DynamicBatchScheduler::GetDynamicBatch`: a preferred batch
-//! is sent "if the queue delay hasn't been exceeded", else whatever is pending), and a real Triton
-//! shows it: with `max_batch_size = 8`, `preferred_batch_size = [4, 8]` and a 2 ms delay under
-//! load, it runs batches of 5, 6 and 7 that preferred-first would never form
-//! (`scripts/triton_check.py`, docs/validation.md).
+//!   A payload that reaches the largest preferred size (or, with no delay, any preferred size) is
+//!   *saturated*: the next requests start a new payload.
+//! - **Slots.** With Triton's prefetching (its default: on when the queue has no timeout, no
+//!   `max_queue_size` and one priority level) the thread fills payloads while fewer than
+//!   `2 x model instances` of them wait; without it (or with `batcher.prefetch = false`), only
+//!   while a model instance is free, which is forming a batch when an instance frees up.
+//! - **Taking.** A free model instance takes the oldest payload. With `max_queue_delay` set, it
+//!   also takes the payloads behind it, while they fit in `max_batch_size` and the oldest request
+//!   of each has waited longer than the delay (Triton merges them).
+//! - **Wake-ups.** The thread runs when a payload is taken, when a batch finishes, when its own
+//!   timer runs out, and on an arrival only if a slot is free and the payload is saturated or
+//!   taken or the waiting requests reach the next preferred size: a request that arrives behind a
+//!   growing payload of a non-preferred size can wait for the next wake-up instead of joining it.
+//!   With nothing waiting, the thread polls every 500 ms.
 //!
-//! `max_batch_size = 1` is no batching: every request is sent alone as soon as an instance is
-//! free. `max_queue_delay = 0` sends whatever is queued whenever an instance is free.
+//! `max_batch_size = 1` is no batching: every request is a payload of its own.
 //!
 //! # Timeline example
 //!
-//! `max_batch_size = 8`, `preferred_batch_size = [4]`, `max_queue_delay = 2ms`, one instance,
-//! every batch takes 10 ms; requests arrive at 0, 1, 2, 3, 4, 5 and 15 ms:
+//! `max_batch_size = 8`, `preferred_batch_size = [4]`, `max_queue_delay = 2ms`, one model
+//! instance, every batch takes 10 ms; requests arrive at 0, 1, 2.5, 3, 4, 5 and 15 ms:
 //!
 //! ```text
-//! t=0    r0 queued (n=1): no preferred size fits, r0 has waited 0 < 2ms -> wake at 2ms
-//! t=1    r1 queued (n=2): still waiting
-//! t=2    delay of r0 runs out: send [r0 r1] (n=2 < 4, delay expired) -> runs 2..12ms
-//! t=3..5 r2 r3 r4 r5 queued; the instance is busy, nothing is formed
-//! t=12   instance free, n=4, r2 has waited 10ms >= 2ms -> send [r2 r3 r4 r5], runs 12..22
-//! t=15   r6 queued, instance busy
-//! t=22   instance free, n=1, r6 has waited 7ms >= 2ms -> send [r6] at once, runs 22..32
+//! t=0    r0 waits (1 < 4): the thread sleeps until r0's delay, 2 ms; the next preferred size is 4
+//! t=1    r1 waits; 2 < 4 waiting, the thread is not woken
+//! t=2    r0's delay: [r0 r1] move into payload A; the instance takes it (2..12)
+//! t=2.5  r2 starts a new payload's wait: the thread sleeps until 4.5 ms
+//! t=3,4  r3, r4 wait (3 < 4)
+//! t=4.5  r2's delay: [r2 r3 r4] move into payload B, which waits for the busy instance
+//! t=5    r5 arrives: 1 < 4 waiting, the thread is not woken, r5 does not join B
+//! t=12   A done; the instance takes B (12..22); the thread wakes: r5 has waited 7 ms, so [r5]
+//!        forms payload C at once
+//! t=15   r6 arrives: C (size 1) is not at a preferred size, r6 joins it at once
+//! t=22   B done; the instance takes C = [r5 r6] (22..32)
 //! ```
 //!
-//! The engine's golden tests replay this timeline and others like it.
+//! Forming batches only when the instance frees up would have run [r2 r3 r4 r5] at 12 ms and
+//! [r6] at 22 ms. The engine's golden tests replay this timeline and others like it, and
+//! `scripts/triton_check.py` replays them against a real Triton.
+
+use std::collections::VecDeque;
 
 use crate::scenario::BatcherSpec;
 
-/// What the batcher decides when an instance is free.
+/// How long Triton's batcher thread sleeps when nothing waits (`default_wait_microseconds`).
+pub const IDLE_POLL_NS: u64 = 500_000_000;
+
+/// What the batcher decides about the requests waiting behind the current payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
-    /// Send a batch of this many requests (the oldest first) now.
+    /// Move this many waiting requests (the oldest first) into the payload now; 0 moves none
+    /// (the payload is full and saturated).
     Send(u32),
-    /// Send nothing; look again at this time (ns) unless something changes before.
+    /// Move nothing; look again at this time (ns) unless woken before.
     WaitUntil(u64),
-    /// The queue is empty.
+    /// Nothing waits.
     Idle,
 }
 
@@ -60,26 +86,91 @@ pub struct Batcher {
     preferred_ascending: Vec<u32>,
     /// Maximum wait of the oldest request, in nanoseconds.
     pub max_queue_delay_ns: u64,
+    /// Whether payloads may be formed ahead of a free model instance (`batcher.prefetch`).
+    pub prefetch: bool,
+}
+
+/// Where the thread is in Triton's payload life cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Current {
+    /// No request yet (`UNINITIALIZED`).
+    Empty,
+    /// The tail of the scheduled payloads, still growing (`SCHEDULED`).
+    Scheduled,
+    /// Taken by a model instance (`EXECUTING`): the next requests start a new payload.
+    Taken,
+}
+
+/// A payload waiting for a model instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Payload {
+    /// Requests in it.
+    pub size: u32,
+    /// Queue time of its oldest request, in nanoseconds.
+    pub oldest_queued_ns: u64,
+}
+
+/// One server's batcher thread and payload queue. Payloads hold the oldest requests of the
+/// server's queue, in order: the engine keeps requests in its queue until a model instance takes
+/// them, and this struct says how many of the front ones are spoken for.
+#[derive(Debug, Clone)]
+pub struct BatcherThread {
+    /// Payloads formed and waiting for a model instance, oldest first.
+    scheduled: VecDeque<Payload>,
+    /// Requests in `scheduled`.
+    in_payloads: u32,
+    current: Current,
+    /// Triton's `payload_saturated_`: the current payload takes no more requests.
+    saturated: bool,
+    /// Triton's `next_preferred_batch_size_`: waiting requests that wake the thread on an
+    /// arrival.
+    next_preferred: u32,
+}
+
+impl Default for BatcherThread {
+    fn default() -> Self {
+        BatcherThread {
+            scheduled: VecDeque::new(),
+            in_payloads: 0,
+            current: Current::Empty,
+            saturated: false,
+            next_preferred: 0,
+        }
+    }
 }
 
 impl Batcher {
-    /// Builds a batcher from a validated scenario section.
-    pub fn new(spec: &BatcherSpec) -> Batcher {
+    /// Builds a batcher from a validated scenario section. `prefetch` is Triton's rule (asked of
+    /// the pool's queue policy) unless `batcher.prefetch = false` turns it off.
+    pub fn new(spec: &BatcherSpec, queue_allows_prefetch: bool) -> Batcher {
         let mut preferred = spec.preferred_batch_size.clone();
         if preferred.is_empty() {
             preferred.push(spec.max_batch_size);
         }
         preferred.sort_unstable();
+        preferred.dedup();
         Batcher {
             max_batch_size: spec.max_batch_size,
             preferred_ascending: preferred,
             max_queue_delay_ns: spec.max_queue_delay.0,
+            prefetch: queue_allows_prefetch && spec.prefetch.unwrap_or(true),
         }
     }
 
-    /// Applies Triton's rule at time `now_ns` with `queued` requests; `oldest_queued_ns` gives
-    /// the queue time of the oldest (asked only when `max_queue_delay` is set). Call only when an
-    /// instance is free.
+    fn is_preferred(&self, size: u32) -> bool {
+        self.preferred_ascending.binary_search(&size).is_ok()
+    }
+
+    fn max_preferred(&self) -> u32 {
+        *self
+            .preferred_ascending
+            .last()
+            .expect("at least one preferred size")
+    }
+
+    /// Applies the rule to a model instance that is free, with `queued` requests waiting and no
+    /// payload: the batch to run now, or when to look again. `oldest_queued_ns` gives the oldest
+    /// request's queue time.
     #[inline]
     pub fn decide(
         &self,
@@ -90,19 +181,174 @@ impl Batcher {
         if queued == 0 {
             return Decision::Idle;
         }
-        let fits = queued.min(self.max_batch_size);
-        if self.max_queue_delay_ns == 0 {
-            let preferred = self.preferred_ascending.iter().rev().find(|&&p| p <= fits);
-            return Decision::Send(preferred.copied().unwrap_or(fits));
+        self.decide_payload(
+            &mut BatcherThread::default(),
+            now_ns,
+            queued,
+            oldest_queued_ns(),
+        )
+    }
+
+    /// Triton's `GetDynamicBatch`: what to do with the `waiting` requests (at least one) behind
+    /// `thread`'s current payload, the oldest queued at `oldest_waiting_ns`. Updates the
+    /// thread's saturation and its next preferred size.
+    pub fn decide_payload(
+        &self,
+        thread: &mut BatcherThread,
+        now_ns: u64,
+        waiting: u32,
+        oldest_waiting_ns: u64,
+    ) -> Decision {
+        debug_assert!(waiting > 0);
+        let payload = thread.current_size();
+        let max_preferred = self.max_preferred();
+        // The scan over the waiting requests, oldest first (each of batch size 1); it stops at
+        // `max_batch_size`, so it is bounded by it.
+        let (mut pending, mut best, mut send_now) = (0u32, 0u32, false);
+        for _ in 0..waiting {
+            if payload + pending != 0 {
+                if payload + pending + 1 > max_preferred && best == 0 {
+                    best = pending;
+                    thread.saturated = true;
+                }
+                if payload + pending + 1 > self.max_batch_size {
+                    send_now = true;
+                    break;
+                }
+            }
+            pending += 1;
+            if self.is_preferred(payload + pending) {
+                best = pending;
+            }
         }
-        let deadline_ns = oldest_queued_ns().saturating_add(self.max_queue_delay_ns);
-        if now_ns >= deadline_ns {
-            return Decision::Send(fits);
+        let delay_ns = self.max_queue_delay_ns;
+        let waited_ns = now_ns.saturating_sub(oldest_waiting_ns);
+        let delay_exceeded = delay_ns != 0 && waited_ns >= delay_ns;
+        if best != 0 && !delay_exceeded {
+            if delay_ns == 0 {
+                thread.saturated = true;
+            }
+            return Decision::Send(best);
         }
-        match self.preferred_ascending.iter().rev().find(|&&p| p <= fits) {
-            Some(&size) => Decision::Send(size),
-            None => Decision::WaitUntil(deadline_ns),
+        if pending == 0 {
+            return Decision::Send(0);
         }
+        if send_now || payload + pending >= max_preferred {
+            thread.saturated = true;
+            return Decision::Send(pending);
+        }
+        if delay_exceeded || delay_ns == 0 {
+            return Decision::Send(pending);
+        }
+        let next = self
+            .preferred_ascending
+            .iter()
+            .copied()
+            .find(|&p| p > pending + payload)
+            .unwrap_or(self.preferred_ascending[0]);
+        // Triton subtracts in an unsigned type: below the payload, no arrival reaches it.
+        thread.next_preferred = next.checked_sub(payload).unwrap_or(u32::MAX);
+        if !thread.saturated && payload != 0 && !self.is_preferred(payload) {
+            return Decision::Send(pending);
+        }
+        // Triton sleeps in whole microseconds; under one, it sends now.
+        let wait_us = (delay_ns - waited_ns) / 1_000;
+        if wait_us == 0 {
+            return Decision::Send(pending);
+        }
+        Decision::WaitUntil(now_ns + wait_us * 1_000)
+    }
+}
+
+impl BatcherThread {
+    /// Requests in the payloads (the front of the server's queue, in order).
+    #[inline]
+    pub fn in_payloads(&self) -> u32 {
+        self.in_payloads
+    }
+
+    /// Payloads waiting for a model instance.
+    #[inline]
+    pub fn scheduled(&self) -> usize {
+        self.scheduled.len()
+    }
+
+    fn current_size(&self) -> u32 {
+        match self.current {
+            Current::Scheduled => self.scheduled.back().map_or(0, |p| p.size),
+            Current::Empty | Current::Taken => 0,
+        }
+    }
+
+    /// The top of Triton's batcher loop: a saturated or taken payload is replaced by a new,
+    /// empty one.
+    pub fn refresh(&mut self) {
+        if self.saturated || self.current == Current::Taken {
+            self.current = Current::Empty;
+            self.saturated = false;
+            self.next_preferred = 0;
+        }
+    }
+
+    /// Whether the thread may fill a payload now: with prefetching, while fewer than two per
+    /// model instance wait; without, while a free model instance has no payload to take.
+    #[inline]
+    pub fn slot_available(&self, batcher: &Batcher, model_instances: u32, free: u32) -> bool {
+        if batcher.prefetch {
+            self.scheduled.len() < 2 * model_instances as usize
+        } else {
+            self.scheduled.len() < free as usize
+        }
+    }
+
+    /// Whether an arrival that leaves `waiting` requests behind the payloads wakes the thread
+    /// (Triton's `Enqueue`), given whether a slot is free.
+    #[inline]
+    pub fn woken_by_arrival(&self, waiting: u32, slot_available: bool) -> bool {
+        slot_available
+            && (self.saturated || self.current == Current::Taken || waiting >= self.next_preferred)
+    }
+
+    /// Moves the `n` oldest waiting requests (the oldest queued at `oldest_queued_ns`) into the
+    /// current payload, scheduling it if it was empty.
+    pub fn add(&mut self, n: u32, oldest_queued_ns: u64) {
+        debug_assert!(n > 0 && self.current != Current::Taken);
+        match self.current {
+            Current::Scheduled => {
+                let tail = self.scheduled.back_mut().expect("a scheduled payload");
+                tail.size += n;
+            }
+            Current::Empty | Current::Taken => {
+                self.scheduled.push_back(Payload {
+                    size: n,
+                    oldest_queued_ns,
+                });
+                self.current = Current::Scheduled;
+            }
+        }
+        self.in_payloads += n;
+    }
+
+    /// A free model instance takes the oldest payload, and with a queue delay the ones behind
+    /// it that fit and whose oldest request has waited longer than the delay (Triton's
+    /// `InstanceQueue::Dequeue`). Returns the batch size, or `None` with no payload waiting.
+    pub fn take(&mut self, batcher: &Batcher, now_ns: u64) -> Option<u32> {
+        let head = self.scheduled.pop_front()?;
+        let mut size = head.size;
+        if batcher.max_queue_delay_ns > 0 && batcher.max_batch_size > 1 {
+            while let Some(next) = self.scheduled.front()
+                && size + next.size <= batcher.max_batch_size
+                && now_ns.saturating_sub(next.oldest_queued_ns) > batcher.max_queue_delay_ns
+            {
+                size += next.size;
+                self.scheduled.pop_front();
+            }
+        }
+        if self.scheduled.is_empty() && self.current == Current::Scheduled {
+            self.current = Current::Taken;
+        }
+        self.in_payloads -= size;
+        Some(size)
     }
 }
 
@@ -111,25 +357,30 @@ mod tests {
     use super::*;
     use crate::scenario::DurationNs;
 
+    const MS: u64 = 1_000_000;
+
     fn batcher(max: u32, preferred: &[u32], delay_ns: u64) -> Batcher {
-        Batcher::new(&BatcherSpec {
-            max_batch_size: max,
-            preferred_batch_size: preferred.to_vec(),
-            max_queue_delay: DurationNs(delay_ns),
-            ..BatcherSpec::default()
-        })
+        Batcher::new(
+            &BatcherSpec {
+                max_batch_size: max,
+                preferred_batch_size: preferred.to_vec(),
+                max_queue_delay: DurationNs(delay_ns),
+                ..BatcherSpec::default()
+            },
+            true,
+        )
     }
 
     #[test]
     fn no_batching_sends_each_request_at_once() {
-        let b = batcher(1, &[], 1_000);
+        let b = batcher(1, &[], MS);
         assert_eq!(b.decide(0, 5, || 0), Decision::Send(1));
         assert_eq!(b.decide(0, 0, || 0), Decision::Idle);
     }
 
     #[test]
     fn largest_fitting_preferred_size_is_sent_at_once() {
-        let b = batcher(16, &[4, 8], 1_000);
+        let b = batcher(16, &[4, 8], MS);
         assert_eq!(b.decide(0, 5, || 0), Decision::Send(4));
         assert_eq!(b.decide(0, 8, || 0), Decision::Send(8));
         assert_eq!(
@@ -141,13 +392,13 @@ mod tests {
 
     #[test]
     fn once_the_delay_has_run_out_everything_queued_is_sent_not_a_preferred_size() {
-        let b = batcher(8, &[4, 8], 2_000);
-        // Six queued, the oldest 1 us in: the largest preferred size that fits.
-        assert_eq!(b.decide(1_000, 6, || 0), Decision::Send(4));
-        // The oldest has waited its 2 us: all six (Triton's GetDynamicBatch).
-        assert_eq!(b.decide(2_000, 6, || 0), Decision::Send(6));
+        let b = batcher(8, &[4, 8], 2 * MS);
+        // Six queued, the oldest 1 ms in: the largest preferred size that fits.
+        assert_eq!(b.decide(MS, 6, || 0), Decision::Send(4));
+        // The oldest has waited its 2 ms: all six (Triton's GetDynamicBatch).
+        assert_eq!(b.decide(2 * MS, 6, || 0), Decision::Send(6));
         assert_eq!(
-            b.decide(2_000, 9, || 0),
+            b.decide(2 * MS, 9, || 0),
             Decision::Send(8),
             "never past the maximum"
         );
@@ -155,17 +406,147 @@ mod tests {
 
     #[test]
     fn without_preferred_sizes_a_full_batch_is_sent_at_once() {
-        let b = batcher(8, &[], 1_000);
+        let b = batcher(8, &[], MS);
         assert_eq!(b.decide(0, 9, || 0), Decision::Send(8));
-        assert_eq!(b.decide(10, 7, || 5), Decision::WaitUntil(1_005));
+        assert_eq!(
+            b.decide(10_000, 7, || 5_000),
+            Decision::WaitUntil(MS + 5_000)
+        );
     }
 
     #[test]
     fn after_the_delay_everything_queued_is_sent_up_to_max() {
-        let b = batcher(8, &[4], 1_000);
-        assert_eq!(b.decide(999, 3, || 0), Decision::WaitUntil(1_000));
-        assert_eq!(b.decide(1_000, 3, || 0), Decision::Send(3));
+        let b = batcher(8, &[4], MS);
+        assert_eq!(b.decide(MS - 2_000, 3, || 0), Decision::WaitUntil(MS));
+        assert_eq!(b.decide(MS, 3, || 0), Decision::Send(3));
         let zero_delay = batcher(8, &[4], 0);
         assert_eq!(zero_delay.decide(7, 3, || 7), Decision::Send(3));
+    }
+
+    #[test]
+    fn the_wait_is_whole_microseconds_and_under_one_sends_now() {
+        let b = batcher(8, &[4], MS);
+        // 1.5 us left: Triton sleeps 1 us, then finds 0.5 us left and sends.
+        assert_eq!(b.decide(MS - 1_500, 2, || 0), Decision::WaitUntil(MS - 500));
+        assert_eq!(b.decide(MS - 500, 2, || 0), Decision::Send(2));
+    }
+
+    #[test]
+    fn a_payload_at_a_non_preferred_size_takes_new_requests_at_once() {
+        let b = batcher(8, &[4, 8], 2 * MS);
+        let mut thread = BatcherThread::default();
+        // The delay ran out with three waiting: they move into a payload.
+        assert_eq!(
+            b.decide_payload(&mut thread, 2 * MS, 3, 0),
+            Decision::Send(3)
+        );
+        thread.add(3, 0);
+        thread.refresh();
+        assert_eq!(
+            thread.current_size(),
+            3,
+            "not saturated: the payload stays current"
+        );
+        // A new request joins at once: 3 is not a preferred size.
+        assert_eq!(
+            b.decide_payload(&mut thread, 2 * MS + 10, 1, 2 * MS + 10),
+            Decision::Send(1)
+        );
+        thread.add(1, 2 * MS + 10);
+        // At 4 (preferred) the next one waits for 8 or its delay.
+        assert!(matches!(
+            b.decide_payload(&mut thread, 2 * MS + 20, 1, 2 * MS + 20),
+            Decision::WaitUntil(_)
+        ));
+        assert_eq!(thread.next_preferred, 4, "8 - the payload's 4");
+    }
+
+    #[test]
+    fn an_arrival_below_the_next_preferred_size_does_not_wake_the_thread() {
+        let b = batcher(8, &[4], 2 * MS);
+        let mut thread = BatcherThread::default();
+        assert!(
+            thread.woken_by_arrival(1, true),
+            "a new payload: any arrival"
+        );
+        assert_eq!(
+            b.decide_payload(&mut thread, 0, 1, 0),
+            Decision::WaitUntil(2 * MS)
+        );
+        assert!(!thread.woken_by_arrival(3, true));
+        assert!(thread.woken_by_arrival(4, true));
+        assert!(!thread.woken_by_arrival(4, false), "no slot, no wake-up");
+    }
+
+    #[test]
+    fn reaching_the_largest_preferred_size_saturates_the_payload() {
+        let b = batcher(8, &[4, 8], 0);
+        let mut thread = BatcherThread::default();
+        assert_eq!(b.decide_payload(&mut thread, 0, 5, 0), Decision::Send(4));
+        thread.add(4, 0);
+        thread.refresh();
+        assert_eq!(
+            thread.current_size(),
+            0,
+            "with no delay any preferred size saturates"
+        );
+        let b = batcher(8, &[4, 8], MS);
+        let mut thread = BatcherThread::default();
+        assert_eq!(b.decide_payload(&mut thread, 0, 9, 0), Decision::Send(8));
+        thread.add(8, 0);
+        thread.refresh();
+        assert_eq!(thread.current_size(), 8);
+        // The ninth request finds the payload full: it saturates, nothing moves.
+        assert_eq!(b.decide_payload(&mut thread, 0, 1, 0), Decision::Send(0));
+        thread.refresh();
+        assert_eq!(thread.current_size(), 0);
+    }
+
+    #[test]
+    fn slots_are_two_per_model_instance_with_prefetching_else_the_free_ones() {
+        let b = batcher(8, &[], 0);
+        let mut thread = BatcherThread::default();
+        for at in 0..4 {
+            assert!(thread.slot_available(&b, 2, 0));
+            thread.refresh();
+            thread.add(8, at);
+            thread.saturated = true;
+        }
+        assert!(!thread.slot_available(&b, 2, 0));
+        let no_prefetch = Batcher {
+            prefetch: false,
+            ..b.clone()
+        };
+        assert!(!BatcherThread::default().slot_available(&no_prefetch, 2, 0));
+        assert!(BatcherThread::default().slot_available(&no_prefetch, 2, 1));
+    }
+
+    #[test]
+    fn a_model_instance_takes_the_payloads_behind_that_fit_and_waited_past_the_delay() {
+        let b = batcher(8, &[4, 8], 2 * MS);
+        let mut thread = BatcherThread::default();
+        for (size, oldest) in [(4, 0), (2, MS), (2, 5 * MS), (3, 0)] {
+            thread.refresh();
+            thread.add(size, oldest);
+            thread.saturated = true;
+        }
+        assert_eq!(thread.in_payloads(), 11);
+        // At 4 ms: the 2 queued at 1 ms has waited 3 ms > 2 ms; the next, 2 queued at 5 ms
+        // (in the future of this check), has not.
+        assert_eq!(thread.take(&b, 4 * MS), Some(6));
+        assert_eq!(thread.take(&b, 8 * MS), Some(5), "2 + 3 fit in 8");
+        assert_eq!(thread.take(&b, 8 * MS), None);
+        assert_eq!(thread.in_payloads(), 0);
+        let no_delay = batcher(8, &[4, 8], 0);
+        let mut thread = BatcherThread::default();
+        thread.add(2, 0);
+        thread.refresh();
+        thread.saturated = true;
+        thread.refresh();
+        thread.add(2, 0);
+        assert_eq!(thread.take(&no_delay, MS), Some(2), "no delay, no merging");
+        assert_eq!(thread.current, Current::Scheduled);
+        assert_eq!(thread.take(&no_delay, MS), Some(2));
+        assert_eq!(thread.current, Current::Taken);
     }
 }

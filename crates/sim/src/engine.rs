@@ -18,7 +18,7 @@ use rand::RngExt;
 
 use capsim_trace::Trace;
 
-use crate::batcher::{Batcher, Decision};
+use crate::batcher::{Batcher, BatcherThread, Decision, IDLE_POLL_NS};
 use crate::event::{Event, EventKind, EventQueue};
 use crate::gateway::{Admission, Balancer, Refusal};
 use crate::instance::{FreeSet, Instance, ModelInstance};
@@ -425,6 +425,8 @@ impl<'a> Engine<'a> {
                     free: FreeSet::new(per_instance, cold_start_ns == 0 && !standby),
                     outstanding: 0,
                     timer_at: SimTime::NEVER,
+                    batcher: BatcherThread::default(),
+                    batcher_idle_since: None,
                 });
                 schedulers.push(
                     pool.llm
@@ -455,7 +457,13 @@ impl<'a> Engine<'a> {
                     .unwrap_or_else(|| s.clone())
             });
             pools.push(PoolState {
-                batcher: Batcher::new(&pool.batcher),
+                batcher: Batcher::new(
+                    &pool.batcher,
+                    // Triton prefetches payloads only without a queue policy.
+                    pool.queue.timeout.is_none()
+                        && pool.queue.max_queue_size == 0
+                        && pool.queue.priority_levels == 1,
+                ),
                 max_queue_size: pool.queue.max_queue_size,
                 timeout_ns: pool.queue.timeout.map(|d| d.0),
                 timeout_action: pool.queue.timeout_action,
@@ -1062,7 +1070,7 @@ impl<'a> Engine<'a> {
                 t.generation,
             );
         }
-        self.dispatch(instance_index);
+        self.arrived(instance_index);
     }
 
     fn queue_timeout<S: RecordSink>(&mut self, ticket: u32, generation: u32, sink: &mut S) {
@@ -1094,8 +1102,9 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// Forms and starts batches on `instance_index` while a model instance is free and the
-    /// batcher's rule says send.
+    /// Wakes `instance_index`'s batcher after a batch finished, a model instance became ready or
+    /// its timer ran out: free model instances take the waiting payloads, then the batcher
+    /// thread runs (a continuous batcher plans its next step).
     #[inline(always)]
     fn dispatch(&mut self, instance_index: u32) {
         let index = instance_index as usize;
@@ -1103,50 +1112,112 @@ impl<'a> Engine<'a> {
             self.plan_step(instance_index);
             return;
         }
-        // Checked here, inlined into the callers: most calls under load find every model
-        // instance busy or, after a batch, nothing queued.
-        let instance = &self.instances[index];
-        if instance.queue.is_empty() || instance.free.first().is_none() {
-            return;
-        }
-        self.form_batches(instance_index);
+        self.start_payloads(instance_index);
+        self.run_batcher(instance_index);
     }
 
-    /// [`Engine::dispatch`] where a request is queued and a model instance is free.
-    #[inline(never)]
-    fn form_batches(&mut self, instance_index: u32) {
-        let now = self.now;
+    /// A request was queued at `instance_index`: the batcher runs if the arrival wakes it
+    /// (Triton's `Enqueue`, see [`crate::batcher`]); if not, and it sleeps with nothing else to
+    /// wait for, its 500 ms poll is armed.
+    #[inline]
+    fn arrived(&mut self, instance_index: u32) {
+        let index = instance_index as usize;
+        if self.schedulers[index].is_some() {
+            self.plan_step(instance_index);
+            return;
+        }
+        let instance = &mut self.instances[index];
+        let batcher = &self.pools[instance.pool as usize].batcher;
+        let thread = &instance.batcher;
+        let waiting = instance.queue.len() - thread.in_payloads();
+        let slot = thread.slot_available(batcher, instance.model_instances, instance.free.len());
+        if thread.woken_by_arrival(waiting, slot) {
+            self.run_batcher(instance_index);
+        } else if let Some(since) = instance.batcher_idle_since
+            && instance.timer_at == SimTime::NEVER
+        {
+            let poll_ns = since.ns().saturating_add(IDLE_POLL_NS);
+            instance.timer_at = SimTime(poll_ns);
+            self.events
+                .push(poll_ns, EventKind::BatcherTimer, instance_index, 0);
+        }
+    }
+
+    /// Free model instances of `instance_index` take the payloads waiting for them, the oldest
+    /// first, each starting a batch.
+    #[inline]
+    fn start_payloads(&mut self, instance_index: u32) {
+        let now = self.now.ns();
         loop {
             let instance = &mut self.instances[instance_index as usize];
-            if instance.queue.is_empty() {
-                return;
-            }
             let Some(free) = instance.free.first() else {
                 return;
             };
-            let first = instance.first_model_instance;
-            debug_assert!(self.model_instances[(first + free) as usize].is_free());
-            let tickets = &self.tickets;
-            let live = |e: Entry, part: Part| queued_entry_is_live(tickets, e, part);
-            let pool = &self.pools[instance.pool as usize];
-            let queue = &mut instance.queue;
-            let decision = pool.batcher.decide(now.ns(), queue.len(), || {
-                queue
-                    .oldest_queued_ns(live)
+            let batcher = &self.pools[instance.pool as usize].batcher;
+            let Some(size) = instance.batcher.take(batcher, now) else {
+                return;
+            };
+            let mi_index = instance.first_model_instance + free;
+            self.start_batch(instance_index, mi_index, size);
+        }
+    }
+
+    /// Triton's batcher thread of `instance_index`, awake now: it fills payloads (which free
+    /// model instances take at once) until it must sleep: nothing waits, no payload slot is
+    /// free, or the rule says wait (its timer is then set).
+    fn run_batcher(&mut self, instance_index: u32) {
+        let now = self.now;
+        let index = instance_index as usize;
+        // The thread is awake: the timer it slept on no longer stands (unless set again).
+        let previous_timer = std::mem::replace(&mut self.instances[index].timer_at, SimTime::NEVER);
+        self.instances[index].batcher_idle_since = None;
+        // Each pass moves requests into a payload, replaces a saturated one, or returns.
+        loop {
+            let instance = &mut self.instances[index];
+            let batcher = &self.pools[instance.pool as usize].batcher;
+            instance.batcher.refresh();
+            let in_payloads = instance.batcher.in_payloads();
+            let waiting = instance.queue.len() - in_payloads;
+            if waiting == 0 {
+                instance.batcher_idle_since = Some(now);
+                return;
+            }
+            let free = instance.free.len();
+            if !instance
+                .batcher
+                .slot_available(batcher, instance.model_instances, free)
+            {
+                return;
+            }
+            let oldest_ns = if in_payloads == 0 {
+                let tickets = &self.tickets;
+                instance
+                    .queue
+                    .oldest_queued_ns(|e, part| queued_entry_is_live(tickets, e, part))
                     .expect("a non-empty queue has an oldest request")
-            });
-            match decision {
-                Decision::Send(size) => self.start_batch(instance_index, first + free, size),
+            } else {
+                // Payloads wait only with prefetching, whose queue is one FIFO.
+                instance
+                    .queue
+                    .queued_ns_at(in_payloads)
+                    .expect("requests wait behind the payloads")
+            };
+            match batcher.decide_payload(&mut instance.batcher, now.ns(), waiting, oldest_ns) {
+                Decision::Send(0) => {}
+                Decision::Send(n) => {
+                    instance.batcher.add(n, oldest_ns);
+                    self.start_payloads(instance_index);
+                }
                 Decision::WaitUntil(deadline_ns) => {
                     let deadline = SimTime(deadline_ns);
-                    if instance.timer_at <= now || deadline < instance.timer_at {
-                        instance.timer_at = deadline;
+                    instance.timer_at = deadline;
+                    if deadline != previous_timer {
                         self.events
                             .push(deadline_ns, EventKind::BatcherTimer, instance_index, 0);
                     }
                     return;
                 }
-                Decision::Idle => return,
+                Decision::Idle => unreachable!("the batcher is asked only with requests waiting"),
             }
         }
     }
@@ -1608,10 +1679,33 @@ mod tests {
     }
 
     #[test]
-    fn golden_doc_timeline_preferred_size_and_delay() {
+    fn golden_doc_timeline_payloads_form_ahead_and_arrivals_below_the_next_preferred_size_wait() {
         let s = "[batcher]\nmax_batch_size = 8\npreferred_batch_size = [4]\nmax_queue_delay = \"2ms\"\n\
                  [service]\nkind = \"constant\"\ntime = \"10ms\"\n";
-        let got = timeline(s, &trace_ms(&[0, 1, 2, 3, 4, 5, 15], None));
+        let trace = Trace::from_columns(Columns {
+            arrival_ns: [0, 1_000, 2_500, 3_000, 4_000, 5_000, 15_000]
+                .iter()
+                .map(|us| us * 1_000)
+                .collect(),
+            input_tokens: vec![10; 7],
+            ..Columns::default()
+        })
+        .unwrap();
+        let got = timeline(s, &trace);
+        // The timeline of the batcher module's documentation: [r2 r3 r4] is formed at 4.5 ms
+        // while the instance is busy, r5 does not join it, and r6 joins [r5] at once.
+        let expected = vec![
+            (0, Some(2), Some(12), 2, DONE),
+            (1, Some(2), Some(12), 2, DONE),
+            (2, Some(12), Some(22), 3, DONE),
+            (3, Some(12), Some(22), 3, DONE),
+            (4, Some(12), Some(22), 3, DONE),
+            (5, Some(22), Some(32), 2, DONE),
+            (6, Some(22), Some(32), 2, DONE),
+        ];
+        assert_eq!(got, expected);
+        let prefetch_off = s.replace("max_queue_delay", "prefetch = false\nmax_queue_delay");
+        let got = timeline(&prefetch_off, &trace);
         let expected = vec![
             (0, Some(2), Some(12), 2, DONE),
             (1, Some(2), Some(12), 2, DONE),
@@ -1621,7 +1715,10 @@ mod tests {
             (5, Some(12), Some(22), 4, DONE),
             (6, Some(22), Some(32), 1, DONE),
         ];
-        assert_eq!(got, expected);
+        assert_eq!(
+            got, expected,
+            "without prefetching a batch is formed when the instance frees up"
+        );
     }
 
     #[test]

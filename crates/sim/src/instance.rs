@@ -3,6 +3,7 @@
 //! `gpus * instance_count` *model instances*, each running one batch at a time. A model instance
 //! that starts cold runs nothing until its load time has passed.
 
+use crate::batcher::BatcherThread;
 use crate::preprocess::WorkerPool;
 use crate::queue::InstanceQueue;
 use crate::time::SimTime;
@@ -30,6 +31,10 @@ pub struct Instance {
     pub outstanding: u32,
     /// Time of the pending batcher wake-up, or [`SimTime::NEVER`].
     pub timer_at: SimTime,
+    /// The dynamic batcher's thread and payloads (unused by a continuous batcher).
+    pub batcher: BatcherThread,
+    /// When the batcher thread went to sleep with nothing waiting, if it is asleep so.
+    pub batcher_idle_since: Option<SimTime>,
 }
 
 impl Instance {
@@ -121,6 +126,18 @@ impl FreeSet {
     #[inline]
     pub fn remove(&mut self, i: u32) {
         self.words[i as usize / 64] &= !(1 << (i % 64));
+    }
+
+    /// How many indices it holds.
+    #[inline]
+    pub fn len(&self) -> u32 {
+        self.words.iter().map(|w| w.count_ones()).sum()
+    }
+
+    /// True when it holds none.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.words.iter().all(|&w| w == 0)
     }
 
     /// The lowest index held, if any.

@@ -113,6 +113,20 @@ impl InstanceQueue {
         None
     }
 
+    /// Queue time of the request `index` places behind the front, for a queue of one priority
+    /// level with no tombstones and nothing delayed (a queue without timeouts); `None` past the
+    /// end.
+    #[inline]
+    pub fn queued_ns_at(&self, index: u32) -> Option<u64> {
+        debug_assert!(
+            self.main.len() == 1
+                && self.delayed[0].is_empty()
+                && self.main[0].len() == self.live as usize,
+            "queued_ns_at needs a single FIFO without tombstones"
+        );
+        self.main[0].get(index as usize).map(|e| e.queued_ns)
+    }
+
     /// The earliest queue time of any live request, dropping tombstones found at the fronts.
     pub fn oldest_queued_ns(&mut self, mut live: impl FnMut(Entry, Part) -> bool) -> Option<u64> {
         if self.live == 0 {

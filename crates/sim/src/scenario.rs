@@ -352,6 +352,10 @@ pub struct BatcherSpec {
     /// How long the oldest request may wait for a fuller batch. Default 0.
     #[serde(default)]
     pub max_queue_delay: DurationNs,
+    /// Dynamic: form batches ahead of a free model instance, as Triton does when the queue has
+    /// no timeout, no `max_queue_size` and one priority level (see [`crate::batcher`]); `false`
+    /// forms a batch only when a model instance frees up. Default true.
+    pub prefetch: Option<bool>,
     /// Continuous: most sequences running at once. Default 256.
     pub max_num_seqs: Option<u32>,
     /// Continuous: most tokens computed in one step. Default 8192.
@@ -387,6 +391,7 @@ impl Default for BatcherSpec {
             max_batch_size: 1,
             preferred_batch_size: Vec::new(),
             max_queue_delay: DurationNs(0),
+            prefetch: None,
             max_num_seqs: None,
             max_num_batched_tokens: None,
             enable_chunked_prefill: None,
@@ -1081,6 +1086,7 @@ fn build_pool(
                     !batcher.preferred_batch_size.is_empty(),
                 ),
                 ("max_queue_delay", batcher.max_queue_delay.0 != 0),
+                ("prefetch", batcher.prefetch.is_some()),
             ];
             if let Some((k, _)) = dynamic_keys.iter().find(|(_, set)| *set) {
                 return Err(invalid(
