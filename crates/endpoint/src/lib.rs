@@ -10,6 +10,11 @@
 //! ([`openai`]). Every request sent is accounted for: completed, or failed with its reason
 //! (connection, timeout, HTTP status, cut stream).
 //!
+//! For comparing a run with the simulator, [`triton`] reads a Triton's own statistics (queue and
+//! compute time per batch size; the difference of two snapshots is one run's) and its batcher
+//! configuration, and [`measured_service::MeasuredService`] turns the compute times into a
+//! service-time model that drives a simulation with the server's own times.
+//!
 //! ```no_run
 //! use capsim_endpoint::{EndpointOptions, Protocol, Reporting, replay};
 //! let (trace, _) = capsim_trace::read_trace(&["traces/demo.parquet".into()], &Default::default())?;
@@ -21,9 +26,11 @@
 
 mod http;
 pub mod kserve;
+pub mod measured_service;
 pub mod metrics;
 pub mod openai;
 mod replay;
+pub mod triton;
 
 use std::time::Duration;
 

@@ -1,0 +1,513 @@
+//! Triton's extensions to KServe v2 that `capsim validate --endpoint` reads: the model's
+//! statistics (`GET /v2/models/NAME/stats`: counts and cumulative nanoseconds of queue and
+//! compute time, per request and per batch size) and its configuration
+//! (`GET /v2/models/NAME/config`: the dynamic batcher's settings and the instance groups).
+//!
+//! Triton's counters only grow, so what one run did is the difference of two snapshots taken
+//! before and after it ([`ModelStats::since`]).
+
+use std::collections::BTreeMap;
+
+use hyper::Uri;
+use serde::Deserialize;
+
+use capsim_sim::scenario::Pool;
+
+use crate::EndpointError;
+use crate::http::HttpClient;
+use crate::measured_service::BatchTime;
+
+/// A count and the nanoseconds summed over it (Triton's `StatisticDuration`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub struct Duration {
+    /// How many (requests or executions).
+    #[serde(default)]
+    pub count: u64,
+    /// Their time summed, in nanoseconds.
+    #[serde(default)]
+    pub ns: u64,
+}
+
+impl Duration {
+    /// The mean, in nanoseconds; `None` when the count is 0.
+    pub fn mean_ns(&self) -> Option<f64> {
+        (self.count > 0).then(|| self.ns as f64 / self.count as f64)
+    }
+
+    /// `self - earlier`, each field saturating at 0 (a server restarted in between starts
+    /// again from 0).
+    fn since(&self, earlier: &Duration) -> Duration {
+        Duration {
+            count: self.count.saturating_sub(earlier.count),
+            ns: self.ns.saturating_sub(earlier.ns),
+        }
+    }
+}
+
+/// Per-request figures: every request counts once in each (a batch of 4 adds 4 to `queue`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub struct InferenceStats {
+    /// Requests answered, with their time inside the server.
+    #[serde(default)]
+    pub success: Duration,
+    /// Requests failed.
+    #[serde(default)]
+    pub fail: Duration,
+    /// Time in the scheduler's queue, until the request's batch started.
+    #[serde(default)]
+    pub queue: Duration,
+    /// Copying the inputs into the model's tensors.
+    #[serde(default)]
+    pub compute_input: Duration,
+    /// Running the model.
+    #[serde(default)]
+    pub compute_infer: Duration,
+    /// Copying the outputs out.
+    #[serde(default)]
+    pub compute_output: Duration,
+}
+
+/// Per-batch figures for one batch size: each count is the executions of batches of that size.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub struct BatchStats {
+    /// Requests per batch.
+    pub batch_size: u32,
+    /// Copying the inputs into the model's tensors.
+    #[serde(default)]
+    pub compute_input: Duration,
+    /// Running the model.
+    #[serde(default)]
+    pub compute_infer: Duration,
+    /// Copying the outputs out.
+    #[serde(default)]
+    pub compute_output: Duration,
+}
+
+impl BatchStats {
+    /// Executions of batches of this size.
+    pub fn executions(&self) -> u64 {
+        self.compute_infer.count
+    }
+
+    /// Input, inference and output time summed, in nanoseconds.
+    pub fn compute_ns(&self) -> u64 {
+        self.compute_input.ns + self.compute_infer.ns + self.compute_output.ns
+    }
+}
+
+/// One model's statistics, cumulative since the server loaded it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct ModelStats {
+    /// Model name.
+    pub name: String,
+    /// Model version.
+    #[serde(default)]
+    pub version: String,
+    /// Requests run (a batch of 4 counts 4).
+    #[serde(default)]
+    pub inference_count: u64,
+    /// Batches run.
+    #[serde(default)]
+    pub execution_count: u64,
+    /// Per-request figures.
+    #[serde(default)]
+    pub inference_stats: InferenceStats,
+    /// Per-batch figures by batch size (sizes never run are absent).
+    #[serde(default)]
+    pub batch_stats: Vec<BatchStats>,
+}
+
+#[derive(Deserialize)]
+struct StatsResponse {
+    model_stats: Vec<ModelStats>,
+}
+
+impl ModelStats {
+    /// Parses the JSON of `GET /v2/models/NAME/stats` (its first `model_stats` entry, the one
+    /// version a model normally serves); `url` names it in errors.
+    pub fn parse(json: &[u8], url: &str) -> Result<ModelStats, EndpointError> {
+        let protocol = |message: String| EndpointError::Protocol {
+            url: url.to_string(),
+            message,
+        };
+        let response: StatsResponse = serde_json::from_slice(json)
+            .map_err(|e| protocol(format!("the statistics are not Triton's JSON ({e})")))?;
+        response
+            .model_stats
+            .into_iter()
+            .next()
+            .ok_or_else(|| protocol("the statistics list no model".to_string()))
+    }
+
+    /// What happened between the snapshot `earlier` and this one: every counter's increase.
+    /// Batch sizes that ran no batch in between are left out.
+    pub fn since(&self, earlier: &ModelStats) -> ModelStats {
+        let before: BTreeMap<u32, &BatchStats> = earlier
+            .batch_stats
+            .iter()
+            .map(|b| (b.batch_size, b))
+            .collect();
+        let none = BatchStats::default();
+        let mut batch_stats: Vec<BatchStats> = self
+            .batch_stats
+            .iter()
+            .map(|b| {
+                let e = before.get(&b.batch_size).copied().unwrap_or(&none);
+                BatchStats {
+                    batch_size: b.batch_size,
+                    compute_input: b.compute_input.since(&e.compute_input),
+                    compute_infer: b.compute_infer.since(&e.compute_infer),
+                    compute_output: b.compute_output.since(&e.compute_output),
+                }
+            })
+            .filter(|b| b.executions() > 0)
+            .collect();
+        batch_stats.sort_by_key(|b| b.batch_size);
+        let (now, then) = (&self.inference_stats, &earlier.inference_stats);
+        ModelStats {
+            name: self.name.clone(),
+            version: self.version.clone(),
+            inference_count: self.inference_count.saturating_sub(earlier.inference_count),
+            execution_count: self.execution_count.saturating_sub(earlier.execution_count),
+            inference_stats: InferenceStats {
+                success: now.success.since(&then.success),
+                fail: now.fail.since(&then.fail),
+                queue: now.queue.since(&then.queue),
+                compute_input: now.compute_input.since(&then.compute_input),
+                compute_infer: now.compute_infer.since(&then.compute_infer),
+                compute_output: now.compute_output.since(&then.compute_output),
+            },
+            batch_stats,
+        }
+    }
+
+    /// The mean time a request waited in Triton's queue, in nanoseconds; `None` without
+    /// requests.
+    pub fn queue_mean_ns(&self) -> Option<f64> {
+        self.inference_stats.queue.mean_ns()
+    }
+
+    /// The mean compute time (input, inference and output) of a batch of each size that ran,
+    /// in batch-size order.
+    pub fn batch_times(&self) -> Vec<BatchTime> {
+        let mut times: Vec<BatchTime> = self
+            .batch_stats
+            .iter()
+            .filter(|b| b.executions() > 0)
+            .map(|b| BatchTime {
+                batch_size: b.batch_size,
+                batches: b.executions(),
+                mean_ns: b.compute_ns() as f64 / b.executions() as f64,
+            })
+            .collect();
+        times.sort_by_key(|t| t.batch_size);
+        times
+    }
+
+    /// Requests run in batches, summed over batch sizes (size x executions); equals
+    /// `inference_count` when every batch is counted.
+    pub fn batched_requests(&self) -> u64 {
+        self.batch_stats
+            .iter()
+            .map(|b| u64::from(b.batch_size) * b.executions())
+            .sum()
+    }
+}
+
+/// The part of a model's configuration that the simulation must match: the dynamic batcher's
+/// settings and how many model instances run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatcherConfig {
+    /// `max_batch_size` (0: the model does not batch).
+    pub max_batch_size: u32,
+    /// `dynamic_batching.preferred_batch_size` (empty when unset).
+    pub preferred_batch_size: Vec<u32>,
+    /// `dynamic_batching.max_queue_delay_microseconds`, in nanoseconds; `None` without dynamic
+    /// batching.
+    pub max_queue_delay_ns: Option<u64>,
+    /// Model instances: the instance groups' counts summed.
+    pub instances: u32,
+}
+
+/// `name` and `max_batch_size` are always in Triton's answer: requiring them tells another
+/// server's JSON from it.
+#[derive(Deserialize)]
+struct ConfigResponse {
+    #[serde(rename = "name")]
+    _name: String,
+    max_batch_size: u32,
+    #[serde(default)]
+    dynamic_batching: Option<DynamicBatching>,
+    #[serde(default)]
+    instance_group: Vec<InstanceGroup>,
+}
+
+#[derive(Deserialize)]
+struct DynamicBatching {
+    #[serde(default)]
+    preferred_batch_size: Vec<u32>,
+    #[serde(default)]
+    max_queue_delay_microseconds: u64,
+}
+
+#[derive(Deserialize)]
+struct InstanceGroup {
+    #[serde(default)]
+    count: u32,
+    #[serde(default)]
+    gpus: Vec<u32>,
+}
+
+impl BatcherConfig {
+    /// Parses the JSON of `GET /v2/models/NAME/config`; `url` names it in errors. A GPU
+    /// instance group listing GPUs runs `count` instances on each.
+    pub fn parse(json: &[u8], url: &str) -> Result<BatcherConfig, EndpointError> {
+        let config: ConfigResponse =
+            serde_json::from_slice(json).map_err(|e| EndpointError::Protocol {
+                url: url.to_string(),
+                message: format!("the model configuration is not Triton's JSON ({e})"),
+            })?;
+        let instances = config
+            .instance_group
+            .iter()
+            .map(|g| g.count * (g.gpus.len() as u32).max(1))
+            .sum::<u32>()
+            .max(1);
+        Ok(BatcherConfig {
+            max_batch_size: config.max_batch_size,
+            preferred_batch_size: config
+                .dynamic_batching
+                .as_ref()
+                .map(|d| d.preferred_batch_size.clone())
+                .unwrap_or_default(),
+            max_queue_delay_ns: config
+                .dynamic_batching
+                .as_ref()
+                .map(|d| d.max_queue_delay_microseconds * 1_000),
+            instances,
+        })
+    }
+}
+
+impl BatcherConfig {
+    /// Where `pool` (the scenario's default pool, as simulated) differs from this server's
+    /// batcher, one sentence each: model instances (the scenario's instances x GPUs x
+    /// instance count), `max_batch_size`, `preferred_batch_size` and `max_queue_delay`. Empty
+    /// when they agree.
+    pub fn differences(&self, pool: &Pool) -> Vec<String> {
+        let mut out = Vec::new();
+        let simulated = pool.instances * pool.execution.gpus * pool.execution.instance_count;
+        if simulated != self.instances {
+            out.push(format!(
+                "the scenario simulates {simulated} model instances (instances {} x gpus {} x \
+                 instance_count {}) where the server runs {} (its instance_group)",
+                pool.instances, pool.execution.gpus, pool.execution.instance_count, self.instances
+            ));
+        }
+        let batcher = &pool.batcher;
+        if batcher.max_batch_size != self.max_batch_size.max(1) {
+            out.push(format!(
+                "the scenario's max_batch_size is {} where the server's is {}",
+                batcher.max_batch_size, self.max_batch_size
+            ));
+        }
+        if batcher.preferred_batch_size != self.preferred_batch_size {
+            out.push(format!(
+                "the scenario's preferred_batch_size is {:?} where the server's is {:?}",
+                batcher.preferred_batch_size, self.preferred_batch_size
+            ));
+        }
+        let delay_ns = self.max_queue_delay_ns.unwrap_or(0);
+        // Triton's setting is in whole microseconds.
+        if batcher.max_queue_delay.0.abs_diff(delay_ns) >= 1_000 {
+            out.push(format!(
+                "the scenario's max_queue_delay is {} us where the server's is {} us",
+                batcher.max_queue_delay.0 as f64 / 1e3,
+                delay_ns as f64 / 1e3
+            ));
+        }
+        out
+    }
+}
+
+/// Reads the model's statistics from the server at `base_url` (`http://HOST:PORT`). Errors:
+/// [`EndpointError::Unreachable`] when nothing answers, [`EndpointError::Protocol`] when the
+/// server answers with another status than 200 (no such model, or not a Triton) or with
+/// something else than Triton's statistics.
+pub fn model_stats(base_url: &str, model: &str) -> Result<ModelStats, EndpointError> {
+    let (url, body) = get(base_url, &format!("/v2/models/{model}/stats"), "statistics")?;
+    ModelStats::parse(&body, &url)
+}
+
+/// Reads the model's batcher configuration from the server at `base_url`; errors as
+/// [`model_stats`].
+pub fn batcher_config(base_url: &str, model: &str) -> Result<BatcherConfig, EndpointError> {
+    let (url, body) = get(
+        base_url,
+        &format!("/v2/models/{model}/config"),
+        "configuration",
+    )?;
+    BatcherConfig::parse(&body, &url)
+}
+
+/// `GET base_url + path`, answered with 200: the URL and the body.
+fn get(base_url: &str, path: &str, what: &str) -> Result<(String, bytes::Bytes), EndpointError> {
+    let url = format!("{}{path}", base_url.trim_end_matches('/'));
+    let uri: Uri = url
+        .parse()
+        .map_err(|_| EndpointError::BadUrl { url: url.clone() })?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let client = HttpClient::default();
+    let response = runtime
+        .block_on(async {
+            tokio::time::timeout(std::time::Duration::from_secs(30), client.get(&uri)).await
+        })
+        .map_err(|_| EndpointError::Unreachable {
+            url: url.clone(),
+            reason: "no answer within 30 s".to_string(),
+        })?
+        .map_err(|reason| EndpointError::Unreachable {
+            url: url.clone(),
+            reason: reason.label(),
+        })?;
+    if response.status != 200 {
+        let body: String = String::from_utf8_lossy(&response.body)
+            .chars()
+            .take(300)
+            .collect();
+        return Err(EndpointError::Protocol {
+            url,
+            message: format!(
+                "HTTP {} ({body}): the server gives no Triton {what} for this model",
+                response.status
+            ),
+        });
+    }
+    Ok((url, response.body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Two snapshots of a real Triton 2.51 (scripts/triton.py, the fixed-time model a = 2 ms,
+    // b = 0.5 ms, max batch 8, preferred 4 and 8, 2 ms delay) around a replay of 40 requests.
+    const BEFORE: &str = include_str!("../testdata/triton_stats_before.json");
+    const AFTER: &str = include_str!("../testdata/triton_stats_after.json");
+
+    #[test]
+    fn the_difference_of_two_snapshots_counts_only_the_run_between_them() {
+        let before = ModelStats::parse(BEFORE.as_bytes(), "u").unwrap();
+        let after = ModelStats::parse(AFTER.as_bytes(), "u").unwrap();
+        let run = after.since(&before);
+        assert_eq!(run.name, "fixed");
+        assert_eq!((run.inference_count, run.execution_count), (40, 17));
+        assert_eq!(run.batched_requests(), 40, "{:?}", run.batch_stats);
+        let executions: u64 = run.batch_stats.iter().map(BatchStats::executions).sum();
+        assert_eq!(executions, 17);
+        // Sizes that ran in the first snapshot only are left out of the difference.
+        let sizes: Vec<u32> = run.batch_stats.iter().map(|b| b.batch_size).collect();
+        assert_eq!(sizes, [1, 2, 4, 6]);
+        assert_eq!(run.inference_stats.queue.count, 40);
+        let queue_ms = run.queue_mean_ns().unwrap() * 1e-6;
+        assert!((0.0..20.0).contains(&queue_ms), "{queue_ms}");
+    }
+
+    #[test]
+    fn batch_times_are_the_mean_compute_per_batch_of_each_size_near_the_models_a_plus_b_n() {
+        let before = ModelStats::parse(BEFORE.as_bytes(), "u").unwrap();
+        let after = ModelStats::parse(AFTER.as_bytes(), "u").unwrap();
+        let times = after.since(&before).batch_times();
+        assert_eq!(times.len(), 4);
+        for t in &times {
+            let model_ms = 2.0 + 0.5 * f64::from(t.batch_size);
+            let ms = t.mean_ns * 1e-6;
+            assert!(
+                ms >= model_ms && ms < model_ms + 1.0,
+                "batch {}: {ms} ms, the model sleeps {model_ms} ms",
+                t.batch_size
+            );
+        }
+        let one = times[0];
+        assert_eq!((one.batch_size, one.batches), (1, 6));
+    }
+
+    #[test]
+    fn a_snapshot_difference_saturates_when_the_server_restarted() {
+        let before = ModelStats::parse(AFTER.as_bytes(), "u").unwrap();
+        let restarted = ModelStats {
+            name: "fixed".to_string(),
+            ..ModelStats::default()
+        };
+        let run = restarted.since(&before);
+        assert_eq!((run.inference_count, run.execution_count), (0, 0));
+        assert!(run.batch_stats.is_empty());
+        assert_eq!(run.queue_mean_ns(), None);
+    }
+
+    #[test]
+    fn statistics_that_are_not_tritons_are_refused_naming_the_url() {
+        let err = ModelStats::parse(br#"{"model_stats":[]}"#, "http://x/v2/models/m/stats")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("no model") && err.contains("http://x"),
+            "{err}"
+        );
+        let err = ModelStats::parse(b"<html>", "u").unwrap_err().to_string();
+        assert!(err.contains("not Triton's JSON"), "{err}");
+    }
+
+    #[test]
+    fn the_config_gives_the_batcher_and_the_instance_count() {
+        let json = br#"{"name":"fixed","max_batch_size":8,
+            "dynamic_batching":{"preferred_batch_size":[4,8],"max_queue_delay_microseconds":2000},
+            "instance_group":[{"name":"a","kind":"KIND_CPU","count":2,"gpus":[]},
+                              {"name":"b","kind":"KIND_GPU","count":1,"gpus":[0,1]}]}"#;
+        let config = BatcherConfig::parse(json, "u").unwrap();
+        assert_eq!(
+            config,
+            BatcherConfig {
+                max_batch_size: 8,
+                preferred_batch_size: vec![4, 8],
+                max_queue_delay_ns: Some(2_000_000),
+                instances: 4,
+            }
+        );
+        let plain = BatcherConfig::parse(br#"{"name":"m","max_batch_size":0}"#, "u").unwrap();
+        assert_eq!((plain.max_queue_delay_ns, plain.instances), (None, 1));
+        let other = BatcherConfig::parse(br#"{"outputs":[]}"#, "u").unwrap_err();
+        assert!(other.to_string().contains("not Triton's JSON"), "{other}");
+    }
+
+    #[test]
+    fn a_scenario_that_differs_from_the_servers_batcher_is_named_key_by_key() {
+        let config = BatcherConfig {
+            max_batch_size: 8,
+            preferred_batch_size: vec![4, 8],
+            max_queue_delay_ns: Some(2_000_000),
+            instances: 2,
+        };
+        let scenario = |text: &str| capsim_sim::Scenario::from_toml_str(text).unwrap();
+        let same = scenario(
+            "[batcher]\nmax_batch_size = 8\npreferred_batch_size = [4, 8]\n\
+             max_queue_delay = \"2ms\"\n[execution]\ninstance_count = 2\n\
+             [service]\nkind = \"affine\"\na = \"1ms\"\n",
+        );
+        assert!(config.differences(&same.pools()[0]).is_empty());
+        let other = scenario(
+            "instances = 2\n[batcher]\nmax_batch_size = 16\nmax_queue_delay = \"5ms\"\n\
+             [execution]\ninstance_count = 2\n[service]\nkind = \"affine\"\na = \"1ms\"\n",
+        );
+        let differences = config.differences(&other.pools()[0]);
+        assert_eq!(differences.len(), 4, "{differences:?}");
+        assert!(
+            differences[0].contains("4 model instances"),
+            "{differences:?}"
+        );
+        assert!(differences[0].contains("server runs 2"), "{differences:?}");
+        assert!(differences[3].contains("5000 us"), "{differences:?}");
+    }
+}
