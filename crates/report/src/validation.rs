@@ -1,0 +1,657 @@
+//! A measured run beside its simulations, as `capsim validate --endpoint` prints and writes it:
+//! throughput, end-to-end percentiles and the mean queue time, each simulation's relative error
+//! against the measurement, the batch-size shares with their worst gap, and the server's
+//! compute time per batch size against the service model's (the calibration's drift).
+//!
+//! Two simulations of the same trace: `sim`, with the scenario's (or the profile's) service
+//! model, and `run-sim`, with the service times the server itself reported during the run. The
+//! second leaves only the queue and the batcher between the server and the simulator; the first
+//! adds the drift of the service model.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use capsim_sim::record::RequestRecord;
+use capsim_sim::scenario::Pool;
+use capsim_sim::summary::LatencyStats;
+use capsim_sim::{BatchShape, ServiceTime, Summary};
+use serde::Serialize;
+
+/// `(simulated - measured) / measured`; `None` when the measured value is 0 or not finite.
+pub fn relative_error(simulated: f64, measured: f64) -> Option<f64> {
+    (measured != 0.0 && measured.is_finite() && simulated.is_finite())
+        .then(|| (simulated - measured) / measured)
+}
+
+/// The rate that saturates a pool: every model instance running full batches back to back, each
+/// of requests of the mean input length, `model instances x max_batch_size / time of a full
+/// batch` ("calibrated capacity").
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct CalibratedCapacity {
+    /// Requests per second.
+    pub rate_rps: f64,
+    /// Model instances of the pool: instances x GPUs x instance count.
+    pub model_instances: u32,
+    /// The batcher's `max_batch_size`.
+    pub max_batch_size: u32,
+    /// The mean input length the full batch is timed at, in tokens (rounded up).
+    pub mean_input_tokens: u32,
+    /// The service model's mean time of that batch, in milliseconds.
+    pub full_batch_ms: f64,
+}
+
+impl CalibratedCapacity {
+    /// The capacity of `pool` with `service`'s times for requests of `input_tokens` (the
+    /// trace's, as the server sees them). `None` for an empty trace or a batch timed at 0.
+    pub fn of(
+        pool: &Pool,
+        service: &dyn ServiceTime,
+        input_tokens: &[u32],
+    ) -> Option<CalibratedCapacity> {
+        if input_tokens.is_empty() {
+            return None;
+        }
+        let model_instances = pool.instances * pool.execution.gpus * pool.execution.instance_count;
+        let mean =
+            input_tokens.iter().map(|&t| f64::from(t)).sum::<f64>() / input_tokens.len() as f64;
+        let mean_input_tokens = mean.ceil() as u32;
+        let max_batch_size = pool.batcher.max_batch_size.max(1);
+        let full_batch = BatchShape {
+            size: max_batch_size,
+            max_input_tokens: mean_input_tokens,
+            total_input_tokens: u64::from(max_batch_size) * u64::from(mean_input_tokens),
+            // At capacity a model instance runs batches back to back.
+            idle_ns: 0,
+        };
+        let full_batch_ns = service.mean_ns(&full_batch);
+        (full_batch_ns > 0.0 && full_batch_ns.is_finite()).then(|| CalibratedCapacity {
+            rate_rps: f64::from(model_instances) * f64::from(max_batch_size)
+                / (full_batch_ns * 1e-9),
+            model_instances,
+            max_batch_size,
+            mean_input_tokens,
+            full_batch_ms: full_batch_ns * 1e-6,
+        })
+    }
+}
+
+/// The figures compared, of one run (measured or simulated).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Figures {
+    /// Completions per second over the run's span.
+    pub throughput_rps: f64,
+    /// End-to-end latency percentiles of completed requests, in milliseconds.
+    pub e2e_p50_ms: f64,
+    /// 90th percentile.
+    pub e2e_p90_ms: f64,
+    /// 99th percentile.
+    pub e2e_p99_ms: f64,
+    /// Mean time in the server's queue, in milliseconds; `None` when unknown (a client sees no
+    /// queue: a measured run's comes from the server's statistics).
+    pub queue_mean_ms: Option<f64>,
+}
+
+impl Figures {
+    /// A run's figures from its summary; the queue mean from its `queue` stage, when it has one.
+    pub fn of(summary: &Summary) -> Figures {
+        let empty = LatencyStats::default();
+        let e2e = summary.latency_ms.get("end_to_end").unwrap_or(&empty);
+        Figures {
+            throughput_rps: summary.throughput_rps,
+            e2e_p50_ms: e2e.p50_ms,
+            e2e_p90_ms: e2e.p90_ms,
+            e2e_p99_ms: e2e.p99_ms,
+            queue_mean_ms: summary.latency_ms.get("queue").map(|q| q.mean_ms),
+        }
+    }
+
+    /// Each figure's [`relative_error`] against `measured`.
+    pub fn errors_against(&self, measured: &Figures) -> Errors {
+        Errors {
+            throughput: relative_error(self.throughput_rps, measured.throughput_rps),
+            e2e_p50: relative_error(self.e2e_p50_ms, measured.e2e_p50_ms),
+            e2e_p90: relative_error(self.e2e_p90_ms, measured.e2e_p90_ms),
+            e2e_p99: relative_error(self.e2e_p99_ms, measured.e2e_p99_ms),
+            queue_mean: self
+                .queue_mean_ms
+                .zip(measured.queue_mean_ms)
+                .and_then(|(s, m)| relative_error(s, m)),
+        }
+    }
+}
+
+/// A simulation's relative errors against the measurement (0.05: 5% above); `None` where the
+/// measurement is 0 or missing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Errors {
+    /// Throughput.
+    pub throughput: Option<f64>,
+    /// End-to-end p50.
+    pub e2e_p50: Option<f64>,
+    /// End-to-end p90.
+    pub e2e_p90: Option<f64>,
+    /// End-to-end p99.
+    pub e2e_p99: Option<f64>,
+    /// Mean queue time.
+    pub queue_mean: Option<f64>,
+}
+
+/// Each batch size's share of the batches run, in percent (sizes that ran none are absent).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct BatchShares(pub BTreeMap<u32, f64>);
+
+/// The batch size whose shares differ most, and by how many percentage points.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ShareGap {
+    /// Requests per batch.
+    pub batch_size: u32,
+    /// Absolute difference of the shares, in percentage points.
+    pub points: f64,
+}
+
+impl BatchShares {
+    /// Shares of `(batch size, batches)` counts; empty without batches.
+    pub fn from_counts(counts: impl IntoIterator<Item = (u32, u64)>) -> BatchShares {
+        let mut by_size: BTreeMap<u32, u64> = BTreeMap::new();
+        for (size, n) in counts {
+            if n > 0 {
+                *by_size.entry(size).or_default() += n;
+            }
+        }
+        let total: u64 = by_size.values().sum();
+        BatchShares(
+            by_size
+                .into_iter()
+                .map(|(size, n)| (size, 100.0 * n as f64 / total as f64))
+                .collect(),
+        )
+    }
+
+    /// A simulation's shares, from its `batch_size_counts`.
+    pub fn of(summary: &Summary) -> BatchShares {
+        BatchShares::from_counts(
+            summary
+                .batch_size_counts
+                .iter()
+                .enumerate()
+                .map(|(size, &n)| (size as u32, n)),
+        )
+    }
+
+    /// The share of batches of `size`, in percent (0 when none ran).
+    pub fn get(&self, size: u32) -> f64 {
+        self.0.get(&size).copied().unwrap_or(0.0)
+    }
+
+    /// The largest difference from `other` over the sizes either ran; `None` when neither ran a
+    /// batch.
+    pub fn worst_gap(&self, other: &BatchShares) -> Option<ShareGap> {
+        self.0
+            .keys()
+            .chain(other.0.keys())
+            .map(|&size| ShareGap {
+                batch_size: size,
+                points: (self.get(size) - other.get(size)).abs(),
+            })
+            .max_by(|a, b| {
+                a.points
+                    .total_cmp(&b.points)
+                    .then(b.batch_size.cmp(&a.batch_size))
+            })
+    }
+}
+
+/// The mean execution time of a run's batches of each size, in nanoseconds, with the number of
+/// batches: each batch counted once, from its requests' records.
+pub fn execution_by_batch_size(records: &[RequestRecord]) -> BTreeMap<u32, (u64, f64)> {
+    let mut batches: BTreeMap<u64, (u32, u64)> = BTreeMap::new();
+    for r in records {
+        if r.batch_size > 0 && r.exec_end_ns >= r.exec_start_ns && r.batch_id != u64::MAX {
+            batches
+                .entry(r.batch_id)
+                .or_insert((r.batch_size, r.exec_end_ns - r.exec_start_ns));
+        }
+    }
+    let mut sums: BTreeMap<u32, (u64, f64)> = BTreeMap::new();
+    for (size, ns) in batches.into_values() {
+        let entry = sums.entry(size).or_default();
+        entry.0 += 1;
+        entry.1 += ns as f64;
+    }
+    sums.into_iter()
+        .map(|(size, (n, sum))| (size, (n, sum / n as f64)))
+        .collect()
+}
+
+/// A simulation beside the measurement.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Simulated {
+    /// Its figures.
+    pub figures: Figures,
+    /// Their errors against the measured ones.
+    pub errors: Errors,
+    /// Requests it completed.
+    pub completed: u64,
+    /// Requests it refused or timed out (its scenario's admission and queue timeout).
+    pub not_completed: u64,
+    /// Its batch-size shares.
+    pub batch_shares: BatchShares,
+    /// The worst gap to the server's shares, when the server reported them.
+    pub worst_share_gap: Option<ShareGap>,
+}
+
+impl Simulated {
+    /// `summary` against `measured` figures and the server's shares (empty when unknown).
+    pub fn new(summary: &Summary, measured: &Figures, server_shares: &BatchShares) -> Simulated {
+        let figures = Figures::of(summary);
+        let batch_shares = BatchShares::of(summary);
+        Simulated {
+            errors: figures.errors_against(measured),
+            figures,
+            completed: summary.requests.completed,
+            not_completed: summary.requests.total - summary.requests.completed,
+            worst_share_gap: if server_shares.0.is_empty() {
+                None
+            } else {
+                server_shares.worst_gap(&batch_shares)
+            },
+            batch_shares,
+        }
+    }
+}
+
+/// The measured run.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Measured {
+    /// Its figures (the queue mean from the server's statistics).
+    pub figures: Figures,
+    /// Requests sent.
+    pub sent: u64,
+    /// Answered.
+    pub completed: u64,
+    /// Failed (timeout, connection, HTTP error).
+    pub failed: u64,
+    /// How late the load generator sent 1% of its requests, in milliseconds.
+    pub schedule_delay_p99_ms: Option<f64>,
+}
+
+/// The server's mean compute time of one batch size against the service model's.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ComputeDrift {
+    /// Requests per batch.
+    pub batch_size: u32,
+    /// Batches of this size the server ran.
+    pub server_batches: u64,
+    /// Their mean compute time, in milliseconds.
+    pub server_ms: f64,
+    /// The mean execution time of the simulation's batches of this size (the scenario's or the
+    /// profile's model, on the same trace), in milliseconds; `None` when it ran none.
+    pub model_ms: Option<f64>,
+    /// `(model - server) / server`.
+    pub error: Option<f64>,
+}
+
+/// The run-driven simulation's service model: the server's mean per batch size, and the
+/// line used beyond the measured sizes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunService {
+    /// Batch sizes the server ran.
+    pub batch_sizes: Vec<u32>,
+    /// Weighted least-squares fit `a + b * batch_size`: its `a`, in milliseconds.
+    pub fit_a_ms: f64,
+    /// Its `b`, in milliseconds per request.
+    pub fit_b_ms: f64,
+}
+
+/// One load of a validation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LoadValidation {
+    /// Fraction of the capacity.
+    pub load: f64,
+    /// The scaled trace's rate, requests per second.
+    pub rate_rps: f64,
+    /// Requests in the scaled trace.
+    pub requests: u64,
+    /// The measured run.
+    pub measured: Measured,
+    /// The batch-size shares of the server's executions (empty when it reports none).
+    pub server_batch_shares: BatchShares,
+    /// The simulation with the scenario's or the profile's service model.
+    pub sim: Simulated,
+    /// The simulation with the server's own service times.
+    pub run_sim: Option<Simulated>,
+    /// Why there is no `run_sim`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_sim_missing: Option<String>,
+    /// Its service model.
+    pub run_service: Option<RunService>,
+    /// The server's compute per batch size against the service model's (the drift).
+    pub compute_by_batch_size: Vec<ComputeDrift>,
+}
+
+/// Formats a relative error as `+1.2%`, or `-` when there is none.
+fn percent(error: Option<f64>) -> String {
+    error.map_or_else(|| "-".to_string(), |e| format!("{:+.1}%", 100.0 * e))
+}
+
+fn value(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_string(), |v| format!("{v:.3}"))
+}
+
+/// Joins `cells` with ", ", at most `per_line` on a line, each continued line indented.
+fn wrapped(cells: &[String], per_line: usize) -> String {
+    cells
+        .chunks(per_line.max(1))
+        .map(|c| c.join(", "))
+        .collect::<Vec<_>>()
+        .join(",\n      ")
+}
+
+impl LoadValidation {
+    /// The table `capsim validate --endpoint` prints for this load. `model` names the service
+    /// model (`scenario's`, `profile's`), `server` the server (`Triton's`).
+    pub fn human(&self, model: &str, server: &str) -> String {
+        let mut out = String::new();
+        let m = &self.measured;
+        let _ = writeln!(
+            out,
+            "load {:.0}%: {:.2} req/s, {} requests; measured: {} completed, {} failed{}",
+            100.0 * self.load,
+            self.rate_rps,
+            self.requests,
+            m.completed,
+            m.failed,
+            m.schedule_delay_p99_ms
+                .map(|d| format!(", the load generator's schedule delay p99 {d:.3} ms"))
+                .unwrap_or_default()
+        );
+        let _ = writeln!(
+            out,
+            "  {:<22} {:>10} {:>10} {:>8} {:>10} {:>8}",
+            "", "measured", "sim", "error", "run-sim", "error"
+        );
+        let run = self.run_sim.as_ref();
+        let mut row = |name: &str,
+                       measured: Option<f64>,
+                       pick: fn(&Figures) -> Option<f64>,
+                       error: fn(&Errors) -> Option<f64>| {
+            let _ = writeln!(
+                out,
+                "  {name:<22} {:>10} {:>10} {:>8} {:>10} {:>8}",
+                value(measured),
+                value(pick(&self.sim.figures)),
+                percent(error(&self.sim.errors)),
+                value(run.and_then(|r| pick(&r.figures))),
+                percent(run.and_then(|r| error(&r.errors))),
+            );
+        };
+        row(
+            "throughput rps",
+            Some(m.figures.throughput_rps),
+            |f| Some(f.throughput_rps),
+            |e| e.throughput,
+        );
+        row(
+            "end_to_end p50 ms",
+            Some(m.figures.e2e_p50_ms),
+            |f| Some(f.e2e_p50_ms),
+            |e| e.e2e_p50,
+        );
+        row(
+            "end_to_end p90 ms",
+            Some(m.figures.e2e_p90_ms),
+            |f| Some(f.e2e_p90_ms),
+            |e| e.e2e_p90,
+        );
+        row(
+            "end_to_end p99 ms",
+            Some(m.figures.e2e_p99_ms),
+            |f| Some(f.e2e_p99_ms),
+            |e| e.e2e_p99,
+        );
+        row(
+            &format!("queue mean ms ({server})"),
+            m.figures.queue_mean_ms,
+            |f| f.queue_mean_ms,
+            |e| e.queue_mean,
+        );
+        if let Some(note) = &self.run_sim_missing {
+            let _ = writeln!(out, "  run-sim: not available: {note}");
+        }
+        let not_completed: Vec<String> = std::iter::once(("sim", &self.sim))
+            .chain(run.map(|r| ("run-sim", r)))
+            .filter(|(_, s)| s.not_completed > 0)
+            .map(|(name, s)| format!("{name} {}", s.not_completed))
+            .collect();
+        if !not_completed.is_empty() {
+            let _ = writeln!(
+                out,
+                "  refused or timed out by the scenario's admission and queue: {}",
+                not_completed.join(", ")
+            );
+        }
+        if !self.server_batch_shares.0.is_empty() {
+            let mut sizes: Vec<u32> = self.server_batch_shares.0.keys().copied().collect();
+            sizes.extend(self.sim.batch_shares.0.keys());
+            if let Some(r) = run {
+                sizes.extend(r.batch_shares.0.keys());
+            }
+            sizes.sort_unstable();
+            sizes.dedup();
+            let cells: Vec<String> = sizes
+                .iter()
+                .map(|&s| {
+                    let run_share =
+                        run.map_or("-".to_string(), |r| format!("{:.1}", r.batch_shares.get(s)));
+                    format!(
+                        "{s}: {:.1}/{:.1}/{run_share}",
+                        self.server_batch_shares.get(s),
+                        self.sim.batch_shares.get(s)
+                    )
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                "  batch sizes, % of batches ({server} / sim / run-sim):\n      {}",
+                wrapped(&cells, 8)
+            );
+            let gap = |s: Option<&Simulated>| {
+                s.and_then(|s| s.worst_share_gap)
+                    .map_or("-".to_string(), |g| {
+                        format!("{:.1} pp (size {})", g.points, g.batch_size)
+                    })
+            };
+            let _ = writeln!(
+                out,
+                "  worst batch-share gap: sim {}, run-sim {}",
+                gap(Some(&self.sim)),
+                gap(run)
+            );
+        }
+        if !self.compute_by_batch_size.is_empty() {
+            let cells: Vec<String> = self
+                .compute_by_batch_size
+                .iter()
+                .map(|d| {
+                    format!(
+                        "{}: {:.3}/{} ({}, {})",
+                        d.batch_size,
+                        d.server_ms,
+                        value(d.model_ms),
+                        percent(d.error),
+                        d.server_batches
+                    )
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                "  drift: mean compute per batch, ms ({server} / {model} (error), {server} batches):\n      {}",
+                wrapped(&cells, 4)
+            );
+        }
+        if let Some(service) = &self.run_service {
+            let sizes = match (service.batch_sizes.first(), service.batch_sizes.last()) {
+                (Some(first), Some(last)) if first != last => format!("{first}..{last}"),
+                (Some(only), _) => only.to_string(),
+                _ => "-".to_string(),
+            };
+            let _ = writeln!(
+                out,
+                "  run-sim's service: {server} mean compute per batch size ({} sizes in {sizes}, linear between them); its fit {:.3} + {:.3}·n ms sets the slope beyond",
+                service.batch_sizes.len(),
+                service.fit_a_ms,
+                service.fit_b_ms
+            );
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use capsim_sim::Scenario;
+    use capsim_sim::record::Outcome;
+
+    #[test]
+    fn relative_errors_are_against_the_measurement_and_absent_for_zero() {
+        assert_eq!(relative_error(11.0, 10.0), Some(0.1));
+        assert_eq!(relative_error(9.0, 10.0), Some(-0.1));
+        assert_eq!(relative_error(1.0, 0.0), None);
+    }
+
+    #[test]
+    fn shares_sum_to_100_and_the_worst_gap_names_its_size() {
+        let server = BatchShares::from_counts([(1, 6), (2, 6), (4, 4), (6, 1), (8, 0)]);
+        let total: f64 = server.0.values().sum();
+        assert!((total - 100.0).abs() < 1e-9, "{total}");
+        assert!(
+            !server.0.contains_key(&8),
+            "sizes that ran no batch are left out"
+        );
+        let sim = BatchShares::from_counts([(1, 10), (2, 5), (3, 5)]);
+        // server 1: 35.3, 2: 35.3, 4: 23.5, 6: 5.9; sim 1: 50, 2: 25, 3: 25.
+        let gap = server.worst_gap(&sim).expect("batches");
+        assert_eq!(gap.batch_size, 3);
+        assert!((gap.points - 25.0).abs() < 1e-9, "{gap:?}");
+        assert_eq!(
+            BatchShares::default().worst_gap(&BatchShares::default()),
+            None
+        );
+        assert!(BatchShares::from_counts([(1, 0)]).0.is_empty());
+    }
+
+    #[test]
+    fn the_calibrated_capacity_runs_full_batches_on_every_model_instance() {
+        let scenario = Scenario::from_toml_str(
+            "instances = 2\n[batcher]\nmax_batch_size = 8\nmax_queue_delay = \"1ms\"\n\
+             [execution]\ninstance_count = 2\n[service]\nkind = \"affine\"\na = \"2ms\"\n\
+             b = \"0.5ms\"\nc = \"1us\"\n",
+        )
+        .unwrap();
+        let pool = &scenario.pools()[0];
+        let service = pool.service.clone().expect("a service model");
+        let capacity = CalibratedCapacity::of(pool, service.as_ref(), &[10, 20, 31]).unwrap();
+        // Mean 20.33 -> 21 tokens; a batch of 8: 2 + 4 + 8 x 21 x 0.001 = 6.168 ms.
+        assert_eq!(capacity.mean_input_tokens, 21);
+        assert_eq!(capacity.model_instances, 4);
+        assert!(
+            (capacity.full_batch_ms - 6.168).abs() < 1e-9,
+            "{capacity:?}"
+        );
+        assert!((capacity.rate_rps - 4.0 * 8.0 / 6.168e-3).abs() < 1e-6);
+        assert_eq!(CalibratedCapacity::of(pool, service.as_ref(), &[]), None);
+    }
+
+    fn record(request: u32, batch_id: u64, batch_size: u32, start: u64, end: u64) -> RequestRecord {
+        let mut r = RequestRecord::new(request, 1, 0);
+        r.batch_id = batch_id;
+        r.batch_size = batch_size;
+        r.exec_start_ns = start;
+        r.exec_end_ns = end;
+        r.outcome = Outcome::Completed;
+        r
+    }
+
+    #[test]
+    fn execution_by_batch_size_counts_each_batch_once() {
+        let records = [
+            record(0, 0, 2, 0, 4_000),
+            record(1, 0, 2, 0, 4_000),
+            record(2, 1, 1, 5_000, 7_000),
+            record(3, 2, 2, 8_000, 14_000),
+            record(4, 2, 2, 8_000, 14_000),
+            RequestRecord::new(5, 1, 0),
+        ];
+        let by_size = execution_by_batch_size(&records);
+        assert_eq!(by_size.len(), 2, "{by_size:?}");
+        assert_eq!(by_size[&1], (1, 2_000.0));
+        assert_eq!(by_size[&2], (2, 5_000.0));
+    }
+
+    #[test]
+    fn the_table_shows_both_simulations_and_says_why_one_is_missing() {
+        let measured = Figures {
+            throughput_rps: 10.0,
+            e2e_p50_ms: 5.0,
+            e2e_p90_ms: 8.0,
+            e2e_p99_ms: 12.0,
+            queue_mean_ms: Some(2.0),
+        };
+        let sim = Simulated {
+            figures: Figures {
+                e2e_p50_ms: 5.5,
+                ..measured
+            },
+            errors: Figures {
+                e2e_p50_ms: 5.5,
+                ..measured
+            }
+            .errors_against(&measured),
+            completed: 100,
+            not_completed: 0,
+            batch_shares: BatchShares::from_counts([(1, 1), (2, 1)]),
+            worst_share_gap: Some(ShareGap {
+                batch_size: 2,
+                points: 10.0,
+            }),
+        };
+        let validation = LoadValidation {
+            load: 0.3,
+            rate_rps: 10.0,
+            requests: 100,
+            measured: Measured {
+                figures: measured,
+                sent: 100,
+                completed: 100,
+                failed: 0,
+                schedule_delay_p99_ms: Some(0.2),
+            },
+            server_batch_shares: BatchShares::from_counts([(1, 6), (2, 4)]),
+            sim,
+            run_sim: None,
+            run_sim_missing: Some("the server reported no batches".to_string()),
+            run_service: None,
+            compute_by_batch_size: vec![ComputeDrift {
+                batch_size: 1,
+                server_batches: 6,
+                server_ms: 2.5,
+                model_ms: Some(2.0),
+                error: relative_error(2.0, 2.5),
+            }],
+        };
+        let text = validation.human("scenario's", "Triton's");
+        assert!(text.contains("load 30%"), "{text}");
+        assert!(text.contains("+10.0%"), "the p50 error: {text}");
+        assert!(
+            text.contains("run-sim: not available: the server reported no batches"),
+            "{text}"
+        );
+        assert!(text.contains("1: 60.0/50.0/-"), "{text}");
+        assert!(text.contains("1: 2.500/2.000 (-20.0%, 6)"), "{text}");
+        let json = serde_json::to_value(&validation).unwrap();
+        assert_eq!(json["server_batch_shares"]["1"], 60.0);
+        assert_eq!(json["run_sim"], serde_json::Value::Null);
+    }
+}
