@@ -7,9 +7,13 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
 
-use common::{capsim, repo, text};
+use common::{assert_user_error, capsim, repo, text};
 use serde_json::Value;
+
+/// One Triton at a time: the tests share two cores with it and its load generator.
+static ONE_TRITON: Mutex<()> = Mutex::new(());
 
 /// The project's Python, which `scripts/triton.py` needs (for `tomllib` and its paths).
 fn python() -> PathBuf {
@@ -75,6 +79,7 @@ impl Drop for Triton {
 
 #[test]
 fn every_request_replayed_against_triton_is_one_triton_counted_and_batched() {
+    let _one = ONE_TRITON.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().expect("tempdir");
     let scenario = dir.path().join("s.toml");
     std::fs::write(
@@ -138,4 +143,138 @@ fn every_request_replayed_against_triton_is_one_triton_counted_and_batched() {
         scraped["nv_inference_exec_count"].as_f64().is_some(),
         "{scraped}"
     );
+}
+
+/// The fixed-time model's batch of `n` takes a + b * n: a = 2 ms, b = 0.5 ms.
+const FIXED_A_MS: f64 = 2.0;
+const FIXED_B_MS: f64 = 0.5;
+
+#[test]
+fn validate_endpoint_accounts_for_every_request_and_fits_tritons_times_near_the_fixed_models() {
+    let _one = ONE_TRITON.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scenario = dir.path().join("s.toml");
+    std::fs::write(
+        &scenario,
+        "name = \"triton-fixed\"\n[batcher]\nmax_batch_size = 8\npreferred_batch_size = [4, 8]\n\
+         max_queue_delay = \"2ms\"\n[service]\nkind = \"affine\"\na = \"2ms\"\nb = \"0.5ms\"\n",
+    )
+    .expect("write scenario");
+    let triton = Triton::start(&scenario, dir.path());
+    let out = dir.path().join("validate");
+    let url = triton.url("http");
+    let validate = |model: &str| {
+        capsim(&[
+            "validate",
+            "--endpoint",
+            &url,
+            "--model",
+            model,
+            "--scenario",
+            scenario.to_str().expect("utf-8"),
+            "--trace",
+            "traces/demo.parquet",
+            "--loads",
+            "0.3,0.6",
+            "--duration",
+            "3s",
+            "-o",
+            out.to_str().expect("utf-8"),
+        ])
+    };
+    let output = validate("fixed");
+    assert!(output.status.success(), "{}", text(&output));
+    let printed = String::from_utf8_lossy(&output.stdout);
+    for needle in [
+        "load 30%",
+        "load 60%",
+        "run-sim",
+        "worst batch-share gap",
+        "drift",
+    ] {
+        assert!(
+            printed.contains(needle),
+            "stdout lacks {needle:?}: {printed}"
+        );
+    }
+    let validation: Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("validation.json")).expect("validation.json"),
+    )
+    .expect("JSON");
+    // Both sides run the scenario's batcher: the server's configuration matches it.
+    assert_eq!(
+        validation["batcher_differences"],
+        serde_json::json!([]),
+        "{validation}"
+    );
+    let loads = validation["loads"].as_array().expect("loads");
+    assert_eq!(loads.len(), 2, "{validation}");
+    let count = |v: &Value| v.as_u64().unwrap_or_else(|| panic!("a count: {v}"));
+    let share_sum = |shares: &Value| -> f64 {
+        shares
+            .as_object()
+            .expect("shares by batch size")
+            .values()
+            .map(|v| v.as_f64().expect("a share"))
+            .sum()
+    };
+    for load in loads {
+        let requests = count(&load["requests"]);
+        assert!(requests > 100, "{load}");
+        let measured = &load["measured"];
+        assert_eq!(count(&measured["sent"]), requests, "{load}");
+        assert_eq!(
+            count(&measured["completed"]) + count(&measured["failed"]),
+            requests,
+            "every request sent is answered or failed: {load}"
+        );
+        for sim in ["sim", "run_sim"] {
+            let s = &load[sim];
+            assert_eq!(
+                count(&s["completed"]) + count(&s["not_completed"]),
+                requests,
+                "{sim} runs the same requests: {load}"
+            );
+            let sum = share_sum(&s["batch_shares"]);
+            assert!((sum - 100.0).abs() < 1e-6, "{sim}'s shares sum to {sum}");
+            assert!(s["worst_share_gap"]["points"].as_f64().is_some(), "{load}");
+        }
+        let sum = share_sum(&load["server_batch_shares"]);
+        assert!((sum - 100.0).abs() < 1e-6, "Triton's shares sum to {sum}");
+        // Triton counted exactly the run's requests in its batches (the warm-up before the
+        // first load and the other load are outside the statistics' difference).
+        let drift = load["compute_by_batch_size"].as_array().expect("drift");
+        let batched: u64 = drift
+            .iter()
+            .map(|d| count(&d["batch_size"]) * count(&d["server_batches"]))
+            .sum();
+        assert_eq!(batched, count(&measured["completed"]), "{load}");
+        // Each batch sleeps a + b * n and spins its end: Triton's time is that and a little more.
+        for d in drift {
+            let n = count(&d["batch_size"]) as f64;
+            let server_ms = d["server_ms"].as_f64().expect("server_ms");
+            let model_ms = FIXED_A_MS + FIXED_B_MS * n;
+            assert!(
+                (model_ms * 0.98..model_ms + 3.0).contains(&server_ms),
+                "batch {n}: Triton's compute {server_ms} ms against the model's {model_ms} ms"
+            );
+        }
+        let fit = &load["run_service"];
+        let a_ms = fit["fit_a_ms"].as_f64().expect("fit_a_ms");
+        let b_ms = fit["fit_b_ms"].as_f64().expect("fit_b_ms");
+        assert!(
+            (1.5..4.5).contains(&a_ms) && (0.3..0.8).contains(&b_ms),
+            "run-sim's fit {a_ms} + {b_ms}·n ms against the model's 2 + 0.5·n ms"
+        );
+        let dir = out.join(format!(
+            "load-{:.0}",
+            load["load"].as_f64().expect("load") * 100.0
+        ));
+        for file in ["measured", "simulated", "simulated-run"] {
+            let path = dir.join(format!("{file}.parquet"));
+            assert!(path.is_file(), "{} missing", path.display());
+        }
+    }
+    // A model Triton does not serve: one clear message, exit 2.
+    assert_user_error(&validate("nope"), &["nope", "check --model"]);
 }

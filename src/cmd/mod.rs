@@ -22,6 +22,21 @@ impl std::fmt::Display for BadInput {
 
 impl std::error::Error for BadInput {}
 
+/// Applies `--set KEY=VALUE` overrides to `scenario`, in order.
+pub fn apply_sets(scenario: &mut capsim_sim::Scenario, sets: &[String]) -> anyhow::Result<()> {
+    for set in sets {
+        let (key, value) = set.split_once('=').ok_or_else(|| {
+            BadInput(format!(
+                "--set {set:?}: write it as KEY=VALUE, e.g. instances=4"
+            ))
+        })?;
+        scenario
+            .set(key.trim(), value.trim())
+            .map_err(|e| BadInput(e.to_string()))?;
+    }
+    Ok(())
+}
+
 /// Exit code for an error: 2 when any cause in its chain is bad input, 1 otherwise.
 pub fn exit_code(err: &anyhow::Error) -> u8 {
     let bad_input = err.chain().any(|cause| {

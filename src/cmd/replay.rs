@@ -253,6 +253,20 @@ fn live_interval_ns(scenario: &Scenario, live: &LiveRun) -> u64 {
     )
 }
 
+/// How a measured run against an endpoint is summarized: the scenario's name, SLOs and
+/// timeseries.
+pub(super) fn reporting_of(scenario: &Scenario) -> Reporting {
+    let slo = scenario.slo.as_ref();
+    Reporting {
+        name: scenario.name.clone(),
+        slo_latency_ns: slo.and_then(|s| s.latency).map(|d| d.0),
+        slo_ttft_ns: slo.and_then(|s| s.ttft).map(|d| d.0),
+        slo_tpot_ns: slo.and_then(|s| s.tpot).map(|d| d.0),
+        interval_ns: scenario.timeseries.interval.0,
+        max_rows: scenario.timeseries.max_rows,
+    }
+}
+
 /// `replay --endpoint`: the trace against a running server.
 fn run_endpoint(args: &ReplayArgs, url: &str) -> Result<()> {
     let server = &args.server;
@@ -299,18 +313,9 @@ fn run_endpoint(args: &ReplayArgs, url: &str) -> Result<()> {
         },
         metrics_url: args.metrics_url.clone(),
     };
-    let slo = scenario.as_ref().and_then(|s| s.slo.as_ref());
-    let reporting = match &scenario {
-        Some(s) => Reporting {
-            name: s.name.clone(),
-            slo_latency_ns: slo.and_then(|s| s.latency).map(|d| d.0),
-            slo_ttft_ns: slo.and_then(|s| s.ttft).map(|d| d.0),
-            slo_tpot_ns: slo.and_then(|s| s.tpot).map(|d| d.0),
-            interval_ns: s.timeseries.interval.0,
-            max_rows: s.timeseries.max_rows,
-        },
-        None => Reporting::default(),
-    };
+    let reporting = scenario
+        .as_ref()
+        .map_or_else(Reporting::default, reporting_of);
     let loaded = server.input.load()?;
     eprintln!("{}", loaded.report_line());
     let cut = loaded

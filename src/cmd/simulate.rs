@@ -78,16 +78,7 @@ fn parse_timeline_window(text: &str) -> Result<TimelineWindow> {
 
 pub fn run(args: SimulateArgs) -> Result<()> {
     let mut scenario = Scenario::from_path(&args.scenario).map_err(|e| BadInput(e.to_string()))?;
-    for set in &args.sets {
-        let (key, value) = set.split_once('=').ok_or_else(|| {
-            BadInput(format!(
-                "--set {set:?}: write it as KEY=VALUE, e.g. instances=4"
-            ))
-        })?;
-        scenario
-            .set(key.trim(), value.trim())
-            .map_err(|e| BadInput(e.to_string()))?;
-    }
+    super::apply_sets(&mut scenario, &args.sets)?;
     let warmup = args
         .warmup
         .as_deref()

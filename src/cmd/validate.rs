@@ -1,5 +1,8 @@
 //! `capsim validate`: the simulator against a live replay of the same arrivals, at 30%, 60% and
-//! 85% of the profile's calibrated capacity.
+//! 85% of the profile's calibrated capacity; with `--endpoint URL`, against a running server
+//! ([`endpoint`]).
+
+mod endpoint;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -9,6 +12,7 @@ use anyhow::{Context, Result};
 use capsim_calibrate::check_model_file;
 use capsim_calibrate::live::{LiveRequest, LiveRun, replay};
 use capsim_calibrate::probe::SpeedProbe;
+use capsim_report::validation::CalibratedCapacity;
 use capsim_sim::output::write_requests_parquet;
 use capsim_sim::profile::{Profile, ProfileServiceTime};
 use capsim_sim::quantity::parse_duration_ns;
@@ -22,32 +26,112 @@ use clap::Args;
 
 use super::BadInput;
 use super::calibrate::{cpu_wait_share, load_runtime, user_facing};
-use super::replay::{ServerArgs, live_summary};
+use super::replay::{ProtocolArg, ServerArgs, live_summary};
 
 #[derive(Debug, Args)]
 pub struct ValidateArgs {
     /// The live server; its scenario's default pool is also simulated, with the profile's times.
     #[command(flatten)]
     pub server: ServerArgs,
-    /// The model's calibration profile (from `capsim calibrate`), used by the simulation.
-    #[arg(long, value_name = "PROFILE.json")]
-    pub profile: PathBuf,
+    /// Validate against a running server at this URL (`http://HOST:PORT`) instead of the
+    /// in-process live server: the trace is sent to it in its time (open loop), and the
+    /// simulation is also run with the service times the server reported (Triton's statistics).
+    #[arg(long, value_name = "URL")]
+    pub endpoint: Option<String>,
+    /// With --endpoint: the server's protocol (the server's own service times need Triton's
+    /// statistics, so `openai` gets the scenario-driven simulation only).
+    #[arg(long, value_enum, default_value = "kserve")]
+    pub protocol: ProtocolArg,
+    /// The model's calibration profile (from `capsim calibrate`), used by the simulation
+    /// (required without --endpoint; with it, the scenario's [service] is used when absent).
+    #[arg(
+        long,
+        value_name = "PROFILE.json",
+        required_unless_present = "endpoint"
+    )]
+    pub profile: Option<PathBuf>,
+    /// Override a scenario key, e.g. `instances=1` (repeatable); the server and the
+    /// simulations see the overridden scenario.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub sets: Vec<String>,
     /// Loads as fractions of the calibrated capacity.
     #[arg(long, value_delimiter = ',', default_value = "0.3,0.6,0.85")]
     pub loads: Vec<f64>,
     /// Wall time of each live run.
     #[arg(long, default_value = "20s", value_name = "DURATION")]
     pub duration: String,
-    /// Longest input; longer trace inputs are cut to it in both runs.
-    #[arg(long, default_value_t = 64, value_name = "TOKENS")]
-    pub max_length: u32,
+    /// Longest input; longer trace inputs are cut to it in every run (default: 64; with
+    /// --endpoint 512, as `replay --endpoint`).
+    #[arg(long, value_name = "TOKENS")]
+    pub max_length: Option<u32>,
     /// Seed of the simulation and of the live input data.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Also write both runs' per-request records, `DIR/load-30/{simulated,measured}.parquet`
-    /// (same columns as `capsim simulate`'s requests.parquet), to compare them request by request.
+    /// (same columns as `capsim simulate`'s requests.parquet), to compare them request by
+    /// request. With --endpoint also the run-driven simulation's (`simulated-run.parquet`) and
+    /// `validation.json` with every figure printed (default: output/validate-endpoint).
     #[arg(short = 'o', long = "out", value_name = "DIR")]
     pub out: Option<PathBuf>,
+}
+
+/// Checks `--loads`: each a positive finite fraction.
+fn check_loads(loads: &[f64]) -> Result<()> {
+    if loads.iter().any(|&l| !(l > 0.0 && l.is_finite())) {
+        return Err(BadInput(format!(
+            "--loads {loads:?}: each load must be a positive fraction such as 0.6"
+        ))
+        .into());
+    }
+    Ok(())
+}
+
+/// The requests' input lengths as the server sees them: cut to `max_length`, at least 1.
+fn served_lengths(trace: &Trace, max_length: u32) -> Vec<u32> {
+    trace
+        .input_tokens()
+        .iter()
+        .map(|&t| t.clamp(1, max_length))
+        .collect()
+}
+
+/// The trace's mean rate: its requests after the first over its span, per second.
+fn trace_rate_rps(trace: &Trace) -> f64 {
+    let arrivals = trace.arrival_ns();
+    let n = arrivals.len();
+    (n - 1) as f64 / ((arrivals[n - 1] - arrivals[0]).max(1) as f64 * 1e-9)
+}
+
+/// The trace with its gaps compressed (or stretched) to `rate_rps`, from 0, and its requests
+/// in the first `duration_ns` kept, with input lengths `lengths` and, when
+/// `keep_output_tokens`, the trace's output lengths.
+fn scaled_trace(
+    trace: &Trace,
+    lengths: &[u32],
+    rate_rps: f64,
+    duration_ns: u64,
+    keep_output_tokens: bool,
+) -> Result<Trace> {
+    let scale = trace_rate_rps(trace) / rate_rps;
+    let arrivals = trace.arrival_ns();
+    let first = arrivals[0];
+    let outputs = trace.output_tokens().filter(|_| keep_output_tokens);
+    let mut columns = Columns {
+        output_tokens: outputs.map(|_| Vec::new()),
+        ..Columns::default()
+    };
+    for (i, &arrival) in arrivals.iter().enumerate() {
+        let at_ns = ((arrival - first) as f64 * scale).round() as u64;
+        if at_ns > duration_ns {
+            break;
+        }
+        columns.arrival_ns.push(at_ns);
+        columns.input_tokens.push(lengths[i]);
+        if let (Some(kept), Some(all)) = (columns.output_tokens.as_mut(), outputs) {
+            kept.push(all[i]);
+        }
+    }
+    Trace::from_columns(columns).context("building the scaled trace")
 }
 
 fn relative_error(simulated: f64, measured: f64) -> f64 {
@@ -59,19 +143,21 @@ fn relative_error(simulated: f64, measured: f64) -> f64 {
 }
 
 pub fn run(args: ValidateArgs) -> Result<()> {
-    let server = &args.server;
-    let scenario = server.served_scenario()?;
-    if args.loads.iter().any(|&l| !(l > 0.0 && l.is_finite())) {
-        return Err(BadInput(format!(
-            "--loads {:?}: each load must be a positive fraction such as 0.6",
-            args.loads
-        ))
-        .into());
+    if let Some(url) = &args.endpoint {
+        return endpoint::run(&args, url);
     }
+    let server = &args.server;
+    let mut scenario = server.served_scenario()?;
+    super::apply_sets(&mut scenario, &args.sets)?;
+    check_loads(&args.loads)?;
     let duration_ns =
         parse_duration_ns(&args.duration).map_err(|e| BadInput(format!("--duration: {e}")))?;
     check_model_file(&server.model).map_err(user_facing)?;
-    let profile = Profile::read(&args.profile).map_err(|e| BadInput(e.to_string()))?;
+    let profile_path = args
+        .profile
+        .as_ref()
+        .ok_or_else(|| BadInput("--profile is required without --endpoint".into()))?;
+    let profile = Profile::read(profile_path).map_err(|e| BadInput(e.to_string()))?;
     if let Some(warning) = measurement_mismatch(&profile, &scenario, server.threads) {
         eprintln!("validate: warning: {warning}");
     }
@@ -86,34 +172,17 @@ pub fn run(args: ValidateArgs) -> Result<()> {
     if trace.len() < 2 {
         return Err(BadInput("capsim validate needs a trace of at least 2 requests".into()).into());
     }
-    let max_length = args.max_length.max(1);
-    let lengths: Vec<u32> = trace
-        .input_tokens()
-        .iter()
-        .map(|&t| t.clamp(1, max_length))
-        .collect();
-    let arrivals = trace.arrival_ns();
-    let trace_rate_rps =
-        (trace.len() - 1) as f64 / ((arrivals[trace.len() - 1] - arrivals[0]).max(1) as f64 * 1e-9);
+    let max_length = args.max_length.unwrap_or(64).max(1);
+    let lengths = served_lengths(trace, max_length);
 
     // Calibrated capacity: every model instance running full batches of a typical (mean) length.
     let pool = &scenario.pools()[0];
-    let model_instances =
-        f64::from(pool.instances * pool.execution.gpus * pool.execution.instance_count);
-    let mean_length =
-        (lengths.iter().map(|&l| f64::from(l)).sum::<f64>() / lengths.len() as f64).ceil() as u32;
-    let max_batch = pool.batcher.max_batch_size;
-    let full_batch = BatchShape {
-        size: max_batch,
-        max_input_tokens: mean_length,
-        total_input_tokens: u64::from(max_batch) * u64::from(mean_length),
-        // At capacity a model instance runs batches back to back.
-        idle_ns: 0,
-    };
-    let capacity_rps =
-        model_instances * f64::from(max_batch) / (service.mean_ns(&full_batch) * 1e-9);
+    let capacity = CalibratedCapacity::of(pool, service.as_ref(), &lengths)
+        .ok_or_else(|| BadInput("the profile times a full batch at 0 ns".into()))?;
+    let capacity_rps = capacity.rate_rps;
     println!(
-        "calibrated capacity: {capacity_rps:.1} rps ({model_instances} model instances, batches of {max_batch} at {mean_length} tokens)"
+        "calibrated capacity: {capacity_rps:.1} rps ({} model instances, batches of {} at {} tokens)",
+        capacity.model_instances, capacity.max_batch_size, capacity.mean_input_tokens
     );
 
     let runtime = load_runtime(server.ort_lib.as_deref())?;
@@ -133,28 +202,17 @@ pub fn run(args: ValidateArgs) -> Result<()> {
     );
     for &load in &args.loads {
         // Compress (or stretch) the trace's gaps to the target rate; keep `duration` of it.
-        let scale = trace_rate_rps / (load * capacity_rps);
-        let first = arrivals[0];
-        let mut columns = Columns::default();
-        for (i, &arrival) in arrivals.iter().enumerate() {
-            let at_ns = ((arrival - first) as f64 * scale).round() as u64;
-            if at_ns > duration_ns {
-                break;
-            }
-            columns.arrival_ns.push(at_ns);
-            columns.input_tokens.push(lengths[i]);
-        }
-        let requests: Vec<LiveRequest> = columns
-            .arrival_ns
+        let scaled = scaled_trace(trace, &lengths, load * capacity_rps, duration_ns, false)?;
+        let requests: Vec<LiveRequest> = scaled
+            .arrival_ns()
             .iter()
-            .zip(&columns.input_tokens)
+            .zip(scaled.input_tokens())
             .map(|(&arrival_ns, &input_tokens)| LiveRequest {
                 arrival_ns,
                 input_tokens,
                 output_tokens: 0,
             })
             .collect();
-        let scaled = Trace::from_columns(columns).context("building the scaled trace")?;
         let mut options = RunOptions {
             seed: args.seed,
             service_override: Some(service.clone() as Arc<dyn ServiceTime>),

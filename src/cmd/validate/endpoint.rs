@@ -1,0 +1,407 @@
+//! `capsim validate --endpoint URL`: the simulator against a running server. At each load (a
+//! fraction of the scenario's calibrated capacity) the trace, scaled to that rate, is sent to
+//! the server (open loop) and simulated twice: with the scenario's (or the profile's) service
+//! model, and with the compute time per batch size the server itself reported for that run
+//! (Triton's statistics, read before and after it). Prints one table per load and writes
+//! `validation.json` and the per-request records under `-o DIR`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use capsim_endpoint::measured_service::MeasuredService;
+use capsim_endpoint::triton::{self, ModelStats};
+use capsim_endpoint::{EndpointError, EndpointOptions, LoadMode, MeasuredRun, Protocol};
+use capsim_report::validation::{
+    BatchShares, CalibratedCapacity, ComputeDrift, Figures, LoadValidation, Measured, RunService,
+    Simulated, execution_by_batch_size, relative_error,
+};
+use capsim_sim::llm::spec::BatcherKind;
+use capsim_sim::output::write_requests_parquet;
+use capsim_sim::profile::{Profile, ProfileServiceTime};
+use capsim_sim::quantity::parse_duration_ns;
+use capsim_sim::scenario::Pool;
+use capsim_sim::{RequestRecord, RunOptions, Scenario, ServiceTime, simulate_with_requests};
+use capsim_trace::{Columns, Trace};
+
+use super::{ValidateArgs, check_loads, scaled_trace, served_lengths};
+use crate::cmd::BadInput;
+use crate::cmd::replay::{ProtocolArg, reporting_of};
+
+/// Where `-o` defaults to.
+const DEFAULT_OUT: &str = "output/validate-endpoint";
+
+/// Requests sent one at a time before the first load, so that the server's first runs (lazy
+/// initialization, cold caches) fall in no measurement; the statistics are read after them.
+const WARMUP_REQUESTS: usize = 16;
+
+/// A request not answered this long after its send fails as `timeout`.
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Everything `validation.json` holds besides the loads.
+struct Setup {
+    endpoint: String,
+    protocol: &'static str,
+    model: String,
+    scenario: String,
+    /// `scenario` (its [service]) or `profile PATH`.
+    service_model: String,
+    capacity: CalibratedCapacity,
+    /// Where the scenario and the server's batcher differ (empty when they agree or the server
+    /// does not say).
+    batcher_differences: Vec<String>,
+}
+
+impl Setup {
+    fn to_json(&self, loads: &[LoadValidation]) -> serde_json::Value {
+        serde_json::json!({
+            "endpoint": self.endpoint,
+            "protocol": self.protocol,
+            "model": self.model,
+            "scenario": self.scenario,
+            "service_model": self.service_model,
+            "capacity": self.capacity,
+            "batcher_differences": self.batcher_differences,
+            "loads": loads,
+        })
+    }
+}
+
+pub(super) fn run(args: &ValidateArgs, url: &str) -> Result<()> {
+    let server = &args.server;
+    let scenario_path = server.scenario.as_ref().ok_or_else(|| {
+        BadInput("--scenario is required: the simulations run its default pool".into())
+    })?;
+    let mut scenario = Scenario::from_path(scenario_path).map_err(|e| BadInput(e.to_string()))?;
+    crate::cmd::apply_sets(&mut scenario, &args.sets)?;
+    let pool = batched_pool(&scenario, scenario_path)?.clone();
+    check_loads(&args.loads)?;
+    let duration_ns =
+        parse_duration_ns(&args.duration).map_err(|e| BadInput(format!("--duration: {e}")))?;
+    let (service, service_model, model_label) = service_of(args, &pool)?;
+    let model = server.model.to_string_lossy().into_owned();
+    let protocol = match args.protocol {
+        ProtocolArg::Kserve => Protocol::Kserve,
+        ProtocolArg::Openai => Protocol::Openai,
+    };
+    let max_length = args.max_length.unwrap_or(512).max(1);
+    let options = EndpointOptions {
+        mode: LoadMode::Open,
+        timeout: TIMEOUT,
+        seed: args.seed,
+        max_input_tokens: if protocol == Protocol::Kserve {
+            max_length
+        } else {
+            u32::MAX
+        },
+        ..EndpointOptions::new(url, protocol, &model)
+    };
+
+    let loaded = server.input.load()?;
+    eprintln!("{}", loaded.report_line());
+    let trace = &loaded.trace;
+    if trace.len() < 2 {
+        return Err(BadInput("capsim validate needs a trace of at least 2 requests".into()).into());
+    }
+    // What the server sees: KServe inputs cut to --max-length; an OpenAI prompt as it is.
+    let lengths = served_lengths(trace, options.max_input_tokens);
+    let capacity = CalibratedCapacity::of(&pool, service.as_ref(), &lengths).ok_or_else(|| {
+        BadInput(format!(
+            "the {service_model} times a full batch at 0 ns: no capacity to scale the loads to"
+        ))
+    })?;
+    println!(
+        "calibrated capacity: {:.1} rps ({} model instances, batches of {} at {} tokens taking {:.3} ms with the {model_label} service model)",
+        capacity.rate_rps,
+        capacity.model_instances,
+        capacity.max_batch_size,
+        capacity.mean_input_tokens,
+        capacity.full_batch_ms
+    );
+
+    let batcher_differences = check_server(&options, &pool)?;
+    capsim_endpoint::replay(
+        &warmup_trace(trace, &lengths, protocol == Protocol::Openai)?,
+        &EndpointOptions {
+            mode: LoadMode::Closed {
+                concurrency: 1,
+                think_time: Duration::ZERO,
+            },
+            ..options.clone()
+        },
+        &reporting_of(&scenario),
+    )
+    .map_err(|e| BadInput(e.to_string()))?;
+
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_OUT));
+    std::fs::create_dir_all(&out)
+        .with_context(|| format!("cannot create output directory {}", out.display()))?;
+    let setup = Setup {
+        endpoint: url.to_string(),
+        protocol: match protocol {
+            Protocol::Kserve => "kserve",
+            Protocol::Openai => "openai",
+        },
+        model: model.clone(),
+        scenario: scenario.name.clone(),
+        service_model: service_model.clone(),
+        capacity,
+        batcher_differences,
+    };
+    let mut loads: Vec<LoadValidation> = Vec::new();
+    for &load in &args.loads {
+        let rate_rps = load * capacity.rate_rps;
+        let scaled = scaled_trace(
+            trace,
+            &lengths,
+            rate_rps,
+            duration_ns,
+            protocol == Protocol::Openai,
+        )?;
+        let run = measure(&scaled, &options, &scenario)?;
+        let sim_options = RunOptions {
+            seed: args.seed,
+            service_override: Some(service.clone()),
+            ..RunOptions::default()
+        };
+        let (sim_run, sim_log) = simulate_with_requests(&scenario, &scaled, &sim_options)?;
+        let stats = run.stats.as_ref();
+        let server_shares = stats.map_or_else(BatchShares::default, |s| {
+            BatchShares::from_counts(s.batch_stats.iter().map(|b| (b.batch_size, b.executions())))
+        });
+        let mut figures = Figures::of(&run.measured.summary);
+        figures.queue_mean_ms = stats
+            .and_then(ModelStats::queue_mean_ns)
+            .map(|ns| ns * 1e-6);
+        let sim = Simulated::new(&sim_run.summary, &figures, &server_shares);
+        let run_service = stats.and_then(|s| MeasuredService::new(&s.batch_times()));
+        let run_sim = match &run_service {
+            Some(measured_service) => {
+                let options = RunOptions {
+                    service_override: Some(Arc::new(measured_service.clone())),
+                    ..sim_options.clone()
+                };
+                Some(simulate_with_requests(&scenario, &scaled, &options)?)
+            }
+            None => None,
+        };
+        let dir = out.join(format!("load-{:.0}", load * 100.0));
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create output directory {}", dir.display()))?;
+        let pools = std::slice::from_ref(&pool.name);
+        write_requests_parquet(
+            &dir.join("measured.parquet"),
+            &run.measured.records,
+            &["endpoint".to_string()],
+        )?;
+        write_requests_parquet(&dir.join("simulated.parquet"), sim_log.records(), pools)?;
+        if let Some((_, log)) = &run_sim {
+            write_requests_parquet(&dir.join("simulated-run.parquet"), log.records(), pools)?;
+        }
+        let summary = &run.measured.summary;
+        let result = LoadValidation {
+            load,
+            rate_rps,
+            requests: scaled.len() as u64,
+            measured: Measured {
+                figures,
+                sent: summary.load.as_ref().map_or(0, |l| l.sent),
+                completed: summary.requests.completed,
+                failed: summary.requests.failed,
+                schedule_delay_p99_ms: summary.load.as_ref().map(|l| l.schedule_delay_p99_ms),
+            },
+            sim,
+            run_sim: run_sim
+                .as_ref()
+                .map(|(r, _)| Simulated::new(&r.summary, &figures, &server_shares)),
+            run_sim_missing: run_service.is_none().then(|| {
+                run.stats_missing
+                    .clone()
+                    .unwrap_or_else(|| "the server reported no batch for this run".to_string())
+            }),
+            run_service: run_service.as_ref().map(|s| RunService {
+                batch_sizes: s.sizes().to_vec(),
+                fit_a_ms: s.fit().a_ns * 1e-6,
+                fit_b_ms: s.fit().b_ns * 1e-6,
+            }),
+            compute_by_batch_size: drift(stats, sim_log.records()),
+            server_batch_shares: server_shares,
+        };
+        print!("{}", result.human(&model_label, "server's"));
+        if let Some(delay_ms) = result.measured.schedule_delay_p99_ms.filter(|&d| d > 1.0) {
+            eprintln!(
+                "validate: warning: at {:.0}% load the load generator sent 1% of its requests more than {delay_ms:.1} ms late: the measured latencies include the client's delay",
+                load * 100.0
+            );
+        }
+        loads.push(result);
+    }
+    let json = out.join("validation.json");
+    let text = serde_json::to_string_pretty(&setup.to_json(&loads))
+        .context("serializing the validation")?;
+    std::fs::write(&json, text + "\n")
+        .with_context(|| format!("cannot write {}", json.display()))?;
+    println!("wrote {}", out.display());
+    Ok(())
+}
+
+/// The trace's first [`WARMUP_REQUESTS`] requests, with the served lengths, 1 ms apart (sent one
+/// at a time, so their times do not matter).
+fn warmup_trace(trace: &Trace, lengths: &[u32], keep_output_tokens: bool) -> Result<Trace> {
+    let n = WARMUP_REQUESTS.min(trace.len());
+    let columns = Columns {
+        arrival_ns: (0..n as u64).map(|i| i * 1_000_000).collect(),
+        input_tokens: lengths[..n].to_vec(),
+        output_tokens: trace
+            .output_tokens()
+            .filter(|_| keep_output_tokens)
+            .map(|o| o[..n].to_vec()),
+        ..Columns::default()
+    };
+    Trace::from_columns(columns).context("building the warm-up trace")
+}
+
+/// The scenario's default pool, when the comparison can be made with it: one pool, with the
+/// dynamic batcher and a service model.
+fn batched_pool<'a>(scenario: &'a Scenario, path: &Path) -> Result<&'a Pool> {
+    let bad = |why: String| -> anyhow::Error {
+        BadInput(format!("scenario {}: {why}", path.display())).into()
+    };
+    let pools = scenario.pools();
+    if pools.len() > 1 {
+        return Err(bad(
+            "validate --endpoint compares one server's model with the default pool; remove the [pools.*] sections".into(),
+        ));
+    }
+    let pool = &pools[0];
+    if matches!(pool.batcher.kind, BatcherKind::Continuous) {
+        return Err(bad(format!(
+            "pool {:?} has batcher.kind = \"continuous\": validate --endpoint compares a dynamic batcher (Triton's) only",
+            pool.name
+        )));
+    }
+    if pool.service.is_none() {
+        return Err(bad(format!("pool {:?} has no [service] model", pool.name)));
+    }
+    Ok(pool)
+}
+
+/// The service model of the scenario-driven simulation: the profile's (`--profile`) or the
+/// pool's own; with how the output names it.
+fn service_of(args: &ValidateArgs, pool: &Pool) -> Result<(Arc<dyn ServiceTime>, String, String)> {
+    match &args.profile {
+        Some(path) => {
+            let profile = Profile::read(path).map_err(|e| BadInput(e.to_string()))?;
+            Ok((
+                Arc::new(ProfileServiceTime::new(&profile)),
+                format!("profile {}", path.display()),
+                "profile's".to_string(),
+            ))
+        }
+        None => Ok((
+            pool.service.clone().expect("checked by batched_pool"),
+            "scenario".to_string(),
+            "scenario's".to_string(),
+        )),
+    }
+}
+
+/// Checks the server before any load: reachable, serving the model (else the error), and, for
+/// a Triton, whether its batcher is the scenario's (each difference printed as a warning and
+/// returned).
+fn check_server(options: &EndpointOptions, pool: &Pool) -> Result<Vec<String>> {
+    if options.protocol != Protocol::Kserve {
+        eprintln!(
+            "validate: the run-driven simulation needs the server's compute time per batch size, which only Triton's statistics give: with --protocol openai only the scenario-driven one runs"
+        );
+        return Ok(Vec::new());
+    }
+    let differences = match triton::batcher_config(&options.base_url, &options.model) {
+        Ok(config) => config.differences(pool),
+        Err(e @ (EndpointError::Unreachable { .. } | EndpointError::BadUrl { .. })) => {
+            return Err(BadInput(e.to_string()).into());
+        }
+        // Not a Triton, or no such model: the replay's own check names which.
+        Err(_) => Vec::new(),
+    };
+    for difference in &differences {
+        eprintln!(
+            "validate: warning: {difference}; the comparison measures that difference too (fix the scenario or --set it)"
+        );
+    }
+    Ok(differences)
+}
+
+/// A measured run with the server's statistics for it.
+struct Run {
+    measured: MeasuredRun,
+    /// What the server counted during the run (Triton only).
+    stats: Option<ModelStats>,
+    /// Why `stats` is missing.
+    stats_missing: Option<String>,
+}
+
+/// Replays `trace` against the server, reading its statistics before and after.
+fn measure(trace: &Trace, options: &EndpointOptions, scenario: &Scenario) -> Result<Run> {
+    let snapshot = || {
+        match options.protocol {
+        Protocol::Kserve => triton::model_stats(&options.base_url, &options.model)
+            .map_err(|e| format!("the server gave no Triton statistics ({e})")),
+        Protocol::Openai => Err(
+            "the OpenAI protocol reports no compute time per batch size (Triton's statistics only, for now)"
+                .to_string(),
+        ),
+    }
+    };
+    let before = snapshot();
+    let measured = capsim_endpoint::replay(trace, options, &reporting_of(scenario))
+        .map_err(|e| BadInput(e.to_string()))?;
+    let after = snapshot();
+    let (stats, stats_missing) = match (before, after) {
+        (Ok(before), Ok(after)) => (Some(after.since(&before)), None),
+        (Err(why), _) | (_, Err(why)) => (None, Some(why)),
+    };
+    if let Some(stats) = &stats {
+        // Triton counts every request it ran; more than were sent means other traffic.
+        let sent = measured.records.len() as u64;
+        if stats.inference_count > sent {
+            eprintln!(
+                "validate: warning: the server ran {} requests during a run that sent {sent}: other clients' requests are in its statistics",
+                stats.inference_count
+            );
+        }
+    }
+    Ok(Run {
+        measured,
+        stats,
+        stats_missing,
+    })
+}
+
+/// The server's mean compute per batch size beside the simulation's mean execution of its
+/// batches of that size (the service model on the same trace).
+fn drift(stats: Option<&ModelStats>, simulated: &[RequestRecord]) -> Vec<ComputeDrift> {
+    let Some(stats) = stats else {
+        return Vec::new();
+    };
+    let model = execution_by_batch_size(simulated);
+    stats
+        .batch_times()
+        .iter()
+        .map(|t| {
+            let server_ms = t.mean_ns * 1e-6;
+            let model_ms = model.get(&t.batch_size).map(|&(_, ns)| ns * 1e-6);
+            ComputeDrift {
+                batch_size: t.batch_size,
+                server_batches: t.batches,
+                server_ms,
+                model_ms,
+                error: model_ms.and_then(|m| relative_error(m, server_ms)),
+            }
+        })
+        .collect()
+}
