@@ -140,6 +140,7 @@ fn horizon_cause(kind: EventKind) -> &'static str {
         }
         EventKind::QueueTimeout => "a queue timeout (`queue.timeout`)",
         EventKind::BatcherTimer => "the batcher's timer (`batcher.max_queue_delay`)",
+        EventKind::BatcherPoll => "the batcher's 500 ms poll",
         EventKind::BatchDone => {
             "a batch or step executing (`[service]` or `[step_time]` and the batcher's step overheads, with the trace's token counts)"
         }
@@ -427,6 +428,8 @@ impl<'a> Engine<'a> {
                     timer_at: SimTime::NEVER,
                     batcher: BatcherThread::default(),
                     batcher_idle_since: None,
+                    poll_at: SimTime::NEVER,
+                    poll_event_at: SimTime::NEVER,
                 });
                 schedulers.push(
                     pool.llm
@@ -615,6 +618,7 @@ impl<'a> Engine<'a> {
                     // A timer that no longer applies changes nothing: leaving the clock where it
                     // is keeps it from stretching the run's end (and its time-averaged figures)
                     // past the last thing that happened.
+                    self.carry_poll(&event);
                     continue;
                 }
                 if event.time_ns() >= SimTime::HORIZON.ns() {
@@ -688,7 +692,30 @@ impl<'a> Engine<'a> {
             EventKind::BatcherTimer => {
                 self.instances[event.target as usize].timer_at != SimTime(event.time_ns())
             }
+            EventKind::BatcherPoll => {
+                self.instances[event.target as usize].poll_at != SimTime(event.time_ns())
+            }
             _ => false,
+        }
+    }
+
+    /// A stale batcher poll still carries the instance's next one: each instance keeps at most
+    /// one poll event queued (an idle thread's poll is asked for at nearly every arrival), moved
+    /// on to the poll now wanted, if any.
+    fn carry_poll(&mut self, event: &Event) {
+        if event.kind != EventKind::BatcherPoll {
+            return;
+        }
+        let instance = &mut self.instances[event.target as usize];
+        instance.poll_event_at = SimTime::NEVER;
+        if instance.poll_at != SimTime::NEVER {
+            instance.poll_event_at = instance.poll_at;
+            self.events.push(
+                instance.poll_at.ns(),
+                EventKind::BatcherPoll,
+                event.target,
+                0,
+            );
         }
     }
 
@@ -736,6 +763,12 @@ impl<'a> Engine<'a> {
                 // `run` drops timers whose deadline has moved (`is_stale_timer`).
                 debug_assert_eq!(instance.timer_at, now);
                 instance.timer_at = SimTime::NEVER;
+                self.dispatch(target);
+            }
+            EventKind::BatcherPoll => {
+                let instance = &mut self.instances[target as usize];
+                debug_assert_eq!(instance.poll_at, now);
+                instance.poll_event_at = SimTime::NEVER;
                 self.dispatch(target);
             }
             EventKind::BatchDone => self.batch_done(target, sink),
@@ -1112,8 +1145,33 @@ impl<'a> Engine<'a> {
             self.plan_step(instance_index);
             return;
         }
+        if self.pools[self.instances[index].pool as usize]
+            .batcher
+            .max_batch_size
+            == 1
+        {
+            self.start_singles(instance_index);
+            return;
+        }
         self.start_payloads(instance_index);
         self.run_batcher(instance_index);
+    }
+
+    /// Without batching (`max_batch_size = 1`) Triton runs no batcher thread: each request is a
+    /// payload of its own, and free model instances take them in order.
+    #[inline]
+    fn start_singles(&mut self, instance_index: u32) {
+        loop {
+            let instance = &self.instances[instance_index as usize];
+            if instance.queue.is_empty() {
+                return;
+            }
+            let Some(free) = instance.free.first() else {
+                return;
+            };
+            let mi_index = instance.first_model_instance + free;
+            self.start_batch(instance_index, mi_index, 1);
+        }
     }
 
     /// A request was queued at `instance_index`: the batcher runs if the arrival wakes it
@@ -1128,18 +1186,23 @@ impl<'a> Engine<'a> {
         }
         let instance = &mut self.instances[index];
         let batcher = &self.pools[instance.pool as usize].batcher;
+        if batcher.max_batch_size == 1 {
+            self.start_singles(instance_index);
+            return;
+        }
         let thread = &instance.batcher;
         let waiting = instance.queue.len() - thread.in_payloads();
         let slot = thread.slot_available(batcher, instance.model_instances, instance.free.len());
         if thread.woken_by_arrival(waiting, slot) {
             self.run_batcher(instance_index);
-        } else if let Some(since) = instance.batcher_idle_since
-            && instance.timer_at == SimTime::NEVER
-        {
-            let poll_ns = since.ns().saturating_add(IDLE_POLL_NS);
-            instance.timer_at = SimTime(poll_ns);
-            self.events
-                .push(poll_ns, EventKind::BatcherTimer, instance_index, 0);
+        } else if let Some(since) = instance.batcher_idle_since {
+            let poll = SimTime(since.ns().saturating_add(IDLE_POLL_NS));
+            instance.poll_at = poll;
+            if instance.poll_event_at == SimTime::NEVER {
+                instance.poll_event_at = poll;
+                self.events
+                    .push(poll.ns(), EventKind::BatcherPoll, instance_index, 0);
+            }
         }
     }
 
@@ -1170,6 +1233,7 @@ impl<'a> Engine<'a> {
         let index = instance_index as usize;
         // The thread is awake: the timer it slept on no longer stands (unless set again).
         let previous_timer = std::mem::replace(&mut self.instances[index].timer_at, SimTime::NEVER);
+        self.instances[index].poll_at = SimTime::NEVER;
         self.instances[index].batcher_idle_since = None;
         // Each pass moves requests into a payload, replaces a saturated one, or returns.
         loop {
@@ -1719,6 +1783,23 @@ mod tests {
             got, expected,
             "without prefetching a batch is formed when the instance frees up"
         );
+    }
+
+    #[test]
+    fn golden_a_request_the_batcher_was_not_woken_for_joins_at_its_500_ms_poll() {
+        let s = "[batcher]\nmax_batch_size = 8\npreferred_batch_size = [4]\nmax_queue_delay = \"2ms\"\n\
+                 [service]\nkind = \"constant\"\ntime = \"2s\"\n";
+        let got = timeline(s, &trace_ms(&[0, 1, 3, 6], None));
+        // [r0 r1] run from 2 ms; [r2] is formed at 5 ms and waits for the instance; r3 (6 ms)
+        // does not wake the thread (1 < 4 waiting), which polls at 5 + 500 ms and adds r3 to
+        // [r2] before the instance takes it at 2002 ms.
+        let expected = vec![
+            (0, Some(2), Some(2002), 2, DONE),
+            (1, Some(2), Some(2002), 2, DONE),
+            (2, Some(2002), Some(4002), 2, DONE),
+            (3, Some(2002), Some(4002), 2, DONE),
+        ];
+        assert_eq!(got, expected);
     }
 
     #[test]

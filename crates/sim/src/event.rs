@@ -33,6 +33,9 @@ pub enum EventKind {
     QueueTimeout,
     /// The batcher's `max_queue_delay` of an instance's oldest request runs out (target: instance).
     BatcherTimer,
+    /// The batcher thread's 500 ms poll of an instance, when it sleeps with a request it was not
+    /// woken for (target: instance).
+    BatcherPoll,
     /// A model instance finished its batch (target: model instance).
     BatchDone,
     /// A model instance finished loading (target: model instance).

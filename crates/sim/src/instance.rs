@@ -35,6 +35,11 @@ pub struct Instance {
     pub batcher: BatcherThread,
     /// When the batcher thread went to sleep with nothing waiting, if it is asleep so.
     pub batcher_idle_since: Option<SimTime>,
+    /// When the sleeping batcher thread polls (500 ms after it went idle, asked for by an
+    /// arrival it was not woken for), or [`SimTime::NEVER`].
+    pub poll_at: SimTime,
+    /// Time of the one poll event this instance has queued, or [`SimTime::NEVER`].
+    pub poll_event_at: SimTime,
 }
 
 impl Instance {
