@@ -197,6 +197,11 @@ def start(args: argparse.Namespace) -> None:
     env["LD_LIBRARY_PATH"] = f"{libdir}:{HOME / 'libs'}:{env.get('LD_LIBRARY_PATH', '')}"
     log = open(out / "triton.log", "w")
     pin = ["taskset", "-c", args.cpus] if args.cpus else []
+    # Triton's own per-request timestamps (queue start, compute start and end, HTTP send), one
+    # JSON file written as the server runs.
+    trace = ([f"--trace-config=triton,file={out / 'trace.json'}", "--trace-config=level=TIMESTAMPS",
+              "--trace-config=rate=1", "--trace-config=count=-1",
+              "--trace-config=triton,log-frequency=0"] if args.trace else [])
     process = subprocess.Popen(
         [*pin, str(HOME / "server" / "bin" / "tritonserver"),
          f"--model-repository={repo}",
@@ -204,7 +209,7 @@ def start(args: argparse.Namespace) -> None:
          "--http-address=127.0.0.1", f"--http-port={ports['http']}",
          "--grpc-address=127.0.0.1", f"--grpc-port={ports['grpc']}",
          f"--metrics-port={ports['metrics']}", "--metrics-address=127.0.0.1",
-         "--log-verbose=0"],
+         "--log-verbose=0", *trace],
         stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     (out / "pid").write_text(str(process.pid))
     deadline = time.time() + 60
@@ -266,6 +271,8 @@ def main() -> None:
     s.add_argument("--b", default="0.5ms")
     s.add_argument("--onnx")
     s.add_argument("--cpus", help="CPU list for taskset (the server and its Python backend)")
+    s.add_argument("--trace", action="store_true",
+                   help="Triton traces every request's timestamps into DIR/trace.json")
     t = sub.add_parser("stop")
     t.add_argument("--dir", required=True)
     q = sub.add_parser("stats")

@@ -38,6 +38,7 @@ SETTINGS = {
 }
 LOADS = [0.3, 0.6, 0.85]
 SERVER_CPUS = ""
+TRACE = False
 
 
 def scenario_toml(name: str, s: dict, a_ms: float = A_MS, b_ms: float = B_MS) -> str:
@@ -80,6 +81,7 @@ def run_one(out: Path, label: str, setting: dict, load: float, duration: str) ->
            "-o", str(trace))
     triton = ROOT / "scripts" / "triton.py"
     pin = ["--cpus", SERVER_CPUS] if SERVER_CPUS else []
+    pin += ["--trace"] if TRACE else []
     subprocess.run([sys.executable, str(triton), "start", "--scenario", str(scenario), "--dir",
                     str(out), "--a", f"{A_MS}ms", "--b", f"{B_MS}ms", *pin], check=True,
                    stdout=subprocess.DEVNULL)
@@ -102,10 +104,14 @@ def compare(out: Path, label: str, setting: dict, load: float, rate: float) -> s
     capsim("simulate", "--scenario", str(out / "scenario.toml"), str(trace), "-o",
            str(out / "simulated"))
     # The run-driven simulation: the service time Triton itself measured per batch size
-    # (compute input + infer + output), fitted as a + b * batch_size.
+    # (compute input + infer + output), fitted as a + b * batch_size, plus, when the run was
+    # traced, each model instance's turnaround between batches (Triton's own timestamps).
     a_ms, b_ms = fit_affine(stats["batch_stats"])
+    traced = (out / "trace.json").exists()
+    timings = trace_timings(out / "trace.json", setting["instances"]) if traced else None
+    turnaround_ms = timings["turnaround_ms"] if timings else 0.0
     fitted = out / "scenario-run.toml"
-    fitted.write_text(scenario_toml(label, setting, a_ms, b_ms))
+    fitted.write_text(scenario_toml(label, setting, a_ms + turnaround_ms, b_ms))
     capsim("simulate", "--scenario", str(fitted), str(trace), "-o", str(out / "simulated-run"))
     measured = json.loads((out / "measured" / "summary.json").read_text())
     sims = [json.loads((out / d / "summary.json").read_text())
@@ -119,8 +125,6 @@ def compare(out: Path, label: str, setting: dict, load: float, rate: float) -> s
         keys = set(t_sh) | set(s_sh)
         return max((abs(t_sh.get(k, 0) - s_sh.get(k, 0)) for k in keys), default=0) * 100
 
-    queue = stats["inference_stats"]["queue"]
-    triton_queue_ms = queue["ns"] / max(queue["count"], 1) / 1e6
     e2e = measured["latency_ms"]["end_to_end"]
 
     def err(m: float, s: float) -> str:
@@ -130,14 +134,62 @@ def compare(out: Path, label: str, setting: dict, load: float, rate: float) -> s
         a, b = (sim["latency_ms"][key][stat] for sim in sims)
         return f"{measured_ms:.2f} / {a:.2f} ({err(measured_ms, a)}) / {b:.2f} ({err(measured_ms, b)})"
 
+    if timings:
+        queue = (f"{three(timings['queue_p50_ms'], 'queue', 'p50_ms')} | "
+                 f"{three(timings['queue_p99_ms'], 'queue', 'p99_ms')}")
+    else:
+        # Untraced: Triton's statistics give the mean only.
+        q = stats["inference_stats"]["queue"]
+        queue = f"mean {three(q['ns'] / max(q['count'], 1) / 1e6, 'queue', 'mean_ms')} | –"
     keys = sorted(set(t_sh) | set(sim_shares[0]), key=lambda k: -t_sh.get(k, 0))[:3]
     top = ", ".join(f"{k}: {t_sh.get(k, 0) * 100:.0f}/{sim_shares[0].get(k, 0) * 100:.0f}/"
                     f"{sim_shares[1].get(k, 0) * 100:.0f}" for k in keys)
     return (f"| {label} | {load * 100:.0f}% ({rate:.0f}/s) | {top} | {gap(sim_shares[0]):.1f} / "
-            f"{gap(sim_shares[1]):.1f} | {three(triton_queue_ms, 'queue', 'mean_ms')} | "
+            f"{gap(sim_shares[1]):.1f} | {queue} | "
             f"{three(e2e['p50_ms'], 'end_to_end', 'p50_ms')} | "
-            f"{three(e2e['p99_ms'], 'end_to_end', 'p99_ms')} | {a_ms:.2f} + {b_ms:.2f}·n | "
-            f"{measured['load']['schedule_delay_p99_ms']:.2f} |")
+            f"{three(e2e['p99_ms'], 'end_to_end', 'p99_ms')} | {a_ms:.2f} + {b_ms:.2f}·n "
+            f"+ {turnaround_ms:.3f} | {measured['load']['schedule_delay_p99_ms']:.2f} |")
+
+
+def read_trace(path: Path) -> dict:
+    """Triton's trace file (level TIMESTAMPS): each request's named timestamps, by request id."""
+    requests: dict = {}
+    for event in json.loads(path.read_text()):
+        stamps = requests.setdefault(event["id"], {})
+        for stamp in event.get("timestamps", []):
+            stamps[stamp["name"]] = stamp["ns"]
+    return requests
+
+
+def percentile(values: list, q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
+
+
+def trace_timings(path: Path, model_instances: int) -> dict:
+    """What Triton's own timestamps say: the queue time of every request (queue start to compute
+    start), and each model instance's turnaround: the time from one batch's compute end to the
+    next one's compute start on the same instance, when the next batch's oldest request was
+    already queued (so the instance had work and was not idle). Batches are the requests that
+    share a compute start and end; each goes to the instance free the longest before it."""
+    requests = [r for r in read_trace(path).values() if "COMPUTE_START" in r and "QUEUE_START" in r]
+    batches: dict = {}
+    for r in requests:
+        batches.setdefault((r["COMPUTE_START"], r["COMPUTE_END"]), []).append(r["QUEUE_START"])
+    free_at = [0] * model_instances
+    turnaround = []
+    for (start, end), queued in sorted(batches.items()):
+        k = min(range(model_instances), key=lambda i: (free_at[i] > start, free_at[i]))
+        if 0 < free_at[k] <= start and min(queued) < free_at[k]:
+            turnaround.append(start - free_at[k])
+        free_at[k] = max(free_at[k], end)
+    queue = [(r["COMPUTE_START"] - r["QUEUE_START"]) / 1e6 for r in requests]
+    return {
+        "queue_p50_ms": percentile(queue, 0.5), "queue_p99_ms": percentile(queue, 0.99),
+        "queue_mean_ms": sum(queue) / max(len(queue), 1),
+        "turnaround_ms": sum(turnaround) / len(turnaround) / 1e6 if turnaround else 0.0,
+        "turnarounds": len(turnaround), "batches": len(batches),
+    }
 
 
 def fit_affine(batch_stats: list) -> tuple:
@@ -169,17 +221,21 @@ def main() -> None:
     parser.add_argument("--resimulate", action="store_true",
                         help="no Triton: simulate again the runs stored under --out (after a "
                              "change to the simulator) and print their rows")
+    parser.add_argument("--trace", action="store_true",
+                        help="Triton traces every request (queue percentiles, turnaround)")
     args = parser.parse_args()
-    global SERVER_CPUS
+    global SERVER_CPUS, TRACE
+    TRACE = args.trace
     if args.pin:
         cpus = sorted(os.sched_getaffinity(0))
         SERVER_CPUS = str(cpus[0])
         CLIENT_CPUS.extend(["taskset", "-c", str(cpus[-1])])
     print("| setting | load | batch sizes, % of batches: Triton / sim / run-sim (top 3) "
-          "| worst share gap pp: sim / run-sim | queue mean ms: Triton / sim / run-sim "
+          "| worst share gap pp: sim / run-sim | queue p50 ms: Triton / sim / run-sim "
+          "| queue p99 ms: Triton / sim / run-sim "
           "| e2e p50 ms: measured / sim / run-sim | e2e p99 ms: measured / sim / run-sim "
-          "| Triton's compute, fitted (ms) | schedule delay p99 ms |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| Triton's compute, fitted + turnaround (ms) | schedule delay p99 ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     labels = list(SETTINGS)
     for i in (int(i) for i in args.settings.split(",")):
         for load in (float(x) for x in args.loads.split(",")):
