@@ -2,6 +2,13 @@
 //! vLLM, llama.cpp's server and others serve it: the prompt is the trace's input tokens as
 //! token ids, `max_tokens` and `min_tokens` its output tokens with `ignore_eos`, and the stream's
 //! server-sent events give each token's arrival and, at the end, the token counts (`usage`).
+//!
+//! Servers differ in what they honour. llama-cpp-python's server (0.3.36) refuses a prompt of
+//! token ids (HTTP 500, its request schema takes text only), ignores `ignore_eos` and
+//! `stream_options`, and so sends no `usage` in a stream; it does honour `min_tokens`. So a
+//! server that refuses ids gets a text prompt of one one-letter word per token
+//! ([`PromptForm::Text`]), and without `usage` the completion's length is the number of text
+//! events streamed.
 
 use bytes::Bytes;
 use rand::{RngExt, SeedableRng};
@@ -72,7 +79,33 @@ pub fn prompt_ids(input_tokens: u32, prefix_ids: &[u64], vocab: u64, seed: u64) 
     ids
 }
 
-/// The JSON body of a streamed completion of exactly `output_tokens` tokens (at least 1).
+/// How a server takes a prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PromptForm {
+    /// A list of token ids (vLLM, llama.cpp's own server, OpenAI's API): the server sees exactly
+    /// the trace's input tokens.
+    TokenIds,
+    /// Text of one one-letter word per token id (see [`prompt_text`]), for servers that take
+    /// text only: its length in tokens is the trace's only where each word is one token, as with
+    /// most sentencepiece and byte-level BPE vocabularies, so it is approximate.
+    Text,
+}
+
+/// The prompt as text: one word a token, the letter `a + id % 26`, separated by spaces
+/// ("q d k"), so that prompts sharing leading ids share leading words. Empty for no ids.
+pub fn prompt_text(ids: &[u64]) -> String {
+    let mut text = String::with_capacity(ids.len() * 2);
+    for (i, &id) in ids.iter().enumerate() {
+        if i > 0 {
+            text.push(' ');
+        }
+        text.push(char::from(b'a' + (id % 26) as u8));
+    }
+    text
+}
+
+/// The JSON body of a streamed completion of exactly `output_tokens` tokens (at least 1), with
+/// the prompt in `form`.
 pub fn completion_body(
     model: &str,
     input_tokens: u32,
@@ -80,12 +113,18 @@ pub fn completion_body(
     prefix_ids: &[u64],
     vocab: u64,
     seed: u64,
+    form: PromptForm,
 ) -> Bytes {
     let tokens = output_tokens.max(1);
+    let ids = prompt_ids(input_tokens, prefix_ids, vocab, seed);
+    let prompt = match form {
+        PromptForm::TokenIds => serde_json::json!(ids),
+        PromptForm::Text => serde_json::json!(prompt_text(&ids)),
+    };
     Bytes::from(
         serde_json::json!({
             "model": model,
-            "prompt": prompt_ids(input_tokens, prefix_ids, vocab, seed),
+            "prompt": prompt,
             "max_tokens": tokens,
             "min_tokens": tokens,
             "ignore_eos": true,
@@ -101,6 +140,7 @@ pub fn completion_body(
 #[derive(Debug, Default)]
 pub struct EventSplitter {
     pending: Vec<u8>,
+    text_events: u32,
     usage_tokens: Option<u32>,
     done: bool,
     malformed: bool,
@@ -134,17 +174,20 @@ impl EventSplitter {
                 Err(_) => self.malformed = true,
             }
         }
+        self.text_events += tokens as u32;
         tokens
     }
 
-    /// After the body ended: the completion tokens the server counted (when it said), or a
-    /// [`FailReason::Stream`] when the stream was cut (no `[DONE]`) or held an event that is
-    /// not JSON.
-    pub fn finish(&self) -> Result<Option<u32>, FailReason> {
+    /// After the body ended: the completion's tokens, as the server counted them in `usage`
+    /// or, when it sent no usage, as the events that carried text (one a token, as servers
+    /// stream them; a server that held a token back, say a partial UTF-8 character, and sent it
+    /// with the next one is counted one short). A [`FailReason::Stream`] when the stream was
+    /// cut (no `[DONE]`) or held an event that is not JSON.
+    pub fn finish(&self) -> Result<u32, FailReason> {
         if self.malformed || !self.done {
             return Err(FailReason::Stream);
         }
-        Ok(self.usage_tokens)
+        Ok(self.usage_tokens.unwrap_or(self.text_events))
     }
 }
 
@@ -169,13 +212,51 @@ mod tests {
         let mut s = EventSplitter::default();
         let (head, tail) = stream.as_bytes().split_at(40);
         assert_eq!(s.tokens_in(head) + s.tokens_in(tail), 2);
-        assert_eq!(s.finish(), Ok(Some(2)));
+        assert_eq!(s.finish(), Ok(2));
         let mut cut = EventSplitter::default();
         cut.tokens_in(b"data: {\"choices\":[{\"text\":\"a\"}]}\n\n");
         assert_eq!(
             cut.finish(),
             Err(FailReason::Stream),
             "no [DONE]: the stream was cut"
+        );
+    }
+
+    #[test]
+    fn without_usage_the_length_is_the_text_events_streamed() {
+        // As llama-cpp-python streams: a text event a token, a closing event with no text, no
+        // usage (it ignores stream_options).
+        let stream = "data: {\"choices\":[{\"text\":\" w1\"}]}\n\ndata: {\"choices\":[{\"text\":\" w2\"}]}\n\n\
+                      data: {\"choices\":[{\"text\":\" w3\"}]}\n\ndata: {\"choices\":[{\"text\":\"\",\"finish_reason\":\"length\"}]}\n\n\
+                      data: [DONE]\n\n";
+        let mut s = EventSplitter::default();
+        assert_eq!(s.tokens_in(stream.as_bytes()), 3);
+        assert_eq!(
+            s.finish(),
+            Ok(3),
+            "not the trace's length: what was streamed"
+        );
+    }
+
+    #[test]
+    fn a_text_prompt_has_one_word_a_token_and_keeps_shared_prefixes() {
+        assert_eq!(prompt_text(&[0, 1, 27, 25]), "a b b z");
+        assert_eq!(prompt_text(&[]), "");
+        let a = prompt_ids(600, &[7], 512, 1);
+        let b = prompt_ids(600, &[7], 512, 2);
+        let (ta, tb) = (prompt_text(&a), prompt_text(&b));
+        assert_eq!(ta.split(' ').count(), 600);
+        assert_eq!(ta[..2 * 512], tb[..2 * 512], "the shared block's words");
+        let body: serde_json::Value =
+            serde_json::from_slice(&completion_body("m", 3, 2, &[], 512, 0, PromptForm::Text))
+                .expect("JSON");
+        assert_eq!(
+            body["prompt"].as_str().map(|p| p.split(' ').count()),
+            Some(3)
+        );
+        assert_eq!(
+            (&body["max_tokens"], &body["min_tokens"]),
+            (&2.into(), &2.into())
         );
     }
 }

@@ -58,8 +58,14 @@ pub struct Replayed {
 
 /// What the protocol needs to build and read requests, fetched once before the run.
 enum Prepared {
-    Kserve { metadata: ModelMetadata, infer: Uri },
-    Openai { completions: Uri },
+    Kserve {
+        metadata: ModelMetadata,
+        infer: Uri,
+    },
+    Openai {
+        completions: Uri,
+        prompt: openai::PromptForm,
+    },
 }
 
 /// Checks the endpoint and the model (a clear error when either is wrong), then replays.
@@ -223,11 +229,64 @@ async fn prepare(
             let models = uri("/v1/models".to_string())?;
             let response = get_ok(client, &models).await?;
             openai::check_model(&response, &models.to_string(), &options.model)?;
+            let completions = uri("/v1/completions".to_string())?;
+            let prompt = prompt_form(client, &completions, options).await?;
             Ok(Prepared::Openai {
-                completions: uri("/v1/completions".to_string())?,
+                completions,
+                prompt,
             })
         }
     }
+}
+
+/// Asks the server for a one-token completion of a one-token prompt given as token ids, and,
+/// if it refuses, as text: the first form it takes. Text is announced on standard error (the
+/// run's input lengths are then approximate); both refused is an error with the server's word.
+async fn prompt_form(
+    client: &HttpClient,
+    completions: &Uri,
+    options: &EndpointOptions,
+) -> Result<openai::PromptForm, EndpointError> {
+    use openai::PromptForm;
+    let url = completions.to_string();
+    let mut refusals = Vec::new();
+    for form in [PromptForm::TokenIds, PromptForm::Text] {
+        let body = openai::completion_body(&options.model, 1, 1, &[], options.vocab, 0, form);
+        let answer =
+            tokio::time::timeout(options.timeout, client.post_json(completions, body, |_| {}))
+                .await
+                .map_err(|_| FailReason::Timeout)
+                .and_then(|r| r);
+        let response = answer.map_err(|reason| EndpointError::Unreachable {
+            url: url.clone(),
+            reason: reason.label(),
+        })?;
+        if (200..300).contains(&response.status) {
+            if form == PromptForm::Text {
+                // Said here, before the run: the measured run has no place for notes yet.
+                eprintln!(
+                    "warning: {url} refuses a prompt of token ids ({}); sending text prompts of \
+                     one one-letter word per input token instead, so input lengths are exact \
+                     only where each word is one token of the server's tokenizer",
+                    refusals[0]
+                );
+            }
+            return Ok(form);
+        }
+        let said: String = String::from_utf8_lossy(&response.body)
+            .chars()
+            .take(120)
+            .collect();
+        refusals.push(format!("HTTP {}: {said}", response.status));
+    }
+    Err(EndpointError::Protocol {
+        url,
+        message: format!(
+            "the server refuses a one-token completion with the prompt as token ids ({}) and as \
+             text ({})",
+            refusals[0], refusals[1]
+        ),
+    })
 }
 
 /// Scrapes the server's metrics at every multiple of `every` from the run's origin, and once
@@ -424,7 +483,10 @@ async fn send(
                 seed,
             ),
         ),
-        Prepared::Openai { completions } => {
+        Prepared::Openai {
+            completions,
+            prompt,
+        } => {
             let prefix = rows.prefix_blocks.as_ref().map_or(&[][..], |p| p.get(row));
             (
                 completions,
@@ -435,6 +497,7 @@ async fn send(
                     prefix,
                     options.vocab,
                     seed,
+                    *prompt,
                 ),
             )
         }
@@ -466,10 +529,8 @@ async fn send(
         Ok(Ok(response)) if !(200..300).contains(&response.status) => {
             Err(FailReason::Http(response.status))
         }
-        Ok(Ok(_)) if streaming => events.finish().map(|usage| {
-            if let Some(tokens) = usage {
-                record.output_tokens = tokens;
-            }
+        Ok(Ok(_)) if streaming => events.finish().map(|tokens| {
+            record.output_tokens = tokens;
         }),
         Ok(Ok(_)) => Ok(()),
     };

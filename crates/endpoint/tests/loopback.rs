@@ -1,6 +1,7 @@
 //! The load generator against a small server on 127.0.0.1 that this test starts: a fixed-time
 //! KServe model, models that fail in each way a real server can, and a streamed OpenAI-style
-//! completion. Server-side facts (how long each request took, how many were in flight at once)
+//! completion (and one that, like llama-cpp-python's server, takes text prompts only and sends
+//! no token counts). Server-side facts (how long each request took, how many were in flight at once)
 //! are what the assertions lean on, not the client's wall clock.
 
 use std::convert::Infallible;
@@ -34,6 +35,8 @@ struct Seen {
     succeeded: AtomicUsize,
     in_flight: AtomicU32,
     max_in_flight: AtomicU32,
+    /// Words in each text prompt, in the order received.
+    prompt_words: std::sync::Mutex<Vec<usize>>,
 }
 
 /// A body fed from a channel, for streamed responses.
@@ -94,7 +97,10 @@ async fn handle(
             tokio::time::sleep(Duration::from_secs(30)).await;
             whole(200, "{}")
         }
-        "/v1/models" => whole(200, r#"{"data":[{"id":"tiny"},{"id":"cut"}]}"#),
+        "/v1/models" => whole(
+            200,
+            r#"{"data":[{"id":"tiny"},{"id":"cut"},{"id":"text"}]}"#,
+        ),
         "/metrics" => whole(
             200,
             &format!(
@@ -113,10 +119,20 @@ async fn handle(
                 .expect("body")
                 .to_bytes();
             let v: serde_json::Value = serde_json::from_slice(&body).expect("JSON body");
-            let tokens = v["max_tokens"].as_u64().expect("max_tokens");
+            let mut tokens = v["max_tokens"].as_u64().expect("max_tokens");
             assert_eq!(v["min_tokens"], v["max_tokens"]);
             assert_eq!(v["ignore_eos"], true);
             let cut = v["model"] == "cut";
+            let text_only = v["model"] == "text";
+            if text_only {
+                let Some(prompt) = v["prompt"].as_str() else {
+                    return Ok(whole(500, "prompt: Input should be a valid string"));
+                };
+                let words = prompt.split(' ').count();
+                seen.prompt_words.lock().expect("lock").push(words);
+                // It stops one token short, so a length taken from the trace would show.
+                tokens -= 1;
+            }
             let (tx, rx) = mpsc::channel(4);
             tokio::spawn(async move {
                 for i in 0..tokens {
@@ -129,9 +145,14 @@ async fn handle(
                         return;
                     }
                 }
-                let usage = format!(
-                    "data: {{\"choices\":[],\"usage\":{{\"completion_tokens\":{tokens}}}}}\n\ndata: [DONE]\n\n"
-                );
+                let usage = if text_only {
+                    "data: {\"choices\":[{\"text\":\"\",\"finish_reason\":\"length\"}]}\n\ndata: [DONE]\n\n"
+                        .to_string()
+                } else {
+                    format!(
+                        "data: {{\"choices\":[],\"usage\":{{\"completion_tokens\":{tokens}}}}}\n\ndata: [DONE]\n\n"
+                    )
+                };
                 let _ = tx.send(Bytes::from(usage)).await;
             });
             Response::new(Streamed(rx))
@@ -345,6 +366,25 @@ fn streamed_completions_give_ttft_tpot_and_token_counts() {
         run.summary.requests.failed_by_reason.get("stream"),
         Some(&2)
     );
+}
+
+#[test]
+fn a_server_taking_only_text_gets_a_word_a_token_and_lengths_from_its_stream() {
+    let (addr, seen) = start_server();
+    let run = measure(&trace(3, 5, 6), &options(addr, Protocol::Openai, "text"));
+    assert_eq!(run.summary.requests.completed, 3);
+    assert_eq!(
+        *seen.prompt_words.lock().expect("lock"),
+        [1, 8, 8, 8],
+        "the one-token probe, then the trace's 8 input tokens as 8 words"
+    );
+    for r in &run.records {
+        assert_eq!(r.output_tokens, 5, "streamed, not the trace's 6: {r:?}");
+        assert!(
+            r.tpot_ns().is_some() && r.first_token_ns < r.response_ns,
+            "{r:?}"
+        );
+    }
 }
 
 fn run_cut(addr: SocketAddr) -> MeasuredRun {
