@@ -2,7 +2,9 @@
 # Installs what capsim's commands and tests need beyond the Rust toolchain, from the package
 # registries only: a project-local Python environment (.venv) with the pinned packages of
 # scripts/requirements.txt (ONNX Runtime's shared library comes from its PyPI wheel), and a
-# Triton Inference Server in .triton/ (scripts/triton.py install: the nvidia-pytriton wheel).
+# Triton Inference Server in .triton/ (scripts/triton.py install: the nvidia-pytriton wheel), and
+# llama-cpp-python's OpenAI-compatible server in .venv (scripts/llama_server.py install: built
+# from source, a few minutes the first time).
 # Safe to run again: it only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,5 +20,9 @@ if ! .venv/bin/python -m pip install -q --disable-pip-version-check -r scripts/r
 fi
 if ! .venv/bin/python scripts/triton.py install; then
   echo "setup: installing Triton into .triton (scripts/triton.py install) failed (is PyPI reachable?)" >&2
+  exit 1
+fi
+if ! .venv/bin/python scripts/llama_server.py install; then
+  echo "setup: installing llama-cpp-python (scripts/llama_server.py install, scripts/requirements-llama.txt) into .venv failed: it builds from source and needs PyPI, gcc and g++" >&2
   exit 1
 fi
