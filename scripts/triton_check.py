@@ -1,18 +1,23 @@
 #!/usr/bin/env python3
 """capsim's queue and dynamic batcher against a real Triton on 127.0.0.1, with a fixed-time model.
 
-For each batcher setting and load, this starts Triton (scripts/triton.py) with a model whose every
-batch takes exactly a + b * batch_size, replays a Poisson trace against it
-(`capsim replay --endpoint`), simulates the same trace through the same scenario
-(`capsim simulate`) twice: with the scenario's service time (a + b * batch_size, "sim") and with
-the service time Triton itself measured per batch size in that run, fitted the same way
-("run-sim", which isolates the queue and batcher from the model's time). It prints one markdown
-row per run: the batch-size shares Triton counted, the queue time Triton measured (mean), and
-the end-to-end p50/p99 the client measured, each beside both simulations'. The load is a fraction of
-the setting's capacity with full batches, instances * max_batch / (a + b * max_batch).
+For each batcher setting, this starts Triton (scripts/triton.py) with a model whose every batch
+sleeps exactly a + b * batch_size, first to calibrate: closed-loop runs at a few concurrencies
+give Triton's own compute time per batch size (the model's time plus the Python backend's
+overhead), fitted as a' + b' * batch_size, and with --trace each model instance's turnaround
+between batches from Triton's per-request timestamps. The setting's capacity follows
+(instances * max_batch / (a' + turnaround + b' * max_batch)). Then, for each load (a fraction of
+that capacity), it replays a Poisson trace against a fresh Triton (`capsim replay --endpoint`)
+and simulates the same trace twice: with the calibration ("sim", what a planner would run) and
+with the compute time and turnaround Triton measured in that very run ("run-sim", which isolates
+the queue and batcher from the server's speed). It prints one markdown row per run: the
+batch-size shares Triton counted, the queue time Triton measured (p50 and p99 from its trace;
+the mean from its statistics when untraced), and the end-to-end p50/p99 the client measured,
+each beside both simulations'.
 
     cargo build --release
-    .venv/bin/python scripts/triton_check.py [--duration 20s] [--out output/triton-check]
+    .venv/bin/python scripts/triton_check.py --trace [--duration 15s] [--out output/triton-check]
+    .venv/bin/python scripts/triton_check.py --resimulate   # after a change to the simulator
 
 Needs two free cores' worth of quiet: the server, its Python backend and the load generator share
 the machine. Each run's files stay under --out.
@@ -41,14 +46,31 @@ SERVER_CPUS = ""
 TRACE = False
 
 
-def scenario_toml(name: str, s: dict, a_ms: float = A_MS, b_ms: float = B_MS) -> str:
+def scenario_toml(name: str, s: dict, a_ms: float = A_MS, b_ms: float = B_MS,
+                  residuals: list | None = None) -> str:
+    """The setting as a capsim scenario whose batches take a + b * batch_size, times a factor
+    drawn from `residuals` (measured over predicted batch times) when given."""
     lines = [f'name = "{name}"', "instances = 1", "[batcher]",
              f"max_batch_size = {s['max_batch_size']}", f'max_queue_delay = "{s["delay"]}"']
     if s["preferred"]:
         lines.append(f"preferred_batch_size = {s['preferred']}")
     lines += ["[execution]", f"instance_count = {s['instances']}",
               "[service]", 'kind = "affine"', f'a = "{a_ms:.4f}ms"', f'b = "{b_ms:.4f}ms"']
+    if residuals:
+        lines.append(f"residuals = [{', '.join(f'{r:.4f}' for r in residuals)}]")
     return "\n".join(lines) + "\n"
+
+
+def batch_residuals(path: Path, a_ms: float, b_ms: float) -> list:
+    """Each traced batch's compute time (Triton's compute start to end) over a + b * size: the
+    server's own variability (sleep overshoot, stalls), as `capsim calibrate` records it."""
+    batches: dict = {}
+    for r in read_trace(path).values():
+        if "COMPUTE_START" in r and "COMPUTE_END" in r:
+            key = (r["COMPUTE_START"], r["COMPUTE_END"])
+            batches[key] = batches.get(key, 0) + 1
+    return sorted((end - start) / 1e6 / (a_ms + b_ms * size)
+                  for (start, end), size in batches.items())
 
 
 CLIENT_CPUS: list = []
@@ -64,36 +86,74 @@ def shares(counts: dict) -> dict:
     return {size: n / total for size, n in counts.items()} if total else {}
 
 
-def capacity_rps(setting: dict) -> float:
-    """The setting's capacity with full batches of the fixed-time model."""
+def capacity_rps(setting: dict, a_ms: float, b_ms: float) -> float:
+    """The setting's capacity with full batches that take a + b * batch_size (ms) each."""
     batch = setting["max_batch_size"]
-    return setting["instances"] * batch / ((A_MS + B_MS * batch) / 1000.0)
+    return setting["instances"] * batch / ((a_ms + b_ms * batch) / 1000.0)
 
 
-def run_one(out: Path, label: str, setting: dict, load: float, duration: str) -> str:
+def serve(out: Path, setting: dict, replays: list) -> dict:
+    """Starts Triton for the setting, runs each replay (a trace and extra `capsim replay` flags,
+    written to its own folder) against it, and returns Triton's statistics after the last."""
     out.mkdir(parents=True, exist_ok=True)
     scenario = out / "scenario.toml"
-    scenario.write_text(scenario_toml(label, setting))
-    rate = load * capacity_rps(setting)
-    trace = out / "trace.parquet"
-    capsim("trace", "synth", "--arrivals", "poisson", "--rate", f"{rate:.3f}", "--duration",
-           duration, "--input-tokens", "const:16", "--output-tokens", "none", "--seed", "1",
-           "-o", str(trace))
+    scenario.write_text(scenario_toml(out.name, setting))
     triton = ROOT / "scripts" / "triton.py"
-    pin = ["--cpus", SERVER_CPUS] if SERVER_CPUS else []
-    pin += ["--trace"] if TRACE else []
+    flags = ["--cpus", SERVER_CPUS] if SERVER_CPUS else []
+    flags += ["--trace"] if TRACE else []
     subprocess.run([sys.executable, str(triton), "start", "--scenario", str(scenario), "--dir",
-                    str(out), "--a", f"{A_MS}ms", "--b", f"{B_MS}ms", *pin], check=True,
+                    str(out), "--a", f"{A_MS}ms", "--b", f"{B_MS}ms", *flags], check=True,
                    stdout=subprocess.DEVNULL)
     try:
         port = json.loads((out / "ports.json").read_text())["http"]
-        capsim("replay", "--endpoint", f"http://127.0.0.1:{port}", "--model", "fixed",
-               "--scenario", str(scenario), "--trace", str(trace), "-o", str(out / "measured"))
+        for trace, extra, folder in replays:
+            capsim("replay", "--endpoint", f"http://127.0.0.1:{port}", "--model", "fixed",
+                   "--scenario", str(scenario), "--trace", str(trace), *extra, "-o",
+                   str(out / folder))
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/fixed/stats") as r:
             stats = json.load(r)["model_stats"][0]
         (out / "triton_stats.json").write_text(json.dumps(stats, indent=1))
     finally:
         subprocess.run([sys.executable, str(triton), "stop", "--dir", str(out)], check=True)
+    return stats
+
+
+def calibrate(out: Path, setting: dict) -> dict:
+    """Measures what a batch really costs on this server, as a planner calibrates before a
+    capacity review: closed-loop runs at 1, half a batch and twice the model instances' full
+    batches of clients, so that batches of many sizes run; Triton's compute per batch size,
+    fitted as a + b * batch_size, and (traced) each model instance's turnaround between batches.
+    Written to OUT/calibration.json."""
+    batch, instances = setting["max_batch_size"], setting["instances"]
+    levels = sorted({1, max(1, batch // 2), 2 * batch * instances})
+    replays = []
+    for clients in levels:
+        trace = out / f"closed-{clients}.parquet"
+        capsim("trace", "synth", "--arrivals", "poisson", "--rate", "1000", "--duration",
+               f"{0.3 + 0.2 * clients}s", "--input-tokens", "const:16", "--output-tokens",
+               "none", "--seed", "1", "-o", str(trace))
+        replays.append((trace, ["--concurrency", str(clients)], f"closed-{clients}"))
+    stats = serve(out, setting, replays)
+    a_ms, b_ms = fit_affine(stats["batch_stats"])
+    timings = trace_timings(out / "trace.json", instances) if TRACE else None
+    turnaround_ms = timings["turnaround_ms"] if timings else 0.0
+    calibration = {"a_ms": a_ms + turnaround_ms, "b_ms": b_ms, "compute_a_ms": a_ms,
+                   "turnaround_ms": turnaround_ms,
+                   "residuals": batch_residuals(out / "trace.json", a_ms, b_ms) if TRACE else None}
+    (out / "calibration.json").write_text(json.dumps(calibration, indent=1))
+    return calibration
+
+
+def run_one(out: Path, label: str, setting: dict, load: float, duration: str,
+            calibration: dict) -> str:
+    out.mkdir(parents=True, exist_ok=True)
+    rate = load * capacity_rps(setting, calibration["a_ms"], calibration["b_ms"])
+    trace = out / "trace.parquet"
+    capsim("trace", "synth", "--arrivals", "poisson", "--rate", f"{rate:.3f}", "--duration",
+           duration, "--input-tokens", "const:16", "--output-tokens", "none", "--seed", "1",
+           "-o", str(trace))
+    serve(out, setting, [(trace, [], "measured")])
+    (out / "calibration.json").write_text(json.dumps(calibration, indent=1))
     return compare(out, label, setting, load, rate)
 
 
@@ -101,8 +161,14 @@ def compare(out: Path, label: str, setting: dict, load: float, rate: float) -> s
     """Simulates a measured run's trace (sim and run-sim) and returns its table row."""
     trace = out / "trace.parquet"
     stats = json.loads((out / "triton_stats.json").read_text())
-    capsim("simulate", "--scenario", str(out / "scenario.toml"), str(trace), "-o",
-           str(out / "simulated"))
+    # The simulation a planner would run: the scenario with the calibration's times (from a
+    # separate run; the fixed model's nominal times for runs stored before calibrations).
+    cal_path = out / "calibration.json"
+    cal = json.loads(cal_path.read_text()) if cal_path.exists() else {"a_ms": A_MS, "b_ms": B_MS}
+    planned = out / "scenario-calibrated.toml"
+    planned.write_text(scenario_toml(label, setting, cal["a_ms"], cal["b_ms"],
+                                     cal.get("residuals")))
+    capsim("simulate", "--scenario", str(planned), str(trace), "-o", str(out / "simulated"))
     # The run-driven simulation: the service time Triton itself measured per batch size
     # (compute input + infer + output), fitted as a + b * batch_size, plus, when the run was
     # traced, each model instance's turnaround between batches (Triton's own timestamps).
@@ -111,7 +177,8 @@ def compare(out: Path, label: str, setting: dict, load: float, rate: float) -> s
     timings = trace_timings(out / "trace.json", setting["instances"]) if traced else None
     turnaround_ms = timings["turnaround_ms"] if timings else 0.0
     fitted = out / "scenario-run.toml"
-    fitted.write_text(scenario_toml(label, setting, a_ms + turnaround_ms, b_ms))
+    residuals = batch_residuals(out / "trace.json", a_ms, b_ms) if traced else None
+    fitted.write_text(scenario_toml(label, setting, a_ms + turnaround_ms, b_ms, residuals))
     capsim("simulate", "--scenario", str(fitted), str(trace), "-o", str(out / "simulated-run"))
     measured = json.loads((out / "measured" / "summary.json").read_text())
     sims = [json.loads((out / d / "summary.json").read_text())
@@ -238,14 +305,20 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|")
     labels = list(SETTINGS)
     for i in (int(i) for i in args.settings.split(",")):
+        calibration = None
         for load in (float(x) for x in args.loads.split(",")):
             out = Path(args.out) / f"s{i}-{int(load * 100)}"
             setting = SETTINGS[labels[i]]
             if args.resimulate:
-                rate = load * capacity_rps(setting)
+                cal_path = out / "calibration.json"
+                cal = (json.loads(cal_path.read_text()) if cal_path.exists()
+                       else {"a_ms": A_MS, "b_ms": B_MS})
+                rate = load * capacity_rps(setting, cal["a_ms"], cal["b_ms"])
                 row = compare(out, labels[i], setting, load, rate)
             else:
-                row = run_one(out, labels[i], setting, load, args.duration)
+                if calibration is None:
+                    calibration = calibrate(Path(args.out) / f"s{i}-calibration", setting)
+                row = run_one(out, labels[i], setting, load, args.duration, calibration)
             print(row, flush=True)
 
 
