@@ -149,6 +149,8 @@ pub fn run(args: ValidateArgs) -> Result<()> {
     let server = &args.server;
     let mut scenario = server.served_scenario()?;
     super::apply_sets(&mut scenario, &args.sets)?;
+    // capsim's own live server forms a batch when a model instance frees up: no payloads ahead.
+    scenario.set("batcher.prefetch", "false")?;
     check_loads(&args.loads)?;
     let duration_ns =
         parse_duration_ns(&args.duration).map_err(|e| BadInput(format!("--duration: {e}")))?;
