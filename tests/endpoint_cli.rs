@@ -137,3 +137,69 @@ fn replay_endpoint_refuses_an_unknown_model_and_an_unreachable_server() {
     args.push(out.to_str().expect("utf-8"));
     assert_user_error(&capsim(&args), &["cannot reach", "--endpoint"]);
 }
+
+#[test]
+fn ctrl_c_stops_the_replay_and_writes_what_was_measured_with_every_request_accounted_for() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(dir.path());
+    let out = dir.path().join("measured");
+    // The demo trace's first 2,000 requests take minutes to send at its rate.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_capsim"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args([
+            "replay",
+            "--endpoint",
+            &server.url,
+            "--model",
+            "fixed",
+            "--scenario",
+            "scenarios/no-batching.toml",
+            "--trace",
+            "traces/demo.parquet",
+            "--limit",
+            "2000",
+            "-o",
+            out.to_str().expect("utf-8"),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("capsim runs");
+    std::thread::sleep(Duration::from_millis(2_500));
+    let interrupt = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(interrupt.success());
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("capsim replay did not stop within 60 s of Ctrl-C");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let output = child.wait_with_output().expect("output");
+    assert!(status.success(), "{status}: {}", text(&output));
+    let summary: Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("summary.json")).expect("summary.json written"),
+    )
+    .expect("JSON");
+    let sent = summary["load"]["sent"].as_u64().expect("sent");
+    let not_sent = summary["load"]["not_sent"].as_u64().expect("not_sent");
+    assert!(sent > 0 && not_sent > 0, "{sent} sent, {not_sent} not sent");
+    assert_eq!(sent + not_sent, 2000, "{summary}");
+    let requests = &summary["requests"];
+    assert_eq!(requests["total"].as_u64(), Some(sent), "{summary}");
+    let ended: u64 = ["completed", "rejected", "timed_out", "failed"]
+        .iter()
+        .map(|k| requests[*k].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(ended, sent, "every request sent ended somehow: {summary}");
+    for file in ["requests.parquet", "timeseries.parquet"] {
+        assert!(out.join(file).is_file(), "{file} missing");
+    }
+}
