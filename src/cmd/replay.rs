@@ -332,6 +332,9 @@ fn run_endpoint(args: &ReplayArgs, url: &str) -> Result<()> {
     }
     let run = capsim_endpoint::replay(&loaded.trace, &options, &reporting)
         .map_err(|e| BadInput(e.to_string()))?;
+    for warning in &run.warnings {
+        eprintln!("warning: {warning}");
+    }
     if let Some(load) = &run.summary.load {
         eprintln!(
             "load: {} sent ({} not sent), requested {:.2} req/s, achieved {:.2} req/s; schedule delay p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms",

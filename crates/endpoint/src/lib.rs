@@ -146,6 +146,9 @@ pub struct MeasuredRun {
     pub summary: Summary,
     /// Arrivals, finishes and requests in the system per interval.
     pub timeseries: Timeseries,
+    /// What the reader of the run's numbers should know (for example, that a server refused
+    /// token ids and the prompts' lengths are approximate).
+    pub warnings: Vec<String>,
 }
 
 /// Why a replay could not run. Failures of single requests are not errors: they are counted.
@@ -246,6 +249,7 @@ fn measure(replayed: Replayed, options: &EndpointOptions, reporting: &Reporting)
         records,
         summary,
         timeseries,
+        warnings: replayed.warnings,
     }
 }
 

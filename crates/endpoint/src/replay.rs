@@ -54,6 +54,9 @@ pub struct Replayed {
     pub end_ns: u64,
     /// The server's metrics, scraped through the run (empty without a metrics URL).
     pub scrapes: Vec<metrics::Scrape>,
+    /// What the reader of the run's numbers should know (for example, approximate input
+    /// lengths).
+    pub warnings: Vec<String>,
 }
 
 /// What the protocol needs to build and read requests, fetched once before the run.
@@ -65,6 +68,8 @@ enum Prepared {
     Openai {
         completions: Uri,
         prompt: openai::PromptForm,
+        /// Why the run's numbers need a caveat, if they do.
+        warning: Option<String>,
     },
 }
 
@@ -76,6 +81,12 @@ pub(crate) async fn run(
 ) -> Result<Replayed, EndpointError> {
     let client = HttpClient::default();
     let prepared = Arc::new(prepare(&client, options).await?);
+    let warnings = match &*prepared {
+        Prepared::Openai {
+            warning: Some(w), ..
+        } => vec![w.clone()],
+        _ => Vec::new(),
+    };
     let metrics_uri = match &options.metrics_url {
         Some(url) => {
             let uri: Uri = url
@@ -162,6 +173,7 @@ pub(crate) async fn run(
         requests: measured,
         end_ns,
         scrapes,
+        warnings,
     })
 }
 
@@ -230,23 +242,25 @@ async fn prepare(
             let response = get_ok(client, &models).await?;
             openai::check_model(&response, &models.to_string(), &options.model)?;
             let completions = uri("/v1/completions".to_string())?;
-            let prompt = prompt_form(client, &completions, options).await?;
+            let (prompt, warning) = prompt_form(client, &completions, options).await?;
             Ok(Prepared::Openai {
                 completions,
                 prompt,
+                warning,
             })
         }
     }
 }
 
 /// Asks the server for a one-token completion of a one-token prompt given as token ids, and,
-/// if it refuses, as text: the first form it takes. Text is announced on standard error (the
-/// run's input lengths are then approximate); both refused is an error with the server's word.
+/// if it refuses, as text: the first form it takes (with text, the warning that the run's
+/// input lengths are approximate); both refused is an error with the server's
+/// word.
 async fn prompt_form(
     client: &HttpClient,
     completions: &Uri,
     options: &EndpointOptions,
-) -> Result<openai::PromptForm, EndpointError> {
+) -> Result<(openai::PromptForm, Option<String>), EndpointError> {
     use openai::PromptForm;
     let url = completions.to_string();
     let mut refusals = Vec::new();
@@ -262,16 +276,15 @@ async fn prompt_form(
             reason: reason.label(),
         })?;
         if (200..300).contains(&response.status) {
-            if form == PromptForm::Text {
-                // Said here, before the run: the measured run has no place for notes yet.
-                eprintln!(
-                    "warning: {url} refuses a prompt of token ids ({}); sending text prompts of \
-                     one one-letter word per input token instead, so input lengths are exact \
-                     only where each word is one token of the server's tokenizer",
+            let warning = (form == PromptForm::Text).then(|| {
+                format!(
+                    "{url} refuses a prompt of token ids ({}); text prompts of one one-letter \
+                     word per input token were sent instead, so input lengths are exact only \
+                     where each word is one token of the server's tokenizer",
                     refusals[0]
-                );
-            }
-            return Ok(form);
+                )
+            });
+            return Ok((form, warning));
         }
         let said: String = String::from_utf8_lossy(&response.body)
             .chars()
@@ -486,6 +499,7 @@ async fn send(
         Prepared::Openai {
             completions,
             prompt,
+            ..
         } => {
             let prefix = rows.prefix_blocks.as_ref().map_or(&[][..], |p| p.get(row));
             (
