@@ -249,6 +249,20 @@ def stop(args: argparse.Namespace) -> None:
     if pid_file.exists():
         stop_pid(int(pid_file.read_text()))
         pid_file.unlink()
+    # A server that crashed leaves its Python backend stubs behind: they name the repository.
+    repository = str((Path(args.dir) / "repository").resolve())
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            command = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(part.decode(errors="replace").startswith(repository) for part in command[1:]):
+            try:
+                os.kill(int(proc.name), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def stats(args: argparse.Namespace) -> None:
