@@ -1196,7 +1196,13 @@ impl<'a> Engine<'a> {
         if thread.woken_by_arrival(waiting, slot) {
             self.run_batcher(instance_index);
         } else if let Some(since) = instance.batcher_idle_since {
-            let poll = SimTime(since.ns().saturating_add(IDLE_POLL_NS));
+            // The idle thread polls every 500 ms from `since`: the first poll not yet past.
+            let polls = (self.now.ns() - since.ns()).div_ceil(IDLE_POLL_NS).max(1);
+            let poll = SimTime(
+                since
+                    .ns()
+                    .saturating_add(polls.saturating_mul(IDLE_POLL_NS)),
+            );
             instance.poll_at = poll;
             if instance.poll_event_at == SimTime::NEVER {
                 instance.poll_event_at = poll;
@@ -1800,6 +1806,11 @@ mod tests {
             (3, Some(2002), Some(4002), 2, DONE),
         ];
         assert_eq!(got, expected);
+        // An arrival long after the thread went idle waits for the next of its polls (every
+        // 500 ms from 5 ms: 10.005 s), not one in the past.
+        let slow = s.replace("2s", "100s");
+        let got = timeline(&slow, &trace_ms(&[0, 3, 10_000], None));
+        assert_eq!(got[2], (2, Some(100_002), Some(200_002), 2, DONE));
     }
 
     #[test]
