@@ -3,6 +3,8 @@
 //! [`RunOptions::service_override`](capsim_sim::RunOptions). Driving a simulation with it
 //! leaves the queue and the batcher as the only model between the server and the simulation.
 
+use std::sync::Arc;
+
 use capsim_sim::rng::SimRng;
 use capsim_sim::{BatchShape, ServiceTime};
 
@@ -165,6 +167,80 @@ impl ServiceTime for MeasuredService {
     }
 }
 
+/// Another model's time for each batch (its dependence on the batch's inputs, and its spread),
+/// scaled for each batch size to the level a server measured: the factor of size `n` is the
+/// server's mean compute for `n` over the model's mean for the same run's batches of `n`; linear
+/// between the sizes with a factor, the nearest one's beyond them. Where the model knows what
+/// makes one batch of a size slower than another (padded input length), this keeps it, which a
+/// mean per size ([`MeasuredService`]) cannot.
+#[derive(Debug, Clone)]
+pub struct LeveledService {
+    inner: Arc<dyn ServiceTime>,
+    /// Sizes with a factor, ascending, each once.
+    sizes: Vec<u32>,
+    factors: Vec<f64>,
+}
+
+impl LeveledService {
+    /// `inner` scaled by `levels` (batch size, factor); sizes listed twice keep the first.
+    /// `None` without a level, or with a factor that is not finite and positive.
+    pub fn new(inner: Arc<dyn ServiceTime>, levels: &[(u32, f64)]) -> Option<LeveledService> {
+        if levels.is_empty() || levels.iter().any(|&(_, f)| !(f.is_finite() && f > 0.0)) {
+            return None;
+        }
+        let mut levels = levels.to_vec();
+        levels.sort_by_key(|&(size, _)| size);
+        levels.dedup_by_key(|&mut (size, _)| size);
+        Some(LeveledService {
+            inner,
+            sizes: levels.iter().map(|&(size, _)| size).collect(),
+            factors: levels.iter().map(|&(_, f)| f).collect(),
+        })
+    }
+
+    /// The factor of a batch of `size`.
+    pub fn factor(&self, size: u32) -> f64 {
+        let upper = self.sizes.partition_point(|&s| s < size);
+        if upper == self.sizes.len() {
+            return self.factors[upper - 1];
+        }
+        if self.sizes[upper] == size || upper == 0 {
+            return self.factors[upper];
+        }
+        let (s0, s1) = (
+            f64::from(self.sizes[upper - 1]),
+            f64::from(self.sizes[upper]),
+        );
+        let (f0, f1) = (self.factors[upper - 1], self.factors[upper]);
+        f0 + (f1 - f0) * (f64::from(size) - s0) / (s1 - s0)
+    }
+
+    /// The sizes with a factor, ascending.
+    pub fn sizes(&self) -> &[u32] {
+        &self.sizes
+    }
+}
+
+impl ServiceTime for LeveledService {
+    fn sample_ns(&self, batch: &BatchShape, rng: &mut SimRng) -> u64 {
+        capsim_sim::time::round_ns(
+            self.inner.sample_ns(batch, rng) as f64 * self.factor(batch.size),
+        )
+    }
+
+    fn mean_ns(&self, batch: &BatchShape) -> f64 {
+        self.inner.mean_ns(batch) * self.factor(batch.size)
+    }
+
+    fn is_extrapolated(&self, batch: &BatchShape) -> bool {
+        self.inner.is_extrapolated(batch)
+    }
+
+    fn may_extrapolate(&self) -> bool {
+        self.inner.may_extrapolate()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -253,5 +329,32 @@ mod tests {
         assert_eq!(MeasuredService::new(&[]), None);
         assert_eq!(MeasuredService::new(&[time(1, 0, 1.0)]), None);
         assert_eq!(MeasuredService::new(&[time(1, 1, f64::NAN)]), None);
+    }
+
+    #[test]
+    fn a_leveled_model_keeps_its_shape_and_takes_the_servers_level_per_size() {
+        let inner: Arc<dyn ServiceTime> =
+            Arc::new(MeasuredService::new(&[time(1, 1, 1.0), time(4, 1, 4.0)]).expect("a model"));
+        // The server measured size 1 at twice the model's time and size 4 at 1.5 times.
+        let leveled = LeveledService::new(inner, &[(4, 1.5), (1, 2.0)]).expect("levels");
+        assert_eq!(leveled.sizes(), &[1, 4]);
+        assert!((leveled.mean_ns(&shape(1)) - 2e6).abs() < 1.0);
+        assert!((leveled.mean_ns(&shape(4)) - 6e6).abs() < 1.0);
+        // Between them, the factor runs linearly: size 2 at 2 - 0.5/3.
+        let f2 = 2.0 - 0.5 / 3.0;
+        assert!(
+            (leveled.factor(2) - f2).abs() < 1e-12,
+            "{}",
+            leveled.factor(2)
+        );
+        assert!(
+            (leveled.factor(9) - 1.5).abs() < 1e-12,
+            "the nearest beyond"
+        );
+        let mut rng = SimRng::seed_from_u64(1);
+        assert_eq!(leveled.sample_ns(&shape(4), &mut rng), 6_000_000);
+        let again: Arc<dyn ServiceTime> = Arc::new(leveled);
+        assert!(LeveledService::new(again.clone(), &[]).is_none());
+        assert!(LeveledService::new(again, &[(1, f64::NAN)]).is_none());
     }
 }

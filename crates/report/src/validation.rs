@@ -302,6 +302,9 @@ pub struct RunService {
     pub fit_a_ms: f64,
     /// Its `b`, in milliseconds per request.
     pub fit_b_ms: f64,
+    /// The run-sim took the scenario's (or profile's) time of each batch, scaled per batch size
+    /// to the server's mean; else the server's mean per size alone.
+    pub leveled: bool,
 }
 
 /// One load of a validation.
@@ -496,13 +499,21 @@ impl LoadValidation {
                 (Some(only), _) => only.to_string(),
                 _ => "-".to_string(),
             };
-            let _ = writeln!(
-                out,
-                "  run-sim's service: {server} mean compute per batch size ({} sizes in {sizes}, linear between them); its fit {:.3} + {:.3}·n ms sets the slope beyond",
-                service.batch_sizes.len(),
-                service.fit_a_ms,
-                service.fit_b_ms
-            );
+            if service.leveled {
+                let _ = writeln!(
+                    out,
+                    "  run-sim's service: the {model} time of each batch (its inputs, its spread), scaled per batch size to the {server} mean compute ({} sizes in {sizes})",
+                    service.batch_sizes.len(),
+                );
+            } else {
+                let _ = writeln!(
+                    out,
+                    "  run-sim's service: {server} mean compute per batch size ({} sizes in {sizes}, linear between them); its fit {:.3} + {:.3}·n ms sets the slope beyond",
+                    service.batch_sizes.len(),
+                    service.fit_a_ms,
+                    service.fit_b_ms
+                );
+            }
         }
         out
     }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use capsim_endpoint::measured_service::MeasuredService;
+use capsim_endpoint::measured_service::{LeveledService, MeasuredService};
 use capsim_endpoint::triton::{self, ModelStats};
 use capsim_endpoint::{EndpointError, EndpointOptions, LoadMode, MeasuredRun, Protocol};
 use capsim_report::validation::{
@@ -178,11 +178,29 @@ pub(super) fn run(args: &ValidateArgs, url: &str) -> Result<()> {
             .and_then(ModelStats::queue_mean_ns)
             .map(|ns| ns * 1e-6);
         let sim = Simulated::new(&sim_run.summary, &figures, &server_shares);
+        let compute_by_batch_size = drift(stats, sim_log.records());
         let run_service = stats.and_then(|s| MeasuredService::new(&s.batch_times()));
-        let run_sim = match &run_service {
-            Some(measured_service) => {
+        // The model's own times (their dependence on the inputs, their spread) brought to the
+        // server's level for each batch size; the server's means alone where the model ran no
+        // batch of a size the server did.
+        let levels: Vec<(u32, f64)> = compute_by_batch_size
+            .iter()
+            .filter_map(|d| {
+                d.model_ms
+                    .filter(|&m| m > 0.0)
+                    .map(|m| (d.batch_size, d.server_ms / m))
+            })
+            .collect();
+        let leveled = LeveledService::new(service.clone(), &levels);
+        let run_sim_service: Option<Arc<dyn ServiceTime>> = match (&leveled, &run_service) {
+            (Some(leveled), _) => Some(Arc::new(leveled.clone())),
+            (None, Some(measured)) => Some(Arc::new(measured.clone())),
+            (None, None) => None,
+        };
+        let run_sim = match &run_sim_service {
+            Some(service) => {
                 let options = RunOptions {
-                    service_override: Some(Arc::new(measured_service.clone())),
+                    service_override: Some(service.clone()),
                     ..sim_options.clone()
                 };
                 Some(simulate_with_requests(&scenario, &scaled, &options)?)
@@ -227,8 +245,9 @@ pub(super) fn run(args: &ValidateArgs, url: &str) -> Result<()> {
                 batch_sizes: s.sizes().to_vec(),
                 fit_a_ms: s.fit().a_ns * 1e-6,
                 fit_b_ms: s.fit().b_ns * 1e-6,
+                leveled: leveled.is_some(),
             }),
-            compute_by_batch_size: drift(stats, sim_log.records()),
+            compute_by_batch_size,
             server_batch_shares: server_shares,
         };
         print!("{}", result.human(&model_label, "server's"));
