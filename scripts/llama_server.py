@@ -33,13 +33,13 @@ import argparse
 import importlib.metadata
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
+
+from local_server import free_port, stop_dir, stop_pid
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIREMENTS = ROOT / "scripts" / "requirements-llama.txt"
@@ -169,11 +169,6 @@ def write_model(path: Path, seed: int, vocab: int, eos: str) -> None:
     writer.close()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def start(args: argparse.Namespace) -> None:
     out = Path(args.dir).resolve()
@@ -213,25 +208,9 @@ def start(args: argparse.Namespace) -> None:
                      f"see {out / 'llama_server.log'}")
 
 
-def stop_pid(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    for _ in range(100):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.05)
-    os.killpg(pid, signal.SIGKILL)
-
 
 def stop(args: argparse.Namespace) -> None:
-    pid_file = Path(args.dir) / "pid"
-    if pid_file.exists():
-        stop_pid(int(pid_file.read_text()))
-        pid_file.unlink()
+    stop_dir(args.dir)
 
 
 def main() -> None:

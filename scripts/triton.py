@@ -27,7 +27,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -35,6 +34,8 @@ import tomllib
 import urllib.request
 import zipfile
 from pathlib import Path
+
+from local_server import free_port, stop_dir, stop_pid
 
 ROOT = Path(__file__).resolve().parent.parent
 HOME = ROOT / ".triton"
@@ -161,11 +162,6 @@ class TritonPythonModel:
 '''
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def start(args: argparse.Namespace) -> None:
     install()
@@ -230,25 +226,9 @@ def start(args: argparse.Namespace) -> None:
     raise SystemExit(f"tritonserver not ready within 60 s; see {out / 'triton.log'}")
 
 
-def stop_pid(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    for _ in range(100):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.05)
-    os.killpg(pid, signal.SIGKILL)
-
 
 def stop(args: argparse.Namespace) -> None:
-    pid_file = Path(args.dir) / "pid"
-    if pid_file.exists():
-        stop_pid(int(pid_file.read_text()))
-        pid_file.unlink()
+    stop_dir(args.dir)
     # A server that crashed leaves its Python backend stubs behind: they name the repository.
     repository = str((Path(args.dir) / "repository").resolve())
     for proc in Path("/proc").iterdir():

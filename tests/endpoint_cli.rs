@@ -60,15 +60,13 @@ impl Drop for Server {
     }
 }
 
-#[test]
-fn replay_endpoint_writes_what_simulate_writes_with_every_request_accounted_for() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let server = Server::start(dir.path());
-    let out = dir.path().join("measured");
-    let output = capsim(&[
+/// `capsim replay` of the demo trace's first `limit` requests against the fixed-time server,
+/// written to `out`.
+fn replay_args<'a>(url: &'a str, limit: &'a str, out: &'a Path) -> Vec<&'a str> {
+    vec![
         "replay",
         "--endpoint",
-        &server.url,
+        url,
         "--model",
         "fixed",
         "--scenario",
@@ -76,10 +74,18 @@ fn replay_endpoint_writes_what_simulate_writes_with_every_request_accounted_for(
         "--trace",
         "traces/demo.parquet",
         "--limit",
-        "60",
+        limit,
         "-o",
         out.to_str().expect("utf-8"),
-    ]);
+    ]
+}
+
+#[test]
+fn replay_endpoint_writes_what_simulate_writes_with_every_request_accounted_for() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(dir.path());
+    let out = dir.path().join("measured");
+    let output = capsim(&replay_args(&server.url, "60", &out));
     assert!(output.status.success(), "{}", text(&output));
     for file in ["summary.json", "requests.parquet", "timeseries.parquet"] {
         assert!(out.join(file).is_file(), "{file} missing");
@@ -146,21 +152,7 @@ fn ctrl_c_stops_the_replay_and_writes_what_was_measured_with_every_request_accou
     // The demo trace's first 2,000 requests take minutes to send at its rate.
     let mut child = Command::new(env!("CARGO_BIN_EXE_capsim"))
         .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args([
-            "replay",
-            "--endpoint",
-            &server.url,
-            "--model",
-            "fixed",
-            "--scenario",
-            "scenarios/no-batching.toml",
-            "--trace",
-            "traces/demo.parquet",
-            "--limit",
-            "2000",
-            "-o",
-            out.to_str().expect("utf-8"),
-        ])
+        .args(replay_args(&server.url, "2000", &out))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
