@@ -77,17 +77,24 @@ impl Drop for Triton {
     }
 }
 
-#[test]
-fn every_request_replayed_against_triton_is_one_triton_counted_and_batched() {
-    let _one = ONE_TRITON.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::tempdir().expect("tempdir");
-    let scenario = dir.path().join("s.toml");
+/// A scenario of the fixed-time model (`a` = 2 ms, `b` = 0.5 ms) behind a batcher of up to 8
+/// with preferred sizes 4 and 8 and a 2 ms delay, written in `dir`.
+fn fixed_scenario(dir: &Path) -> PathBuf {
+    let scenario = dir.join("s.toml");
     std::fs::write(
         &scenario,
         "name = \"triton-fixed\"\n[batcher]\nmax_batch_size = 8\npreferred_batch_size = [4, 8]\n\
          max_queue_delay = \"2ms\"\n[service]\nkind = \"affine\"\na = \"2ms\"\nb = \"0.5ms\"\n",
     )
     .expect("write scenario");
+    scenario
+}
+
+#[test]
+fn every_request_replayed_against_triton_is_one_triton_counted_and_batched() {
+    let _one = ONE_TRITON.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scenario = fixed_scenario(dir.path());
     let triton = Triton::start(&scenario, dir.path());
     let out = dir.path().join("measured");
     let output = capsim(&[
@@ -153,13 +160,7 @@ const FIXED_B_MS: f64 = 0.5;
 fn validate_endpoint_accounts_for_every_request_and_fits_tritons_times_near_the_fixed_models() {
     let _one = ONE_TRITON.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().expect("tempdir");
-    let scenario = dir.path().join("s.toml");
-    std::fs::write(
-        &scenario,
-        "name = \"triton-fixed\"\n[batcher]\nmax_batch_size = 8\npreferred_batch_size = [4, 8]\n\
-         max_queue_delay = \"2ms\"\n[service]\nkind = \"affine\"\na = \"2ms\"\nb = \"0.5ms\"\n",
-    )
-    .expect("write scenario");
+    let scenario = fixed_scenario(dir.path());
     let triton = Triton::start(&scenario, dir.path());
     let out = dir.path().join("validate");
     let url = triton.url("http");
