@@ -30,6 +30,8 @@ enum Command {
     Replay(cmd::replay::ReplayArgs),
     /// Compare the simulation with a live replay at 30/60/85% of the calibrated capacity.
     Validate(cmd::validate::ValidateArgs),
+    /// Fit a continuous-batching scenario's step time to a measured per-request log.
+    Fit(cmd::fit::FitArgs),
     /// Replay a trace through a serving scenario (discrete-event simulation).
     Simulate(cmd::simulate::SimulateArgs),
     /// Sweep a grid of configurations over a load axis: curves, capacities, knees and a report.
@@ -49,6 +51,7 @@ fn main() -> ExitCode {
         Command::Calibrate(a) => cmd::calibrate::run(a),
         Command::Replay(a) => cmd::replay::run(a),
         Command::Validate(a) => cmd::validate::run(a),
+        Command::Fit(a) => cmd::fit::run(a),
         Command::Simulate(a) => cmd::simulate::run(a),
         Command::Sweep(a) => cmd::sweep::run(a),
         Command::Merge(a) => cmd::sweep::merge_run(a),

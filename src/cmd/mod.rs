@@ -1,6 +1,7 @@
 //! One module per subcommand group; each maps its flags onto a library call.
 
 pub mod calibrate;
+pub mod fit;
 pub mod plan;
 pub mod replay;
 pub mod report;

@@ -26,6 +26,7 @@
 pub mod affinity;
 pub mod decoder;
 pub mod feed;
+pub mod fit;
 pub mod host;
 pub mod library;
 pub mod live;

@@ -1,0 +1,351 @@
+//! Fits a continuous-batching scenario's step time to a measured per-request log.
+//!
+//! The log's arrivals and sizes are replayed through [`capsim_sim::simulate_with_requests`] with
+//! candidate parameters, and Nelder-Mead (argmin) minimises the sum of squared log-ratios of the
+//! nine figures of [`LatencyMetrics`] (TTFT, TPOT and end-to-end, each mean, p50 and p90),
+//! simulated against measured. Parameters, each a time with a physical meaning:
+//!
+//! | key | what it is |
+//! |---|---|
+//! | `batcher.step_overhead` | fixed time of every step (CPU scheduling, launch, the weights' read) |
+//! | `step_time.per_prefill_token` | time per prompt token computed |
+//! | `step_time.per_decode_seq` | time per decoding sequence in a step |
+//! | `step_time.per_kv_token` | time per KV-cache token the decodes read (attention) |
+//!
+//! The step's fixed time lives in `step_overhead` alone (`step_time.base` is set to 0, since the
+//! two are indistinguishable), and `step_overhead_per_seq` is not fitted: per sequence, it only
+//! differs from `per_decode_seq` on the few steps that carry a prefill. Every parameter is
+//! searched in log space, within bounds; one that ends within 1% of a bound is reported.
+//!
+//! ```no_run
+//! use capsim_calibrate::fit::{FitConfig, fit, read_log};
+//! use capsim_sim::Scenario;
+//!
+//! let scenario = Scenario::from_path("scenario.toml".as_ref())?;
+//! let log = read_log("requests.jsonl".as_ref())?;
+//! let result = fit(&scenario, &log, &FitConfig::default())?;
+//! println!("{}", result.table());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod log;
+pub mod metrics;
+
+use argmin::core::{CostFunction, Executor, State, TerminationReason, TerminationStatus};
+use argmin::solver::neldermead::NelderMead;
+use capsim_sim::{Outcome, RunOptions, Scenario};
+use capsim_trace::{Columns, Trace};
+
+pub use log::{LogError, MeasuredLog, read_log};
+pub use metrics::{Figures, LatencyMetrics, METRIC_NAMES};
+
+/// How a fit runs.
+#[derive(Debug, Clone)]
+pub struct FitConfig {
+    /// Seed of the simulations (the linear step time is deterministic; the seed fixes the rest).
+    pub seed: u64,
+    /// Most Nelder-Mead iterations.
+    pub max_iterations: u64,
+    /// Stop when the simplex's losses have a standard deviation below this.
+    pub loss_tolerance: f64,
+}
+
+impl Default for FitConfig {
+    fn default() -> Self {
+        FitConfig {
+            seed: 1,
+            max_iterations: 400,
+            loss_tolerance: 1e-7,
+        }
+    }
+}
+
+/// One fitted parameter.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FittedParameter {
+    /// Scenario key (`batcher.step_overhead`, `step_time.per_prefill_token`, ...).
+    pub key: &'static str,
+    /// Fitted value, in nanoseconds.
+    pub value_ns: f64,
+    /// Lower and upper bound of the search, in nanoseconds.
+    pub bounds_ns: (f64, f64),
+    /// Whether the value ended within 1% (in log space) of a bound.
+    pub at_bound: bool,
+}
+
+/// What a fit found.
+#[derive(Debug, Clone)]
+pub struct FitResult {
+    /// The input scenario with the fitted keys set.
+    pub scenario: Scenario,
+    /// The fitted parameters.
+    pub parameters: Vec<FittedParameter>,
+    /// The log's figures.
+    pub measured: LatencyMetrics,
+    /// The figures of the fitted scenario replaying the log.
+    pub simulated: LatencyMetrics,
+    /// The final loss (sum of squared log-ratios).
+    pub loss: f64,
+    /// Nelder-Mead iterations run.
+    pub iterations: u64,
+    /// Whether the simplex converged (rather than running out of iterations).
+    pub converged: bool,
+}
+
+impl FitResult {
+    /// Largest absolute relative error over the nine figures.
+    pub fn worst_error(&self) -> f64 {
+        self.simulated
+            .relative_errors(&self.measured)
+            .iter()
+            .fold(0.0, |m, e| m.max(e.abs()))
+    }
+
+    /// A plain-text table: each figure, measured, simulated and the relative error.
+    pub fn table(&self) -> String {
+        let meas = self.measured.values();
+        let sim = self.simulated.values();
+        let err = self.simulated.relative_errors(&self.measured);
+        let mut out = format!(
+            "{:<10} {:>14} {:>14} {:>8}\n",
+            "metric", "measured_ms", "simulated_ms", "error"
+        );
+        for k in 0..METRIC_NAMES.len() {
+            out.push_str(&format!(
+                "{:<10} {:>14.1} {:>14.1} {:>+7.1}%\n",
+                METRIC_NAMES[k],
+                meas[k],
+                sim[k],
+                err[k] * 100.0
+            ));
+        }
+        out
+    }
+}
+
+/// Why a fit could not run or could not be trusted.
+#[derive(Debug, thiserror::Error)]
+pub enum FitError {
+    /// The scenario is not one this fit handles.
+    #[error("scenario: {0}")]
+    Scenario(String),
+    /// The simulation refused the replayed log.
+    #[error("simulating the log: {0}")]
+    Simulation(String),
+    /// The optimizer failed.
+    #[error("the optimizer failed: {0}")]
+    Optimizer(String),
+}
+
+/// The fitted keys, with bounds in nanoseconds.
+const PARAMETERS: [(&str, f64, f64); 4] = [
+    ("batcher.step_overhead", 1e3, 1e9),
+    ("step_time.per_prefill_token", 1.0, 1e7),
+    ("step_time.per_decode_seq", 1.0, 1e8),
+    ("step_time.per_kv_token", 1e-3, 1e5),
+];
+
+/// The replay: the scenario to vary, the log as a trace, and the measured figures.
+struct Replay {
+    base: Scenario,
+    trace: Trace,
+    measured: LatencyMetrics,
+    seed: u64,
+}
+
+impl Replay {
+    /// The scenario with `values_ns` (in [`PARAMETERS`] order) set.
+    fn scenario(&self, values_ns: &[f64]) -> Result<Scenario, FitError> {
+        let mut s = self.base.clone();
+        // step_overhead is an integer duration; the coefficients keep fractions of a nanosecond.
+        s.set(
+            PARAMETERS[0].0,
+            &format!("\"{}ns\"", values_ns[0].round() as u64),
+        )
+        .map_err(|e| FitError::Scenario(e.to_string()))?;
+        let step_time = format!(
+            "{{ kind = \"linear\", base = \"0ns\", per_prefill_token = \"{:.3}ns\", \
+             per_decode_seq = \"{:.3}ns\", per_kv_token = \"{:.4}ns\" }}",
+            values_ns[1], values_ns[2], values_ns[3]
+        );
+        s.set("step_time", &step_time)
+            .map_err(|e| FitError::Scenario(e.to_string()))?;
+        Ok(s)
+    }
+
+    /// The figures of one simulation, and how many requests did not complete.
+    fn simulate(&self, scenario: &Scenario) -> Result<(LatencyMetrics, usize), FitError> {
+        let options = RunOptions {
+            seed: self.seed,
+            ..RunOptions::default()
+        };
+        let (_, records) = capsim_sim::simulate_with_requests(scenario, &self.trace, &options)
+            .map_err(|e| FitError::Simulation(e.to_string()))?;
+        let n = records.records().len();
+        let (mut ttft, mut tpot, mut e2e) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        let mut lost = 0;
+        for r in records.records() {
+            if r.outcome != Outcome::Completed {
+                lost += 1;
+                continue;
+            }
+            let t = r.ttft_ns();
+            let e = r.latency_ns();
+            ttft.push(t as f64);
+            e2e.push(e as f64);
+            tpot.push(log::tpot_ns(t, e, r.output_tokens));
+        }
+        let metrics = LatencyMetrics {
+            ttft: Figures::of_ns(&ttft),
+            tpot: Figures::of_ns(&tpot),
+            e2e: Figures::of_ns(&e2e),
+        };
+        Ok((metrics, lost))
+    }
+
+    fn loss(&self, values_ns: &[f64]) -> Result<f64, FitError> {
+        let scenario = self.scenario(values_ns)?;
+        let (sim, lost) = self.simulate(&scenario)?;
+        let meas = self.measured.values();
+        let loss: f64 = sim
+            .values()
+            .iter()
+            .zip(meas)
+            .map(|(s, m)| (s / m).ln().powi(2))
+            .sum();
+        // A request the candidate cannot complete is a wrong candidate, never a silent drop.
+        let loss = loss + lost as f64;
+        Ok(if loss.is_finite() { loss } else { 1e12 })
+    }
+}
+
+/// Log-space parameters, clamped to the bounds.
+fn to_ns(x: &[f64]) -> Vec<f64> {
+    x.iter()
+        .zip(PARAMETERS)
+        .map(|(x, (_, lo, hi))| x.clamp(lo.ln(), hi.ln()).exp())
+        .collect()
+}
+
+impl CostFunction for Replay {
+    type Param = Vec<f64>;
+    type Output = f64;
+
+    fn cost(&self, x: &Vec<f64>) -> Result<f64, argmin::core::Error> {
+        self.loss(&to_ns(x)).map_err(argmin::core::Error::from)
+    }
+}
+
+/// The starting point, from the log: a step of a median TPOT, half of it fixed, a quarter per
+/// decoding sequence (at a guessed 32 of them) and a quarter for their KV reads (at 1000 tokens
+/// each); a prompt token at a tenth of the first request's TTFT per prompt token.
+fn initial_ns(log: &MeasuredLog, measured: &LatencyMetrics) -> [f64; 4] {
+    let tpot_ns = measured.tpot.p50_ms * 1e6;
+    let first_prefill_ns = log.ttft_ns[0] as f64 / f64::from(log.input_tokens[0].max(1));
+    [
+        0.5 * tpot_ns,
+        0.1 * first_prefill_ns,
+        0.25 * tpot_ns / 32.0,
+        0.25 * tpot_ns / 32_000.0,
+    ]
+}
+
+/// Fits `scenario`'s step time to `log` (see the module docs). The scenario must have one pool,
+/// with `batcher.kind = "continuous"`; its `[step_time]` is replaced by a `linear` one.
+pub fn fit(
+    scenario: &Scenario,
+    log: &MeasuredLog,
+    config: &FitConfig,
+) -> Result<FitResult, FitError> {
+    if scenario.pools().len() != 1 || scenario.pools()[0].llm.is_none() {
+        return Err(FitError::Scenario(
+            "a fit needs one pool with batcher.kind = \"continuous\" (named pools are not fitted yet)"
+                .into(),
+        ));
+    }
+    let base = scenario.clone();
+    let trace = Trace::from_columns(Columns {
+        arrival_ns: log.arrival_ns.clone(),
+        input_tokens: log.input_tokens.clone(),
+        output_tokens: Some(log.output_tokens.clone()),
+        ..Columns::default()
+    })
+    .map_err(|e| FitError::Simulation(e.to_string()))?;
+    let measured = LatencyMetrics {
+        ttft: Figures::of_ns(&log.ttft_ns.iter().map(|&t| t as f64).collect::<Vec<_>>()),
+        tpot: Figures::of_ns(&log.tpot_ns()),
+        e2e: Figures::of_ns(&log.e2e_ns.iter().map(|&t| t as f64).collect::<Vec<_>>()),
+    };
+    let replay = Replay {
+        base,
+        trace,
+        measured,
+        seed: config.seed,
+    };
+    let x0: Vec<f64> = initial_ns(log, &measured)
+        .iter()
+        .zip(PARAMETERS)
+        .map(|(v, (_, lo, hi))| v.clamp(lo, hi).ln())
+        .collect();
+    // The simplex: the start and one vertex a factor e^0.7 (about 2x) along each parameter.
+    let mut simplex = vec![x0.clone()];
+    for k in 0..x0.len() {
+        let mut v = x0.clone();
+        v[k] += 0.7;
+        simplex.push(v);
+    }
+    let solver = NelderMead::new(simplex)
+        .with_sd_tolerance(config.loss_tolerance)
+        .map_err(|e| FitError::Optimizer(e.to_string()))?;
+    let res = Executor::new(replay, solver)
+        .configure(|state| state.max_iters(config.max_iterations))
+        .run()
+        .map_err(|e| FitError::Optimizer(e.to_string()))?;
+    let state = res.state();
+    let converged = matches!(
+        state.get_termination_status(),
+        TerminationStatus::Terminated(TerminationReason::SolverConverged)
+    );
+    let iterations = state.get_iter();
+    let best = state
+        .get_best_param()
+        .cloned()
+        .ok_or_else(|| FitError::Optimizer("no parameter was evaluated".into()))?;
+    let values_ns = to_ns(&best);
+    let replay = &res
+        .problem
+        .problem
+        .as_ref()
+        .ok_or_else(|| FitError::Optimizer("the optimizer kept no problem".into()))?;
+    let fitted = replay.scenario(&values_ns)?;
+    let (simulated, _) = replay.simulate(&fitted)?;
+    let loss = replay.loss(&values_ns)?;
+    let parameters = PARAMETERS
+        .iter()
+        .zip(&values_ns)
+        .map(|(&(key, lo, hi), &value_ns)| {
+            let span = hi.ln() - lo.ln();
+            let at_bound =
+                (value_ns.ln() - lo.ln()) < 0.01 * span || (hi.ln() - value_ns.ln()) < 0.01 * span;
+            FittedParameter {
+                key,
+                value_ns,
+                bounds_ns: (lo, hi),
+                at_bound,
+            }
+        })
+        .collect();
+    Ok(FitResult {
+        scenario: fitted,
+        parameters,
+        measured,
+        simulated,
+        loss,
+        iterations,
+        converged,
+    })
+}

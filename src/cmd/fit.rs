@@ -1,0 +1,97 @@
+//! `capsim fit`: fits a continuous-batching scenario's step time to a measured per-request log.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use capsim_calibrate::fit::{FitConfig, FitResult, fit, read_log};
+use capsim_sim::Scenario;
+use clap::Args;
+
+use super::BadInput;
+
+/// Flags of `capsim fit`.
+#[derive(Debug, Args)]
+pub struct FitArgs {
+    /// The scenario to fit (TOML, one pool with `batcher.kind = "continuous"`); its engine limits
+    /// and KV cache are kept, its `[step_time]` becomes the fitted `linear` one.
+    #[arg(long, value_name = "S.toml")]
+    pub scenario: PathBuf,
+    /// The measured log: vLLM per-request records (`.jsonl`: input_toks, output_toks,
+    /// arrival_time, queued_ts, first_token_ts, last_token_ts) or capsim's `requests.parquet`.
+    #[arg(long, value_name = "LOG")]
+    pub log: PathBuf,
+    /// Where to write the fitted scenario.
+    #[arg(short = 'o', long = "output", value_name = "FITTED.toml")]
+    pub output: PathBuf,
+    /// Also write fit.txt (the table and the parameters) into this folder.
+    #[arg(long, value_name = "DIR")]
+    pub report: Option<PathBuf>,
+    /// Seed of the simulations.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+/// Runs `capsim fit`.
+pub fn run(args: FitArgs) -> Result<()> {
+    let scenario = Scenario::from_path(&args.scenario).map_err(|e| BadInput(e.to_string()))?;
+    let log = read_log(&args.log).map_err(|e| BadInput(e.to_string()))?;
+    let config = FitConfig {
+        seed: args.seed,
+        ..FitConfig::default()
+    };
+    let result = fit(&scenario, &log, &config).map_err(|e| BadInput(e.to_string()))?;
+    let text = describe(&result, &args, log.len());
+    print!("{text}");
+    std::fs::write(&args.output, fitted_toml(&result, &args))
+        .with_context(|| format!("writing {}", args.output.display()))?;
+    if let Some(dir) = &args.report {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let path = dir.join("fit.txt");
+        std::fs::write(&path, &text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn describe(result: &FitResult, args: &FitArgs, requests: usize) -> String {
+    let mut out = format!(
+        "fit: {} requests of {}; {} iterations, loss {:.3e}, {}\n",
+        requests,
+        args.log.display(),
+        result.iterations,
+        result.loss,
+        if result.converged {
+            "converged"
+        } else {
+            "NOT converged (ran out of iterations): do not trust the parameters"
+        }
+    );
+    for p in &result.parameters {
+        out.push_str(&format!(
+            "  {:<30} {:>14.3} ns{}\n",
+            p.key,
+            p.value_ns,
+            if p.at_bound {
+                format!(
+                    "   AT A BOUND ({:e}..{:e} ns): the model cannot place it",
+                    p.bounds_ns.0, p.bounds_ns.1
+                )
+            } else {
+                String::new()
+            }
+        ));
+    }
+    out.push_str(&result.table());
+    out
+}
+
+fn fitted_toml(result: &FitResult, args: &FitArgs) -> String {
+    format!(
+        "# Fitted by `capsim fit --scenario {} --log {}` (seed {}): step time and step_overhead\n\
+         # from the log's TTFT, TPOT and end-to-end mean, p50 and p90 (worst error {:.1}%).\n{}",
+        args.scenario.display(),
+        args.log.display(),
+        args.seed,
+        result.worst_error() * 100.0,
+        result.scenario.to_toml_string()
+    )
+}

@@ -1,0 +1,171 @@
+//! End-to-end tests of `capsim fit`: the two real vLLM runs of `../shared/ground-truth` (or
+//! `$CAPSIM_GROUND_TRUTH`) fitted within 5% on TTFT, TPOT and end-to-end mean, p50 and p90 (the
+//! acceptance of issue 16); a fit of capsim's own requests.parquet; and the bad-input cases.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{assert_user_error, capsim, text};
+
+/// The acceptance bound on every figure's relative error.
+const MAX_RELATIVE_ERROR: f64 = 0.05;
+
+fn ground_truth(run: &str) -> PathBuf {
+    let root = std::env::var("CAPSIM_GROUND_TRUTH")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/ground-truth").into());
+    let log = Path::new(&root).join(run).join("requests.jsonl");
+    assert!(
+        log.is_file(),
+        "{} missing; set CAPSIM_GROUND_TRUTH",
+        log.display()
+    );
+    log
+}
+
+/// Runs `capsim fit` and returns the fit.txt it wrote, after checking the fitted scenario exists
+/// and names the fitted keys.
+fn fit(scenario: &str, log: &Path, dir: &Path) -> String {
+    let fitted = dir.join("fitted.toml");
+    let report = dir.join("report");
+    let out = capsim(&[
+        "fit",
+        "--scenario",
+        scenario,
+        "--log",
+        log.to_str().expect("utf-8"),
+        "-o",
+        fitted.to_str().expect("utf-8"),
+        "--report",
+        report.to_str().expect("utf-8"),
+    ]);
+    assert!(out.status.success(), "capsim fit failed: {}", text(&out));
+    let toml = std::fs::read_to_string(&fitted).expect("fitted scenario written");
+    for key in [
+        "step_overhead",
+        "per_prefill_token",
+        "per_decode_seq",
+        "per_kv_token",
+    ] {
+        assert!(toml.contains(key), "fitted scenario lacks {key}:\n{toml}");
+    }
+    std::fs::read_to_string(report.join("fit.txt")).expect("fit.txt written")
+}
+
+/// The (metric, relative error) rows of a fit's table.
+fn errors(report: &str) -> Vec<(String, f64)> {
+    report
+        .lines()
+        .filter(|l| l.ends_with('%') && !l.starts_with("fit:"))
+        .map(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            let pct: f64 = cols[3].trim_end_matches('%').parse().expect("a percentage");
+            (cols[0].to_string(), pct / 100.0)
+        })
+        .collect()
+}
+
+fn assert_within_bound(report: &str) {
+    assert!(
+        report.contains("converged") && !report.contains("NOT converged"),
+        "{report}"
+    );
+    assert!(!report.contains("AT A BOUND"), "{report}");
+    let rows = errors(report);
+    assert_eq!(rows.len(), 9, "nine figures expected:\n{report}");
+    for (metric, err) in rows {
+        assert!(
+            err.abs() <= MAX_RELATIVE_ERROR,
+            "{metric}: error {:+.1}% exceeds {:.0}%:\n{report}",
+            err * 100.0,
+            MAX_RELATIVE_ERROR * 100.0
+        );
+    }
+}
+
+#[test]
+fn rtx4090_llama_8b_run_fits_within_5_percent() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = ground_truth("vllm-rtx4090-llama-3.1-8b");
+    let report = fit("scenarios/vllm-rtx4090-llama-3.1-8b.toml", &log, dir.path());
+    assert_within_bound(&report);
+}
+
+#[test]
+fn rtxpro6000_qwen_32b_run_fits_within_5_percent() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = ground_truth("vllm-rtxpro6000-qwen3-32b");
+    let report = fit("scenarios/vllm-rtxpro6000-qwen3-32b.toml", &log, dir.path());
+    assert_within_bound(&report);
+}
+
+#[test]
+fn capsims_own_requests_parquet_fits_back_within_5_percent() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sim = dir.path().join("sim");
+    let log = ground_truth("vllm-rtxpro6000-qwen3-32b");
+    let out = capsim(&[
+        "simulate",
+        "--scenario",
+        "scenarios/vllm-rtxpro6000-qwen3-32b.toml",
+        "--map",
+        "arrival=arrival_time:s,input_tokens=input_toks,output_tokens=output_toks",
+        log.to_str().expect("utf-8"),
+        "-o",
+        sim.to_str().expect("utf-8"),
+    ]);
+    assert!(out.status.success(), "simulate failed: {}", text(&out));
+    let report = fit(
+        "scenarios/vllm-rtxpro6000-qwen3-32b.toml",
+        &sim.join("requests.parquet"),
+        dir.path(),
+    );
+    assert_within_bound(&report);
+}
+
+#[test]
+fn a_scenario_without_continuous_batching_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = ground_truth("vllm-rtx4090-llama-3.1-8b");
+    let out = capsim(&[
+        "fit",
+        "--scenario",
+        "scenarios/bert-dynamic-batching.toml",
+        "--log",
+        log.to_str().unwrap(),
+        "-o",
+        dir.path().join("f.toml").to_str().unwrap(),
+    ]);
+    assert_user_error(&out, &["batcher.kind = \"continuous\""]);
+}
+
+#[test]
+fn a_log_without_timestamps_is_refused_naming_the_file_and_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = capsim(&[
+        "fit",
+        "--scenario",
+        "scenarios/vllm-rtx4090-llama-3.1-8b.toml",
+        "--log",
+        "traces/demo.parquet",
+        "-o",
+        dir.path().join("f.toml").to_str().unwrap(),
+    ]);
+    assert_user_error(&out, &["traces/demo.parquet", "no column"]);
+    let jsonl = dir.path().join("sizes.jsonl");
+    std::fs::write(
+        &jsonl,
+        "{\"input_toks\": 10, \"output_toks\": 5, \"arrival_time\": 1.0}\n",
+    )
+    .unwrap();
+    let out = capsim(&[
+        "fit",
+        "--scenario",
+        "scenarios/vllm-rtx4090-llama-3.1-8b.toml",
+        "--log",
+        jsonl.to_str().unwrap(),
+        "-o",
+        dir.path().join("f.toml").to_str().unwrap(),
+    ]);
+    assert_user_error(&out, &["sizes.jsonl: row 1", "queued_ts"]);
+}
