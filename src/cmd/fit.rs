@@ -65,11 +65,16 @@ fn describe(result: &FitResult, args: &FitArgs, requests: usize) -> String {
             "NOT converged (ran out of iterations): do not trust the parameters"
         }
     );
-    for p in &result.parameters {
+    out.push_str(&format!(
+        "  {:<30} {:>17} {:>14}\n",
+        "parameter", "value", "start spread"
+    ));
+    for (p, spread) in result.parameters.iter().zip(&result.start_spread) {
         out.push_str(&format!(
-            "  {:<30} {:>14.3} ns{}\n",
+            "  {:<30} {:>14.3} ns {:>13.2}x{}\n",
             p.key,
             p.value_ns,
+            spread,
             if p.at_bound {
                 format!(
                     "   AT A BOUND ({:e}..{:e} ns): the model cannot place it",

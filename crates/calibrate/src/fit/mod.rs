@@ -35,6 +35,7 @@ use argmin::core::{CostFunction, Executor, State, TerminationReason, Termination
 use argmin::solver::neldermead::NelderMead;
 use capsim_sim::{Outcome, RunOptions, Scenario};
 use capsim_trace::{Columns, Trace};
+use rayon::prelude::*;
 
 pub use log::{LogError, MeasuredLog, read_log};
 pub use metrics::{Figures, LatencyMetrics, METRIC_NAMES};
@@ -48,6 +49,8 @@ pub struct FitConfig {
     pub max_iterations: u64,
     /// Stop when the simplex's losses have a standard deviation below this.
     pub loss_tolerance: f64,
+    /// Nelder-Mead descents from different starts (1 to 8), run in parallel; the best is kept.
+    pub starts: usize,
 }
 
 impl Default for FitConfig {
@@ -56,6 +59,7 @@ impl Default for FitConfig {
             seed: 1,
             max_iterations: 400,
             loss_tolerance: 1e-7,
+            starts: 4,
         }
     }
 }
@@ -88,8 +92,11 @@ pub struct FitResult {
     pub loss: f64,
     /// Nelder-Mead iterations run.
     pub iterations: u64,
-    /// Whether the simplex converged (rather than running out of iterations).
+    /// Whether the best start's simplex converged (rather than running out of iterations).
     pub converged: bool,
+    /// Per parameter (in [`FitResult::parameters`] order), max over min of its value among the
+    /// starts that reached a loss within 2x of the best: near 1 when the log pins it down.
+    pub start_spread: Vec<f64>,
 }
 
 impl FitResult {
@@ -146,6 +153,7 @@ const PARAMETERS: [(&str, f64, f64); 4] = [
 ];
 
 /// The replay: the scenario to vary, the log as a trace, and the measured figures.
+#[derive(Clone)]
 struct Replay {
     base: Scenario,
     trace: Trace,
@@ -291,36 +299,24 @@ pub fn fit(
         .zip(PARAMETERS)
         .map(|(v, (_, lo, hi))| v.clamp(lo, hi).ln())
         .collect();
-    // The simplex: the start and one vertex a factor e^0.7 (about 2x) along each parameter.
-    let mut simplex = vec![x0.clone()];
-    for k in 0..x0.len() {
-        let mut v = x0.clone();
-        v[k] += 0.7;
-        simplex.push(v);
-    }
-    let solver = NelderMead::new(simplex)
-        .with_sd_tolerance(config.loss_tolerance)
-        .map_err(|e| FitError::Optimizer(e.to_string()))?;
-    let res = Executor::new(replay, solver)
-        .configure(|state| state.max_iters(config.max_iterations))
-        .run()
-        .map_err(|e| FitError::Optimizer(e.to_string()))?;
-    let state = res.state();
-    let converged = matches!(
-        state.get_termination_status(),
-        TerminationStatus::Terminated(TerminationReason::SolverConverged)
-    );
-    let iterations = state.get_iter();
-    let best = state
-        .get_best_param()
-        .cloned()
-        .ok_or_else(|| FitError::Optimizer("no parameter was evaluated".into()))?;
+    let starts: Vec<Vec<f64>> = START_OFFSETS
+        .iter()
+        .take(config.starts.clamp(1, START_OFFSETS.len()))
+        .map(|offsets| x0.iter().zip(offsets).map(|(x, o)| x + o).collect())
+        .collect();
+    let runs: Vec<Descent> = starts
+        .into_par_iter()
+        .map(|x| descend(&replay, x, config))
+        .collect::<Result<_, _>>()?;
+    // Lowest loss; ties go to the earlier start, so the choice does not depend on thread timing.
+    let best_run = runs
+        .iter()
+        .min_by(|a, b| a.loss.total_cmp(&b.loss))
+        .ok_or_else(|| FitError::Optimizer("no start was run".into()))?;
+    let (best, iterations, converged) =
+        (best_run.x.clone(), best_run.iterations, best_run.converged);
+    let start_spread = spread(&runs, best_run.loss);
     let values_ns = to_ns(&best);
-    let replay = &res
-        .problem
-        .problem
-        .as_ref()
-        .ok_or_else(|| FitError::Optimizer("the optimizer kept no problem".into()))?;
     let fitted = replay.scenario(&values_ns)?;
     let (simulated, _) = replay.simulate(&fitted)?;
     let loss = replay.loss(&values_ns)?;
@@ -347,5 +343,81 @@ pub fn fit(
         loss,
         iterations,
         converged,
+        start_spread,
     })
+}
+
+/// Offsets, in log space, of the starts of a multi-start fit from the log's initial guess:
+/// the guess itself, then each parameter 4x up or down in a fixed pattern.
+const START_OFFSETS: [[f64; 4]; 8] = {
+    const U: f64 = std::f64::consts::LN_2 * 2.0;
+    [
+        [0.0, 0.0, 0.0, 0.0],
+        [U, -U, U, -U],
+        [-U, U, -U, U],
+        [-U, -U, U, U],
+        [U, U, -U, -U],
+        [U, -U, -U, U],
+        [-U, U, U, -U],
+        [U, U, U, U],
+    ]
+};
+
+/// One Nelder-Mead descent.
+#[derive(Debug, Clone)]
+struct Descent {
+    x: Vec<f64>,
+    loss: f64,
+    iterations: u64,
+    converged: bool,
+}
+
+/// Runs Nelder-Mead from `x0` (log space).
+fn descend(replay: &Replay, x0: Vec<f64>, config: &FitConfig) -> Result<Descent, FitError> {
+    // The simplex: the start and one vertex a factor e^0.7 (about 2x) along each parameter.
+    let mut simplex = vec![x0.clone()];
+    for k in 0..x0.len() {
+        let mut v = x0.clone();
+        v[k] += 0.7;
+        simplex.push(v);
+    }
+    let solver = NelderMead::new(simplex)
+        .with_sd_tolerance(config.loss_tolerance)
+        .map_err(|e| FitError::Optimizer(e.to_string()))?;
+    let res = Executor::new(replay.clone(), solver)
+        .configure(|state| state.max_iters(config.max_iterations))
+        .run()
+        .map_err(|e| FitError::Optimizer(e.to_string()))?;
+    let state = res.state();
+    let x = state
+        .get_best_param()
+        .cloned()
+        .ok_or_else(|| FitError::Optimizer("no parameter was evaluated".into()))?;
+    Ok(Descent {
+        loss: state.get_best_cost(),
+        x,
+        iterations: state.get_iter(),
+        converged: matches!(
+            state.get_termination_status(),
+            TerminationStatus::Terminated(TerminationReason::SolverConverged)
+        ),
+    })
+}
+
+/// Per parameter, the ratio of the largest to the smallest value among the descents whose loss
+/// is within 2x of the best (1 when only the best is): how well the log pins each parameter.
+fn spread(runs: &[Descent], best_loss: f64) -> Vec<f64> {
+    let near: Vec<Vec<f64>> = runs
+        .iter()
+        .filter(|r| r.loss <= 2.0 * best_loss.max(1e-12))
+        .map(|r| to_ns(&r.x))
+        .collect();
+    (0..PARAMETERS.len())
+        .map(|k| {
+            let (lo, hi) = near.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), v| {
+                (lo.min(v[k]), hi.max(v[k]))
+            });
+            hi / lo
+        })
+        .collect()
 }
