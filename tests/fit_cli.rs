@@ -169,3 +169,33 @@ fn a_log_without_timestamps_is_refused_naming_the_file_and_key() {
     ]);
     assert_user_error(&out, &["sizes.jsonl: row 1", "queued_ts"]);
 }
+
+#[test]
+fn a_fit_that_runs_out_of_iterations_says_so() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fitted = dir.path().join("f.toml");
+    let log = ground_truth("vllm-rtxpro6000-qwen3-32b");
+    let out = capsim(&[
+        "fit",
+        "--scenario",
+        "scenarios/vllm-rtxpro6000-qwen3-32b.toml",
+        "--log",
+        log.to_str().unwrap(),
+        "--max-iterations",
+        "2",
+        "-o",
+        fitted.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("NOT converged")
+            && common::stderr(&out).contains("did not converge in 2 iterations"),
+        "{}",
+        text(&out)
+    );
+    let toml = std::fs::read_to_string(&fitted).expect("fitted scenario written");
+    assert!(
+        toml.contains("# WARNING: the fit did not converge"),
+        "{toml}"
+    );
+}

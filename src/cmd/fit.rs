@@ -29,6 +29,9 @@ pub struct FitArgs {
     /// Seed of the simulations.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Most Nelder-Mead iterations of each start.
+    #[arg(long, default_value_t = FitConfig::default().max_iterations)]
+    pub max_iterations: u64,
 }
 
 /// Runs `capsim fit`.
@@ -37,11 +40,15 @@ pub fn run(args: FitArgs) -> Result<()> {
     let log = read_log(&args.log).map_err(|e| BadInput(e.to_string()))?;
     let config = FitConfig {
         seed: args.seed,
+        max_iterations: args.max_iterations,
         ..FitConfig::default()
     };
     let result = fit(&scenario, &log, &config).map_err(|e| BadInput(e.to_string()))?;
     let text = describe(&result, &args, log.len());
     print!("{text}");
+    for warning in warnings(&result) {
+        eprintln!("warning: {warning}");
+    }
     std::fs::write(&args.output, fitted_toml(&result, &args))
         .with_context(|| format!("writing {}", args.output.display()))?;
     if let Some(dir) = &args.report {
@@ -89,14 +96,35 @@ fn describe(result: &FitResult, args: &FitArgs, requests: usize) -> String {
     out
 }
 
+/// What makes the fit untrustworthy: no convergence, parameters on a bound.
+fn warnings(result: &FitResult) -> Vec<String> {
+    let mut out = Vec::new();
+    if !result.converged {
+        out.push(format!(
+            "the fit did not converge in {} iterations; raise --max-iterations",
+            result.iterations
+        ));
+    }
+    for p in result.parameters.iter().filter(|p| p.at_bound) {
+        out.push(format!(
+            "{} = {:.3} ns lies on a bound of its search ({:e}..{:e} ns): the log cannot place it",
+            p.key, p.value_ns, p.bounds_ns.0, p.bounds_ns.1
+        ));
+    }
+    out
+}
+
 fn fitted_toml(result: &FitResult, args: &FitArgs) -> String {
-    format!(
+    let mut header = format!(
         "# Fitted by `capsim fit --scenario {} --log {}` (seed {}): step time and step_overhead\n\
-         # from the log's TTFT, TPOT and end-to-end mean, p50 and p90 (worst error {:.1}%).\n{}",
+         # from the log's TTFT, TPOT and end-to-end mean, p50 and p90 (worst error {:.1}%).\n",
         args.scenario.display(),
         args.log.display(),
         args.seed,
         result.worst_error() * 100.0,
-        result.scenario.to_toml_string()
-    )
+    );
+    for warning in warnings(result) {
+        header.push_str(&format!("# WARNING: {warning}\n"));
+    }
+    header + &result.scenario.to_toml_string()
 }

@@ -323,16 +323,11 @@ pub fn fit(
     let parameters = PARAMETERS
         .iter()
         .zip(&values_ns)
-        .map(|(&(key, lo, hi), &value_ns)| {
-            let span = hi.ln() - lo.ln();
-            let at_bound =
-                (value_ns.ln() - lo.ln()) < 0.01 * span || (hi.ln() - value_ns.ln()) < 0.01 * span;
-            FittedParameter {
-                key,
-                value_ns,
-                bounds_ns: (lo, hi),
-                at_bound,
-            }
+        .map(|(&(key, lo, hi), &value_ns)| FittedParameter {
+            key,
+            value_ns,
+            bounds_ns: (lo, hi),
+            at_bound: on_bound(value_ns, lo, hi),
         })
         .collect();
     Ok(FitResult {
@@ -420,4 +415,38 @@ fn spread(runs: &[Descent], best_loss: f64) -> Vec<f64> {
             hi / lo
         })
         .collect()
+}
+
+/// Whether `value` lies within 1% (of the span, in log space) of `lo` or `hi`.
+fn on_bound(value: f64, lo: f64, hi: f64) -> bool {
+    let span = hi.ln() - lo.ln();
+    value.ln() - lo.ln() < 0.01 * span || hi.ln() - value.ln() < 0.01 * span
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_within_one_percent_of_a_bound_in_log_space_are_on_it() {
+        // Bounds 1..1e4: the span is 4 decades, 1% of it 0.04 decade (a factor 1.096).
+        assert!(on_bound(1.0, 1.0, 1e4));
+        assert!(on_bound(1.09, 1.0, 1e4));
+        assert!(!on_bound(1.2, 1.0, 1e4));
+        assert!(on_bound(9200.0, 1.0, 1e4));
+        assert!(!on_bound(100.0, 1.0, 1e4));
+    }
+
+    #[test]
+    fn parameters_are_clamped_to_their_bounds() {
+        let ns = to_ns(&[0.0, 100.0, f64::NEG_INFINITY, 1.0]);
+        assert!(
+            (ns[0] - PARAMETERS[0].1).abs() < 1e-9,
+            "below the lower bound: {}",
+            ns[0]
+        );
+        assert!((ns[1] - PARAMETERS[1].2).abs() < 1e-6 * PARAMETERS[1].2);
+        assert!((ns[2] - PARAMETERS[2].1).abs() < 1e-9);
+        assert!((ns[3] - std::f64::consts::E).abs() < 1e-12);
+    }
 }
