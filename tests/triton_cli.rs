@@ -26,10 +26,16 @@ struct Triton {
 }
 
 impl Triton {
+    /// Serves the fixed-time model of `a` = 2 ms and `b` = 0.5 ms.
     fn start(scenario: &Path, dir: &Path) -> Triton {
+        Triton::start_fixed(scenario, dir, "2ms", "0.5ms")
+    }
+
+    /// Serves a model whose every batch of `n` takes `a + b * n`.
+    fn start_fixed(scenario: &Path, dir: &Path, a: &str, b: &str) -> Triton {
         let output = Command::new(python())
             .arg(repo("scripts/triton.py"))
-            .args(["start", "--model", "fixed", "--a", "2ms", "--b", "0.5ms"])
+            .args(["start", "--model", "fixed", "--a", a, "--b", b])
             .arg("--scenario")
             .arg(scenario)
             .arg("--dir")
@@ -278,4 +284,149 @@ fn validate_endpoint_accounts_for_every_request_and_fits_tritons_times_near_the_
     }
     // A model Triton does not serve: one clear message, exit 2.
     assert_user_error(&validate("nope"), &["nope", "check --model"]);
+}
+
+/// Batch sizes and their counts, from Triton's statistics or capsim's summary.
+fn batch_counts(pairs: impl Iterator<Item = (u64, u64)>) -> Vec<(u64, u64)> {
+    let mut counts: Vec<(u64, u64)> = pairs.filter(|&(_, n)| n > 0).collect();
+    counts.sort_unstable();
+    counts
+}
+
+#[test]
+fn tritons_batches_of_the_batcher_doc_timeline_are_the_ones_capsim_forms_ahead_of_the_instance() {
+    // The timeline of crates/sim/src/batcher.rs, four times slower (margins of 2 ms or more for
+    // the HTTP path): preferred 4, an 8 ms delay, 40 ms batches; r2-r4 form a payload while the
+    // instance is busy, r5 does not wake the batcher, r6 joins r5's payload. Forming batches
+    // when the instance frees up would run 2, then 4, then 1.
+    let _one = ONE_TRITON.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scenario = dir.path().join("timeline.toml");
+    std::fs::write(
+        &scenario,
+        "name = \"timeline\"\n[batcher]\nmax_batch_size = 8\npreferred_batch_size = [4]\n\
+         max_queue_delay = \"8ms\"\n[service]\nkind = \"constant\"\ntime = \"40ms\"\n",
+    )
+    .expect("write scenario");
+    let trace = dir.path().join("timeline.csv");
+    std::fs::write(
+        &trace,
+        "t,i\n0,16\n4,16\n10,16\n12,16\n16,16\n20,16\n60,16\n",
+    )
+    .expect("write trace");
+    let (scenario, trace) = (
+        scenario.to_str().expect("utf-8"),
+        trace.to_str().expect("utf-8"),
+    );
+    let map = "arrival=t:ms,input_tokens=i";
+    let simulated = |prefetch: &str| {
+        let out = dir.path().join(format!("sim-{prefetch}"));
+        let output = capsim(&[
+            "simulate",
+            "--scenario",
+            scenario,
+            trace,
+            "--map",
+            map,
+            "--set",
+            &format!("batcher.prefetch={prefetch}"),
+            "-o",
+            out.to_str().expect("utf-8"),
+        ]);
+        assert!(output.status.success(), "{}", text(&output));
+        let summary: Value = serde_json::from_str(
+            &std::fs::read_to_string(out.join("summary.json")).expect("summary.json"),
+        )
+        .expect("JSON");
+        let counts = summary["batch_size_counts"]
+            .as_array()
+            .expect("counts")
+            .clone();
+        batch_counts(
+            counts
+                .iter()
+                .enumerate()
+                .map(|(size, n)| (size as u64, n.as_u64().expect("count"))),
+        )
+    };
+    let triton = Triton::start_fixed(Path::new(scenario), dir.path(), "40ms", "0ms");
+    let replay = |trace: &str, out: &str| {
+        let out = dir.path().join(out);
+        let output = capsim(&[
+            "replay",
+            "--endpoint",
+            &triton.url("http"),
+            "--model",
+            "fixed",
+            "--scenario",
+            scenario,
+            "--trace",
+            trace,
+            "--map",
+            map,
+            "-o",
+            out.to_str().expect("utf-8"),
+        ]);
+        assert!(output.status.success(), "{}", text(&output));
+    };
+    let batches = |stats: &Value| -> Vec<(u64, u64)> {
+        let sizes = stats["batch_stats"].as_array().expect("batch_stats");
+        batch_counts(sizes.iter().map(|b| {
+            (
+                b["batch_size"].as_u64().expect("size"),
+                b["compute_infer"]["count"].as_u64().expect("count"),
+            )
+        }))
+    };
+    // When a batch completes, Triton wakes its batcher thread and the model instance takes the
+    // next payload at once; which comes first is a race. If the thread wins at 48 ms it adds r5
+    // to [r2 r3 r4] and r6 runs alone, the same batches as forming them when the instance frees
+    // up. The instance won in most runs on this machine, and the batches it then runs are ones
+    // only a batcher that forms payloads ahead can form: a few attempts must see them, and no
+    // attempt may see anything else. The first attempt follows a request alone, which warms up
+    // the Python backend (a slow first batch hands the race to the thread).
+    let prefetched = vec![(2, 2), (3, 1)];
+    let thread_first = vec![(1, 1), (2, 1), (4, 1)];
+    let warm_up = dir.path().join("warm-up.csv");
+    std::fs::write(&warm_up, "t,i\n0,16\n").expect("write warm-up");
+    replay(warm_up.to_str().expect("utf-8"), "warm-up");
+    let mut before = triton.stats();
+    let mut seen = Vec::new();
+    for attempt in 0..5 {
+        replay(trace, &format!("measured-{attempt}"));
+        let after = triton.stats();
+        let (now, then) = (batches(&after), batches(&before));
+        let measured = batch_counts(now.iter().map(|&(size, n)| {
+            let earlier = then
+                .iter()
+                .find(|&&(s, _)| s == size)
+                .map_or(0, |&(_, m)| m);
+            (size, n - earlier)
+        }));
+        assert!(
+            measured == prefetched || measured == thread_first,
+            "attempt {attempt}: Triton ran {measured:?}, neither outcome of its batcher: {after}"
+        );
+        seen.push(measured);
+        before = after;
+        if seen.last() == Some(&prefetched) {
+            break;
+        }
+    }
+    assert_eq!(
+        seen.last(),
+        Some(&prefetched),
+        "in {} attempts Triton never ran the payloads formed ahead: {seen:?}",
+        seen.len()
+    );
+    assert_eq!(
+        simulated("true"),
+        prefetched,
+        "capsim's batches (Triton's rule, the instance first)"
+    );
+    assert_eq!(
+        simulated("false"),
+        thread_first,
+        "forming batches when the instance frees up"
+    );
 }

@@ -32,6 +32,11 @@
 //!   taken or the waiting requests reach the next preferred size: a request that arrives behind a
 //!   growing payload of a non-preferred size can wait for the next wake-up instead of joining it.
 //!   With nothing waiting, the thread polls every 500 ms.
+//! - **A race capsim settles.** When a batch completes, Triton wakes the thread and the model
+//!   instance takes the next payload at once; either may run first. capsim lets the instance
+//!   take first, as Triton did in most runs of the timeline below on a 2-core machine
+//!   (`tests/triton_cli.rs`); when the thread is first, a request waiting behind a growing
+//!   payload joins it before it leaves.
 //!
 //! `max_batch_size = 1` is no batching: every request is a payload of its own.
 //!
@@ -55,8 +60,9 @@
 //! ```
 //!
 //! Forming batches only when the instance frees up would have run [r2 r3 r4 r5] at 12 ms and
-//! [r6] at 22 ms. The engine's golden tests replay this timeline and others like it, and
-//! `scripts/triton_check.py` replays them against a real Triton.
+//! [r6] at 22 ms. The engine's golden tests replay this timeline and others like it;
+//! `tests/triton_cli.rs` replays it (four times slower) against a real Triton, which runs these
+//! batches; `scripts/triton_check.py` compares loads.
 
 use std::collections::VecDeque;
 
