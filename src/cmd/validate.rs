@@ -43,7 +43,7 @@ pub struct ValidateArgs {
     #[arg(long, value_enum, default_value = "kserve")]
     pub protocol: ProtocolArg,
     /// The model's calibration profile (from `capsim calibrate`), used by the simulation
-    /// (required without --endpoint; with it, the scenario's [service] is used when absent).
+    /// (required without --endpoint; with it, the scenario's `[service]` is used when absent).
     #[arg(
         long,
         value_name = "PROFILE.json",

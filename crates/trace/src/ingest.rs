@@ -79,7 +79,7 @@ pub struct IngestReport {
     pub rows_read: u64,
     /// Rows skipped as invalid (only with `--skip-invalid`).
     pub rows_skipped: u64,
-    /// Skipped rows by reason (labels as in [`InvalidReason::label`]).
+    /// Skipped rows by reason (labels as in [`InvalidReason::label`](crate::error::InvalidReason::label)).
     pub skipped_by_reason: BTreeMap<String, u64>,
     /// Rows that arrived earlier than a row before them in the input (they were sorted).
     pub out_of_order: u64,

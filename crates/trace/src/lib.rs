@@ -25,7 +25,7 @@
 //! | `request_id` | Utf8 | id from the log | no |
 //! | `model` | Utf8 | model the request was sent to | no |
 //! | `class` | UInt32 | priority class, 0 most urgent | no |
-//! | `prefix_blocks` | List<UInt64> | prefix-block hashes (equal leading hashes share KV cache) | no |
+//! | `prefix_blocks` | `List<UInt64>` | prefix-block hashes (equal leading hashes share KV cache) | no |
 //! | `failed` | Boolean | the log marks the request failed (kept, not dropped) | no |
 //! | `e2e_ms`, `queue_ms`, `compute_ms` | Float64, nullable | latencies the production system observed | no |
 //!

@@ -45,7 +45,7 @@ struct Setup {
     protocol: &'static str,
     model: String,
     scenario: String,
-    /// `scenario` (its [service]) or `profile PATH`.
+    /// `scenario` (its `[service]`) or `profile PATH`.
     service_model: String,
     capacity: CalibratedCapacity,
     /// Where the scenario and the server's batcher differ (empty when they agree or the server
