@@ -199,3 +199,38 @@ fn a_fit_that_runs_out_of_iterations_says_so() {
         "{toml}"
     );
 }
+
+#[test]
+fn bootstrap_gives_an_ordered_interval_for_every_parameter() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = ground_truth("vllm-rtxpro6000-qwen3-32b");
+    let out = capsim(&[
+        "fit",
+        "--scenario",
+        "scenarios/vllm-rtxpro6000-qwen3-32b.toml",
+        "--log",
+        log.to_str().unwrap(),
+        "--bootstrap",
+        "3",
+        "-o",
+        dir.path().join("f.toml").to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let section = stdout
+        .split("bootstrap over requests (3 replicas)")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no bootstrap section:\n{stdout}"));
+    let rows: Vec<(f64, f64)> = section
+        .lines()
+        .filter(|l| l.contains("..") && l.ends_with(" ns"))
+        .map(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            (cols[1].parse().unwrap(), cols[3].parse().unwrap())
+        })
+        .collect();
+    assert_eq!(rows.len(), 4, "four parameters:\n{stdout}");
+    for (p5, p95) in rows {
+        assert!(0.0 < p5 && p5 <= p95, "interval {p5}..{p95}:\n{stdout}");
+    }
+}

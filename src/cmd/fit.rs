@@ -3,7 +3,9 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use capsim_calibrate::fit::{FitConfig, FitResult, fit, read_log};
+use capsim_calibrate::fit::{
+    Figures, FitConfig, FitResult, Interval, MeasuredLog, bootstrap, fit, read_log,
+};
 use capsim_sim::Scenario;
 use clap::Args;
 
@@ -29,6 +31,10 @@ pub struct FitArgs {
     /// Seed of the simulations.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Bootstrap replicas over requests for the parameters' 5-95% intervals (0: none; each
+    /// replica is one more fit).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub bootstrap: usize,
     /// Most Nelder-Mead iterations of each start.
     #[arg(long, default_value_t = FitConfig::default().max_iterations)]
     pub max_iterations: u64,
@@ -44,7 +50,12 @@ pub fn run(args: FitArgs) -> Result<()> {
         ..FitConfig::default()
     };
     let result = fit(&scenario, &log, &config).map_err(|e| BadInput(e.to_string()))?;
-    let text = describe(&result, &args, log.len());
+    let intervals = bootstrap(&scenario, &log, &result, &config, args.bootstrap)
+        .map_err(|e| BadInput(e.to_string()))?;
+    let mut text = describe(&result, &args, &log);
+    if !intervals.is_empty() {
+        text.push_str(&describe_intervals(&intervals, args.bootstrap));
+    }
     print!("{text}");
     for warning in warnings(&result) {
         eprintln!("warning: {warning}");
@@ -59,10 +70,10 @@ pub fn run(args: FitArgs) -> Result<()> {
     Ok(())
 }
 
-fn describe(result: &FitResult, args: &FitArgs, requests: usize) -> String {
+fn describe(result: &FitResult, args: &FitArgs, log: &MeasuredLog) -> String {
     let mut out = format!(
         "fit: {} requests of {}; {} iterations, loss {:.3e}, {}\n",
-        requests,
+        log.len(),
         args.log.display(),
         result.iterations,
         result.loss,
@@ -93,6 +104,26 @@ fn describe(result: &FitResult, args: &FitArgs, requests: usize) -> String {
         ));
     }
     out.push_str(&result.table());
+    if !log.submit_delay_ns.is_empty() {
+        let delays: Vec<f64> = log.submit_delay_ns.iter().map(|&d| d as f64).collect();
+        let f = Figures::of_ns(&delays);
+        out.push_str(&format!(
+            "latencies count from the server's queued_ts; the client's submission delay before it \
+             (clocks aligned by the first request): mean {:.1} ms, p50 {:.1} ms, p90 {:.1} ms\n",
+            f.mean_ms, f.p50_ms, f.p90_ms
+        ));
+    }
+    out
+}
+
+fn describe_intervals(intervals: &[Interval], replicas: usize) -> String {
+    let mut out = format!("bootstrap over requests ({replicas} replicas): 5%..95%\n");
+    for i in intervals {
+        out.push_str(&format!(
+            "  {:<30} {:>14.3} .. {:>14.3} ns\n",
+            i.key, i.p5_ns, i.p95_ns
+        ));
+    }
     out
 }
 

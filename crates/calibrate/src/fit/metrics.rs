@@ -39,7 +39,7 @@ impl Figures {
 
 /// Quantile `q` in [0, 1] of sorted, non-empty `v`, interpolating linearly between order
 /// statistics (numpy's default, which the ground truth's summaries use).
-fn quantile_sorted(v: &[f64], q: f64) -> f64 {
+pub(crate) fn quantile_sorted(v: &[f64], q: f64) -> f64 {
     let pos = q * (v.len() - 1) as f64;
     let lo = pos.floor() as usize;
     let hi = pos.ceil() as usize;

@@ -33,8 +33,10 @@ pub mod metrics;
 
 use argmin::core::{CostFunction, Executor, State, TerminationReason, TerminationStatus};
 use argmin::solver::neldermead::NelderMead;
+use capsim_sim::rng::{SimRng, splitmix64};
 use capsim_sim::{Outcome, RunOptions, Scenario};
 use capsim_trace::{Columns, Trace};
+use rand::{RngExt, SeedableRng};
 use rayon::prelude::*;
 
 pub use log::{LogError, MeasuredLog, read_log};
@@ -159,9 +161,61 @@ struct Replay {
     trace: Trace,
     measured: LatencyMetrics,
     seed: u64,
+    /// Rows whose latencies count (with repeats), for a bootstrap replica; all rows when `None`.
+    sample: Option<Vec<u32>>,
+}
+
+/// Per-request latencies in nanoseconds, one entry per trace row (NaN where undefined).
+struct RowLatencies {
+    ttft_ns: Vec<f64>,
+    tpot_ns: Vec<f64>,
+    e2e_ns: Vec<f64>,
+}
+
+impl RowLatencies {
+    fn of_log(log: &MeasuredLog) -> RowLatencies {
+        RowLatencies {
+            ttft_ns: log.ttft_ns.iter().map(|&t| t as f64).collect(),
+            tpot_ns: log.tpot_ns(),
+            e2e_ns: log.e2e_ns.iter().map(|&t| t as f64).collect(),
+        }
+    }
+
+    /// The figures over `sample`'s rows (repeats count again), or over all rows.
+    fn metrics(&self, sample: Option<&[u32]>) -> LatencyMetrics {
+        let pick = |v: &[f64]| -> Vec<f64> {
+            match sample {
+                Some(rows) => rows.iter().map(|&r| v[r as usize]).collect(),
+                None => v.to_vec(),
+            }
+        };
+        LatencyMetrics {
+            ttft: Figures::of_ns(&pick(&self.ttft_ns)),
+            tpot: Figures::of_ns(&pick(&self.tpot_ns)),
+            e2e: Figures::of_ns(&pick(&self.e2e_ns)),
+        }
+    }
 }
 
 impl Replay {
+    /// The replay of `log` through `scenario`, every row counted.
+    fn new(scenario: &Scenario, log: &MeasuredLog, seed: u64) -> Result<Replay, FitError> {
+        let trace = Trace::from_columns(Columns {
+            arrival_ns: log.arrival_ns.clone(),
+            input_tokens: log.input_tokens.clone(),
+            output_tokens: Some(log.output_tokens.clone()),
+            ..Columns::default()
+        })
+        .map_err(|e| FitError::Simulation(e.to_string()))?;
+        Ok(Replay {
+            base: scenario.clone(),
+            trace,
+            measured: RowLatencies::of_log(log).metrics(None),
+            seed,
+            sample: None,
+        })
+    }
+
     /// The scenario with `values_ns` (in [`PARAMETERS`] order) set.
     fn scenario(&self, values_ns: &[f64]) -> Result<Scenario, FitError> {
         let mut s = self.base.clone();
@@ -181,7 +235,8 @@ impl Replay {
         Ok(s)
     }
 
-    /// The figures of one simulation, and how many requests did not complete.
+    /// The figures of one simulation (over [`Replay::sample`] when set), and how many requests
+    /// did not complete.
     fn simulate(&self, scenario: &Scenario) -> Result<(LatencyMetrics, usize), FitError> {
         let options = RunOptions {
             seed: self.seed,
@@ -189,30 +244,26 @@ impl Replay {
         };
         let (_, records) = capsim_sim::simulate_with_requests(scenario, &self.trace, &options)
             .map_err(|e| FitError::Simulation(e.to_string()))?;
-        let n = records.records().len();
-        let (mut ttft, mut tpot, mut e2e) = (
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-        );
+        // Per trace row; NaN where the request did not complete.
+        let rows = self.trace.len();
+        let mut latencies = RowLatencies {
+            ttft_ns: vec![f64::NAN; rows],
+            tpot_ns: vec![f64::NAN; rows],
+            e2e_ns: vec![f64::NAN; rows],
+        };
         let mut lost = 0;
         for r in records.records() {
             if r.outcome != Outcome::Completed {
                 lost += 1;
                 continue;
             }
-            let t = r.ttft_ns();
-            let e = r.latency_ns();
-            ttft.push(t as f64);
-            e2e.push(e as f64);
-            tpot.push(log::tpot_ns(t, e, r.output_tokens));
+            let (t, e) = (r.ttft_ns(), r.latency_ns());
+            let row = r.request as usize;
+            latencies.ttft_ns[row] = t as f64;
+            latencies.e2e_ns[row] = e as f64;
+            latencies.tpot_ns[row] = log::tpot_ns(t, e, r.output_tokens);
         }
-        let metrics = LatencyMetrics {
-            ttft: Figures::of_ns(&ttft),
-            tpot: Figures::of_ns(&tpot),
-            e2e: Figures::of_ns(&e2e),
-        };
-        Ok((metrics, lost))
+        Ok((latencies.metrics(self.sample.as_deref()), lost))
     }
 
     fn loss(&self, values_ns: &[f64]) -> Result<f64, FitError> {
@@ -275,25 +326,8 @@ pub fn fit(
                 .into(),
         ));
     }
-    let base = scenario.clone();
-    let trace = Trace::from_columns(Columns {
-        arrival_ns: log.arrival_ns.clone(),
-        input_tokens: log.input_tokens.clone(),
-        output_tokens: Some(log.output_tokens.clone()),
-        ..Columns::default()
-    })
-    .map_err(|e| FitError::Simulation(e.to_string()))?;
-    let measured = LatencyMetrics {
-        ttft: Figures::of_ns(&log.ttft_ns.iter().map(|&t| t as f64).collect::<Vec<_>>()),
-        tpot: Figures::of_ns(&log.tpot_ns()),
-        e2e: Figures::of_ns(&log.e2e_ns.iter().map(|&t| t as f64).collect::<Vec<_>>()),
-    };
-    let replay = Replay {
-        base,
-        trace,
-        measured,
-        seed: config.seed,
-    };
+    let replay = Replay::new(scenario, log, config.seed)?;
+    let measured = replay.measured;
     let x0: Vec<f64> = initial_ns(log, &measured)
         .iter()
         .zip(PARAMETERS)
@@ -340,6 +374,63 @@ pub fn fit(
         converged,
         start_spread,
     })
+}
+
+/// A fitted parameter's spread over bootstrap replicas.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Interval {
+    /// Scenario key, as in [`FittedParameter::key`].
+    pub key: &'static str,
+    /// 5th percentile over the replicas, in nanoseconds.
+    pub p5_ns: f64,
+    /// 95th percentile over the replicas, in nanoseconds.
+    pub p95_ns: f64,
+}
+
+/// Bootstrap over requests: `replicas` times, draws the log's requests with replacement and
+/// refits (one Nelder-Mead start, from `result`'s parameters) to the figures of the drawn
+/// requests only. The replay keeps the whole log as its load: the arrivals are what the server
+/// saw; only which requests' latencies count is resampled. Returns, per parameter, the 5th and
+/// 95th percentiles of the refitted values. Deterministic for `config.seed`; `replicas = 0`
+/// returns an empty list.
+pub fn bootstrap(
+    scenario: &Scenario,
+    log: &MeasuredLog,
+    result: &FitResult,
+    config: &FitConfig,
+    replicas: usize,
+) -> Result<Vec<Interval>, FitError> {
+    if replicas == 0 {
+        return Ok(Vec::new());
+    }
+    let replay = Replay::new(scenario, log, config.seed)?;
+    let rows = RowLatencies::of_log(log);
+    let x_best: Vec<f64> = result.parameters.iter().map(|p| p.value_ns.ln()).collect();
+    let fits: Vec<Vec<f64>> = (0..replicas)
+        .into_par_iter()
+        .map(|replica| {
+            let mut rng = SimRng::seed_from_u64(splitmix64(config.seed ^ (replica as u64 + 1)));
+            let n = log.len() as u32;
+            let sample: Vec<u32> = (0..n).map(|_| rng.random_range(0..n)).collect();
+            let mut replay = replay.clone();
+            replay.measured = rows.metrics(Some(&sample));
+            replay.sample = Some(sample);
+            descend(&replay, x_best.clone(), config).map(|d| to_ns(&d.x))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(PARAMETERS
+        .iter()
+        .enumerate()
+        .map(|(k, (key, _, _))| {
+            let mut values: Vec<f64> = fits.iter().map(|v| v[k]).collect();
+            values.sort_by(f64::total_cmp);
+            Interval {
+                key,
+                p5_ns: metrics::quantile_sorted(&values, 0.05),
+                p95_ns: metrics::quantile_sorted(&values, 0.95),
+            }
+        })
+        .collect())
 }
 
 /// Offsets, in log space, of the starts of a multi-start fit from the log's initial guess:
