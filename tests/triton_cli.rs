@@ -387,6 +387,8 @@ fn tritons_batches_of_the_batcher_doc_timeline_are_the_ones_capsim_forms_ahead_o
     // the Python backend (a slow first batch hands the race to the thread).
     let prefetched = vec![(2, 2), (3, 1)];
     let thread_first = vec![(1, 1), (2, 1), (4, 1)];
+    // The thread first, with the first batch slowed past r6's arrival at 60 ms: r5 and r6 join.
+    let thread_first_late = vec![(2, 1), (5, 1)];
     let warm_up = dir.path().join("warm-up.csv");
     std::fs::write(&warm_up, "t,i\n0,16\n").expect("write warm-up");
     replay(warm_up.to_str().expect("utf-8"), "warm-up");
@@ -404,7 +406,7 @@ fn tritons_batches_of_the_batcher_doc_timeline_are_the_ones_capsim_forms_ahead_o
             (size, n - earlier)
         }));
         assert!(
-            measured == prefetched || measured == thread_first,
+            measured == prefetched || measured == thread_first || measured == thread_first_late,
             "attempt {attempt}: Triton ran {measured:?}, neither outcome of its batcher: {after}"
         );
         seen.push(measured);
