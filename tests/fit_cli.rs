@@ -49,6 +49,10 @@ fn fit(scenario: &str, log: &Path, dir: &Path) -> String {
     ] {
         assert!(toml.contains(key), "fitted scenario lacks {key}:\n{toml}");
     }
+    for png in ["ttft_cdf.png", "tpot_cdf.png", "e2e_cdf.png"] {
+        let bytes = std::fs::read(report.join(png)).unwrap_or_else(|e| panic!("{png}: {e}"));
+        assert!(bytes.starts_with(b"\x89PNG"), "{png} is not a PNG");
+    }
     std::fs::read_to_string(report.join("fit.txt")).expect("fit.txt written")
 }
 

@@ -6,6 +6,7 @@ use anyhow::{Context, Result};
 use capsim_calibrate::fit::{
     Figures, FitConfig, FitResult, Interval, MeasuredLog, bootstrap, fit, read_log,
 };
+use capsim_report::plot::{CdfPlot, CdfSeries, PlotSize, draw_latency_cdf};
 use capsim_sim::Scenario;
 use clap::Args;
 
@@ -66,6 +67,7 @@ pub fn run(args: FitArgs) -> Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let path = dir.join("fit.txt");
         std::fs::write(&path, &text).with_context(|| format!("writing {}", path.display()))?;
+        draw_cdfs(&result, dir)?;
     }
     Ok(())
 }
@@ -158,4 +160,36 @@ fn fitted_toml(result: &FitResult, args: &FitArgs) -> String {
         header.push_str(&format!("# WARNING: {warning}\n"));
     }
     header + &result.scenario.to_toml_string()
+}
+
+/// Writes `ttft_cdf.png`, `tpot_cdf.png` and `e2e_cdf.png`: each latency's CDF, measured and
+/// fitted, into `dir`.
+fn draw_cdfs(result: &FitResult, dir: &std::path::Path) -> Result<()> {
+    let (m, s) = (&result.measured_requests, &result.simulated_requests);
+    for (name, title, measured, simulated) in [
+        ("ttft", "TTFT", &m.ttft_ns, &s.ttft_ns),
+        ("tpot", "TPOT", &m.tpot_ns, &s.tpot_ns),
+        ("e2e", "end-to-end latency", &m.e2e_ns, &s.e2e_ns),
+    ] {
+        let ms =
+            |v: &[f64]| -> Vec<f64> { v.iter().filter(|x| !x.is_nan()).map(|x| x / 1e6).collect() };
+        let plot = CdfPlot {
+            title: format!("{title}: measured and fitted"),
+            series: vec![
+                CdfSeries {
+                    label: "measured".into(),
+                    latencies_ms: ms(measured),
+                },
+                CdfSeries {
+                    label: "fitted".into(),
+                    latencies_ms: ms(simulated),
+                },
+            ],
+            slo_ms: None,
+        };
+        let path = dir.join(format!("{name}_cdf.png"));
+        draw_latency_cdf(&plot, PlotSize::DEFAULT, &path)
+            .with_context(|| format!("drawing {}", path.display()))?;
+    }
+    Ok(())
 }

@@ -99,6 +99,10 @@ pub struct FitResult {
     /// Per parameter (in [`FitResult::parameters`] order), max over min of its value among the
     /// starts that reached a loss within 2x of the best: near 1 when the log pins it down.
     pub start_spread: Vec<f64>,
+    /// Each request's measured latencies, in the log's order.
+    pub measured_requests: RequestLatencies,
+    /// Each request's latencies in the fitted scenario's replay, in the same order.
+    pub simulated_requests: RequestLatencies,
 }
 
 impl FitResult {
@@ -165,16 +169,23 @@ struct Replay {
     sample: Option<Vec<u32>>,
 }
 
-/// Per-request latencies in nanoseconds, one entry per trace row (NaN where undefined).
-struct RowLatencies {
-    ttft_ns: Vec<f64>,
-    tpot_ns: Vec<f64>,
-    e2e_ns: Vec<f64>,
+/// Per-request latencies in nanoseconds, one entry per request of the log in its order (NaN where
+/// undefined: TPOT of a one-token request, any latency of a request the simulation did not
+/// complete).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RequestLatencies {
+    /// Time to first token.
+    pub ttft_ns: Vec<f64>,
+    /// Time per output token after the first.
+    pub tpot_ns: Vec<f64>,
+    /// End-to-end.
+    pub e2e_ns: Vec<f64>,
 }
 
-impl RowLatencies {
-    fn of_log(log: &MeasuredLog) -> RowLatencies {
-        RowLatencies {
+impl RequestLatencies {
+    /// The log's measured latencies.
+    pub fn of_log(log: &MeasuredLog) -> RequestLatencies {
+        RequestLatencies {
             ttft_ns: log.ttft_ns.iter().map(|&t| t as f64).collect(),
             tpot_ns: log.tpot_ns(),
             e2e_ns: log.e2e_ns.iter().map(|&t| t as f64).collect(),
@@ -182,7 +193,7 @@ impl RowLatencies {
     }
 
     /// The figures over `sample`'s rows (repeats count again), or over all rows.
-    fn metrics(&self, sample: Option<&[u32]>) -> LatencyMetrics {
+    pub fn metrics(&self, sample: Option<&[u32]>) -> LatencyMetrics {
         let pick = |v: &[f64]| -> Vec<f64> {
             match sample {
                 Some(rows) => rows.iter().map(|&r| v[r as usize]).collect(),
@@ -210,7 +221,7 @@ impl Replay {
         Ok(Replay {
             base: scenario.clone(),
             trace,
-            measured: RowLatencies::of_log(log).metrics(None),
+            measured: RequestLatencies::of_log(log).metrics(None),
             seed,
             sample: None,
         })
@@ -238,6 +249,15 @@ impl Replay {
     /// The figures of one simulation (over [`Replay::sample`] when set), and how many requests
     /// did not complete.
     fn simulate(&self, scenario: &Scenario) -> Result<(LatencyMetrics, usize), FitError> {
+        let (latencies, lost) = self.simulate_requests(scenario)?;
+        Ok((latencies.metrics(self.sample.as_deref()), lost))
+    }
+
+    /// Each request's simulated latencies, and how many requests did not complete.
+    fn simulate_requests(
+        &self,
+        scenario: &Scenario,
+    ) -> Result<(RequestLatencies, usize), FitError> {
         let options = RunOptions {
             seed: self.seed,
             ..RunOptions::default()
@@ -246,7 +266,7 @@ impl Replay {
             .map_err(|e| FitError::Simulation(e.to_string()))?;
         // Per trace row; NaN where the request did not complete.
         let rows = self.trace.len();
-        let mut latencies = RowLatencies {
+        let mut latencies = RequestLatencies {
             ttft_ns: vec![f64::NAN; rows],
             tpot_ns: vec![f64::NAN; rows],
             e2e_ns: vec![f64::NAN; rows],
@@ -263,7 +283,7 @@ impl Replay {
             latencies.e2e_ns[row] = e as f64;
             latencies.tpot_ns[row] = log::tpot_ns(t, e, r.output_tokens);
         }
-        Ok((latencies.metrics(self.sample.as_deref()), lost))
+        Ok((latencies, lost))
     }
 
     fn loss(&self, values_ns: &[f64]) -> Result<f64, FitError> {
@@ -352,7 +372,8 @@ pub fn fit(
     let start_spread = spread(&runs, best_run.loss);
     let values_ns = to_ns(&best);
     let fitted = replay.scenario(&values_ns)?;
-    let (simulated, _) = replay.simulate(&fitted)?;
+    let (simulated_requests, _) = replay.simulate_requests(&fitted)?;
+    let simulated = simulated_requests.metrics(None);
     let loss = replay.loss(&values_ns)?;
     let parameters = PARAMETERS
         .iter()
@@ -373,6 +394,8 @@ pub fn fit(
         iterations,
         converged,
         start_spread,
+        measured_requests: RequestLatencies::of_log(log),
+        simulated_requests,
     })
 }
 
@@ -404,7 +427,7 @@ pub fn bootstrap(
         return Ok(Vec::new());
     }
     let replay = Replay::new(scenario, log, config.seed)?;
-    let rows = RowLatencies::of_log(log);
+    let rows = RequestLatencies::of_log(log);
     let x_best: Vec<f64> = result.parameters.iter().map(|p| p.value_ns.ln()).collect();
     let fits: Vec<Vec<f64>> = (0..replicas)
         .into_par_iter()
