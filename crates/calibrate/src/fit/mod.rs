@@ -61,7 +61,7 @@ impl Default for FitConfig {
             seed: 1,
             max_iterations: 400,
             loss_tolerance: 1e-7,
-            starts: 4,
+            starts: 8,
         }
     }
 }
@@ -97,7 +97,8 @@ pub struct FitResult {
     /// Whether the best start's simplex converged (rather than running out of iterations).
     pub converged: bool,
     /// Per parameter (in [`FitResult::parameters`] order), max over min of its value among the
-    /// starts that reached a loss within 2x of the best: near 1 when the log pins it down.
+    /// starts that reached a loss within [`NEAR_BEST_LOSS`] of the best: near 1 when the log pins
+    /// it down.
     pub start_spread: Vec<f64>,
     /// Each request's measured latencies, in the log's order.
     pub measured_requests: RequestLatencies,
@@ -399,6 +400,10 @@ pub fn fit(
     })
 }
 
+/// How much more loss than the best a start may reach and still count as near it: 1e-3, about 1%
+/// more root-mean-square error per figure over the nine figures.
+pub const NEAR_BEST_LOSS: f64 = 1e-3;
+
 /// A fitted parameter's spread over bootstrap replicas.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Interval {
@@ -514,11 +519,12 @@ fn descend(replay: &Replay, x0: Vec<f64>, config: &FitConfig) -> Result<Descent,
 }
 
 /// Per parameter, the ratio of the largest to the smallest value among the descents whose loss
-/// is within 2x of the best (1 when only the best is): how well the log pins each parameter.
+/// is within [`NEAR_BEST_LOSS`] of the best (1 when only the best is): how well the log pins each
+/// parameter.
 fn spread(runs: &[Descent], best_loss: f64) -> Vec<f64> {
     let near: Vec<Vec<f64>> = runs
         .iter()
-        .filter(|r| r.loss <= 2.0 * best_loss.max(1e-12))
+        .filter(|r| r.loss <= best_loss + NEAR_BEST_LOSS)
         .map(|r| to_ns(&r.x))
         .collect();
     (0..PARAMETERS.len())
