@@ -26,9 +26,14 @@ fn ground_truth(run: &str) -> PathBuf {
 /// Runs `capsim fit` and returns the fit.txt it wrote, after checking the fitted scenario exists
 /// and names the fitted keys.
 fn fit(scenario: &str, log: &Path, dir: &Path) -> String {
+    fit_with(scenario, log, dir, &[])
+}
+
+/// [`fit`] with `extra` flags.
+fn fit_with(scenario: &str, log: &Path, dir: &Path, extra: &[&str]) -> String {
     let fitted = dir.join("fitted.toml");
     let report = dir.join("report");
-    let out = capsim(&[
+    let mut args = vec![
         "fit",
         "--scenario",
         scenario,
@@ -38,7 +43,9 @@ fn fit(scenario: &str, log: &Path, dir: &Path) -> String {
         fitted.to_str().expect("utf-8"),
         "--report",
         report.to_str().expect("utf-8"),
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let out = capsim(&args);
     assert!(out.status.success(), "capsim fit failed: {}", text(&out));
     let toml = std::fs::read_to_string(&fitted).expect("fitted scenario written");
     for key in [
@@ -101,6 +108,26 @@ fn rtxpro6000_qwen_32b_run_fits_within_5_percent() {
     let log = ground_truth("vllm-rtxpro6000-qwen3-32b");
     let report = fit("scenarios/vllm-rtxpro6000-qwen3-32b.toml", &log, dir.path());
     assert_within_bound(&report);
+}
+
+#[test]
+fn a_mapped_log_reads_the_same_timestamps_as_the_vllm_reader() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = ground_truth("vllm-rtx4090-llama-3.1-8b");
+    let map = "arrival=queued_ts:s,first_token=first_token_ts:s,last_token=last_token_ts:s,\
+               input_tokens=input_toks,output_tokens=output_toks";
+    let report = fit_with(
+        "scenarios/vllm-rtx4090-llama-3.1-8b.toml",
+        &log,
+        dir.path(),
+        &["--map", map],
+    );
+    assert_within_bound(&report);
+    // The measured column must be the vLLM reader's (summary.txt's) figures.
+    assert!(
+        report.contains("65456.6") && report.contains("83413.3"),
+        "measured TTFT mean and e2e p50 of the run:\n{report}"
+    );
 }
 
 #[test]
@@ -172,6 +199,18 @@ fn a_log_without_timestamps_is_refused_naming_the_file_and_key() {
         dir.path().join("f.toml").to_str().unwrap(),
     ]);
     assert_user_error(&out, &["sizes.jsonl: row 1", "queued_ts"]);
+    let out = capsim(&[
+        "fit",
+        "--scenario",
+        "scenarios/vllm-rtx4090-llama-3.1-8b.toml",
+        "--log",
+        jsonl.to_str().unwrap(),
+        "--map",
+        "arrival=arrival_time:s,ttft=ttft:s,input_tokens=input_toks,output_tokens=output_toks",
+        "-o",
+        dir.path().join("f.toml").to_str().unwrap(),
+    ]);
+    assert_user_error(&out, &["--map", "one pair"]);
 }
 
 #[test]

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use capsim_calibrate::fit::{
-    Figures, FitConfig, FitResult, Interval, MeasuredLog, bootstrap, fit, read_log,
+    Figures, FitConfig, FitResult, Interval, LogMap, MeasuredLog, bootstrap, fit, read_log,
 };
 use capsim_report::plot::{CdfPlot, CdfSeries, PlotSize, draw_latency_cdf};
 use capsim_sim::Scenario;
@@ -23,6 +23,12 @@ pub struct FitArgs {
     /// arrival_time, queued_ts, first_token_ts, last_token_ts) or capsim's `requests.parquet`.
     #[arg(long, value_name = "LOG")]
     pub log: PathBuf,
+    /// Read LOG (CSV or JSON lines) through this map of its columns:
+    /// `arrival=COL[:UNIT],input_tokens=COL,output_tokens=COL` plus `first_token=COL[:UNIT],
+    /// last_token=COL[:UNIT]` (timestamps) or `ttft=COL[:UNIT],e2e=COL[:UNIT]` (durations);
+    /// UNIT is s (default), ms, us or ns. Latencies count from the arrival.
+    #[arg(long, value_name = "MAP")]
+    pub map: Option<String>,
     /// Where to write the fitted scenario.
     #[arg(short = 'o', long = "output", value_name = "FITTED.toml")]
     pub output: PathBuf,
@@ -44,7 +50,13 @@ pub struct FitArgs {
 /// Runs `capsim fit`.
 pub fn run(args: FitArgs) -> Result<()> {
     let scenario = Scenario::from_path(&args.scenario).map_err(|e| BadInput(e.to_string()))?;
-    let log = read_log(&args.log).map_err(|e| BadInput(e.to_string()))?;
+    let map = args
+        .map
+        .as_deref()
+        .map(LogMap::parse)
+        .transpose()
+        .map_err(|e| BadInput(e.to_string()))?;
+    let log = read_log(&args.log, map.as_ref()).map_err(|e| BadInput(e.to_string()))?;
     let config = FitConfig {
         seed: args.seed,
         max_iterations: args.max_iterations,

@@ -21,6 +21,8 @@ use arrow_array::types::{Int64Type, UInt32Type};
 use arrow_array::{Array, RecordBatch};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
+use super::mapped::{LogMap, read_mapped};
+
 /// Fewest requests a log must hold for its percentiles to mean anything.
 pub const MIN_REQUESTS: usize = 20;
 
@@ -83,7 +85,8 @@ pub enum LogError {
     },
     /// The extension names no format this reader knows.
     #[error(
-        "{}: unknown log format; give vLLM per-request records as .jsonl or capsim's requests.parquet",
+        "{}: unknown log format; give vLLM per-request records as .jsonl, capsim's requests.parquet, \
+         or a .csv/.jsonl with --map",
         .path.display()
     )]
     UnknownFormat {
@@ -112,6 +115,14 @@ pub enum LogError {
         /// The column.
         column: String,
     },
+    /// A `--map` that cannot be used.
+    #[error("--map {map:?}: {message}")]
+    Map {
+        /// The map as given.
+        map: String,
+        /// What is wrong with it.
+        message: String,
+    },
     /// The Parquet file itself is unreadable.
     #[error("{}: not a readable Parquet file ({message})", .path.display())]
     Parquet {
@@ -133,17 +144,19 @@ pub enum LogError {
     },
 }
 
-/// Reads a measured log, choosing the format by extension (`.jsonl`/`.json` for vLLM records,
-/// `.parquet` for capsim's). Requests come back sorted by arrival.
-pub fn read_log(path: &Path) -> Result<MeasuredLog, LogError> {
+/// Reads a measured log: through `map` when given (CSV or JSON lines, see [`super::mapped`]),
+/// else by extension (`.jsonl`/`.json` for vLLM records, `.parquet` for capsim's). Requests come
+/// back sorted by arrival.
+pub fn read_log(path: &Path, map: Option<&LogMap>) -> Result<MeasuredLog, LogError> {
     let ext = path
         .extension()
         .and_then(|e| e.to_str())
         .unwrap_or("")
         .to_ascii_lowercase();
-    let log = match ext.as_str() {
-        "jsonl" | "json" => read_vllm_jsonl(path)?,
-        "parquet" => read_capsim_parquet(path)?,
+    let log = match (map, ext.as_str()) {
+        (Some(map), _) => read_mapped(path, map)?,
+        (None, "jsonl" | "json") => read_vllm_jsonl(path)?,
+        (None, "parquet") => read_capsim_parquet(path)?,
         _ => {
             return Err(LogError::UnknownFormat {
                 path: path.to_path_buf(),
@@ -161,17 +174,17 @@ pub fn read_log(path: &Path) -> Result<MeasuredLog, LogError> {
 
 /// One request on its way into a [`MeasuredLog`], times in (possibly negative) nanoseconds on
 /// the server's clock.
-struct Row {
-    arrival_ns: i64,
-    input_tokens: u32,
-    output_tokens: u32,
-    ttft_ns: u64,
-    e2e_ns: u64,
-    submit_delay_ns: Option<i64>,
+pub(crate) struct Row {
+    pub(crate) arrival_ns: i64,
+    pub(crate) input_tokens: u32,
+    pub(crate) output_tokens: u32,
+    pub(crate) ttft_ns: u64,
+    pub(crate) e2e_ns: u64,
+    pub(crate) submit_delay_ns: Option<i64>,
 }
 
 /// Sorts rows by arrival and shifts arrivals to start at 0.
-fn into_log(mut rows: Vec<Row>) -> MeasuredLog {
+pub(crate) fn into_log(mut rows: Vec<Row>) -> MeasuredLog {
     rows.sort_by_key(|r| r.arrival_ns);
     let start = rows.first().map_or(0, |r| r.arrival_ns);
     let mut log = MeasuredLog::default();
@@ -406,7 +419,7 @@ mod tests {
     #[test]
     fn vllm_records_count_latency_from_queued_and_align_clocks_by_the_first_request() {
         let dir = tempfile::tempdir().unwrap();
-        let log = read_log(&write(dir.path(), "r.jsonl", &good_log(25))).unwrap();
+        let log = read_log(&write(dir.path(), "r.jsonl", &good_log(25)), None).unwrap();
         assert_eq!(log.len(), 25);
         assert_eq!(log.arrival_ns[0], 0);
         assert_eq!(log.arrival_ns[3], 300_000_000);
@@ -435,7 +448,7 @@ mod tests {
         text.push_str(
             "{\"input_toks\": 5, \"output_toks\": 2, \"arrival_time\": 1, \"queued_ts\": 1}\n",
         );
-        let err = read_log(&write(dir.path(), "r.jsonl", &text))
+        let err = read_log(&write(dir.path(), "r.jsonl", &text), None)
             .unwrap_err()
             .to_string();
         assert!(
@@ -449,7 +462,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut text = good_log(25);
         text.push_str(&record(25, 600.0, 599.0, 601.0));
-        let err = read_log(&write(dir.path(), "r.jsonl", &text))
+        let err = read_log(&write(dir.path(), "r.jsonl", &text), None)
             .unwrap_err()
             .to_string();
         assert!(err.contains("row 26") && err.contains("backwards"), "{err}");
@@ -458,7 +471,7 @@ mod tests {
     #[test]
     fn too_few_requests_are_refused_with_the_count() {
         let dir = tempfile::tempdir().unwrap();
-        let err = read_log(&write(dir.path(), "r.jsonl", &good_log(5)))
+        let err = read_log(&write(dir.path(), "r.jsonl", &good_log(5)), None)
             .unwrap_err()
             .to_string();
         assert!(
@@ -470,11 +483,11 @@ mod tests {
     #[test]
     fn a_missing_file_and_an_unknown_format_are_named() {
         let dir = tempfile::tempdir().unwrap();
-        let err = read_log(&dir.path().join("none.jsonl"))
+        let err = read_log(&dir.path().join("none.jsonl"), None)
             .unwrap_err()
             .to_string();
         assert!(err.contains("none.jsonl") && err.contains("--log"), "{err}");
-        let err = read_log(&write(dir.path(), "r.txt", "x"))
+        let err = read_log(&write(dir.path(), "r.txt", "x"), None)
             .unwrap_err()
             .to_string();
         assert!(

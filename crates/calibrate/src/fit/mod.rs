@@ -22,13 +22,14 @@
 //! use capsim_sim::Scenario;
 //!
 //! let scenario = Scenario::from_path("scenario.toml".as_ref())?;
-//! let log = read_log("requests.jsonl".as_ref())?;
+//! let log = read_log("requests.jsonl".as_ref(), None)?;
 //! let result = fit(&scenario, &log, &FitConfig::default())?;
 //! println!("{}", result.table());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 pub mod log;
+pub mod mapped;
 pub mod metrics;
 
 use argmin::core::{CostFunction, Executor, State, TerminationReason, TerminationStatus};
@@ -40,6 +41,7 @@ use rand::{RngExt, SeedableRng};
 use rayon::prelude::*;
 
 pub use log::{LogError, MeasuredLog, read_log};
+pub use mapped::LogMap;
 pub use metrics::{Figures, LatencyMetrics, METRIC_NAMES};
 
 /// How a fit runs.

@@ -1,0 +1,327 @@
+//! Per-request logs in any CSV or JSON-lines layout, read through a `--map` of their columns.
+//!
+//! ```text
+//! arrival=t_send:s,first_token=t_first:s,last_token=t_last:s,input_tokens=prompt,output_tokens=completion
+//! arrival=start_ms:ms,ttft=ttft_ms:ms,e2e=latency_ms:ms,input_tokens=isl,output_tokens=osl
+//! ```
+//!
+//! Keys: `arrival`, `input_tokens`, `output_tokens`, and either both timestamps `first_token` and
+//! `last_token` (on the arrival's clock) or both durations `ttft` and `e2e` (from the arrival). A
+//! time column takes a unit after a colon: `s`, `ms`, `us` or `ns` (default `s`). Values must be
+//! numbers (datetimes are not read here). Latencies count from `arrival`.
+
+use std::path::Path;
+
+use super::log::{LogError, MeasuredLog, Row, into_log};
+
+/// A numeric column and the nanoseconds of one of its units.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimeColumn {
+    /// Column (CSV header) or key (JSON) name.
+    pub name: String,
+    /// Nanoseconds per unit of the column's values.
+    pub unit_ns: f64,
+}
+
+/// Where a log keeps each request's latencies.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LatencyColumns {
+    /// Timestamps of the first and last token, on the arrival's clock.
+    Timestamps {
+        /// First token.
+        first_token: TimeColumn,
+        /// Last token.
+        last_token: TimeColumn,
+    },
+    /// Durations from the arrival.
+    Durations {
+        /// Time to first token.
+        ttft: TimeColumn,
+        /// End-to-end latency.
+        e2e: TimeColumn,
+    },
+}
+
+/// A `--map` of a log's columns (see the module docs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogMap {
+    /// Arrival time.
+    pub arrival: TimeColumn,
+    /// Prompt tokens.
+    pub input_tokens: String,
+    /// Output tokens.
+    pub output_tokens: String,
+    /// Latencies.
+    pub latencies: LatencyColumns,
+}
+
+impl LogMap {
+    /// Parses `key=column[:unit],...`. An unknown key, a missing one or a bad unit is an error
+    /// naming it.
+    pub fn parse(text: &str) -> Result<LogMap, LogError> {
+        let bad = |message: String| LogError::Map {
+            map: text.to_string(),
+            message,
+        };
+        let mut entries: Vec<(String, TimeColumn)> = Vec::new();
+        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (key, value) = part
+                .split_once('=')
+                .ok_or_else(|| bad(format!("`{part}` is not key=column")))?;
+            let (name, unit) = value.split_once(':').unwrap_or((value, "s"));
+            let unit_ns = match unit {
+                "s" => 1e9,
+                "ms" => 1e6,
+                "us" => 1e3,
+                "ns" => 1.0,
+                other => {
+                    return Err(bad(format!(
+                        "unit `{other}` of `{key}`: use s, ms, us or ns"
+                    )));
+                }
+            };
+            if !KEYS.contains(&key) {
+                return Err(bad(format!(
+                    "unknown key `{key}`; keys: {}",
+                    KEYS.join(", ")
+                )));
+            }
+            entries.push((
+                key.to_string(),
+                TimeColumn {
+                    name: name.to_string(),
+                    unit_ns,
+                },
+            ));
+        }
+        let take = |key: &str| {
+            entries
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, c)| c.clone())
+        };
+        let need =
+            |key: &str| take(key).ok_or_else(|| bad(format!("no `{key}`; a fit needs {}", NEEDED)));
+        let latencies = match (
+            take("first_token"),
+            take("last_token"),
+            take("ttft"),
+            take("e2e"),
+        ) {
+            (Some(first_token), Some(last_token), None, None) => LatencyColumns::Timestamps {
+                first_token,
+                last_token,
+            },
+            (None, None, Some(ttft), Some(e2e)) => LatencyColumns::Durations { ttft, e2e },
+            _ => {
+                return Err(bad(
+                    "give either first_token and last_token (timestamps) or ttft and e2e \
+                     (durations), one pair"
+                        .into(),
+                ));
+            }
+        };
+        Ok(LogMap {
+            arrival: need("arrival")?,
+            input_tokens: need("input_tokens")?.name,
+            output_tokens: need("output_tokens")?.name,
+            latencies,
+        })
+    }
+}
+
+const KEYS: [&str; 7] = [
+    "arrival",
+    "input_tokens",
+    "output_tokens",
+    "first_token",
+    "last_token",
+    "ttft",
+    "e2e",
+];
+
+const NEEDED: &str =
+    "arrival, input_tokens, output_tokens, and first_token and last_token or ttft and e2e";
+
+/// Reads a CSV (`.csv`) or JSON-lines (`.jsonl`, `.json`) log through `map`.
+pub fn read_mapped(path: &Path, map: &LogMap) -> Result<MeasuredLog, LogError> {
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let text = std::fs::read_to_string(path).map_err(|source| LogError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut rows = Vec::new();
+    match ext.as_str() {
+        "csv" => {
+            let mut reader = csv::Reader::from_reader(text.as_bytes());
+            let headers = reader
+                .headers()
+                .map_err(|e| row_err(path, 1, format!("unreadable header ({e})")))?
+                .clone();
+            for (i, record) in reader.records().enumerate() {
+                let line = i + 2;
+                let record = record.map_err(|e| row_err(path, line, e.to_string()))?;
+                let get = |name: &str| -> Result<f64, LogError> {
+                    let k = headers.iter().position(|h| h == name).ok_or_else(|| {
+                        row_err(path, 1, format!("no column `{name}` named in --map"))
+                    })?;
+                    let cell = record.get(k).unwrap_or("").trim();
+                    cell.parse::<f64>().map_err(|_| {
+                        row_err(path, line, format!("`{name}` = {cell:?} is not a number"))
+                    })
+                };
+                rows.push(mapped_row(path, line, map, &get)?);
+            }
+        }
+        "jsonl" | "json" => {
+            for (i, line_text) in text.lines().enumerate() {
+                let line = i + 1;
+                if line_text.trim().is_empty() {
+                    continue;
+                }
+                let value: serde_json::Value = serde_json::from_str(line_text)
+                    .map_err(|e| row_err(path, line, format!("not a JSON object ({e})")))?;
+                let get = |name: &str| -> Result<f64, LogError> {
+                    value
+                        .get(name)
+                        .and_then(serde_json::Value::as_f64)
+                        .ok_or_else(|| row_err(path, line, format!("no number `{name}`")))
+                };
+                rows.push(mapped_row(path, line, map, &get)?);
+            }
+        }
+        _ => {
+            return Err(LogError::UnknownFormat {
+                path: path.to_path_buf(),
+            });
+        }
+    }
+    Ok(into_log(rows))
+}
+
+fn row_err(path: &Path, row: usize, message: String) -> LogError {
+    LogError::Row {
+        path: path.to_path_buf(),
+        row,
+        message,
+    }
+}
+
+/// One request through `map`, its fields read by `get`.
+fn mapped_row(
+    path: &Path,
+    line: usize,
+    map: &LogMap,
+    get: &dyn Fn(&str) -> Result<f64, LogError>,
+) -> Result<Row, LogError> {
+    let ns = |c: &TimeColumn| -> Result<i64, LogError> {
+        Ok((get(&c.name)? * c.unit_ns).round() as i64)
+    };
+    let tokens = |name: &str| -> Result<u32, LogError> {
+        let n = get(name)?;
+        if n < 0.0 || n.fract() != 0.0 || n > f64::from(u32::MAX) {
+            return Err(row_err(
+                path,
+                line,
+                format!("`{name}` = {n} is not a token count"),
+            ));
+        }
+        Ok(n as u32)
+    };
+    let arrival = ns(&map.arrival)?;
+    let (ttft, e2e) = match &map.latencies {
+        LatencyColumns::Timestamps {
+            first_token,
+            last_token,
+        } => (ns(first_token)? - arrival, ns(last_token)? - arrival),
+        LatencyColumns::Durations { ttft, e2e } => (ns(ttft)?, ns(e2e)?),
+    };
+    if !(0 <= ttft && ttft <= e2e) {
+        return Err(row_err(
+            path,
+            line,
+            format!(
+                "TTFT {:.6} s and end-to-end {:.6} s: times go backwards (the first token must \
+                 come at or after the arrival, the last at or after the first)",
+                ttft as f64 / 1e9,
+                e2e as f64 / 1e9
+            ),
+        ));
+    }
+    let output_tokens = tokens(&map.output_tokens)?;
+    if output_tokens == 0 {
+        return Err(row_err(
+            path,
+            line,
+            format!(
+                "`{}` = 0: a request without a token has no TTFT; drop it",
+                map.output_tokens
+            ),
+        ));
+    }
+    Ok(Row {
+        arrival_ns: arrival,
+        input_tokens: tokens(&map.input_tokens)?,
+        output_tokens,
+        ttft_ns: ttft as u64,
+        e2e_ns: e2e as u64,
+        submit_delay_ns: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_map_needs_one_pair_of_latency_columns_and_known_units() {
+        let ok = LogMap::parse("arrival=t:ms,ttft=a:ms,e2e=b:ms,input_tokens=i,output_tokens=o")
+            .unwrap();
+        assert_eq!(ok.arrival.unit_ns, 1e6);
+        let err = LogMap::parse("arrival=t,first_token=a,ttft=b,input_tokens=i,output_tokens=o")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("one pair"), "{err}");
+        let err = LogMap::parse("arrival=t:min").unwrap_err().to_string();
+        assert!(err.contains("unit `min`"), "{err}");
+        let err = LogMap::parse("arrival=t,first_token=a,last_token=b,output_tokens=o")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no `input_tokens`"), "{err}");
+        let err = LogMap::parse("arival=t").unwrap_err().to_string();
+        assert!(err.contains("unknown key `arival`"), "{err}");
+    }
+
+    #[test]
+    fn a_csv_log_through_a_map_counts_latency_from_its_arrival() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.csv");
+        let mut text = "send,first,last,isl,osl\n".to_string();
+        for i in 0..3 {
+            let t = 10.0 + f64::from(i);
+            text.push_str(&format!("{t},{},{},100,11\n", t + 0.25, t + 1.25));
+        }
+        std::fs::write(&path, text).unwrap();
+        let map = LogMap::parse(
+            "arrival=send:s,first_token=first:s,last_token=last:s,input_tokens=isl,output_tokens=osl",
+        )
+        .unwrap();
+        let log = read_mapped(&path, &map).unwrap();
+        assert_eq!(log.arrival_ns, vec![0, 1_000_000_000, 2_000_000_000]);
+        assert_eq!(log.ttft_ns[1], 250_000_000);
+        assert_eq!(log.e2e_ns[1], 1_250_000_000);
+        let missing = LogMap::parse(
+            "arrival=sent:s,first_token=first:s,last_token=last:s,input_tokens=isl,output_tokens=osl",
+        )
+        .unwrap();
+        let err = read_mapped(&path, &missing).unwrap_err().to_string();
+        assert!(
+            err.contains("log.csv: row 1") && err.contains("no column `sent`"),
+            "{err}"
+        );
+    }
+}
