@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use capsim_calibrate::fit::{
-    Figures, FitConfig, FitResult, Interval, LogMap, MeasuredLog, bootstrap, fit, read_log,
+    Figures, FitConfig, FitResult, Interval, LogMap, MeasuredLog, bootstrap, fit, parameter_unit,
+    read_log,
 };
 use capsim_report::plot::{CdfPlot, CdfSeries, PlotSize, draw_latency_cdf};
 use capsim_sim::Scenario;
@@ -103,14 +104,15 @@ fn describe(result: &FitResult, args: &FitArgs, log: &MeasuredLog) -> String {
     ));
     for (p, spread) in result.parameters.iter().zip(&result.start_spread) {
         out.push_str(&format!(
-            "  {:<30} {:>14.3} ns {:>13.2}x{}\n",
+            "  {:<30} {:>14.3} {:<2} {:>13.2}x{}\n",
             p.key,
-            p.value_ns,
+            p.value,
+            parameter_unit(p.key),
             spread,
             if p.at_bound {
                 format!(
-                    "   AT A BOUND ({:e}..{:e} ns): the model cannot place it",
-                    p.bounds_ns.0, p.bounds_ns.1
+                    "   AT A BOUND ({:e}..{:e}): the model cannot place it",
+                    p.bounds.0, p.bounds.1
                 )
             } else {
                 String::new()
@@ -134,8 +136,11 @@ fn describe_intervals(intervals: &[Interval], replicas: usize) -> String {
     let mut out = format!("bootstrap over requests ({replicas} replicas): 5%..95%\n");
     for i in intervals {
         out.push_str(&format!(
-            "  {:<30} {:>14.3} .. {:>14.3} ns\n",
-            i.key, i.p5_ns, i.p95_ns
+            "  {:<30} {:>14.3} .. {:>14.3} {}\n",
+            i.key,
+            i.p5,
+            i.p95,
+            parameter_unit(i.key)
         ));
     }
     out
@@ -152,8 +157,12 @@ fn warnings(result: &FitResult) -> Vec<String> {
     }
     for p in result.parameters.iter().filter(|p| p.at_bound) {
         out.push(format!(
-            "{} = {:.3} ns lies on a bound of its search ({:e}..{:e} ns): the log cannot place it",
-            p.key, p.value_ns, p.bounds_ns.0, p.bounds_ns.1
+            "{} = {:.3} {} lies on a bound of its search ({:e}..{:e}): the log cannot place it",
+            p.key,
+            p.value,
+            parameter_unit(p.key),
+            p.bounds.0,
+            p.bounds.1
         ));
     }
     out

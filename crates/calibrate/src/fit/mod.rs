@@ -3,19 +3,19 @@
 //! The log's arrivals and sizes are replayed through [`capsim_sim::simulate_with_requests`] with
 //! candidate parameters, and Nelder-Mead (argmin) minimises the sum of squared log-ratios of the
 //! nine figures of [`LatencyMetrics`] (TTFT, TPOT and end-to-end, each mean, p50 and p90),
-//! simulated against measured. Parameters, each a time with a physical meaning:
+//! simulated against measured, from several starts in parallel (rayon). What varies depends on
+//! the scenario's `[step_time]`:
 //!
-//! | key | what it is |
+//! | step time | keys fitted |
 //! |---|---|
-//! | `batcher.step_overhead` | fixed time of every step (CPU scheduling, launch, the weights' read) |
-//! | `step_time.per_prefill_token` | time per prompt token computed |
-//! | `step_time.per_decode_seq` | time per decoding sequence in a step |
-//! | `step_time.per_kv_token` | time per KV-cache token the decodes read (attention) |
+//! | `linear` (or `profile`, replaced by `linear`) | `batcher.step_overhead`, `step_time.per_prefill_token`, `step_time.per_decode_seq`, `step_time.per_kv_token` |
+//! | `roofline` (model and GPU kept) | `batcher.step_overhead`, `step_time.compute_efficiency`, `step_time.bandwidth_efficiency` |
 //!
-//! The step's fixed time lives in `step_overhead` alone (`step_time.base` is set to 0, since the
-//! two are indistinguishable), and `step_overhead_per_seq` is not fitted: per sequence, it only
-//! differs from `per_decode_seq` on the few steps that carry a prefill. Every parameter is
-//! searched in log space, within bounds; one that ends within 1% of a bound is reported.
+//! With `linear`, the step's fixed time lives in `step_overhead` alone (`step_time.base` is set to
+//! 0, since the two are indistinguishable), and `step_overhead_per_seq` is not fitted: per
+//! sequence, it only differs from `per_decode_seq` on the few steps that carry a prefill. Every
+//! parameter is searched in log space, within bounds; one that ends within 1% of a bound is
+//! reported.
 //!
 //! ```no_run
 //! use capsim_calibrate::fit::{FitConfig, fit, read_log};
@@ -34,6 +34,9 @@ pub mod metrics;
 
 use argmin::core::{CostFunction, Executor, State, TerminationReason, TerminationStatus};
 use argmin::solver::neldermead::NelderMead;
+use capsim_sim::llm::step_time::{
+    DEFAULT_BANDWIDTH_EFFICIENCY, DEFAULT_COMPUTE_EFFICIENCY, StepTimeSpec,
+};
 use capsim_sim::rng::{SimRng, splitmix64};
 use capsim_sim::{Outcome, RunOptions, Scenario};
 use capsim_trace::{Columns, Trace};
@@ -73,10 +76,10 @@ impl Default for FitConfig {
 pub struct FittedParameter {
     /// Scenario key (`batcher.step_overhead`, `step_time.per_prefill_token`, ...).
     pub key: &'static str,
-    /// Fitted value, in nanoseconds.
-    pub value_ns: f64,
-    /// Lower and upper bound of the search, in nanoseconds.
-    pub bounds_ns: (f64, f64),
+    /// Fitted value: nanoseconds for a time, a fraction for an efficiency.
+    pub value: f64,
+    /// Lower and upper bound of the search, in the value's unit.
+    pub bounds: (f64, f64),
     /// Whether the value ended within 1% (in log space) of a bound.
     pub at_bound: bool,
 }
@@ -153,18 +156,57 @@ pub enum FitError {
     Optimizer(String),
 }
 
-/// The fitted keys, with bounds in nanoseconds.
-const PARAMETERS: [(&str, f64, f64); 4] = [
+/// The unit a fitted key's values are in: `"ns"` for a time, `""` for an efficiency.
+pub fn parameter_unit(key: &str) -> &'static str {
+    if key.ends_with("_efficiency") {
+        ""
+    } else {
+        "ns"
+    }
+}
+
+/// A fitted key: its scenario path and the bounds of its search (nanoseconds for a time, a
+/// plain number for an efficiency).
+type Parameter = (&'static str, f64, f64);
+
+/// The linear model's keys.
+const LINEAR: [Parameter; 4] = [
     ("batcher.step_overhead", 1e3, 1e9),
     ("step_time.per_prefill_token", 1.0, 1e7),
     ("step_time.per_decode_seq", 1.0, 1e8),
     ("step_time.per_kv_token", 1e-3, 1e5),
 ];
 
+/// The roofline's keys: the step overhead and the two efficiencies.
+const ROOFLINE: [Parameter; 3] = [
+    ("batcher.step_overhead", 1e3, 1e9),
+    ("step_time.compute_efficiency", 0.01, 1.0),
+    ("step_time.bandwidth_efficiency", 0.01, 1.0),
+];
+
+/// Which step-time model a fit varies, from the scenario's `[step_time]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StepModel {
+    /// `kind = "linear"` (or `profile`, replaced): [`LINEAR`]'s keys.
+    Linear,
+    /// `kind = "roofline"`: [`ROOFLINE`]'s keys, the model and GPU kept.
+    Roofline,
+}
+
+impl StepModel {
+    fn parameters(self) -> &'static [Parameter] {
+        match self {
+            StepModel::Linear => &LINEAR,
+            StepModel::Roofline => &ROOFLINE,
+        }
+    }
+}
+
 /// The replay: the scenario to vary, the log as a trace, and the measured figures.
 #[derive(Clone)]
 struct Replay {
     base: Scenario,
+    model: StepModel,
     trace: Trace,
     measured: LatencyMetrics,
     seed: u64,
@@ -221,8 +263,15 @@ impl Replay {
             ..Columns::default()
         })
         .map_err(|e| FitError::Simulation(e.to_string()))?;
+        let model = match scenario.pools().first().and_then(|p| p.llm.as_ref()) {
+            Some(llm) if matches!(llm.step_time_spec, StepTimeSpec::Roofline(_)) => {
+                StepModel::Roofline
+            }
+            _ => StepModel::Linear,
+        };
         Ok(Replay {
             base: scenario.clone(),
+            model,
             trace,
             measured: RequestLatencies::of_log(log).metrics(None),
             seed,
@@ -230,15 +279,33 @@ impl Replay {
         })
     }
 
-    /// The scenario with `values_ns` (in [`PARAMETERS`] order) set.
-    fn scenario(&self, values_ns: &[f64]) -> Result<Scenario, FitError> {
+    /// The scenario with `values` (in the model's parameter order) set.
+    fn scenario(&self, values: &[f64]) -> Result<Scenario, FitError> {
         let mut s = self.base.clone();
+        let set = |s: &mut Scenario, key: &str, value: &str| {
+            s.set(key, value)
+                .map_err(|e| FitError::Scenario(e.to_string()))
+        };
         // step_overhead is an integer duration; the coefficients keep fractions of a nanosecond.
-        s.set(
-            PARAMETERS[0].0,
-            &format!("\"{}ns\"", values_ns[0].round() as u64),
-        )
-        .map_err(|e| FitError::Scenario(e.to_string()))?;
+        set(
+            &mut s,
+            "batcher.step_overhead",
+            &format!("\"{}ns\"", values[0].round() as u64),
+        )?;
+        if self.model == StepModel::Roofline {
+            set(
+                &mut s,
+                "step_time.compute_efficiency",
+                &format!("{:.5}", values[1]),
+            )?;
+            set(
+                &mut s,
+                "step_time.bandwidth_efficiency",
+                &format!("{:.5}", values[2]),
+            )?;
+            return Ok(s);
+        }
+        let values_ns = values;
         let step_time = format!(
             "{{ kind = \"linear\", base = \"0ns\", per_prefill_token = \"{:.3}ns\", \
              per_decode_seq = \"{:.3}ns\", per_kv_token = \"{:.4}ns\" }}",
@@ -305,10 +372,10 @@ impl Replay {
     }
 }
 
-/// Log-space parameters, clamped to the bounds.
-fn to_ns(x: &[f64]) -> Vec<f64> {
+/// Log-space parameters, clamped to `parameters`' bounds.
+fn to_values(parameters: &[Parameter], x: &[f64]) -> Vec<f64> {
     x.iter()
-        .zip(PARAMETERS)
+        .zip(parameters)
         .map(|(x, (_, lo, hi))| x.clamp(lo.ln(), hi.ln()).exp())
         .collect()
 }
@@ -318,14 +385,15 @@ impl CostFunction for Replay {
     type Output = f64;
 
     fn cost(&self, x: &Vec<f64>) -> Result<f64, argmin::core::Error> {
-        self.loss(&to_ns(x)).map_err(argmin::core::Error::from)
+        self.loss(&to_values(self.model.parameters(), x))
+            .map_err(argmin::core::Error::from)
     }
 }
 
 /// The starting point, from the log: a step of a median TPOT, half of it fixed, a quarter per
 /// decoding sequence (at a guessed 32 of them) and a quarter for their KV reads (at 1000 tokens
 /// each); a prompt token at a tenth of the first request's TTFT per prompt token.
-fn initial_ns(log: &MeasuredLog, measured: &LatencyMetrics) -> [f64; 4] {
+fn initial_linear(log: &MeasuredLog, measured: &LatencyMetrics) -> [f64; 4] {
     let tpot_ns = measured.tpot.p50_ms * 1e6;
     let first_prefill_ns = log.ttft_ns[0] as f64 / f64::from(log.input_tokens[0].max(1));
     [
@@ -351,15 +419,30 @@ pub fn fit(
     }
     let replay = Replay::new(scenario, log, config.seed)?;
     let measured = replay.measured;
-    let x0: Vec<f64> = initial_ns(log, &measured)
+    let params = replay.model.parameters();
+    let initial: Vec<f64> = match replay.model {
+        StepModel::Linear => initial_linear(log, &measured).to_vec(),
+        // A fifth of a median TPOT fixed; the efficiencies at the roofline's defaults.
+        StepModel::Roofline => vec![
+            0.2 * measured.tpot.p50_ms * 1e6,
+            DEFAULT_COMPUTE_EFFICIENCY,
+            DEFAULT_BANDWIDTH_EFFICIENCY,
+        ],
+    };
+    let x0: Vec<f64> = initial
         .iter()
-        .zip(PARAMETERS)
-        .map(|(v, (_, lo, hi))| v.clamp(lo, hi).ln())
+        .zip(params)
+        .map(|(v, (_, lo, hi))| v.clamp(*lo, *hi).ln())
         .collect();
     let starts: Vec<Vec<f64>> = START_OFFSETS
         .iter()
         .take(config.starts.clamp(1, START_OFFSETS.len()))
-        .map(|offsets| x0.iter().zip(offsets).map(|(x, o)| x + o).collect())
+        .map(|offsets| {
+            x0.iter()
+                .zip(offsets)
+                .map(|(x, o)| x + o)
+                .collect::<Vec<f64>>()
+        })
         .collect();
     let runs: Vec<Descent> = starts
         .into_par_iter()
@@ -372,20 +455,20 @@ pub fn fit(
         .ok_or_else(|| FitError::Optimizer("no start was run".into()))?;
     let (best, iterations, converged) =
         (best_run.x.clone(), best_run.iterations, best_run.converged);
-    let start_spread = spread(&runs, best_run.loss);
-    let values_ns = to_ns(&best);
+    let start_spread = spread(params, &runs, best_run.loss);
+    let values_ns = to_values(params, &best);
     let fitted = replay.scenario(&values_ns)?;
     let (simulated_requests, _) = replay.simulate_requests(&fitted)?;
     let simulated = simulated_requests.metrics(None);
     let loss = replay.loss(&values_ns)?;
-    let parameters = PARAMETERS
+    let parameters = params
         .iter()
         .zip(&values_ns)
-        .map(|(&(key, lo, hi), &value_ns)| FittedParameter {
+        .map(|(&(key, lo, hi), &value)| FittedParameter {
             key,
-            value_ns,
-            bounds_ns: (lo, hi),
-            at_bound: on_bound(value_ns, lo, hi),
+            value,
+            bounds: (lo, hi),
+            at_bound: on_bound(value, lo, hi),
         })
         .collect();
     Ok(FitResult {
@@ -411,10 +494,10 @@ pub const NEAR_BEST_LOSS: f64 = 1e-3;
 pub struct Interval {
     /// Scenario key, as in [`FittedParameter::key`].
     pub key: &'static str,
-    /// 5th percentile over the replicas, in nanoseconds.
-    pub p5_ns: f64,
-    /// 95th percentile over the replicas, in nanoseconds.
-    pub p95_ns: f64,
+    /// 5th percentile over the replicas, in the parameter's unit ([`parameter_unit`]).
+    pub p5: f64,
+    /// 95th percentile over the replicas, in the parameter's unit.
+    pub p95: f64,
 }
 
 /// Bootstrap over requests: `replicas` times, draws the log's requests with replacement and
@@ -435,7 +518,8 @@ pub fn bootstrap(
     }
     let replay = Replay::new(scenario, log, config.seed)?;
     let rows = RequestLatencies::of_log(log);
-    let x_best: Vec<f64> = result.parameters.iter().map(|p| p.value_ns.ln()).collect();
+    let params = replay.model.parameters();
+    let x_best: Vec<f64> = result.parameters.iter().map(|p| p.value.ln()).collect();
     let fits: Vec<Vec<f64>> = (0..replicas)
         .into_par_iter()
         .map(|replica| {
@@ -445,10 +529,10 @@ pub fn bootstrap(
             let mut replay = replay.clone();
             replay.measured = rows.metrics(Some(&sample));
             replay.sample = Some(sample);
-            descend(&replay, x_best.clone(), config).map(|d| to_ns(&d.x))
+            descend(&replay, x_best.clone(), config).map(|d| to_values(params, &d.x))
         })
         .collect::<Result<_, _>>()?;
-    Ok(PARAMETERS
+    Ok(params
         .iter()
         .enumerate()
         .map(|(k, (key, _, _))| {
@@ -456,8 +540,8 @@ pub fn bootstrap(
             values.sort_by(f64::total_cmp);
             Interval {
                 key,
-                p5_ns: metrics::quantile_sorted(&values, 0.05),
-                p95_ns: metrics::quantile_sorted(&values, 0.95),
+                p5: metrics::quantile_sorted(&values, 0.05),
+                p95: metrics::quantile_sorted(&values, 0.95),
             }
         })
         .collect())
@@ -523,13 +607,13 @@ fn descend(replay: &Replay, x0: Vec<f64>, config: &FitConfig) -> Result<Descent,
 /// Per parameter, the ratio of the largest to the smallest value among the descents whose loss
 /// is within [`NEAR_BEST_LOSS`] of the best (1 when only the best is): how well the log pins each
 /// parameter.
-fn spread(runs: &[Descent], best_loss: f64) -> Vec<f64> {
+fn spread(params: &[Parameter], runs: &[Descent], best_loss: f64) -> Vec<f64> {
     let near: Vec<Vec<f64>> = runs
         .iter()
         .filter(|r| r.loss <= best_loss + NEAR_BEST_LOSS)
-        .map(|r| to_ns(&r.x))
+        .map(|r| to_values(params, &r.x))
         .collect();
-    (0..PARAMETERS.len())
+    (0..params.len())
         .map(|k| {
             let (lo, hi) = near.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), v| {
                 (lo.min(v[k]), hi.max(v[k]))
@@ -561,7 +645,8 @@ mod tests {
 
     #[test]
     fn parameters_are_clamped_to_their_bounds() {
-        let ns = to_ns(&[0.0, 100.0, f64::NEG_INFINITY, 1.0]);
+        const PARAMETERS: [Parameter; 4] = LINEAR;
+        let ns = to_values(&PARAMETERS, &[0.0, 100.0, f64::NEG_INFINITY, 1.0]);
         assert!(
             (ns[0] - PARAMETERS[0].1).abs() < 1e-9,
             "below the lower bound: {}",
