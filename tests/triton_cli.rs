@@ -123,10 +123,7 @@ fn every_request_replayed_against_triton_is_one_triton_counted_and_batched() {
         out.to_str().expect("utf-8"),
     ]);
     assert!(output.status.success(), "{}", text(&output));
-    let summary: Value = serde_json::from_str(
-        &std::fs::read_to_string(out.join("summary.json")).expect("summary.json"),
-    )
-    .expect("JSON");
+    let summary: Value = common::summary(&out);
     assert_eq!(summary["requests"]["completed"], 400, "{summary}");
     let stats = triton.stats();
     assert_eq!(stats["inference_count"], 400, "Triton's count: {stats}");
@@ -334,10 +331,7 @@ fn tritons_batches_of_the_batcher_doc_timeline_are_the_ones_capsim_forms_ahead_o
             out.to_str().expect("utf-8"),
         ]);
         assert!(output.status.success(), "{}", text(&output));
-        let summary: Value = serde_json::from_str(
-            &std::fs::read_to_string(out.join("summary.json")).expect("summary.json"),
-        )
-        .expect("JSON");
+        let summary: Value = common::summary(&out);
         let counts = summary["batch_size_counts"]
             .as_array()
             .expect("counts")

@@ -115,3 +115,11 @@ pub fn validate_quick(scenario: &Path, profile: &Path, trace_args: &[&str], out:
     args.extend_from_slice(trace_args);
     capsim(&args)
 }
+
+/// The `summary.json` a run wrote in `out`, parsed.
+pub fn summary(out: &Path) -> serde_json::Value {
+    let path = out.join("summary.json");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{} unreadable: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()))
+}
