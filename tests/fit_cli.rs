@@ -7,6 +7,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::{assert_user_error, capsim, text};
+use serde_json::Value;
 
 /// The acceptance bound on every figure's relative error.
 const MAX_RELATIVE_ERROR: f64 = 0.05;
@@ -311,4 +312,58 @@ fn bootstrap_gives_an_ordered_interval_for_every_parameter() {
     for (p5, p95) in rows {
         assert!(0.0 < p5 && p5 <= p95, "interval {p5}..{p95}:\n{stdout}");
     }
+}
+
+/// The first `n` records of the 4090 run, written to `dir/name`, with `edit` applied to the last.
+fn ground_truth_head(dir: &Path, name: &str, n: usize, edit: impl Fn(&mut Value)) -> PathBuf {
+    let text = std::fs::read_to_string(ground_truth("vllm-rtx4090-llama-3.1-8b")).expect("log");
+    let mut rows: Vec<Value> = text
+        .lines()
+        .take(n)
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    edit(rows.last_mut().expect("a row"));
+    let path = dir.join(name);
+    let lines: Vec<String> = rows.iter().map(Value::to_string).collect();
+    std::fs::write(&path, lines.join("\n") + "\n").expect("write log");
+    path
+}
+
+#[test]
+fn a_log_of_too_few_requests_is_refused_saying_how_many_a_fit_needs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = ground_truth_head(dir.path(), "short.jsonl", 12, |_| {});
+    let out = capsim(&[
+        "fit",
+        "--scenario",
+        "scenarios/vllm-rtx4090-llama-3.1-8b.toml",
+        "--log",
+        log.to_str().unwrap(),
+        "-o",
+        dir.path().join("f.toml").to_str().unwrap(),
+    ]);
+    assert_user_error(
+        &out,
+        &["short.jsonl", "12 completed requests", "at least 20"],
+    );
+}
+
+#[test]
+fn a_log_whose_times_go_backwards_is_refused_naming_the_row() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Row 30's last token before its first.
+    let log = ground_truth_head(dir.path(), "backwards.jsonl", 30, |row| {
+        let first = row["first_token_ts"].as_f64().expect("first_token_ts");
+        row["last_token_ts"] = Value::from(first - 1.0);
+    });
+    let out = capsim(&[
+        "fit",
+        "--scenario",
+        "scenarios/vllm-rtx4090-llama-3.1-8b.toml",
+        "--log",
+        log.to_str().unwrap(),
+        "-o",
+        dir.path().join("f.toml").to_str().unwrap(),
+    ]);
+    assert_user_error(&out, &["backwards.jsonl: row 30", "backwards"]);
 }
