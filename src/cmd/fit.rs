@@ -1,8 +1,13 @@
-//! `capsim fit`: fits a continuous-batching scenario's step time to a measured per-request log.
+//! `capsim fit`: fits a scenario's service model to a measured per-request log: a
+//! continuous-batching scenario's step time by simulation, a dynamic batcher's affine service
+//! time from the log's execution times.
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
+use capsim_calibrate::fit::dynamic::{
+    AFFINE_KEYS, DynamicFitResult, bootstrap_affine, fit_dynamic, read_batch_log,
+};
 use capsim_calibrate::fit::{
     Figures, FitConfig, FitResult, Interval, LogMap, MeasuredLog, bootstrap, fit, parameter_unit,
     read_log,
@@ -16,12 +21,15 @@ use super::BadInput;
 /// Flags of `capsim fit`.
 #[derive(Debug, Args)]
 pub struct FitArgs {
-    /// The scenario to fit (TOML, one pool with `batcher.kind = "continuous"`); its engine limits
-    /// and KV cache are kept, its `[step_time]` becomes the fitted `linear` one.
+    /// The scenario to fit (TOML, one pool). With `batcher.kind = "continuous"` its engine limits
+    /// and KV cache are kept and its `[step_time]` becomes the fitted `linear` one; with a dynamic
+    /// batcher its `[service]` becomes the fitted `affine` one with residuals.
     #[arg(long, value_name = "S.toml")]
     pub scenario: PathBuf,
     /// The measured log: vLLM per-request records (`.jsonl`: input_toks, output_toks,
-    /// arrival_time, queued_ts, first_token_ts, last_token_ts) or capsim's `requests.parquet`.
+    /// arrival_time, queued_ts, first_token_ts, last_token_ts) or capsim's `requests.parquet`
+    /// (a dynamic-batching fit needs its execution times: batch_id, batch_size, exec_start_ns,
+    /// exec_end_ns).
     #[arg(long, value_name = "LOG")]
     pub log: PathBuf,
     /// Read LOG (CSV or JSON lines) through this map of its columns:
@@ -40,7 +48,8 @@ pub struct FitArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Bootstrap replicas over requests for the parameters' 5-95% intervals (0: none; each
-    /// replica is one more fit).
+    /// replica is one more fit). A dynamic-batching fit resamples batches and, being a least
+    /// squares, always runs at least 200.
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub bootstrap: usize,
     /// Most Nelder-Mead iterations of each start.
@@ -51,6 +60,9 @@ pub struct FitArgs {
 /// Runs `capsim fit`.
 pub fn run(args: FitArgs) -> Result<()> {
     let scenario = Scenario::from_path(&args.scenario).map_err(|e| BadInput(e.to_string()))?;
+    if scenario.pools().len() == 1 && scenario.pools()[0].service_spec.is_some() {
+        return run_dynamic(&scenario, &args);
+    }
     let map = args
         .map
         .as_deref()
@@ -83,6 +95,91 @@ pub fn run(args: FitArgs) -> Result<()> {
         draw_cdfs(&result, dir)?;
     }
     Ok(())
+}
+
+/// Bootstrap replicas of a dynamic-batching fit when `--bootstrap` asks for fewer.
+const DYNAMIC_BOOTSTRAP: usize = 200;
+
+/// The dynamic-batching fit: affine service time from the log's execution times.
+fn run_dynamic(scenario: &Scenario, args: &FitArgs) -> Result<()> {
+    if args.map.is_some() {
+        return Err(BadInput(
+            "--map: a dynamic-batching fit reads capsim's requests.parquet (with its execution \
+             times), not a mapped log"
+                .into(),
+        )
+        .into());
+    }
+    let log = read_batch_log(&args.log).map_err(|e| BadInput(e.to_string()))?;
+    let result = fit_dynamic(scenario, &log, args.seed).map_err(|e| BadInput(e.to_string()))?;
+    let replicas = args.bootstrap.max(DYNAMIC_BOOTSTRAP);
+    let intervals = bootstrap_affine(&log.batches, replicas, args.seed);
+    let text = describe_dynamic(&result, &intervals, replicas, args, log.e2e_ns.len());
+    print!("{text}");
+    let header = format!(
+        "# Fitted by `capsim fit --scenario {} --log {}` (seed {}): [service] a, b, c by least \
+         squares\n# of the log's {} batch execution times; residuals are measured / fitted per batch.\n",
+        args.scenario.display(),
+        args.log.display(),
+        args.seed,
+        result.batches,
+    );
+    std::fs::write(&args.output, header + &result.scenario.to_toml_string())
+        .with_context(|| format!("writing {}", args.output.display()))?;
+    if let Some(dir) = &args.report {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let path = dir.join("fit.txt");
+        std::fs::write(&path, &text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn describe_dynamic(
+    result: &DynamicFitResult,
+    intervals: &[Interval],
+    replicas: usize,
+    args: &FitArgs,
+    requests: usize,
+) -> String {
+    let f = &result.affine;
+    let mut out = format!(
+        "fit: {} batches ({} completed requests) of {}; affine service time by least squares\n",
+        result.batches,
+        requests,
+        args.log.display()
+    );
+    out.push_str(&format!(
+        "  {:<12} {:>14} {:>32}\n",
+        "parameter",
+        "value",
+        format!("bootstrap 5%..95% ({replicas})")
+    ));
+    for (k, (key, value)) in AFFINE_KEYS.iter().zip([f.a_ns, f.b_ns, f.c_ns]).enumerate() {
+        let interval = intervals
+            .get(k)
+            .map_or(String::new(), |i| format!("{:.1} .. {:.1} ns", i.p5, i.p95));
+        out.push_str(&format!("  {key:<12} {value:>11.1} ns {interval:>32}\n"));
+    }
+    if !f.c_fitted {
+        out.push_str(
+            "  service.c is not fitted: every batch's longest input has the same length, so b \
+             carries the per-token cost at that length\n",
+        );
+    }
+    let mut ratios = f.ratios.clone();
+    ratios.sort_by(f64::total_cmp);
+    let q = |p: f64| ratios[((ratios.len() - 1) as f64 * p).round() as usize];
+    out.push_str(&format!(
+        "  residuals (measured / fitted): p1 {:.3}, p50 {:.3}, p99 {:.3}; {} kept in the fitted \
+         scenario\n",
+        q(0.01),
+        q(0.5),
+        q(0.99),
+        f.residuals().len()
+    ));
+    out.push_str("the fitted scenario replaying the log's arrivals:\n");
+    out.push_str(&result.table());
+    out
 }
 
 fn describe(result: &FitResult, args: &FitArgs, log: &MeasuredLog) -> String {

@@ -28,6 +28,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod dynamic;
 pub mod log;
 pub mod mapped;
 pub mod metrics;

@@ -1,0 +1,740 @@
+//! Fits a dynamic batcher's affine service time to the execution times a log measured.
+//!
+//! capsim's own `requests.parquet` (from `simulate` or `replay --live`) says, per request, which
+//! batch ran it (`batch_id`, `batch_size`) and when that batch ran (`exec_start_ns`,
+//! `exec_end_ns`). Grouped into batches, these give one measured execution time per batch, and
+//! the affine model `a + b*size + c*size*max_input_tokens` is a least-squares fit of them, each
+//! coefficient held at or above 0. `c` is fitted only when the batches' longest inputs vary (else
+//! it is 0 and `b` carries it); a log whose batches all have one size cannot tell `a` from `b`
+//! and is refused. The ratios of each batch's measured time to the fitted one become the
+//! scenario's `residuals`, so the simulation keeps the measured spread and tails.
+//!
+//! The fitted scenario then replays the log's arrivals, and the end-to-end and queue figures
+//! (mean, p50, p90) are compared with the measured ones.
+//!
+//! ```no_run
+//! use capsim_calibrate::fit::dynamic::{fit_dynamic, read_batch_log};
+//! use capsim_sim::Scenario;
+//!
+//! let scenario = Scenario::from_path("scenario.toml".as_ref())?;
+//! let log = read_batch_log("requests.parquet".as_ref())?;
+//! let result = fit_dynamic(&scenario, &log, 1)?;
+//! println!("a = {} ns", result.affine.a_ns);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int64Type, UInt32Type};
+use arrow_array::{Array, RecordBatch};
+use capsim_sim::rng::{SimRng, splitmix64};
+use capsim_sim::{Outcome, RunOptions, Scenario};
+use capsim_trace::{Columns, Trace};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use rand::{RngExt, SeedableRng};
+
+use super::log::{LogError, MIN_REQUESTS};
+use super::metrics::{Figures, quantile_sorted};
+use super::{FitError, Interval};
+
+/// Fewest batches a fit of three coefficients needs.
+pub const MIN_BATCHES: usize = 10;
+
+/// Most residual ratios written into a fitted scenario; longer lists are cut to this many
+/// evenly spaced quantiles.
+pub const MAX_RESIDUALS: usize = 1000;
+
+/// The columns a log needs for a fit from execution times.
+const EXECUTION_COLUMNS: [&str; 4] = ["batch_id", "batch_size", "exec_start_ns", "exec_end_ns"];
+
+/// The executed batches of a log, as columns: one entry per batch, in batch-id order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Batches {
+    /// Requests in the batch.
+    pub size: Vec<u32>,
+    /// Longest input of the batch, in tokens (inputs are padded to it).
+    pub max_input_tokens: Vec<u32>,
+    /// Measured execution time, `exec_end_ns - exec_start_ns`.
+    pub exec_ns: Vec<u64>,
+}
+
+impl Batches {
+    /// Batches held.
+    pub fn len(&self) -> usize {
+        self.size.len()
+    }
+
+    /// Whether no batch is held.
+    pub fn is_empty(&self) -> bool {
+        self.size.is_empty()
+    }
+}
+
+/// A log of a dynamic-batching run: the requests (to replay and compare) and its batches (to
+/// fit).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BatchLog {
+    /// Arrival of each request (first attempts only: `attempt` 1), from the first (0), in
+    /// arrival order.
+    pub arrival_ns: Vec<u64>,
+    /// Input tokens of each request.
+    pub input_tokens: Vec<u32>,
+    /// Output tokens of each request.
+    pub output_tokens: Vec<u32>,
+    /// End-to-end latency of each completed request (`latency_ns`), in no particular order.
+    pub e2e_ns: Vec<f64>,
+    /// Queue wait (`exec_start_ns - queued_ns`) of each completed request that has both.
+    pub queue_ns: Vec<f64>,
+    /// The executed batches.
+    pub batches: Batches,
+}
+
+fn parquet_err(path: &Path, e: impl std::fmt::Display) -> LogError {
+    LogError::Parquet {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    }
+}
+
+/// Reads capsim's `requests.parquet` with its execution timestamps. A log without them
+/// (`replay --endpoint` writes none) is refused with the missing columns named.
+pub fn read_batch_log(path: &Path) -> Result<BatchLog, LogError> {
+    let file = std::fs::File::open(path).map_err(|source| LogError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let builder =
+        ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| parquet_err(path, e))?;
+    let missing: Vec<&str> = EXECUTION_COLUMNS
+        .iter()
+        .copied()
+        .filter(|c| builder.schema().field_with_name(c).is_err())
+        .collect();
+    if !missing.is_empty() {
+        return Err(no_execution_times(path, &missing.join(", ")));
+    }
+    let reader = builder.build().map_err(|e| parquet_err(path, e))?;
+    let mut acc = Accumulator::default();
+    let mut base_row = 0;
+    for batch in reader {
+        let batch = batch.map_err(|e| parquet_err(path, e))?;
+        acc.add(path, &batch, base_row)?;
+        base_row += batch.num_rows();
+    }
+    acc.finish(path)
+}
+
+/// The error of a log without execution times.
+fn no_execution_times(path: &Path, what: &str) -> LogError {
+    LogError::Parquet {
+        path: path.to_path_buf(),
+        message: format!(
+            "no execution times ({what}); a dynamic-batching fit needs batch_id, batch_size, \
+             exec_start_ns and exec_end_ns, as `capsim simulate` and `capsim replay --live` write \
+             them. The fit from end-to-end latencies alone (a `replay --endpoint` log) is not \
+             done yet"
+        ),
+    }
+}
+
+/// One batch while its rows are read: (size, longest input, start, end).
+type BatchRow = (u32, u32, u64, u64);
+
+#[derive(Default)]
+struct Accumulator {
+    /// (arrival, input, output) of first attempts.
+    requests: Vec<(i64, u32, u32)>,
+    e2e_ns: Vec<f64>,
+    queue_ns: Vec<f64>,
+    batches: BTreeMap<u64, BatchRow>,
+}
+
+impl Accumulator {
+    fn add(&mut self, path: &Path, batch: &RecordBatch, base_row: usize) -> Result<(), LogError> {
+        let column = |name: &str| {
+            batch
+                .column_by_name(name)
+                .ok_or_else(|| LogError::MissingColumn {
+                    path: path.to_path_buf(),
+                    column: name.to_string(),
+                })
+        };
+        let wrong_type = |name: &str, want: &str| LogError::Parquet {
+            path: path.to_path_buf(),
+            message: format!("column `{name}` is not {want}"),
+        };
+        let i64_col = |name: &str| {
+            column(name)?
+                .as_primitive_opt::<Int64Type>()
+                .ok_or_else(|| wrong_type(name, "int64"))
+        };
+        let u32_col = |name: &str| {
+            column(name)?
+                .as_primitive_opt::<UInt32Type>()
+                .ok_or_else(|| wrong_type(name, "uint32"))
+        };
+        let arrival = i64_col("arrival_ns")?;
+        let latency = i64_col("latency_ns")?;
+        let queued = i64_col("queued_ns")?;
+        let start = i64_col("exec_start_ns")?;
+        let end = i64_col("exec_end_ns")?;
+        let batch_id = i64_col("batch_id")?;
+        let batch_size = u32_col("batch_size")?;
+        let input = u32_col("input_tokens")?;
+        let output = u32_col("output_tokens")?;
+        let attempt = batch
+            .column_by_name("attempt")
+            .and_then(|c| c.as_primitive_opt::<UInt32Type>());
+        let outcome = column("outcome")?
+            .as_string_opt::<i32>()
+            .ok_or_else(|| wrong_type("outcome", "a string"))?;
+        let value = |a: &arrow_array::Int64Array, i: usize| (!a.is_null(i)).then(|| a.value(i));
+        for i in 0..batch.num_rows() {
+            let row = base_row + i;
+            let row_err = |message: String| LogError::Row {
+                path: path.to_path_buf(),
+                row,
+                message,
+            };
+            let first_attempt = attempt.is_none_or(|a| a.is_null(i) || a.value(i) <= 1);
+            if first_attempt {
+                let a = value(arrival, i)
+                    .filter(|&a| a >= 0)
+                    .ok_or_else(|| row_err("`arrival_ns` is null or negative".into()))?;
+                self.requests.push((a, input.value(i), output.value(i)));
+            }
+            if outcome.is_null(i) || outcome.value(i) != "completed" {
+                continue;
+            }
+            self.e2e_ns.push(latency.value(i) as f64);
+            if let (Some(q), Some(s)) = (value(queued, i), value(start, i))
+                && s >= q
+            {
+                self.queue_ns.push((s - q) as f64);
+            }
+            let (Some(id), Some(s), Some(e)) = (value(batch_id, i), value(start, i), value(end, i))
+            else {
+                continue;
+            };
+            if e < s || s < 0 {
+                return Err(row_err(format!(
+                    "exec_end_ns {e} is before exec_start_ns {s}"
+                )));
+            }
+            let size = batch_size.value(i);
+            let entry = self
+                .batches
+                .entry(id as u64)
+                .or_insert((size, 0, s as u64, e as u64));
+            if entry.0 != size || entry.2 != s as u64 || entry.3 != e as u64 {
+                return Err(row_err(format!(
+                    "batch {id} has rows with different batch_size or execution times; each row \
+                     of a batch must carry the batch's own"
+                )));
+            }
+            entry.1 = entry.1.max(input.value(i));
+        }
+        Ok(())
+    }
+
+    fn finish(mut self, path: &Path) -> Result<BatchLog, LogError> {
+        if self.e2e_ns.len() < MIN_REQUESTS {
+            return Err(LogError::TooFewRequests {
+                path: path.to_path_buf(),
+                count: self.e2e_ns.len(),
+            });
+        }
+        if self.batches.is_empty() {
+            return Err(no_execution_times(
+                path,
+                "batch_id, exec_start_ns and exec_end_ns are null on every completed request",
+            ));
+        }
+        self.requests.sort_by_key(|r| r.0);
+        let t0 = self.requests.first().map_or(0, |r| r.0);
+        let mut batches = Batches::default();
+        for (size, max_input, start, end) in self.batches.into_values() {
+            batches.size.push(size);
+            batches.max_input_tokens.push(max_input);
+            batches.exec_ns.push(end - start);
+        }
+        Ok(BatchLog {
+            arrival_ns: self.requests.iter().map(|r| (r.0 - t0) as u64).collect(),
+            input_tokens: self.requests.iter().map(|r| r.1).collect(),
+            output_tokens: self.requests.iter().map(|r| r.2).collect(),
+            e2e_ns: self.e2e_ns,
+            queue_ns: self.queue_ns,
+            batches,
+        })
+    }
+}
+
+/// A fitted affine service time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AffineFit {
+    /// Fixed time per batch, ns.
+    pub a_ns: f64,
+    /// Time per request of the batch, ns.
+    pub b_ns: f64,
+    /// Time per padded input token (size times the longest input), ns; 0 when not fitted.
+    pub c_ns: f64,
+    /// Whether `c` was fitted (the batches' longest inputs vary); when not, `b` carries it.
+    pub c_fitted: bool,
+    /// Per batch, measured over fitted execution time, in batch order.
+    pub ratios: Vec<f64>,
+}
+
+impl AffineFit {
+    /// The fitted mean execution time of a batch, ns.
+    pub fn mean_ns(&self, size: u32, max_input_tokens: u32) -> f64 {
+        let s = f64::from(size);
+        self.a_ns + self.b_ns * s + self.c_ns * s * f64::from(max_input_tokens)
+    }
+
+    /// The ratios cut to at most [`MAX_RESIDUALS`] evenly spaced quantiles (all of them, sorted,
+    /// when fewer), rounded to 4 decimals.
+    pub fn residuals(&self) -> Vec<f64> {
+        let mut sorted = self.ratios.clone();
+        sorted.sort_by(f64::total_cmp);
+        let picked: Vec<f64> = if sorted.len() <= MAX_RESIDUALS {
+            sorted
+        } else {
+            (0..MAX_RESIDUALS)
+                .map(|k| quantile_sorted(&sorted, (k as f64 + 0.5) / MAX_RESIDUALS as f64))
+                .collect()
+        };
+        picked
+            .iter()
+            .map(|r| ((r * 1e4).round() / 1e4).max(1e-4))
+            .collect()
+    }
+}
+
+/// Least squares of each batch's execution time on `(1, size, size*max_input_tokens)`, every
+/// coefficient held at or above 0 (the best of the non-negative fits over the subsets of the
+/// coefficients). Refuses fewer than [`MIN_BATCHES`] batches and a log whose batches all have
+/// one size.
+pub fn fit_affine(batches: &Batches) -> Result<AffineFit, FitError> {
+    if batches.len() < MIN_BATCHES {
+        return Err(FitError::Scenario(format!(
+            "the log holds {} executed batches; an affine fit needs at least {MIN_BATCHES}",
+            batches.len()
+        )));
+    }
+    let first_size = batches.size[0];
+    if batches.size.iter().all(|&s| s == first_size) {
+        return Err(FitError::Scenario(format!(
+            "every one of the log's {} batches has size {first_size}, so the time per request \
+             (b) cannot be told apart from the time per batch (a), nor the per-token cost (c) \
+             from either at that one size; fit a log with batches of several sizes (a higher \
+             load, or a longer batcher.max_queue_delay)",
+            batches.len()
+        )));
+    }
+    let first_len = batches.max_input_tokens[0];
+    let c_fitted = batches.max_input_tokens.iter().any(|&l| l != first_len);
+    let rows: Vec<[f64; 3]> = (0..batches.len())
+        .map(|k| {
+            let s = f64::from(batches.size[k]);
+            [1.0, s, s * f64::from(batches.max_input_tokens[k])]
+        })
+        .collect();
+    let y: Vec<f64> = batches.exec_ns.iter().map(|&t| t as f64).collect();
+    let coefficients = non_negative_least_squares(&rows, &y, if c_fitted { 3 } else { 2 })
+        .ok_or_else(|| {
+            FitError::Scenario(
+                "the batches' sizes and input lengths do not pin down a, b and c (they move \
+                 together); fit a log with more varied batches"
+                    .into(),
+            )
+        })?;
+    let mut fit = AffineFit {
+        a_ns: coefficients[0],
+        b_ns: coefficients[1],
+        c_ns: coefficients[2],
+        c_fitted,
+        ratios: Vec::new(),
+    };
+    fit.ratios = (0..batches.len())
+        .map(|k| {
+            y[k] / fit
+                .mean_ns(batches.size[k], batches.max_input_tokens[k])
+                .max(1.0)
+        })
+        .collect();
+    Ok(fit)
+}
+
+/// Non-negative least squares over the first `columns` columns of `rows` (the rest held at 0),
+/// by trying every subset of them: exact for three. `None` when even the full set is singular.
+fn non_negative_least_squares(rows: &[[f64; 3]], y: &[f64], columns: usize) -> Option<[f64; 3]> {
+    let mut best: Option<([f64; 3], f64)> = None;
+    let mut full_solvable = false;
+    for mask in 1u32..(1 << columns) {
+        let set: Vec<usize> = (0..columns).filter(|k| mask & (1 << k) != 0).collect();
+        let Some(beta) = least_squares(rows, y, &set) else {
+            continue;
+        };
+        if set.len() == columns {
+            full_solvable = true;
+        }
+        if beta.iter().any(|&b| b < 0.0) {
+            continue;
+        }
+        let sse: f64 = rows
+            .iter()
+            .zip(y)
+            .map(|(r, y)| (y - (0..3).map(|k| r[k] * beta[k]).sum::<f64>()).powi(2))
+            .sum();
+        if best.is_none_or(|(_, b)| sse < b) {
+            best = Some((beta, sse));
+        }
+    }
+    if !full_solvable {
+        return None;
+    }
+    best.map(|(beta, _)| beta)
+}
+
+/// Ordinary least squares on the columns in `set` (others 0), by the normal equations on
+/// columns scaled to unit norm; `None` when they are (nearly) collinear.
+fn least_squares(rows: &[[f64; 3]], y: &[f64], set: &[usize]) -> Option<[f64; 3]> {
+    let n = set.len();
+    let norms: Vec<f64> = set
+        .iter()
+        .map(|&k| rows.iter().map(|r| r[k] * r[k]).sum::<f64>().sqrt())
+        .collect();
+    if norms.contains(&0.0) {
+        return None;
+    }
+    // Gram matrix and right-hand side of the scaled columns, as an augmented n x (n+1) matrix.
+    let mut m = vec![vec![0.0; n + 1]; n];
+    for (i, &ki) in set.iter().enumerate() {
+        for (j, &kj) in set.iter().enumerate() {
+            m[i][j] = rows.iter().map(|r| r[ki] * r[kj]).sum::<f64>() / (norms[i] * norms[j]);
+        }
+        m[i][n] = rows.iter().zip(y).map(|(r, y)| r[ki] * y).sum::<f64>() / norms[i];
+    }
+    // Gaussian elimination with partial pivoting; a tiny pivot means collinear columns.
+    for col in 0..n {
+        let pivot = (col..n).max_by(|&a, &b| m[a][col].abs().total_cmp(&m[b][col].abs()))?;
+        if m[pivot][col].abs() < 1e-10 {
+            return None;
+        }
+        m.swap(col, pivot);
+        let pivot_row = m[col].clone();
+        for (r, row) in m.iter_mut().enumerate() {
+            if r != col {
+                let f = row[col] / pivot_row[col];
+                for (v, p) in row.iter_mut().zip(&pivot_row).skip(col) {
+                    *v -= f * p;
+                }
+            }
+        }
+    }
+    let mut beta = [0.0; 3];
+    for (i, &k) in set.iter().enumerate() {
+        beta[k] = m[i][n] / m[i][i] / norms[i];
+    }
+    Some(beta)
+}
+
+/// Keys of the fitted coefficients, in `a, b, c` order.
+pub const AFFINE_KEYS: [&str; 3] = ["service.a", "service.b", "service.c"];
+
+/// Bootstrap over batches: `replicas` times, draws the batches with replacement and refits.
+/// Returns the 5th and 95th percentiles of `a`, `b` and `c` (ns); replicas whose draw cannot be
+/// fitted (one size only) are skipped. Deterministic for `seed`; empty for `replicas = 0`.
+pub fn bootstrap_affine(batches: &Batches, replicas: usize, seed: u64) -> Vec<Interval> {
+    if replicas == 0 {
+        return Vec::new();
+    }
+    let n = batches.len();
+    let fits: Vec<[f64; 3]> = (0..replicas)
+        .filter_map(|replica| {
+            let mut rng = SimRng::seed_from_u64(splitmix64(seed ^ (replica as u64 + 1)));
+            let mut drawn = Batches::default();
+            for _ in 0..n {
+                let k = rng.random_range(0..n);
+                drawn.size.push(batches.size[k]);
+                drawn.max_input_tokens.push(batches.max_input_tokens[k]);
+                drawn.exec_ns.push(batches.exec_ns[k]);
+            }
+            fit_affine(&drawn).ok().map(|f| [f.a_ns, f.b_ns, f.c_ns])
+        })
+        .collect();
+    if fits.is_empty() {
+        return Vec::new();
+    }
+    AFFINE_KEYS
+        .iter()
+        .enumerate()
+        .map(|(k, key)| {
+            let mut v: Vec<f64> = fits.iter().map(|f| f[k]).collect();
+            v.sort_by(f64::total_cmp);
+            Interval {
+                key,
+                p5: quantile_sorted(&v, 0.05),
+                p95: quantile_sorted(&v, 0.95),
+            }
+        })
+        .collect()
+}
+
+/// End-to-end and queue figures of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct StageMetrics {
+    /// End-to-end latency.
+    pub e2e: Figures,
+    /// Queue wait, from entering the instance queue to the batch's start.
+    pub queue: Figures,
+}
+
+/// Names of the six figures, in [`StageMetrics::values`] order.
+pub const STAGE_METRIC_NAMES: [&str; 6] = [
+    "e2e.mean",
+    "e2e.p50",
+    "e2e.p90",
+    "queue.mean",
+    "queue.p50",
+    "queue.p90",
+];
+
+impl StageMetrics {
+    /// The six figures in milliseconds, in [`STAGE_METRIC_NAMES`] order.
+    pub fn values(&self) -> [f64; 6] {
+        let [a, b, c] = self.e2e.as_array();
+        let [d, e, f] = self.queue.as_array();
+        [a, b, c, d, e, f]
+    }
+
+    /// Relative error of each figure against `measured`.
+    pub fn relative_errors(&self, measured: &StageMetrics) -> [f64; 6] {
+        let (s, m) = (self.values(), measured.values());
+        std::array::from_fn(|k| (s[k] - m[k]) / m[k])
+    }
+}
+
+/// What a dynamic-batching fit found.
+#[derive(Debug, Clone)]
+pub struct DynamicFitResult {
+    /// The input scenario with `[service]` replaced by the fitted affine one.
+    pub scenario: Scenario,
+    /// The fitted coefficients and ratios.
+    pub affine: AffineFit,
+    /// Batches fitted.
+    pub batches: usize,
+    /// The log's figures.
+    pub measured: StageMetrics,
+    /// The figures of the fitted scenario replaying the log's arrivals.
+    pub simulated: StageMetrics,
+}
+
+impl DynamicFitResult {
+    /// A plain-text table: each figure, measured, simulated and the relative error.
+    pub fn table(&self) -> String {
+        let (meas, sim) = (self.measured.values(), self.simulated.values());
+        let err = self.simulated.relative_errors(&self.measured);
+        let mut out = format!(
+            "{:<10} {:>14} {:>14} {:>8}\n",
+            "metric", "measured_ms", "simulated_ms", "error"
+        );
+        for k in 0..STAGE_METRIC_NAMES.len() {
+            out.push_str(&format!(
+                "{:<10} {:>14.3} {:>14.3} {:>+7.1}%\n",
+                STAGE_METRIC_NAMES[k],
+                meas[k],
+                sim[k],
+                err[k] * 100.0
+            ));
+        }
+        out
+    }
+}
+
+/// The `[service]` table of a fitted affine model, as an inline TOML table: `a`, `b` and `c`
+/// rounded to whole nanoseconds (the scenario's resolution) and the residuals.
+fn service_toml(fit: &AffineFit) -> String {
+    let residuals: Vec<String> = fit.residuals().iter().map(|r| format!("{r}")).collect();
+    format!(
+        "{{ kind = \"affine\", a = \"{}ns\", b = \"{}ns\", c = \"{}ns\", residuals = [{}] }}",
+        fit.a_ns.round() as u64,
+        fit.b_ns.round() as u64,
+        fit.c_ns.round() as u64,
+        residuals.join(", ")
+    )
+}
+
+/// Fits `scenario`'s service time to `log`'s batches and replays the log's arrivals through the
+/// fitted scenario (seed `seed`). The scenario must have one pool with a dynamic batcher; its
+/// `[service]` becomes the fitted `affine` one, everything else is kept.
+pub fn fit_dynamic(
+    scenario: &Scenario,
+    log: &BatchLog,
+    seed: u64,
+) -> Result<DynamicFitResult, FitError> {
+    if scenario.pools().len() != 1 || scenario.pools()[0].service_spec.is_none() {
+        return Err(FitError::Scenario(
+            "a dynamic-batching fit needs one pool with a [service] (named pools are not fitted \
+             yet)"
+                .into(),
+        ));
+    }
+    let affine = fit_affine(&log.batches)?;
+    let mut fitted = scenario.clone();
+    fitted
+        .set("service", &service_toml(&affine))
+        .map_err(|e| FitError::Scenario(e.to_string()))?;
+    let measured = StageMetrics {
+        e2e: Figures::of_ns(&log.e2e_ns),
+        queue: Figures::of_ns(&log.queue_ns),
+    };
+    let simulated = replay(&fitted, log, seed)?;
+    Ok(DynamicFitResult {
+        scenario: fitted,
+        affine,
+        batches: log.batches.len(),
+        measured,
+        simulated,
+    })
+}
+
+/// The figures of `scenario` replaying `log`'s arrivals and sizes.
+fn replay(scenario: &Scenario, log: &BatchLog, seed: u64) -> Result<StageMetrics, FitError> {
+    let trace = Trace::from_columns(Columns {
+        arrival_ns: log.arrival_ns.clone(),
+        input_tokens: log.input_tokens.clone(),
+        output_tokens: Some(log.output_tokens.clone()),
+        ..Columns::default()
+    })
+    .map_err(|e| FitError::Simulation(e.to_string()))?;
+    let options = RunOptions {
+        seed,
+        ..RunOptions::default()
+    };
+    let (_, records) = capsim_sim::simulate_with_requests(scenario, &trace, &options)
+        .map_err(|e| FitError::Simulation(e.to_string()))?;
+    let none = capsim_sim::record::NONE;
+    let mut e2e = Vec::new();
+    let mut queue = Vec::new();
+    for r in records.records() {
+        if r.outcome != Outcome::Completed {
+            continue;
+        }
+        e2e.push(r.latency_ns() as f64);
+        if r.queued_ns != none && r.exec_start_ns != none {
+            queue.push((r.exec_start_ns - r.queued_ns) as f64);
+        }
+    }
+    Ok(StageMetrics {
+        e2e: Figures::of_ns(&e2e),
+        queue: Figures::of_ns(&queue),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batches(shapes: &[(u32, u32)], mut time: impl FnMut(u32, u32) -> f64) -> Batches {
+        let mut b = Batches::default();
+        for &(s, l) in shapes {
+            b.size.push(s);
+            b.max_input_tokens.push(l);
+            b.exec_ns.push(time(s, l).round() as u64);
+        }
+        b
+    }
+
+    fn shapes() -> Vec<(u32, u32)> {
+        (0..60).map(|k| (1 + k % 8, 16 + 37 * (k % 7))).collect()
+    }
+
+    #[test]
+    fn exact_affine_times_give_back_their_coefficients() {
+        let b = batches(&shapes(), |s, l| {
+            2e6 + 5e5 * f64::from(s) + 1e3 * f64::from(s) * f64::from(l)
+        });
+        let fit = fit_affine(&b).unwrap();
+        assert!(fit.c_fitted);
+        for (name, got, want) in [
+            ("a", fit.a_ns, 2e6),
+            ("b", fit.b_ns, 5e5),
+            ("c", fit.c_ns, 1e3),
+        ] {
+            assert!(
+                (got / want - 1.0).abs() < 1e-6,
+                "{name}: expected {want}, got {got}"
+            );
+        }
+        assert!(fit.ratios.iter().all(|r| (r - 1.0).abs() < 1e-6));
+    }
+
+    #[test]
+    fn a_negative_length_cost_is_held_at_zero() {
+        // Time falls with length: unconstrained least squares would give c < 0.
+        let b = batches(&shapes(), |s, l| {
+            3e6 + 4e5 * f64::from(s) - 50.0 * f64::from(s) * f64::from(l)
+        });
+        let fit = fit_affine(&b).unwrap();
+        assert_eq!(fit.c_ns, 0.0);
+        assert!(fit.a_ns >= 0.0 && fit.b_ns >= 0.0, "{fit:?}");
+    }
+
+    #[test]
+    fn one_batch_size_is_refused_naming_a_and_b() {
+        let shapes: Vec<(u32, u32)> = (0..30).map(|k| (4, 16 + k)).collect();
+        let err = fit_affine(&batches(&shapes, |_, _| 1e6))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("size 4") && err.contains("cannot be told apart"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn one_input_length_leaves_c_at_zero_and_b_carries_it() {
+        let shapes: Vec<(u32, u32)> = (0..30).map(|k| (1 + k % 5, 64)).collect();
+        let fit = fit_affine(&batches(&shapes, |s, l| {
+            1e6 + 1e5 * f64::from(s) + 10.0 * f64::from(s * l)
+        }))
+        .unwrap();
+        assert!(!fit.c_fitted);
+        assert_eq!(fit.c_ns, 0.0);
+        assert!((fit.b_ns - (1e5 + 640.0)).abs() < 1e-3, "b = {}", fit.b_ns);
+    }
+
+    #[test]
+    fn residuals_are_cut_to_evenly_spaced_quantiles() {
+        let fit = AffineFit {
+            a_ns: 1.0,
+            b_ns: 0.0,
+            c_ns: 0.0,
+            c_fitted: false,
+            ratios: (0..5000).rev().map(|k| 0.5 + k as f64 / 5000.0).collect(),
+        };
+        let r = fit.residuals();
+        assert_eq!(r.len(), MAX_RESIDUALS);
+        assert!(r.windows(2).all(|w| w[0] <= w[1]), "sorted");
+        // Quantiles 0.05% and 99.95% of 0.5, 0.5002, ..., 1.4998.
+        assert_eq!(r[0], 0.5005);
+        assert_eq!(r[MAX_RESIDUALS - 1], 1.4993);
+    }
+
+    #[test]
+    fn the_bootstrap_brackets_noisy_coefficients() {
+        let mut rng = SimRng::seed_from_u64(7);
+        let b = batches(&shapes(), |s, l| {
+            let noise: f64 = rng.random_range(0.9..1.1);
+            (2e6 + 5e5 * f64::from(s) + 1e3 * f64::from(s) * f64::from(l)) * noise
+        });
+        let intervals = bootstrap_affine(&b, 200, 1);
+        assert_eq!(intervals.len(), 3);
+        let a = &intervals[0];
+        assert!(a.p5 < a.p95, "{a:?}");
+        assert!(a.p5 < 2.5e6 && a.p95 > 1.5e6, "a's interval {a:?}");
+    }
+}
