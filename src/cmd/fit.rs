@@ -102,12 +102,23 @@ const DYNAMIC_BOOTSTRAP: usize = 200;
 
 /// The dynamic-batching fit: affine service time from the log's execution times.
 fn run_dynamic(scenario: &Scenario, args: &FitArgs) -> Result<()> {
-    if args.map.is_some() {
-        return Err(BadInput(
-            "--map: a dynamic-batching fit reads capsim's requests.parquet (with its execution \
-             times), not a mapped log"
-                .into(),
-        )
+    let parquet = args
+        .log
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("parquet"));
+    if args.map.is_some() || !parquet {
+        return Err(BadInput(format!(
+            "{}: {} has a dynamic batcher, whose fit reads capsim's requests.parquet with its \
+             execution times (batch_id, batch_size, exec_start_ns, exec_end_ns); a per-request \
+             LLM log{} fits a scenario with batcher.kind = \"continuous\"",
+            args.log.display(),
+            args.scenario.display(),
+            if args.map.is_some() {
+                " read through --map"
+            } else {
+                ""
+            }
+        ))
         .into());
     }
     let log = read_batch_log(&args.log).map_err(|e| BadInput(e.to_string()))?;

@@ -113,7 +113,10 @@ pub fn read_batch_log(path: &Path) -> Result<BatchLog, LogError> {
         .filter(|c| builder.schema().field_with_name(c).is_err())
         .collect();
     if !missing.is_empty() {
-        return Err(no_execution_times(path, &missing.join(", ")));
+        return Err(no_execution_times(
+            path,
+            &format!("no column {}", missing.join(", ")),
+        ));
     }
     let reader = builder.build().map_err(|e| parquet_err(path, e))?;
     let mut acc = Accumulator::default();
@@ -128,14 +131,9 @@ pub fn read_batch_log(path: &Path) -> Result<BatchLog, LogError> {
 
 /// The error of a log without execution times.
 fn no_execution_times(path: &Path, what: &str) -> LogError {
-    LogError::Parquet {
+    LogError::NoExecutionTimes {
         path: path.to_path_buf(),
-        message: format!(
-            "no execution times ({what}); a dynamic-batching fit needs batch_id, batch_size, \
-             exec_start_ns and exec_end_ns, as `capsim simulate` and `capsim replay --live` write \
-             them. The fit from end-to-end latencies alone (a `replay --endpoint` log) is not \
-             done yet"
-        ),
+        what: what.to_string(),
     }
 }
 
@@ -318,17 +316,16 @@ impl AffineFit {
 /// one size.
 pub fn fit_affine(batches: &Batches) -> Result<AffineFit, FitError> {
     if batches.len() < MIN_BATCHES {
-        return Err(FitError::Scenario(format!(
+        return Err(FitError::Batches(format!(
             "the log holds {} executed batches; an affine fit needs at least {MIN_BATCHES}",
             batches.len()
         )));
     }
     let first_size = batches.size[0];
     if batches.size.iter().all(|&s| s == first_size) {
-        return Err(FitError::Scenario(format!(
+        return Err(FitError::Batches(format!(
             "every one of the log's {} batches has size {first_size}, so the time per request \
-             (b) cannot be told apart from the time per batch (a), nor the per-token cost (c) \
-             from either at that one size; fit a log with batches of several sizes (a higher \
+             (b) cannot be told apart from the time per batch (a); fit a log with batches of several sizes (a higher \
              load, or a longer batcher.max_queue_delay)",
             batches.len()
         )));
@@ -344,7 +341,7 @@ pub fn fit_affine(batches: &Batches) -> Result<AffineFit, FitError> {
     let y: Vec<f64> = batches.exec_ns.iter().map(|&t| t as f64).collect();
     let coefficients = non_negative_least_squares(&rows, &y, if c_fitted { 3 } else { 2 })
         .ok_or_else(|| {
-            FitError::Scenario(
+            FitError::Batches(
                 "the batches' sizes and input lengths do not pin down a, b and c (they move \
                  together); fit a log with more varied batches"
                     .into(),

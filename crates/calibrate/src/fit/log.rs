@@ -131,6 +131,19 @@ pub enum LogError {
         /// The cause.
         message: String,
     },
+    /// A log without the execution times a dynamic-batching fit needs.
+    #[error(
+        "{}: no execution times ({what}); a dynamic-batching fit needs batch_id, batch_size, \
+         exec_start_ns and exec_end_ns, as `capsim simulate` and `capsim replay --live` write \
+         them. The fit from end-to-end latencies alone (a `replay --endpoint` log) is not done yet",
+        .path.display()
+    )]
+    NoExecutionTimes {
+        /// The log.
+        path: PathBuf,
+        /// Which columns are missing, or that they are null.
+        what: String,
+    },
     /// Too few completed requests to fit anything.
     #[error(
         "{}: {count} completed requests; a fit needs at least {min} (a log of a longer run)",

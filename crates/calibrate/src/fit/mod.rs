@@ -149,6 +149,9 @@ pub enum FitError {
     /// The scenario is not one this fit handles.
     #[error("scenario: {0}")]
     Scenario(String),
+    /// The log's batches cannot pin down the service time (dynamic batching).
+    #[error("the log's batches: {0}")]
+    Batches(String),
     /// The simulation refused the replayed log.
     #[error("simulating the log: {0}")]
     Simulation(String),

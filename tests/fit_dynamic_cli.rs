@@ -1,0 +1,221 @@
+//! End-to-end tests of `capsim fit` on a dynamic batcher: a simulated affine service time comes
+//! back from its requests.parquet, and the logs that cannot give one are refused by name.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use capsim_sim::Scenario;
+use capsim_sim::scenario::ServiceSpec;
+use common::{assert_user_error, capsim, text};
+
+/// A known affine service time: a = 2 ms, b = 0.5 ms, c = 1 us, no residuals; one instance,
+/// batches of up to 16 after at most 2 ms.
+const KNOWN: &str = r#"
+name = "known-affine"
+instances = 1
+
+[batcher]
+max_batch_size = 16
+max_queue_delay = "2ms"
+
+[service]
+kind = "affine"
+a = "2ms"
+b = "0.5ms"
+c = "1us"
+"#;
+
+fn write_known(dir: &Path) -> PathBuf {
+    let path = dir.join("known.toml");
+    std::fs::write(&path, KNOWN).expect("scenario written");
+    path
+}
+
+/// Simulates the shipped demo trace through `scenario` (with `extra` flags) into `dir/sim` and
+/// returns its requests.parquet.
+fn simulate(scenario: &Path, dir: &Path, extra: &[&str]) -> PathBuf {
+    let out = dir.join("sim");
+    let mut args = vec![
+        "simulate",
+        "--scenario",
+        scenario.to_str().expect("utf-8"),
+        "traces/demo.parquet",
+        "-o",
+        out.to_str().expect("utf-8"),
+    ];
+    args.extend_from_slice(extra);
+    let run = capsim(&args);
+    assert!(run.status.success(), "simulate failed: {}", text(&run));
+    out.join("requests.parquet")
+}
+
+fn fit_args<'a>(scenario: &'a Path, log: &'a Path, fitted: &'a Path) -> Vec<&'a str> {
+    vec![
+        "fit",
+        "--scenario",
+        scenario.to_str().expect("utf-8"),
+        "--log",
+        log.to_str().expect("utf-8"),
+        "-o",
+        fitted.to_str().expect("utf-8"),
+    ]
+}
+
+fn relative_error(got: f64, want: f64) -> f64 {
+    (got - want).abs() / want
+}
+
+#[test]
+fn a_simulated_affine_service_time_is_recovered_within_two_percent() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scenario = write_known(dir.path());
+    // 8x the demo's rate: batches of 1 to 16 with inputs of many lengths.
+    let log = simulate(&scenario, dir.path(), &["--rate-scale", "8", "--seed", "1"]);
+    let fitted = dir.path().join("fitted.toml");
+    let report = dir.path().join("report");
+    let mut args = fit_args(&scenario, &log, &fitted);
+    args.extend_from_slice(&["--report", report.to_str().expect("utf-8")]);
+    let out = capsim(&args);
+    assert!(out.status.success(), "capsim fit failed: {}", text(&out));
+
+    let s = Scenario::from_path(&fitted).expect("the fitted scenario loads");
+    let Some(ServiceSpec::Affine { a, b, c, residuals }) = &s.pools()[0].service_spec else {
+        panic!(
+            "the fitted [service] is not affine: {:?}",
+            s.pools()[0].service_spec
+        );
+    };
+    for (name, got, want) in [
+        ("a", a.0, 2_000_000),
+        ("b", b.0, 500_000),
+        ("c", c.0, 1_000),
+    ] {
+        let err = relative_error(got as f64, want as f64);
+        assert!(
+            err <= 0.02,
+            "{name}: expected {want} ns, fitted {got} ns ({:.2}% off)",
+            err * 100.0
+        );
+    }
+    let residuals = residuals.as_ref().expect("residuals written");
+    assert!(
+        !residuals.is_empty() && residuals.len() <= 1000,
+        "{} residuals",
+        residuals.len()
+    );
+    assert!(
+        residuals.iter().all(|r| (r - 1.0).abs() < 1e-3),
+        "exact data: every residual is 1"
+    );
+
+    // Same seed, exact parameters: the replay matches the log on every figure.
+    let report = std::fs::read_to_string(report.join("fit.txt")).expect("fit.txt written");
+    for metric in ["e2e.mean", "e2e.p90", "queue.mean", "queue.p90"] {
+        let line = report
+            .lines()
+            .find(|l| l.starts_with(metric))
+            .unwrap_or_else(|| panic!("fit.txt lacks {metric}: {report}"));
+        let error: f64 = line
+            .split_whitespace()
+            .last()
+            .and_then(|e| e.trim_end_matches('%').parse().ok())
+            .unwrap_or_else(|| panic!("no error in {line:?}"));
+        assert!(error.abs() <= 1.0, "{metric}: {error}% off; {report}");
+    }
+}
+
+#[test]
+fn a_log_of_one_batch_size_is_refused_saying_b_and_a_cannot_be_told_apart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scenario = write_known(dir.path());
+    let log = simulate(
+        &scenario,
+        dir.path(),
+        &["--set", "batcher.max_batch_size=1"],
+    );
+    let fitted = dir.path().join("fitted.toml");
+    let out = capsim(&fit_args(&scenario, &log, &fitted));
+    assert_user_error(
+        &out,
+        &["has size 1", "cannot be told apart", "several sizes"],
+    );
+    assert!(!fitted.exists(), "no fitted scenario on a refused fit");
+}
+
+#[test]
+fn a_log_without_execution_columns_is_refused_naming_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scenario = write_known(dir.path());
+    let log = dir.path().join("requests.parquet");
+    write_e2e_only_parquet(&log);
+    let out = capsim(&fit_args(&scenario, &log, &dir.path().join("fitted.toml")));
+    assert_user_error(
+        &out,
+        &[
+            "requests.parquet",
+            "no column batch_id, batch_size, exec_start_ns, exec_end_ns",
+            "not done yet",
+        ],
+    );
+}
+
+#[test]
+fn a_continuous_batching_log_has_no_batch_times_and_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out_dir = dir.path().join("llm");
+    let run = capsim(&[
+        "simulate",
+        "--scenario",
+        "scenarios/llm-8b-h200.toml",
+        "traces/azure-conv.parquet",
+        "--limit",
+        "100",
+        "-o",
+        out_dir.to_str().expect("utf-8"),
+    ]);
+    assert!(run.status.success(), "simulate failed: {}", text(&run));
+    let scenario = write_known(dir.path());
+    let out = capsim(&fit_args(
+        &scenario,
+        &out_dir.join("requests.parquet"),
+        &dir.path().join("fitted.toml"),
+    ));
+    assert_user_error(
+        &out,
+        &["no execution times", "null on every completed request"],
+    );
+}
+
+/// A Parquet log with arrivals and end-to-end latencies only (what a client sees), written with
+/// parquet's own writer.
+fn write_e2e_only_parquet(path: &Path) {
+    use parquet::data_type::Int64Type;
+    use parquet::file::properties::WriterProperties;
+    use parquet::file::writer::SerializedFileWriter;
+    use parquet::schema::parser::parse_message_type;
+
+    let schema = Arc::new(
+        parse_message_type(
+            "message requests { REQUIRED INT64 arrival_ns; REQUIRED INT64 latency_ns; }",
+        )
+        .expect("schema"),
+    );
+    let file = std::fs::File::create(path).expect("create");
+    let mut writer =
+        SerializedFileWriter::new(file, schema, Arc::new(WriterProperties::new())).expect("writer");
+    let mut group = writer.next_row_group().expect("row group");
+    let arrival: Vec<i64> = (0..50).map(|k| k * 10_000_000).collect();
+    let latency: Vec<i64> = vec![3_000_000; 50];
+    for values in [&arrival, &latency] {
+        let mut column = group.next_column().expect("column").expect("a column left");
+        column
+            .typed::<Int64Type>()
+            .write_batch(values, None, None)
+            .expect("write");
+        column.close().expect("close column");
+    }
+    group.close().expect("close row group");
+    writer.close().expect("close file");
+}
