@@ -113,15 +113,7 @@ fn a_simulated_affine_service_time_is_recovered_within_two_percent() {
     // Same seed, exact parameters: the replay matches the log on every figure.
     let report = std::fs::read_to_string(report.join("fit.txt")).expect("fit.txt written");
     for metric in ["e2e.mean", "e2e.p90", "queue.mean", "queue.p90"] {
-        let line = report
-            .lines()
-            .find(|l| l.starts_with(metric))
-            .unwrap_or_else(|| panic!("fit.txt lacks {metric}: {report}"));
-        let error: f64 = line
-            .split_whitespace()
-            .last()
-            .and_then(|e| e.trim_end_matches('%').parse().ok())
-            .unwrap_or_else(|| panic!("no error in {line:?}"));
+        let error = error_percent(&report, metric);
         assert!(error.abs() <= 1.0, "{metric}: {error}% off; {report}");
     }
 }
@@ -145,24 +137,56 @@ fn a_log_of_one_batch_size_is_refused_saying_b_and_a_cannot_be_told_apart() {
 }
 
 #[test]
-fn a_log_without_execution_columns_is_refused_naming_them() {
+fn a_log_without_execution_columns_is_fitted_by_simulation_from_its_end_to_end_latencies() {
     let dir = tempfile::tempdir().expect("tempdir");
     let scenario = write_known(dir.path());
-    let log = dir.path().join("requests.parquet");
-    write_e2e_only_parquet(&log);
-    let out = capsim(&fit_args(&scenario, &log, &dir.path().join("fitted.toml")));
-    assert_user_error(
-        &out,
-        &[
-            "requests.parquet",
-            "no column batch_id, batch_size, exec_start_ns, exec_end_ns",
-            "not done yet",
-        ],
+    let simulated = simulate(&scenario, dir.path(), &["--rate-scale", "8", "--seed", "1"]);
+    let log = dir.path().join("client.parquet");
+    write_client_only_parquet(&simulated, &log);
+    let fitted = dir.path().join("fitted.toml");
+    let report = dir.path().join("report");
+    let mut args = fit_args(&scenario, &log, &fitted);
+    args.extend_from_slice(&["--report", report.to_str().expect("utf-8")]);
+    let out = capsim(&args);
+    assert!(out.status.success(), "capsim fit failed: {}", text(&out));
+    let report = std::fs::read_to_string(report.join("fit.txt")).expect("fit.txt written");
+    assert!(
+        report.contains("no column batch_id, batch_size, exec_start_ns, exec_end_ns")
+            && report.contains("by simulation"),
+        "{report}"
+    );
+    for metric in ["e2e.mean", "e2e.p50", "e2e.p90"] {
+        let error = error_percent(&report, metric);
+        assert!(error.abs() <= 2.0, "{metric}: {error}% off; {report}");
+    }
+    let s = Scenario::from_path(&fitted).expect("the fitted scenario loads");
+    assert!(
+        matches!(
+            &s.pools()[0].service_spec,
+            Some(ServiceSpec::Affine {
+                residuals: None,
+                ..
+            })
+        ),
+        "an affine [service] without residuals: {:?}",
+        s.pools()[0].service_spec
     );
 }
 
+/// The relative error, in percent, on `metric`'s line of a fit.txt.
+fn error_percent(report: &str, metric: &str) -> f64 {
+    let line = report
+        .lines()
+        .find(|l| l.starts_with(metric))
+        .unwrap_or_else(|| panic!("fit.txt lacks {metric}: {report}"));
+    line.split_whitespace()
+        .last()
+        .and_then(|e| e.trim_end_matches('%').parse().ok())
+        .unwrap_or_else(|| panic!("no error in {line:?}"))
+}
+
 #[test]
-fn a_continuous_batching_log_has_no_batch_times_and_is_refused() {
+fn a_continuous_batching_log_is_refused_naming_the_fit_it_belongs_to() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out_dir = dir.path().join("llm");
     let run = capsim(&[
@@ -184,21 +208,43 @@ fn a_continuous_batching_log_has_no_batch_times_and_is_refused() {
     ));
     assert_user_error(
         &out,
-        &["no execution times", "null on every completed request"],
+        &["a continuous-batching log", "batcher.kind = \"continuous\""],
     );
 }
 
-/// A Parquet log with arrivals and end-to-end latencies only (what a client sees), written with
-/// parquet's own writer.
-fn write_e2e_only_parquet(path: &Path) {
-    use parquet::data_type::Int64Type;
+/// Copies `requests` (capsim's requests.parquet) into `path` keeping what a client sees of each
+/// request: arrival, sizes, end-to-end latency and outcome. Written with parquet's own reader
+/// and writer.
+fn write_client_only_parquet(requests: &Path, path: &Path) {
+    use parquet::data_type::{ByteArray, ByteArrayType, Int32Type, Int64Type};
     use parquet::file::properties::WriterProperties;
+    use parquet::file::reader::{FileReader, SerializedFileReader};
     use parquet::file::writer::SerializedFileWriter;
+    use parquet::record::Field;
     use parquet::schema::parser::parse_message_type;
 
+    let (mut arrival, mut latency, mut input, mut output, mut outcome) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    let reader = SerializedFileReader::new(std::fs::File::open(requests).expect("open"))
+        .expect("requests.parquet");
+    for row in reader.get_row_iter(None).expect("rows") {
+        for (name, field) in row.expect("row").get_column_iter() {
+            match (name.as_str(), field) {
+                ("arrival_ns", Field::Long(v)) => arrival.push(*v),
+                ("latency_ns", Field::Long(v)) => latency.push(*v),
+                ("input_tokens", Field::UInt(v)) => input.push(*v as i32),
+                ("output_tokens", Field::UInt(v)) => output.push(*v as i32),
+                ("outcome", Field::Str(v)) => outcome.push(ByteArray::from(v.as_str())),
+                _ => {}
+            }
+        }
+    }
+    assert!(!arrival.is_empty() && arrival.len() == outcome.len());
     let schema = Arc::new(
         parse_message_type(
-            "message requests { REQUIRED INT64 arrival_ns; REQUIRED INT64 latency_ns; }",
+            "message requests { REQUIRED INT64 arrival_ns; REQUIRED INT64 latency_ns; \
+             REQUIRED INT32 input_tokens (INTEGER(32,false)); \
+             REQUIRED INT32 output_tokens (INTEGER(32,false)); REQUIRED BYTE_ARRAY outcome (UTF8); }",
         )
         .expect("schema"),
     );
@@ -206,8 +252,6 @@ fn write_e2e_only_parquet(path: &Path) {
     let mut writer =
         SerializedFileWriter::new(file, schema, Arc::new(WriterProperties::new())).expect("writer");
     let mut group = writer.next_row_group().expect("row group");
-    let arrival: Vec<i64> = (0..50).map(|k| k * 10_000_000).collect();
-    let latency: Vec<i64> = vec![3_000_000; 50];
     for values in [&arrival, &latency] {
         let mut column = group.next_column().expect("column").expect("a column left");
         column
@@ -216,6 +260,20 @@ fn write_e2e_only_parquet(path: &Path) {
             .expect("write");
         column.close().expect("close column");
     }
+    for values in [&input, &output] {
+        let mut column = group.next_column().expect("column").expect("a column left");
+        column
+            .typed::<Int32Type>()
+            .write_batch(values, None, None)
+            .expect("write");
+        column.close().expect("close column");
+    }
+    let mut column = group.next_column().expect("column").expect("a column left");
+    column
+        .typed::<ByteArrayType>()
+        .write_batch(&outcome, None, None)
+        .expect("write");
+    column.close().expect("close column");
     group.close().expect("close row group");
     writer.close().expect("close file");
 }

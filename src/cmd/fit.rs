@@ -122,19 +122,43 @@ fn run_dynamic(scenario: &Scenario, args: &FitArgs) -> Result<()> {
         .into());
     }
     let log = read_batch_log(&args.log).map_err(|e| BadInput(e.to_string()))?;
-    let result = fit_dynamic(scenario, &log, args.seed).map_err(|e| BadInput(e.to_string()))?;
+    let config = FitConfig {
+        seed: args.seed,
+        max_iterations: args.max_iterations,
+        ..FitConfig::default()
+    };
+    let result = fit_dynamic(scenario, &log, &config).map_err(|e| BadInput(e.to_string()))?;
+    // Resampling batches is cheap; a fit by simulation has no batches to resample.
     let replicas = args.bootstrap.max(DYNAMIC_BOOTSTRAP);
-    let intervals = bootstrap_affine(&log.batches, replicas, args.seed);
+    let intervals = if result.by_simulation.is_some() {
+        Vec::new()
+    } else {
+        bootstrap_affine(&log.batches, replicas, args.seed)
+    };
     let text = describe_dynamic(&result, &intervals, replicas, args, log.e2e_ns.len());
     print!("{text}");
-    let header = format!(
-        "# Fitted by `capsim fit --scenario {} --log {}` (seed {}): [service] a, b, c by least \
-         squares\n# of the log's {} batch execution times; residuals are measured / fitted per batch.\n",
+    let how = match &result.by_simulation {
+        None => format!(
+            "by least squares\n# of the log's {} batch execution times; residuals are measured / \
+             fitted per batch.\n",
+            result.batches
+        ),
+        Some(_) => "by simulation\n# from the log's end-to-end (and queue) mean, p50 and p90: \
+                    the log has no execution times; no residuals.\n"
+            .to_string(),
+    };
+    let mut header = format!(
+        "# Fitted by `capsim fit --scenario {} --log {}` (seed {}): [service] a, b, c {how}",
         args.scenario.display(),
         args.log.display(),
         args.seed,
-        result.batches,
     );
+    for warning in dynamic_warnings(&result) {
+        header.push_str(&format!("# WARNING: {warning}\n"));
+    }
+    for warning in dynamic_warnings(&result) {
+        eprintln!("warning: {warning}");
+    }
     std::fs::write(&args.output, header + &result.scenario.to_toml_string())
         .with_context(|| format!("writing {}", args.output.display()))?;
     if let Some(dir) = &args.report {
@@ -153,23 +177,53 @@ fn describe_dynamic(
     requests: usize,
 ) -> String {
     let f = &result.affine;
-    let mut out = format!(
-        "fit: {} batches ({} completed requests) of {}; affine service time by least squares\n",
-        result.batches,
-        requests,
-        args.log.display()
-    );
+    let mut out = match &result.by_simulation {
+        None => format!(
+            "fit: {} batches ({} completed requests) of {}; affine service time by least squares\n",
+            result.batches,
+            requests,
+            args.log.display()
+        ),
+        Some(sim) => format!(
+            "fit: {} completed requests of {}; {}: affine service time by simulation from the \
+             end-to-end{} figures; {} iterations, loss {:.3e}, {}\n",
+            requests,
+            args.log.display(),
+            sim.reason,
+            if result.measured.queue.mean_ms.is_nan() {
+                ""
+            } else {
+                " and queue"
+            },
+            sim.iterations,
+            sim.loss,
+            if sim.converged {
+                "converged"
+            } else {
+                "NOT converged"
+            }
+        ),
+    };
     out.push_str(&format!(
         "  {:<12} {:>14} {:>32}\n",
         "parameter",
         "value",
-        format!("bootstrap 5%..95% ({replicas})")
+        if intervals.is_empty() {
+            String::new()
+        } else {
+            format!("bootstrap 5%..95% ({replicas})")
+        }
     ));
     for (k, (key, value)) in AFFINE_KEYS.iter().zip([f.a_ns, f.b_ns, f.c_ns]).enumerate() {
         let interval = intervals
             .get(k)
             .map_or(String::new(), |i| format!("{:.1} .. {:.1} ns", i.p5, i.p95));
-        out.push_str(&format!("  {key:<12} {value:>11.1} ns {interval:>32}\n"));
+        let spread = result.by_simulation.as_ref().map_or(String::new(), |s| {
+            format!("start spread {:.2}x", s.start_spread[k])
+        });
+        out.push_str(&format!(
+            "  {key:<12} {value:>11.1} ns {interval:>32}{spread}\n"
+        ));
     }
     if !f.c_fitted {
         out.push_str(
@@ -179,17 +233,43 @@ fn describe_dynamic(
     }
     let mut ratios = f.ratios.clone();
     ratios.sort_by(f64::total_cmp);
-    let q = |p: f64| ratios[((ratios.len() - 1) as f64 * p).round() as usize];
-    out.push_str(&format!(
-        "  residuals (measured / fitted): p1 {:.3}, p50 {:.3}, p99 {:.3}; {} kept in the fitted \
-         scenario\n",
-        q(0.01),
-        q(0.5),
-        q(0.99),
-        f.residuals().len()
-    ));
+    if !ratios.is_empty() {
+        let q = |p: f64| ratios[((ratios.len() - 1) as f64 * p).round() as usize];
+        out.push_str(&format!(
+            "  residuals (measured / fitted): p1 {:.3}, p50 {:.3}, p99 {:.3}; {} kept in the \
+             fitted scenario\n",
+            q(0.01),
+            q(0.5),
+            q(0.99),
+            f.residuals().len()
+        ));
+    }
     out.push_str("the fitted scenario replaying the log's arrivals:\n");
     out.push_str(&result.table());
+    out
+}
+
+/// What makes a dynamic fit by simulation untrustworthy: no convergence, a coefficient the
+/// starts disagree on.
+fn dynamic_warnings(result: &DynamicFitResult) -> Vec<String> {
+    let Some(sim) = &result.by_simulation else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    if !sim.converged {
+        out.push(format!(
+            "the fit did not converge in {} iterations; raise --max-iterations",
+            sim.iterations
+        ));
+    }
+    for (key, spread) in AFFINE_KEYS.iter().zip(sim.start_spread) {
+        if spread > 1.5 {
+            out.push(format!(
+                "{key} differs {spread:.1}x between starts that match the log equally well: \
+                 end-to-end latencies alone do not pin it down (a log with execution times does)"
+            ));
+        }
+    }
     out
 }
 

@@ -131,18 +131,15 @@ pub enum LogError {
         /// The cause.
         message: String,
     },
-    /// A log without the execution times a dynamic-batching fit needs.
+    /// A continuous-batching log given to a dynamic-batching fit.
     #[error(
-        "{}: no execution times ({what}); a dynamic-batching fit needs batch_id, batch_size, \
-         exec_start_ns and exec_end_ns, as `capsim simulate` and `capsim replay --live` write \
-         them. The fit from end-to-end latencies alone (a `replay --endpoint` log) is not done yet",
+        "{}: a continuous-batching log (first-token times, no batch execution times); fit it \
+         with a scenario whose batcher.kind = \"continuous\"",
         .path.display()
     )]
-    NoExecutionTimes {
+    TokenLog {
         /// The log.
         path: PathBuf,
-        /// Which columns are missing, or that they are null.
-        what: String,
     },
     /// Too few completed requests to fit anything.
     #[error(

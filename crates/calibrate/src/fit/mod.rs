@@ -553,7 +553,7 @@ pub fn bootstrap(
 
 /// Offsets, in log space, of the starts of a multi-start fit from the log's initial guess:
 /// the guess itself, then each parameter 4x up or down in a fixed pattern.
-const START_OFFSETS: [[f64; 4]; 8] = {
+pub(crate) const START_OFFSETS: [[f64; 4]; 8] = {
     const U: f64 = std::f64::consts::LN_2 * 2.0;
     [
         [0.0, 0.0, 0.0, 0.0],
@@ -569,15 +569,18 @@ const START_OFFSETS: [[f64; 4]; 8] = {
 
 /// One Nelder-Mead descent.
 #[derive(Debug, Clone)]
-struct Descent {
-    x: Vec<f64>,
-    loss: f64,
-    iterations: u64,
-    converged: bool,
+pub(crate) struct Descent {
+    pub(crate) x: Vec<f64>,
+    pub(crate) loss: f64,
+    pub(crate) iterations: u64,
+    pub(crate) converged: bool,
 }
 
-/// Runs Nelder-Mead from `x0` (log space).
-fn descend(replay: &Replay, x0: Vec<f64>, config: &FitConfig) -> Result<Descent, FitError> {
+/// Runs Nelder-Mead on `replay`'s cost from `x0` (log space).
+pub(crate) fn descend<C>(replay: &C, x0: Vec<f64>, config: &FitConfig) -> Result<Descent, FitError>
+where
+    C: CostFunction<Param = Vec<f64>, Output = f64> + Clone,
+{
     // The simplex: the start and one vertex a factor e^0.7 (about 2x) along each parameter.
     let mut simplex = vec![x0.clone()];
     for k in 0..x0.len() {
