@@ -30,6 +30,7 @@
 //! ```
 
 pub mod batcher;
+pub mod compat;
 pub mod engine;
 pub mod event;
 pub mod gateway;

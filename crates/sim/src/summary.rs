@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
+use crate::compat::{Compat, Figures};
 use crate::record::{FailReason, NONE, Outcome, RejectReason, RequestRecord};
 
 /// How percentiles are computed; written into the summary.
@@ -149,6 +150,13 @@ pub struct LatencyStats {
     pub p999_ms: f64,
     /// Exact maximum.
     pub max_ms: f64,
+    /// Exact minimum.
+    #[serde(default)]
+    pub min_ms: f64,
+    /// Exact standard deviation of the population (numpy's `std`, which vLLM's benchmark
+    /// writes).
+    #[serde(default)]
+    pub std_ms: f64,
 }
 
 /// Nanoseconds to milliseconds, rounded to the nanosecond so JSON shows no binary noise.
@@ -202,7 +210,10 @@ struct LatencyAccumulator {
     /// 256 adds to a slot.
     slot_carries: Vec<u64>,
     sum_ns: u128,
+    /// Sum of squares, for the standard deviation; saturates (see [`LatencyAccumulator::std_ns`]).
+    sum_sq_ns: u128,
     max_ns: u64,
+    min_ns: u64,
 }
 
 impl LatencyAccumulator {
@@ -217,7 +228,9 @@ impl LatencyAccumulator {
             slot_counts: vec![0; slots],
             slot_carries: vec![0; slots],
             sum_ns: 0,
+            sum_sq_ns: 0,
             max_ns: 0,
+            min_ns: u64::MAX,
         }
     }
 
@@ -235,7 +248,33 @@ impl LatencyAccumulator {
             *low += 1;
         }
         self.sum_ns += u128::from(ns);
+        // A square of a u64 fits a u128; only the sum can overflow, after 2^64 values of 2^32 s.
+        self.sum_sq_ns = self
+            .sum_sq_ns
+            .saturating_add(u128::from(ns) * u128::from(ns));
         self.max_ns = self.max_ns.max(ns);
+        self.min_ns = self.min_ns.min(ns);
+    }
+
+    /// The population standard deviation of `count` values, in nanoseconds: exact integer
+    /// arithmetic (`n * sum_sq - sum^2 = n^2 var`) while it fits 128 bits, else `f64`.
+    fn std_ns(&self, count: u64) -> f64 {
+        let n = u128::from(count);
+        let exact = (self.sum_sq_ns < u128::MAX)
+            .then(|| n.checked_mul(self.sum_sq_ns))
+            .flatten()
+            .zip(self.sum_ns.checked_mul(self.sum_ns));
+        match exact {
+            Some((n_sum_sq, sum_sq)) => {
+                (n_sum_sq.saturating_sub(sum_sq) as f64).sqrt() / count as f64
+            }
+            None => {
+                let mean = self.sum_ns as f64 / count as f64;
+                (self.sum_sq_ns as f64 / count as f64 - mean * mean)
+                    .max(0.0)
+                    .sqrt()
+            }
+        }
     }
 
     /// Makes room for slots up to `slot`, at least doubling the arrays so that a run of rising
@@ -287,6 +326,8 @@ impl LatencyAccumulator {
             p99_ms: q(0.99),
             p999_ms: q(0.999),
             max_ms: ns_to_ms(self.max_ns as f64),
+            min_ms: ns_to_ms(self.min_ns as f64),
+            std_ms: ns_to_ms(self.std_ns(count)),
         }
     }
 }
@@ -430,6 +471,11 @@ pub struct Summary {
     /// `vllm:*`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub server_metrics: BTreeMap<String, f64>,
+    /// The measured figures above under the names other benchmark tools write: `vllm` (vLLM's
+    /// `vllm bench serve` result keys, ms) and `inference_perf` (inference-perf's
+    /// `summary_lifecycle_metrics.json`, s); see [`crate::compat`].
+    #[serde(default)]
+    pub compat: Compat,
 }
 
 /// How a load generator kept to its schedule (inference-perf's `load_summary`): a run whose
@@ -475,6 +521,10 @@ pub struct SummaryBuilder {
     last_response_ns: u64,
     batch_size_counts: Vec<u64>,
     extrapolated_batches_by_pool: BTreeMap<String, u64>,
+    /// Input tokens of measured completed requests.
+    completed_input_tokens: u64,
+    /// Output tokens of measured completed requests.
+    completed_output_tokens: u64,
 }
 
 impl SummaryBuilder {
@@ -509,6 +559,8 @@ impl SummaryBuilder {
             last_response_ns: 0,
             batch_size_counts: vec![0],
             extrapolated_batches_by_pool: BTreeMap::new(),
+            completed_input_tokens: 0,
+            completed_output_tokens: 0,
         }
     }
 
@@ -575,6 +627,8 @@ impl SummaryBuilder {
         if r.outcome != Outcome::Completed {
             return;
         }
+        self.completed_input_tokens += u64::from(r.input_tokens);
+        self.completed_output_tokens += u64::from(r.output_tokens);
         let e2e_ns = r.latency_ns();
         self.stages[0].add(e2e_ns);
         let mut good = self.slo_ns.is_none_or(|slo| e2e_ns <= slo);
@@ -660,7 +714,9 @@ impl SummaryBuilder {
             .enumerate()
             .map(|(s, &c)| s as u64 * c)
             .sum();
-        Summary {
+        let any_slo =
+            self.slo_ns.is_some() || self.slo_ttft_ns.is_some() || self.slo_tpot_ns.is_some();
+        let mut summary = Summary {
             scenario: scenario.to_string(),
             seed,
             percentile_method: PERCENTILE_METHOD.to_string(),
@@ -672,10 +728,7 @@ impl SummaryBuilder {
             slo_latency_ms: self.slo_ns.map(|ns| ns as f64 * 1e-6),
             slo_ttft_ms: self.slo_ttft_ns.map(|ns| ns as f64 * 1e-6),
             slo_tpot_ms: self.slo_tpot_ns.map(|ns| ns as f64 * 1e-6),
-            goodput_rps: (self.slo_ns.is_some()
-                || self.slo_ttft_ns.is_some()
-                || self.slo_tpot_ns.is_some())
-            .then(|| per_s(self.within_slo, span_ns)),
+            goodput_rps: any_slo.then(|| per_s(self.within_slo, span_ns)),
             measured: self.measured.counts(),
             latency_ms: STAGES
                 .iter()
@@ -707,7 +760,18 @@ impl SummaryBuilder {
             timeseries_coarsened: false,
             load: None,
             server_metrics: BTreeMap::new(),
-        }
+            compat: Compat::default(),
+        };
+        summary.compat = Compat::of(&Figures {
+            latency_ms: &summary.latency_ms,
+            span_s: summary.measured_span_s,
+            total: summary.measured.total,
+            completed: summary.measured.completed,
+            input_tokens: self.completed_input_tokens,
+            output_tokens: self.completed_output_tokens,
+            good: any_slo.then_some(self.within_slo),
+        });
+        summary
     }
 }
 
@@ -951,6 +1015,91 @@ mod tests {
             "the slots grew to the value"
         );
         assert!(acc.slot_counts.len() <= slot_of(u64::MAX) + 1);
+    }
+
+    /// A completed request from `arrival_ms` with its first token at `ttft_ms` and its response
+    /// at `e2e_ms`, of `output_tokens` tokens.
+    fn completed(request: u32, arrival_ms: u64, ttft_ms: u64, e2e_ms: u64) -> RequestRecord {
+        const MS: u64 = 1_000_000;
+        let mut r = RequestRecord::new(request, 1, arrival_ms * MS);
+        r.input_tokens = 100;
+        r.output_tokens = 11;
+        r.first_token_ns = (arrival_ms + ttft_ms) * MS;
+        r.exec_end_ns = (arrival_ms + e2e_ms) * MS;
+        r.response_ns = r.exec_end_ns;
+        r
+    }
+
+    #[test]
+    fn goodput_counts_only_requests_within_every_slo_bound() {
+        let mut builder = SummaryBuilder::new(Some(100_000_000), [false; STAGES.len()])
+            .with_token_metrics(Some(30_000_000), None);
+        // Good: e2e 50 and 100 ms with TTFT 10 ms. Not good: e2e 150 ms; TTFT 40 ms; rejected.
+        builder.add(&completed(0, 0, 10, 50), true);
+        builder.add(&completed(1, 0, 10, 100), true);
+        builder.add(&completed(2, 0, 10, 150), true);
+        builder.add(&completed(3, 0, 40, 60), true);
+        let mut rejected = RequestRecord::new(4, 1, 0);
+        rejected.outcome = Outcome::Rejected(RejectReason::QueueFull);
+        rejected.response_ns = 0;
+        builder.add(&rejected, true);
+        let s = builder.finish("hand-made", 0, Vec::new(), 0.0, 150_000_000);
+        // Span: first arrival (0) to last response (150 ms).
+        let expected_rps = 2.0 / 0.15;
+        let vllm = &s.compat.vllm;
+        let goodput = vllm["request_goodput"].as_f64().unwrap();
+        assert!(
+            (goodput - expected_rps).abs() < 1e-9,
+            "vLLM goodput {goodput}, expected {expected_rps}"
+        );
+        assert_eq!(s.goodput_rps, Some(goodput));
+        assert_eq!(vllm["completed"], 4);
+        assert_eq!(vllm["failed"], 1);
+        assert_eq!(vllm["total_input_tokens"], 400);
+        assert_eq!(vllm["total_output_tokens"], 44);
+        let metrics = &s.compat.inference_perf["successes"]["goodput_metrics"];
+        assert_eq!(metrics["good_requests"], 2, "{metrics}");
+        assert_eq!(metrics["total_requests"], 4, "{metrics}");
+        assert_eq!(metrics["goodput_percentage"], 50.0, "{metrics}");
+        assert_eq!(s.compat.inference_perf["failures"]["count"], 1);
+        // e2e 50, 60, 100, 150 ms: mean 90, population std sqrt(1550) ms.
+        let e2e = &s.latency_ms["end_to_end"];
+        assert_eq!(e2e.mean_ms, 90.0);
+        assert_eq!(e2e.min_ms, 50.0);
+        assert!(
+            (e2e.std_ms - 1550f64.sqrt()).abs() < 1e-6,
+            "std {}",
+            e2e.std_ms
+        );
+        assert_eq!(vllm["std_e2el_ms"].as_f64(), Some(e2e.std_ms));
+    }
+
+    #[test]
+    fn without_an_slo_goodput_is_null_and_absent() {
+        let mut builder = SummaryBuilder::new(None, [false; STAGES.len()]);
+        builder.add(&completed(0, 0, 10, 50), true);
+        let s = builder.finish("no-slo", 0, Vec::new(), 0.0, 50_000_000);
+        assert_eq!(s.compat.vllm["request_goodput"], serde_json::Value::Null);
+        assert!(
+            !s.compat.vllm.contains_key("mean_ttft_ms"),
+            "no token metrics"
+        );
+        assert!(
+            s.compat.inference_perf["successes"]
+                .get("goodput_metrics")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn standard_deviation_is_exact_for_large_values() {
+        let mut acc = LatencyAccumulator::new(true);
+        // 1 h +- 1 ns: the squares' sum would lose the spread in f64.
+        let hour_ns = 3_600_000_000_000u64;
+        for v in [hour_ns - 1, hour_ns + 1] {
+            acc.add(v);
+        }
+        assert_eq!(acc.std_ns(2), 1.0);
     }
 
     #[test]
