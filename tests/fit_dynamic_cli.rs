@@ -277,3 +277,84 @@ fn write_client_only_parquet(requests: &Path, path: &Path) {
     group.close().expect("close row group");
     writer.close().expect("close file");
 }
+
+/// Per-request times: 100 requests, each 4.15 ms in the server (success), 1 ms of it queued and
+/// 0.3 + 2.4 + 0.3 ms computing.
+const INFERENCE_STATS: &str = r#""inference_stats": {"success": {"count": 100, "ns": 415000000}, "queue": {"count": 100, "ns": 100000000}, "compute_input": {"count": 100, "ns": 30000000}, "compute_infer": {"count": 100, "ns": 240000000}, "compute_output": {"count": 100, "ns": 30000000}}"#;
+
+/// Triton's `GET /v2/models/NAME/stats` for a model whose batch of `size` takes
+/// `2 ms + 0.5 ms x size`, split over input, inference and output as 10%, 80% and 10%; `sizes`
+/// ran `3 + size` batches each. Per request (100 of them), 1 ms in the queue, 3 ms of compute
+/// and 150 us elsewhere in the server.
+fn triton_stats(sizes: &[u32]) -> String {
+    let batch_stats: Vec<String> = sizes
+        .iter()
+        .map(|&size| {
+            let batches = 3 + u64::from(size);
+            let total_ns = batches * (2_000_000 + 500_000 * u64::from(size));
+            let part = |share: u64| {
+                format!(
+                    r#"{{"count": {batches}, "ns": {}}}"#,
+                    total_ns * share / 10
+                )
+            };
+            format!(
+                r#"{{"batch_size": {size}, "compute_input": {}, "compute_infer": {}, "compute_output": {}}}"#,
+                part(1),
+                part(8),
+                part(1)
+            )
+        })
+        .collect();
+    format!(
+        r#"{{"model_stats": [{{"name": "classifier", "version": "1", "inference_count": 0, "execution_count": 0, {INFERENCE_STATS}, "batch_stats": [{}]}}]}}"#,
+        batch_stats.join(", ")
+    )
+}
+
+#[test]
+fn tritons_per_batch_size_statistics_give_back_a_and_b() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scenario = write_known(dir.path());
+    let stats = dir.path().join("stats.json");
+    std::fs::write(&stats, triton_stats(&[1, 2, 4, 8])).expect("stats written");
+    let fitted = dir.path().join("fitted.toml");
+    let out = capsim(&fit_args(&scenario, &stats, &fitted));
+    assert!(out.status.success(), "capsim fit failed: {}", text(&out));
+    assert!(text(&out).contains("Triton's statistics"), "{}", text(&out));
+
+    let s = Scenario::from_path(&fitted).expect("the fitted scenario loads");
+    let Some(ServiceSpec::Affine { a, b, c, residuals }) = &s.pools()[0].service_spec else {
+        panic!(
+            "the fitted [service] is not affine: {:?}",
+            s.pools()[0].service_spec
+        );
+    };
+    assert_eq!((a.0, b.0, c.0), (2_000_000, 500_000, 0), "a, b, c in ns");
+    assert!(residuals.is_none(), "means only: no residuals");
+    assert_eq!(
+        s.pools()[0].postprocess.base.0,
+        150_000,
+        "the server's time outside queue and compute, in ns"
+    );
+}
+
+#[test]
+fn tritons_statistics_of_one_batch_size_are_refused_naming_the_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scenario = write_known(dir.path());
+    let stats = dir.path().join("stats.json");
+    std::fs::write(&stats, triton_stats(&[4])).expect("stats written");
+    let fitted = dir.path().join("fitted.toml");
+    let out = capsim(&fit_args(&scenario, &stats, &fitted));
+    assert_user_error(
+        &out,
+        &[
+            "stats.json",
+            "\"classifier\"",
+            "1 size (4)",
+            "cannot be told apart",
+        ],
+    );
+    assert!(!fitted.exists(), "no fitted scenario on a refused fit");
+}

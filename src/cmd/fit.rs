@@ -6,12 +6,15 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use capsim_calibrate::fit::dynamic::{
-    AFFINE_KEYS, DynamicFitResult, bootstrap_affine, fit_dynamic, read_batch_log,
+    AFFINE_KEYS, AffineFit, DynamicFitResult, bootstrap_affine, fit_dynamic, read_batch_log,
+    with_affine_service,
 };
 use capsim_calibrate::fit::{
     Figures, FitConfig, FitResult, Interval, LogMap, MeasuredLog, bootstrap, fit, parameter_unit,
     read_log,
 };
+use capsim_endpoint::measured_service::fit_affine;
+use capsim_endpoint::triton::ModelStats;
 use capsim_report::plot::{CdfPlot, CdfSeries, PlotSize, draw_latency_cdf};
 use capsim_sim::Scenario;
 use clap::Args;
@@ -106,11 +109,22 @@ fn run_dynamic(scenario: &Scenario, args: &FitArgs) -> Result<()> {
         .log
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("parquet"));
+    let json = args
+        .log
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+    if args.map.is_none()
+        && json
+        && let Some(stats) = read_triton_stats(&args.log)?
+    {
+        return run_triton(scenario, args, &stats);
+    }
     if args.map.is_some() || !parquet {
         return Err(BadInput(format!(
             "{}: {} has a dynamic batcher, whose fit reads capsim's requests.parquet with its \
-             execution times (batch_id, batch_size, exec_start_ns, exec_end_ns); a per-request \
-             LLM log{} fits a scenario with batcher.kind = \"continuous\"",
+             execution times (batch_id, batch_size, exec_start_ns, exec_end_ns) or Triton's \
+             statistics (.json); a per-request LLM log{} fits a scenario with \
+             batcher.kind = \"continuous\"",
             args.log.display(),
             args.scenario.display(),
             if args.map.is_some() {
@@ -160,6 +174,129 @@ fn run_dynamic(scenario: &Scenario, args: &FitArgs) -> Result<()> {
         eprintln!("warning: {warning}");
     }
     std::fs::write(&args.output, header + &result.scenario.to_toml_string())
+        .with_context(|| format!("writing {}", args.output.display()))?;
+    if let Some(dir) = &args.report {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let path = dir.join("fit.txt");
+        std::fs::write(&path, &text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Triton's model statistics in `path` (`GET /v2/models/NAME/stats`, whole or its one
+/// `model_stats` entry as `scripts/triton.py stats` prints it); `None` when the JSON is not
+/// Triton's.
+fn read_triton_stats(path: &std::path::Path) -> Result<Option<ModelStats>> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| BadInput(format!("{}: cannot read the log ({e})", path.display())))?;
+    let name = path.display().to_string();
+    if let Ok(stats) = ModelStats::parse(&bytes, &name) {
+        return Ok(Some(stats));
+    }
+    Ok(serde_json::from_slice::<ModelStats>(&bytes).ok())
+}
+
+/// The fit to Triton's per-batch-size statistics: `a + b*size` on the mean compute time
+/// (input, inference, output) of each size, weighted by its batches.
+fn run_triton(scenario: &Scenario, args: &FitArgs, stats: &ModelStats) -> Result<()> {
+    let times = stats.batch_times();
+    if times.len() < 2 {
+        return Err(BadInput(format!(
+            "{}: Triton's statistics of model {:?} hold batches of {} size{} ({}), so the time \
+             per request (b) cannot be told apart from the time per batch (a); take them after a \
+             run whose batches had several sizes (a load that queues requests with \
+             max_batch_size > 1)",
+            args.log.display(),
+            stats.name,
+            times.len(),
+            if times.len() == 1 { "" } else { "s" },
+            times
+                .iter()
+                .map(|t| t.batch_size.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+        .into());
+    }
+    let line = fit_affine(&times).ok_or_else(|| {
+        BadInput(format!(
+            "{}: Triton's statistics of model {:?} hold no batch",
+            args.log.display(),
+            stats.name
+        ))
+    })?;
+    let fit = AffineFit {
+        a_ns: line.a_ns,
+        b_ns: line.b_ns,
+        c_ns: 0.0,
+        c_fitted: false,
+        ratios: Vec::new(),
+    };
+    let mut fitted = with_affine_service(scenario, &fit).map_err(|e| BadInput(e.to_string()))?;
+    // What the server spends on a request outside the queue and the model, as one constant
+    // after the model (the statistics cannot tell before from after).
+    let overhead_ns = stats
+        .request_overhead_ns()
+        .map(|ns| ns.max(0.0).round() as u64);
+    if let Some(ns) = overhead_ns {
+        fitted
+            .set("postprocess.base", &format!("\"{ns}ns\""))
+            .map_err(|e| BadInput(e.to_string()))?;
+    }
+    let batches: u64 = times.iter().map(|t| t.batches).sum();
+    let mut text = format!(
+        "fit: Triton's statistics of model {:?} in {}: {} batches of {} sizes; a + b*size by \
+         least squares of each size's mean compute time (input, inference, output), weighted by \
+         its batches\n  service.a {:>14.1} ns\n  service.b {:>14.1} ns\n  service.c {:>14} \
+         (the statistics know no input lengths: b carries the per-token cost at the run's lengths)\n\
+         {:<6} {:>9} {:>14} {:>14} {:>8}\n",
+        stats.name,
+        args.log.display(),
+        batches,
+        times.len(),
+        fit.a_ns,
+        fit.b_ns,
+        "0",
+        "size",
+        "batches",
+        "measured_ms",
+        "fitted_ms",
+        "error"
+    );
+    for t in &times {
+        let fitted_ns = fit.mean_ns(t.batch_size, 0);
+        text.push_str(&format!(
+            "{:<6} {:>9} {:>14.3} {:>14.3} {:>+7.1}%\n",
+            t.batch_size,
+            t.batches,
+            t.mean_ns / 1e6,
+            fitted_ns / 1e6,
+            (fitted_ns / t.mean_ns - 1.0) * 100.0
+        ));
+    }
+    match overhead_ns {
+        Some(ns) => text.push_str(&format!(
+            "  postprocess.base {:>7.1} us  per request inside the server outside the queue and \
+             the model (mean success time less mean queue and compute)\n",
+            ns as f64 / 1e3
+        )),
+        None => text.push_str(
+            "  postprocess.base: kept (the statistics hold no per-request success, queue and \
+             compute times)\n",
+        ),
+    }
+    text.push_str(
+        "no residuals (the statistics hold means only) and no replay (they hold no arrivals)\n",
+    );
+    print!("{text}");
+    let header = format!(
+        "# Fitted by `capsim fit --scenario {} --log {}`: [service] a and b by least squares of\n\
+         # Triton's mean compute time per batch size ({batches} batches); c = 0, no residuals;\n\
+         # [postprocess] base: the server's mean time per request outside queue and model.\n",
+        args.scenario.display(),
+        args.log.display(),
+    );
+    std::fs::write(&args.output, header + &fitted.to_toml_string())
         .with_context(|| format!("writing {}", args.output.display()))?;
     if let Some(dir) = &args.report {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;

@@ -36,7 +36,8 @@ impl AffineFit {
 }
 
 /// Least squares of the mean time per batch size, each size weighted by its batches, with the
-/// slope and the intercept held at 0 or above (as `scripts/triton_check.py`'s `fit_affine`).
+/// slope and the intercept held at 0 or above (non-negative least squares: an intercept that
+/// would go below 0 is fixed at 0 and the slope refitted through the origin).
 /// One size alone gives a flat line at its mean. `None` without batches.
 pub fn fit_affine(times: &[BatchTime]) -> Option<AffineFit> {
     let weight: f64 = times.iter().map(|t| t.batches as f64).sum();
@@ -62,9 +63,26 @@ pub fn fit_affine(times: &[BatchTime]) -> Option<AffineFit> {
         .map(|t| t.batches as f64 * (f64::from(t.batch_size) - mean_x) * (t.mean_ns - mean_y))
         .sum();
     let b_ns = if sxx > 0.0 { (sxy / sxx).max(0.0) } else { 0.0 };
+    let a_ns = mean_y - b_ns * mean_x;
+    if a_ns >= 0.0 {
+        return Some(AffineFit { a_ns, b_ns });
+    }
+    // The intercept would go below 0: the best line with a = 0 goes through the origin.
+    let sxx0: f64 = times
+        .iter()
+        .map(|t| t.batches as f64 * f64::from(t.batch_size).powi(2))
+        .sum();
+    let sxy0: f64 = times
+        .iter()
+        .map(|t| t.batches as f64 * f64::from(t.batch_size) * t.mean_ns)
+        .sum();
     Some(AffineFit {
-        a_ns: (mean_y - b_ns * mean_x).max(0.0),
-        b_ns,
+        a_ns: 0.0,
+        b_ns: if sxx0 > 0.0 {
+            (sxy0 / sxx0).max(0.0)
+        } else {
+            0.0
+        },
     })
 }
 
@@ -284,6 +302,11 @@ mod tests {
         let flat = fit_affine(&[time(1, 1, 4.0), time(2, 3, 2.0)]).unwrap();
         assert_eq!(flat.b_ns, 0.0);
         assert!((flat.a_ns - 2.5e6).abs() < 1e-6, "{flat:?}");
+        // Times steeper than proportional: the intercept would be negative, so it is held at 0
+        // and the slope is the best line through the origin, sum(w x y) / sum(w x^2).
+        let steep = fit_affine(&[time(1, 1, 1.0), time(2, 1, 4.0)]).unwrap();
+        assert_eq!(steep.a_ns, 0.0);
+        assert!((steep.b_ns - 1.8e6).abs() < 1e-6, "{steep:?}");
         // One size: flat at its mean.
         let one = fit_affine(&[time(4, 2, 5.0)]).unwrap();
         assert_eq!((one.a_ns, one.b_ns), (5e6, 0.0));
@@ -315,8 +338,10 @@ mod tests {
 
     #[test]
     fn below_the_smallest_size_the_time_falls_along_the_slope_but_not_below_zero() {
-        let service = MeasuredService::new(&[time(4, 5, 1.0), time(8, 5, 9.0)]).unwrap();
-        // Slope 2 ms per request: size 3 at 1 - 2 < 0 is held at 0.
+        let service =
+            MeasuredService::new(&[time(4, 5, 1.0), time(8, 5, 9.0), time(16, 5, 17.0)]).unwrap();
+        // The fit goes through the origin with 348/336 ms per request: size 3 at 1 - 1.04 < 0
+        // is held at 0.
         assert_eq!(service.mean_ns(&shape(3)), 0.0);
         assert!(service.is_extrapolated(&shape(3)));
     }

@@ -379,6 +379,23 @@ pub fn fit_affine(batches: &Batches) -> Result<AffineFit, FitError> {
     Ok(fit)
 }
 
+/// The scenario with its `[service]` replaced by `fit` (an `affine` table, with residuals when
+/// `fit` has ratios). The scenario must have one pool with a dynamic batcher.
+pub fn with_affine_service(scenario: &Scenario, fit: &AffineFit) -> Result<Scenario, FitError> {
+    if scenario.pools().len() != 1 || scenario.pools()[0].service_spec.is_none() {
+        return Err(FitError::Scenario(
+            "a dynamic-batching fit needs one pool with a [service] (named pools are not fitted \
+             yet)"
+                .into(),
+        ));
+    }
+    let mut fitted = scenario.clone();
+    fitted
+        .set("service", &service_toml(fit))
+        .map_err(|e| FitError::Scenario(e.to_string()))?;
+    Ok(fitted)
+}
+
 /// Non-negative least squares over the first `columns` columns of `rows` (the rest held at 0),
 /// by trying every subset of them: exact for three. `None` when even the full set is singular.
 fn non_negative_least_squares(rows: &[[f64; 3]], y: &[f64], columns: usize) -> Option<[f64; 3]> {
@@ -628,10 +645,7 @@ pub fn fit_dynamic(
     } else {
         (fit_affine(&log.batches)?, None)
     };
-    let mut fitted = scenario.clone();
-    fitted
-        .set("service", &service_toml(&affine))
-        .map_err(|e| FitError::Scenario(e.to_string()))?;
+    let fitted = with_affine_service(scenario, &affine)?;
     let (simulated, _) = replay(&fitted, log, config.seed)?;
     Ok(DynamicFitResult {
         scenario: fitted,
