@@ -1,7 +1,7 @@
 //! Measured per-request LLM logs, read into typed columns: when each request reached the server,
 //! its sizes, and the latencies the server measured for it.
 //!
-//! Two formats:
+//! Formats, told apart by content ([`detect_format`]; `--format` overrides):
 //! - vLLM per-request records as JSON lines (`../shared/ground-truth/*/requests.jsonl`):
 //!   `input_toks`, `output_toks`, the client's `arrival_time` (Unix seconds) and vLLM's monotonic
 //!   `queued_ts`, `first_token_ts`, `last_token_ts` (seconds). The two clocks are aligned by the
@@ -10,9 +10,15 @@
 //!   `first_token_ts - queued_ts`, end-to-end = `last_token_ts - queued_ts`.
 //! - capsim's own `requests.parquet` (from `simulate`, `replay --endpoint` or `replay --live`):
 //!   `arrival_ns`, `input_tokens`, `output_tokens`, `latency_ns`, `ttft_ns`; completed requests
-//!   only (`outcome = "completed"`). Latencies count from `arrival_ns`.
+//!   only (`outcome = "completed"`; the others are counted by outcome). Latencies count from
+//!   `arrival_ns`.
+//! - inference-perf's `per_request_lifecycle_metrics.json` ([`super::inference_perf`]).
+//! - AIPerf's `profile_export.jsonl` ([`super::aiperf`]).
+//! - any CSV, JSON-lines or Parquet log through a `--map` of its columns ([`super::mapped`]).
 //!
-//! Either way TPOT = `(e2e - TTFT) / (output_tokens - 1)`, undefined (NaN) for one output token.
+//! Records a reader leaves out (failed requests, warmup, other outcomes) are counted in
+//! [`MeasuredLog::excluded`], never dropped silently. Either way TPOT =
+//! `(e2e - TTFT) / (output_tokens - 1)`, undefined (NaN) for one output token.
 
 use std::path::{Path, PathBuf};
 
@@ -21,6 +27,8 @@ use arrow_array::types::{Int64Type, UInt32Type};
 use arrow_array::{Array, RecordBatch};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
+use super::aiperf::read_aiperf;
+use super::inference_perf::read_inference_perf;
 use super::mapped::{LogMap, read_mapped};
 
 /// Fewest requests a log must hold for its percentiles to mean anything.
@@ -42,6 +50,30 @@ pub struct MeasuredLog {
     /// vLLM only: the client's submission delay (`queued_ts` minus the aligned `arrival_time`);
     /// empty for logs without a client clock.
     pub submit_delay_ns: Vec<i64>,
+    /// What the log was read as (`vLLM per-request records`, ...), for the fit's output.
+    pub format: String,
+    /// Records the reader left out, by reason, in the order first seen (empty: none).
+    pub excluded: Vec<Excluded>,
+}
+
+/// Records of one kind that a reader left out of a [`MeasuredLog`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Excluded {
+    /// Why, as a noun phrase: `failed (error set)`, `warmup`, `rejected`.
+    pub reason: String,
+    /// How many records.
+    pub count: usize,
+}
+
+/// Counts one more record left out for `reason`.
+pub(crate) fn exclude(excluded: &mut Vec<Excluded>, reason: &str) {
+    match excluded.iter_mut().find(|e| e.reason == reason) {
+        Some(e) => e.count += 1,
+        None => excluded.push(Excluded {
+            reason: reason.to_string(),
+            count: 1,
+        }),
+    }
 }
 
 impl MeasuredLog {
@@ -53,6 +85,19 @@ impl MeasuredLog {
     /// Whether the log holds no request.
     pub fn is_empty(&self) -> bool {
         self.arrival_ns.is_empty()
+    }
+
+    /// The left-out records in words (`3 failed (error set), 10 warmup`); `None` when none was.
+    pub fn excluded_summary(&self) -> Option<String> {
+        if self.excluded.is_empty() {
+            return None;
+        }
+        let parts: Vec<String> = self
+            .excluded
+            .iter()
+            .map(|e| format!("{} {}", e.count, e.reason))
+            .collect();
+        Some(parts.join(", "))
     }
 
     /// Time per output token after the first, in nanoseconds, per request; NaN for a request
@@ -83,15 +128,36 @@ pub enum LogError {
         /// The cause.
         source: std::io::Error,
     },
-    /// The extension names no format this reader knows.
+    /// The content matches no format this reader knows.
     #[error(
-        "{}: unknown log format; give vLLM per-request records as .jsonl, capsim's requests.parquet, \
-         or a .csv/.jsonl with --map",
+        "{}: unknown log format; capsim fit reads vLLM per-request records (JSON lines), capsim's \
+         requests.parquet, inference-perf's per_request_lifecycle_metrics.json and AIPerf's \
+         profile_export.jsonl, or any CSV, JSON-lines or Parquet log with --map",
         .path.display()
     )]
     UnknownFormat {
         /// The log.
         path: PathBuf,
+    },
+    /// A `--format` this reader does not know, or one given with `--map`.
+    #[error("--format {given:?}: {message}")]
+    Format {
+        /// The value as given.
+        given: String,
+        /// What is wrong and what to give instead.
+        message: String,
+    },
+    /// An entry of a JSON array (inference-perf's report) is malformed or lacks a key.
+    #[error("{}: entry {entry} (line {line}): {message}", .path.display())]
+    Entry {
+        /// The log.
+        path: PathBuf,
+        /// 1-based index of the entry in the array.
+        entry: usize,
+        /// 1-based line where the entry starts.
+        line: usize,
+        /// What is wrong and how to fix it.
+        message: String,
     },
     /// A line or row is malformed or lacks a key the fit needs.
     #[error("{}: row {row}: {message}", .path.display())]
@@ -152,34 +218,171 @@ pub enum LogError {
         /// Requests found.
         count: usize,
     },
+    /// Too few completed requests once failed (or warmup, ...) records are left out.
+    #[error(
+        "{}: {count} completed requests (left out: {excluded}); a fit needs at least {min} \
+         (a log of a longer run, or of a server that fails fewer requests)",
+        .path.display(), min = MIN_REQUESTS
+    )]
+    TooFewKept {
+        /// The log.
+        path: PathBuf,
+        /// Requests kept.
+        count: usize,
+        /// The records left out, in words ([`MeasuredLog::excluded_summary`]).
+        excluded: String,
+    },
 }
 
-/// Reads a measured log: through `map` when given (CSV or JSON lines, see [`super::mapped`]),
-/// else by extension (`.jsonl`/`.json` for vLLM records, `.parquet` for capsim's). Requests come
+/// A per-request log layout that a tool writes (a `--map` reads any other).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// vLLM per-request records, JSON lines (`--format vllm`).
+    Vllm,
+    /// capsim's own `requests.parquet` (`--format capsim`).
+    CapsimParquet,
+    /// inference-perf's `per_request_lifecycle_metrics.json` (`--format inference-perf`).
+    InferencePerf,
+    /// AIPerf's `profile_export.jsonl` (`--format aiperf`).
+    Aiperf,
+}
+
+impl LogFormat {
+    /// The `--format` names, in [`LogFormat`] order.
+    pub const NAMES: [&'static str; 4] = ["vllm", "capsim", "inference-perf", "aiperf"];
+
+    /// The format named `name` (one of [`LogFormat::NAMES`]); an unknown name is an error
+    /// listing them.
+    pub fn parse(name: &str) -> Result<LogFormat, LogError> {
+        match name.to_ascii_lowercase().as_str() {
+            "vllm" => Ok(LogFormat::Vllm),
+            "capsim" => Ok(LogFormat::CapsimParquet),
+            "inference-perf" | "inference_perf" => Ok(LogFormat::InferencePerf),
+            "aiperf" => Ok(LogFormat::Aiperf),
+            _ => Err(LogError::Format {
+                given: name.to_string(),
+                message: format!("unknown; give one of {}", LogFormat::NAMES.join(", ")),
+            }),
+        }
+    }
+
+    /// What the format is, in words, for the fit's output.
+    pub fn describe(self) -> &'static str {
+        match self {
+            LogFormat::Vllm => "vLLM per-request records",
+            LogFormat::CapsimParquet => "capsim's requests.parquet",
+            LogFormat::InferencePerf => "inference-perf per-request lifecycle metrics",
+            LogFormat::Aiperf => "AIPerf per-record export",
+        }
+    }
+}
+
+/// Parquet files start (and end) with these four bytes.
+pub(crate) const PARQUET_MAGIC: &[u8; 4] = b"PAR1";
+
+/// Whether `path` starts with Parquet's magic bytes.
+pub(crate) fn is_parquet(path: &Path) -> Result<bool, LogError> {
+    use std::io::Read;
+    let mut head = [0u8; 4];
+    let mut file = std::fs::File::open(path).map_err(|source| LogError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let n = file.read(&mut head).map_err(|source| LogError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(n == 4 && &head == PARQUET_MAGIC)
+}
+
+/// Tells a log's format from its content: Parquet's magic bytes (capsim's requests.parquet), a
+/// JSON array (inference-perf's report), or the keys of the first JSON line: `metadata` and
+/// `metrics` for AIPerf, anything else for vLLM (whose reader names any key that is missing).
+/// Content that is neither Parquet nor JSON is [`LogError::UnknownFormat`].
+pub fn detect_format(path: &Path) -> Result<LogFormat, LogError> {
+    if is_parquet(path)? {
+        return Ok(LogFormat::CapsimParquet);
+    }
+    let text = read_text(path)?;
+    let unknown = || LogError::UnknownFormat {
+        path: path.to_path_buf(),
+    };
+    match text.trim_start().as_bytes().first() {
+        Some(b'[') => Ok(LogFormat::InferencePerf),
+        Some(b'{') => {
+            let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+            let value: serde_json::Value = serde_json::from_str(first).unwrap_or_default();
+            let aiperf = value
+                .get("metadata")
+                .is_some_and(serde_json::Value::is_object)
+                && value.get("metrics").is_some();
+            Ok(if aiperf {
+                LogFormat::Aiperf
+            } else {
+                LogFormat::Vllm
+            })
+        }
+        _ => Err(unknown()),
+    }
+}
+
+/// The whole of `path` as text.
+pub(crate) fn read_text(path: &Path) -> Result<String, LogError> {
+    std::fs::read_to_string(path).map_err(|source| LogError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Reads a measured log: through `map` when given (CSV, JSON lines or Parquet, see
+/// [`super::mapped`]), else in the format its content shows ([`detect_format`]). Requests come
 /// back sorted by arrival.
 pub fn read_log(path: &Path, map: Option<&LogMap>) -> Result<MeasuredLog, LogError> {
-    let ext = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .unwrap_or("")
-        .to_ascii_lowercase();
-    let log = match (map, ext.as_str()) {
-        (Some(map), _) => read_mapped(path, map)?,
-        (None, "jsonl" | "json") => read_vllm_jsonl(path)?,
-        (None, "parquet") => read_capsim_parquet(path)?,
-        _ => {
-            return Err(LogError::UnknownFormat {
-                path: path.to_path_buf(),
+    read_log_as(path, map, None)
+}
+
+/// [`read_log`] with the format given (`--format`) instead of detected. A format together with
+/// a map is an error: the map says where everything is.
+pub fn read_log_as(
+    path: &Path,
+    map: Option<&LogMap>,
+    format: Option<LogFormat>,
+) -> Result<MeasuredLog, LogError> {
+    let log = match (map, format) {
+        (Some(_), Some(format)) => {
+            return Err(LogError::Format {
+                given: LogFormat::NAMES[format as usize].to_string(),
+                message: "--map reads its own columns (of a CSV, JSON-lines or Parquet file); \
+                          drop --format, or drop --map to read the tool's own layout"
+                    .into(),
             });
         }
+        (Some(map), None) => read_mapped(path, map)?,
+        (None, format) => match format.map_or_else(|| detect_format(path), Ok)? {
+            LogFormat::Vllm => read_vllm_jsonl(path)?,
+            LogFormat::CapsimParquet => read_capsim_parquet(path)?,
+            LogFormat::InferencePerf => read_inference_perf(path)?,
+            LogFormat::Aiperf => read_aiperf(path)?,
+        },
     };
     if log.len() < MIN_REQUESTS {
-        return Err(LogError::TooFewRequests {
-            path: path.to_path_buf(),
-            count: log.len(),
+        let path = path.to_path_buf();
+        let count = log.len();
+        return Err(match log.excluded_summary() {
+            None => LogError::TooFewRequests { path, count },
+            Some(excluded) => LogError::TooFewKept {
+                path,
+                count,
+                excluded,
+            },
         });
     }
     Ok(log)
+}
+
+/// A token count read as a JSON or CSV number: a whole number from 0 to `u32::MAX`.
+pub(crate) fn token_count(n: f64) -> Option<u32> {
+    (n >= 0.0 && n.fract() == 0.0 && n <= f64::from(u32::MAX)).then_some(n as u32)
 }
 
 /// One request on its way into a [`MeasuredLog`], times in (possibly negative) nanoseconds on
@@ -193,11 +396,16 @@ pub(crate) struct Row {
     pub(crate) submit_delay_ns: Option<i64>,
 }
 
-/// Sorts rows by arrival and shifts arrivals to start at 0.
-pub(crate) fn into_log(mut rows: Vec<Row>) -> MeasuredLog {
+/// Sorts rows by arrival and shifts arrivals to start at 0; `format` and `excluded` are the
+/// reader's.
+pub(crate) fn into_log(mut rows: Vec<Row>, format: &str, excluded: Vec<Excluded>) -> MeasuredLog {
     rows.sort_by_key(|r| r.arrival_ns);
     let start = rows.first().map_or(0, |r| r.arrival_ns);
-    let mut log = MeasuredLog::default();
+    let mut log = MeasuredLog {
+        format: format.to_string(),
+        excluded,
+        ..MeasuredLog::default()
+    };
     for r in &rows {
         log.arrival_ns.push((r.arrival_ns - start) as u64);
         log.input_tokens.push(r.input_tokens);
@@ -211,16 +419,13 @@ pub(crate) fn into_log(mut rows: Vec<Row>) -> MeasuredLog {
     log
 }
 
-fn seconds_to_ns(s: f64) -> i64 {
+pub(crate) fn seconds_to_ns(s: f64) -> i64 {
     (s * 1e9).round() as i64
 }
 
 /// Reads vLLM per-request records (JSON lines; see the module docs).
 pub fn read_vllm_jsonl(path: &Path) -> Result<MeasuredLog, LogError> {
-    let text = std::fs::read_to_string(path).map_err(|source| LogError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let text = read_text(path)?;
     let row_err = |row: usize, message: String| LogError::Row {
         path: path.to_path_buf(),
         row,
@@ -291,7 +496,7 @@ pub fn read_vllm_jsonl(path: &Path) -> Result<MeasuredLog, LogError> {
             submit_delay_ns: Some((queued - queued0) - (arrival - arrival0)),
         });
     }
-    Ok(into_log(rows))
+    Ok(into_log(rows, LogFormat::Vllm.describe(), Vec::new()))
 }
 
 fn parquet_err(path: &Path, e: impl std::fmt::Display) -> LogError {
@@ -312,13 +517,18 @@ pub fn read_capsim_parquet(path: &Path) -> Result<MeasuredLog, LogError> {
         .build()
         .map_err(|e| parquet_err(path, e))?;
     let mut rows = Vec::new();
+    let mut excluded = Vec::new();
     let mut base_row = 0;
     for batch in reader {
         let batch = batch.map_err(|e| parquet_err(path, e))?;
-        read_batch(path, &batch, base_row, &mut rows)?;
+        read_batch(path, &batch, base_row, &mut rows, &mut excluded)?;
         base_row += batch.num_rows();
     }
-    Ok(into_log(rows))
+    Ok(into_log(
+        rows,
+        LogFormat::CapsimParquet.describe(),
+        excluded,
+    ))
 }
 
 fn read_batch(
@@ -326,6 +536,7 @@ fn read_batch(
     batch: &RecordBatch,
     base_row: usize,
     rows: &mut Vec<Row>,
+    excluded: &mut Vec<Excluded>,
 ) -> Result<(), LogError> {
     let column = |name: &str| {
         batch
@@ -358,7 +569,12 @@ fn read_batch(
         .as_string_opt::<i32>()
         .ok_or_else(|| wrong_type("outcome", "a string"))?;
     for i in 0..batch.num_rows() {
-        if outcome.is_null(i) || outcome.value(i) != "completed" {
+        if outcome.is_null(i) {
+            exclude(excluded, "without an outcome");
+            continue;
+        }
+        if outcome.value(i) != "completed" {
+            exclude(excluded, outcome.value(i));
             continue;
         }
         let row = base_row + i;
@@ -502,6 +718,61 @@ mod tests {
             .to_string();
         assert!(
             err.contains("r.txt") && err.contains("unknown log format"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_format_is_told_by_content_not_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let vllm = write(dir.path(), "a.log", &good_log(1));
+        assert_eq!(detect_format(&vllm).unwrap(), LogFormat::Vllm);
+        let aiperf = write(
+            dir.path(),
+            "b.jsonl",
+            "{\"metadata\": {\"request_start_ns\": 1}, \"metrics\": {}, \"error\": null}\n",
+        );
+        assert_eq!(detect_format(&aiperf).unwrap(), LogFormat::Aiperf);
+        let ip = write(dir.path(), "c.json", "  [\n {\"start_time\": 1}]");
+        assert_eq!(detect_format(&ip).unwrap(), LogFormat::InferencePerf);
+        let pq = write(dir.path(), "d.jsonl", "PAR1 and more");
+        assert_eq!(detect_format(&pq).unwrap(), LogFormat::CapsimParquet);
+        let err = detect_format(&write(dir.path(), "e.csv", "a,b\n1,2\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("e.csv") && err.contains("--map"), "{err}");
+    }
+
+    #[test]
+    fn a_format_with_a_map_or_an_unknown_one_is_refused() {
+        let err = LogFormat::parse("genai-perf").unwrap_err().to_string();
+        assert!(
+            err.contains("vllm, capsim, inference-perf, aiperf"),
+            "{err}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let map = LogMap::parse("arrival=a,ttft=b,e2e=c,input_tokens=i,output_tokens=o").unwrap();
+        let path = write(dir.path(), "r.jsonl", &good_log(25));
+        let err = read_log_as(&path, Some(&map), Some(LogFormat::Aiperf))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("--format \"aiperf\"") && err.contains("drop --format"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn too_few_requests_after_failures_says_how_many_were_left_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = "{\"metadata\": {\"request_start_ns\": 1}, \"metrics\": {\"input_sequence_length\": {\"value\": 5, \"unit\": \"tokens\"}, \"output_sequence_length\": {\"value\": 5, \"unit\": \"tokens\"}, \"time_to_first_token\": {\"value\": 1, \"unit\": \"ms\"}, \"request_latency\": {\"value\": 2, \"unit\": \"ms\"}}, \"error\": null}\n";
+        let failed = "{\"metadata\": {\"request_start_ns\": 1}, \"metrics\": null, \"error\": {\"code\": 500}}\n";
+        let text = ok.repeat(19) + &failed.repeat(4);
+        let err = read_log(&write(dir.path(), "p.jsonl", &text), None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("19 completed requests (left out: 4 failed (error set))"),
             "{err}"
         );
     }

@@ -1,4 +1,5 @@
-//! Per-request logs in any CSV or JSON-lines layout, read through a `--map` of their columns.
+//! Per-request logs in any CSV, JSON-lines or Parquet layout, read through a `--map` of their
+//! columns.
 //!
 //! ```text
 //! arrival=t_send:s,first_token=t_first:s,last_token=t_last:s,input_tokens=prompt,output_tokens=completion
@@ -8,11 +9,21 @@
 //! Keys: `arrival`, `input_tokens`, `output_tokens`, and either both timestamps `first_token` and
 //! `last_token` (on the arrival's clock) or both durations `ttft` and `e2e` (from the arrival). A
 //! time column takes a unit after a colon: `s`, `ms`, `us` or `ns` (default `s`). Values must be
-//! numbers (datetimes are not read here). Latencies count from `arrival`.
+//! numbers (datetimes are not read here; a Parquet column may be of any integer or float type).
+//! Latencies count from `arrival`. Parquet is told by its magic bytes; otherwise a `.csv` file is
+//! CSV and anything else JSON lines.
 
 use std::path::Path;
 
-use super::log::{LogError, MeasuredLog, Row, into_log};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{
+    Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type, UInt16Type,
+    UInt32Type, UInt64Type,
+};
+use arrow_array::{Array, ArrayRef, RecordBatch};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+use super::log::{LogError, MeasuredLog, Row, into_log, is_parquet, read_text};
 
 /// A numeric column and the nanoseconds of one of its units.
 #[derive(Debug, Clone, PartialEq)]
@@ -130,6 +141,27 @@ impl LogMap {
     }
 }
 
+impl LogMap {
+    /// The columns the map names, arrival first.
+    pub fn column_names(&self) -> Vec<&str> {
+        let mut names = vec![
+            self.arrival.name.as_str(),
+            self.input_tokens.as_str(),
+            self.output_tokens.as_str(),
+        ];
+        match &self.latencies {
+            LatencyColumns::Timestamps {
+                first_token,
+                last_token,
+            } => names.extend([first_token.name.as_str(), last_token.name.as_str()]),
+            LatencyColumns::Durations { ttft, e2e } => {
+                names.extend([ttft.name.as_str(), e2e.name.as_str()]);
+            }
+        }
+        names
+    }
+}
+
 const KEYS: [&str; 7] = [
     "arrival",
     "input_tokens",
@@ -143,64 +175,167 @@ const KEYS: [&str; 7] = [
 const NEEDED: &str =
     "arrival, input_tokens, output_tokens, and first_token and last_token or ttft and e2e";
 
-/// Reads a CSV (`.csv`) or JSON-lines (`.jsonl`, `.json`) log through `map`.
+/// Reads a Parquet (by its magic bytes), CSV (`.csv`) or JSON-lines (anything else) log through
+/// `map`.
 pub fn read_mapped(path: &Path, map: &LogMap) -> Result<MeasuredLog, LogError> {
-    let ext = path
+    if is_parquet(path)? {
+        return read_mapped_parquet(path, map);
+    }
+    let csv = path
         .extension()
         .and_then(|e| e.to_str())
-        .unwrap_or("")
-        .to_ascii_lowercase();
-    let text = std::fs::read_to_string(path).map_err(|source| LogError::Io {
+        .is_some_and(|e| e.eq_ignore_ascii_case("csv"));
+    let text = read_text(path)?;
+    let mut rows = Vec::new();
+    if csv {
+        let mut reader = csv::Reader::from_reader(text.as_bytes());
+        let headers = reader
+            .headers()
+            .map_err(|e| row_err(path, 1, format!("unreadable header ({e})")))?
+            .clone();
+        for (i, record) in reader.records().enumerate() {
+            let line = i + 2;
+            let record = record.map_err(|e| row_err(path, line, e.to_string()))?;
+            let get = |name: &str| -> Result<f64, LogError> {
+                let k = headers.iter().position(|h| h == name).ok_or_else(|| {
+                    row_err(path, 1, format!("no column `{name}` named in --map"))
+                })?;
+                let cell = record.get(k).unwrap_or("").trim();
+                cell.parse::<f64>().map_err(|_| {
+                    row_err(path, line, format!("`{name}` = {cell:?} is not a number"))
+                })
+            };
+            rows.push(mapped_row(path, line, map, &get)?);
+        }
+        return Ok(into_log(rows, "CSV through --map", Vec::new()));
+    }
+    for (i, line_text) in text.lines().enumerate() {
+        let line = i + 1;
+        if line_text.trim().is_empty() {
+            continue;
+        }
+        let value: serde_json::Value = serde_json::from_str(line_text).map_err(|e| {
+            row_err(
+                path,
+                line,
+                format!("not a JSON object ({e}); --map reads CSV (.csv), JSON lines or Parquet"),
+            )
+        })?;
+        let get = |name: &str| -> Result<f64, LogError> {
+            value
+                .get(name)
+                .and_then(serde_json::Value::as_f64)
+                .ok_or_else(|| row_err(path, line, format!("no number `{name}`")))
+        };
+        rows.push(mapped_row(path, line, map, &get)?);
+    }
+    Ok(into_log(rows, "JSON lines through --map", Vec::new()))
+}
+
+/// Reads a Parquet log through `map`; rows are numbered from 0, as Parquet readers show them.
+fn read_mapped_parquet(path: &Path, map: &LogMap) -> Result<MeasuredLog, LogError> {
+    let parquet_err = |message: String| LogError::Parquet {
+        path: path.to_path_buf(),
+        message,
+    };
+    let file = std::fs::File::open(path).map_err(|source| LogError::Io {
         path: path.to_path_buf(),
         source,
     })?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+        .and_then(|b| b.build())
+        .map_err(|e| parquet_err(e.to_string()))?;
     let mut rows = Vec::new();
-    match ext.as_str() {
-        "csv" => {
-            let mut reader = csv::Reader::from_reader(text.as_bytes());
-            let headers = reader
-                .headers()
-                .map_err(|e| row_err(path, 1, format!("unreadable header ({e})")))?
-                .clone();
-            for (i, record) in reader.records().enumerate() {
-                let line = i + 2;
-                let record = record.map_err(|e| row_err(path, line, e.to_string()))?;
-                let get = |name: &str| -> Result<f64, LogError> {
-                    let k = headers.iter().position(|h| h == name).ok_or_else(|| {
-                        row_err(path, 1, format!("no column `{name}` named in --map"))
-                    })?;
-                    let cell = record.get(k).unwrap_or("").trim();
-                    cell.parse::<f64>().map_err(|_| {
-                        row_err(path, line, format!("`{name}` = {cell:?} is not a number"))
-                    })
-                };
-                rows.push(mapped_row(path, line, map, &get)?);
-            }
+    let mut base_row = 0;
+    for batch in reader {
+        let batch = batch.map_err(|e| parquet_err(e.to_string()))?;
+        let columns = MappedColumns::of(path, &batch, map)?;
+        for i in 0..batch.num_rows() {
+            let row = base_row + i;
+            let get = |name: &str| columns.value(path, name, i, row);
+            rows.push(mapped_row(path, row, map, &get)?);
         }
-        "jsonl" | "json" => {
-            for (i, line_text) in text.lines().enumerate() {
-                let line = i + 1;
-                if line_text.trim().is_empty() {
-                    continue;
-                }
-                let value: serde_json::Value = serde_json::from_str(line_text)
-                    .map_err(|e| row_err(path, line, format!("not a JSON object ({e})")))?;
-                let get = |name: &str| -> Result<f64, LogError> {
-                    value
-                        .get(name)
-                        .and_then(serde_json::Value::as_f64)
-                        .ok_or_else(|| row_err(path, line, format!("no number `{name}`")))
-                };
-                rows.push(mapped_row(path, line, map, &get)?);
-            }
-        }
-        _ => {
-            return Err(LogError::UnknownFormat {
-                path: path.to_path_buf(),
-            });
-        }
+        base_row += batch.num_rows();
     }
-    Ok(into_log(rows))
+    Ok(into_log(rows, "Parquet through --map", Vec::new()))
+}
+
+/// The numeric columns of one record batch that a map names.
+struct MappedColumns {
+    columns: Vec<(String, ArrayRef)>,
+}
+
+impl MappedColumns {
+    /// Finds each column `map` names in `batch`; a missing or non-numeric one is an error
+    /// listing the columns there are.
+    fn of(path: &Path, batch: &RecordBatch, map: &LogMap) -> Result<MappedColumns, LogError> {
+        let mut columns = Vec::new();
+        for name in map.column_names() {
+            let Some(array) = batch.column_by_name(name) else {
+                let schema = batch.schema();
+                let present: Vec<&str> =
+                    schema.fields().iter().map(|f| f.name().as_str()).collect();
+                return Err(LogError::Parquet {
+                    path: path.to_path_buf(),
+                    message: format!(
+                        "no column `{name}` named in --map; its columns are {}",
+                        present.join(", ")
+                    ),
+                });
+            };
+            if !array.is_empty() && numeric_value(array.as_ref(), 0).is_none() {
+                return Err(LogError::Parquet {
+                    path: path.to_path_buf(),
+                    message: format!(
+                        "column `{name}` is {}, not a number; --map reads integer and float \
+                         columns (write times as numbers of s, ms, us or ns)",
+                        array.data_type()
+                    ),
+                });
+            }
+            columns.push((name.to_string(), array.clone()));
+        }
+        Ok(MappedColumns { columns })
+    }
+
+    /// Cell `i` of column `name` as a number; a null is an error naming `row`.
+    fn value(&self, path: &Path, name: &str, i: usize, row: usize) -> Result<f64, LogError> {
+        let array = self
+            .columns
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, a)| a)
+            .ok_or_else(|| row_err(path, row, format!("no column `{name}` named in --map")))?;
+        if array.is_null(i) {
+            return Err(row_err(path, row, format!("`{name}` is null")));
+        }
+        numeric_value(array.as_ref(), i)
+            .ok_or_else(|| row_err(path, row, format!("`{name}` is not a number")))
+    }
+}
+
+/// Cell `i` of an integer or float array as `f64`; `None` for any other type.
+fn numeric_value(array: &dyn Array, i: usize) -> Option<f64> {
+    macro_rules! try_type {
+        ($($t:ty),*) => {
+            $(if let Some(a) = array.as_primitive_opt::<$t>() {
+                return Some(a.value(i) as f64);
+            })*
+        };
+    }
+    try_type!(
+        Float64Type,
+        Float32Type,
+        Int64Type,
+        Int32Type,
+        Int16Type,
+        Int8Type,
+        UInt64Type,
+        UInt32Type,
+        UInt16Type,
+        UInt8Type
+    );
+    None
 }
 
 fn row_err(path: &Path, row: usize, message: String) -> LogError {
@@ -321,6 +456,85 @@ mod tests {
         let err = read_mapped(&path, &missing).unwrap_err().to_string();
         assert!(
             err.contains("log.csv: row 1") && err.contains("no column `sent`"),
+            "{err}"
+        );
+    }
+
+    /// The CSV test's log as Parquet, times in ms (int64) and sizes as uint32.
+    fn write_parquet(path: &Path, send_ms: &[i64], first_ms: &[i64], last_ms: &[f64]) {
+        use std::sync::Arc;
+
+        use arrow_array::{Float64Array, Int64Array, UInt32Array};
+        let n = send_ms.len();
+        let batch = RecordBatch::try_from_iter([
+            (
+                "send",
+                Arc::new(Int64Array::from(send_ms.to_vec())) as ArrayRef,
+            ),
+            (
+                "first",
+                Arc::new(Int64Array::from(first_ms.to_vec())) as ArrayRef,
+            ),
+            (
+                "last",
+                Arc::new(Float64Array::from(last_ms.to_vec())) as ArrayRef,
+            ),
+            ("isl", Arc::new(UInt32Array::from(vec![100; n])) as ArrayRef),
+            ("osl", Arc::new(UInt32Array::from(vec![11; n])) as ArrayRef),
+        ])
+        .unwrap();
+        let file = std::fs::File::create(path).unwrap();
+        let mut writer = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+    }
+
+    #[test]
+    fn a_parquet_log_through_a_map_reads_as_the_same_csv() {
+        let dir = tempfile::tempdir().unwrap();
+        // No .parquet extension: Parquet is told by its magic bytes.
+        let path = dir.path().join("log.bin");
+        write_parquet(
+            &path,
+            &[10_000, 11_000, 12_000],
+            &[10_250, 11_250, 12_250],
+            &[11_250.0, 12_250.0, 13_250.0],
+        );
+        let map = LogMap::parse(
+            "arrival=send:ms,first_token=first:ms,last_token=last:ms,input_tokens=isl,output_tokens=osl",
+        )
+        .unwrap();
+        let log = read_mapped(&path, &map).unwrap();
+        assert_eq!(log.arrival_ns, vec![0, 1_000_000_000, 2_000_000_000]);
+        assert_eq!(log.ttft_ns[1], 250_000_000);
+        assert_eq!(log.e2e_ns[1], 1_250_000_000);
+        assert_eq!((log.input_tokens[2], log.output_tokens[2]), (100, 11));
+        assert_eq!(log.format, "Parquet through --map");
+        let missing = LogMap::parse(
+            "arrival=sent:ms,first_token=first:ms,last_token=last:ms,input_tokens=isl,output_tokens=osl",
+        )
+        .unwrap();
+        let err = read_mapped(&path, &missing).unwrap_err().to_string();
+        assert!(
+            err.contains("log.bin")
+                && err.contains("no column `sent`")
+                && err.contains("send, first, last, isl, osl"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_parquet_row_whose_times_go_backwards_names_the_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.parquet");
+        write_parquet(&path, &[0, 1_000], &[100, 900], &[200.0, 1_500.0]);
+        let map = LogMap::parse(
+            "arrival=send:ms,first_token=first:ms,last_token=last:ms,input_tokens=isl,output_tokens=osl",
+        )
+        .unwrap();
+        let err = read_mapped(&path, &map).unwrap_err().to_string();
+        assert!(
+            err.contains("log.parquet: row 1") && err.contains("backwards"),
             "{err}"
         );
     }

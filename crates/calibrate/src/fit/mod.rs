@@ -28,7 +28,9 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod aiperf;
 pub mod dynamic;
+pub mod inference_perf;
 pub mod log;
 pub mod mapped;
 pub mod metrics;
@@ -44,7 +46,7 @@ use capsim_trace::{Columns, Trace};
 use rand::{RngExt, SeedableRng};
 use rayon::prelude::*;
 
-pub use log::{LogError, MeasuredLog, read_log};
+pub use log::{Excluded, LogError, LogFormat, MeasuredLog, detect_format, read_log, read_log_as};
 pub use mapped::LogMap;
 pub use metrics::{Figures, LatencyMetrics, METRIC_NAMES};
 
