@@ -367,3 +367,280 @@ fn a_log_whose_times_go_backwards_is_refused_naming_the_row() {
     ]);
     assert_user_error(&out, &["backwards.jsonl: row 30", "backwards"]);
 }
+
+/// The 4090 run's vLLM records, parsed.
+fn ground_truth_rows() -> Vec<Value> {
+    let text = std::fs::read_to_string(ground_truth("vllm-rtx4090-llama-3.1-8b")).expect("log");
+    text.lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect()
+}
+
+/// `key` of a vLLM record as f64.
+fn f(row: &Value, key: &str) -> f64 {
+    row[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} in {row}"))
+}
+
+/// Runs `capsim fit` on the 4090 scenario for one iteration (the measured figures do not depend
+/// on the fit) and returns its standard output.
+fn measured_only(log: &Path, dir: &Path, extra: &[&str]) -> String {
+    let fitted = dir.join("f.toml");
+    let mut args = vec![
+        "fit",
+        "--scenario",
+        "scenarios/vllm-rtx4090-llama-3.1-8b.toml",
+        "--log",
+        log.to_str().expect("utf-8"),
+        "--max-iterations",
+        "1",
+        "-o",
+        fitted.to_str().expect("utf-8"),
+    ];
+    args.extend_from_slice(extra);
+    let out = capsim(&args);
+    assert!(out.status.success(), "capsim fit failed: {}", text(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The 4090 run's measured TTFT mean and end-to-end p50 as the vLLM reader prints them.
+fn assert_vllm_figures(report: &str) {
+    assert!(
+        report.contains("65456.6") && report.contains("83413.3"),
+        "measured TTFT mean and e2e p50 of the run:\n{report}"
+    );
+}
+
+/// The 4090 run as inference-perf's `per_request_lifecycle_metrics.json`, the layout
+/// `build_per_request_lifecycle_entry` in inference_perf/reportgen/base.py
+/// (kubernetes-sigs/inference-perf) writes: a JSON array of {start_time, end_time, info, error},
+/// times in seconds of time.perf_counter(), here vLLM's monotonic clock; plus one failed entry.
+fn inference_perf_report(dir: &Path) -> PathBuf {
+    let mut entries: Vec<Value> = ground_truth_rows()
+        .iter()
+        .map(|r| {
+            let (start, first, last) = (f(r, "queued_ts"), f(r, "first_token_ts"), f(r, "last_token_ts"));
+            serde_json::json!({
+                "start_time": start,
+                "end_time": last + 0.002,
+                "request": "{\"model\": \"m\", \"prompt\": \"...\"}",
+                "response": "",
+                "info": {
+                    "request_metrics": {"text": {"input_tokens": r["input_toks"]}},
+                    "response_metrics": {
+                        "output_tokens": r["output_toks"],
+                        "server_usage": {"prompt_tokens": r["input_toks"], "completion_tokens": r["output_toks"]},
+                        "chunk_times": [first, (first + last) / 2.0, last],
+                        "output_token_times": [first, (first + last) / 2.0, last]
+                    },
+                    "extra_info": {},
+                    "lora_adapter": null,
+                    "input_tokens": r["input_toks"]
+                },
+                "error": null
+            })
+        })
+        .collect();
+    let mut failed = entries[7].clone();
+    failed["error"] = serde_json::json!({"error_type": "HTTP Error 503", "error_msg": "busy"});
+    failed["info"]["response_metrics"] = Value::Null;
+    entries.insert(8, failed);
+    let path = dir.join("per_request_lifecycle_metrics.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&entries).expect("JSON")).expect("write");
+    path
+}
+
+/// The 4090 run as AIPerf's `profile_export.jsonl`: one `MetricRecordInfo`
+/// (src/aiperf/common/models/record_models.py of ai-dynamo/aiperf) a line, `request_start_ns` on
+/// a wall clock, TTFT and request latency in ms; plus one failed and one warmup record.
+fn aiperf_export(dir: &Path) -> PathBuf {
+    // Any wall-clock origin: AIPerf's latencies are durations, not timestamps.
+    const WALL_NS: i64 = 1_759_813_000_000_000_000;
+    let record = |i: usize, r: &Value, phase: &str| {
+        let (queued, first, last) = (
+            f(r, "queued_ts"),
+            f(r, "first_token_ts"),
+            f(r, "last_token_ts"),
+        );
+        let start_ns = WALL_NS + (queued * 1e9).round() as i64;
+        serde_json::json!({
+            "metadata": {
+                "session_num": i,
+                "x_request_id": format!("req-{i}"),
+                "x_correlation_id": format!("corr-{i}"),
+                "conversation_id": format!("conv-{i}"),
+                "turn_index": 0,
+                "request_start_ns": start_ns,
+                "request_ack_ns": start_ns + 1_000_000,
+                "request_end_ns": start_ns + ((last - queued) * 1e9).round() as i64,
+                "worker_id": "worker_359d423a",
+                "record_processor_id": "record_processor_1fa47cd7",
+                "benchmark_phase": phase,
+                "was_cancelled": false,
+                "cancellation_time_ns": null
+            },
+            "metrics": {
+                "input_sequence_length": {"value": r["input_toks"], "unit": "tokens"},
+                "time_to_first_token": {"value": (first - queued) * 1e3, "unit": "ms"},
+                "request_latency": {"value": (last - queued) * 1e3, "unit": "ms"},
+                "output_token_count": {"value": r["output_toks"], "unit": "tokens"},
+                "output_sequence_length": {"value": r["output_toks"], "unit": "tokens"}
+            },
+            "error": null
+        })
+    };
+    let rows = ground_truth_rows();
+    let mut lines: Vec<String> = vec![record(0, &rows[0], "warmup").to_string()];
+    for (i, r) in rows.iter().enumerate() {
+        lines.push(record(i, r, "profiling").to_string());
+    }
+    let mut failed = record(9, &rows[9], "profiling");
+    failed["metrics"] = serde_json::json!({"error_isl": {"value": 550, "unit": "tokens"}});
+    failed["error"] = serde_json::json!({"code": 499, "type": "RequestCancellationError",
+                                         "message": "Request was cancelled after 0.000 seconds"});
+    lines.insert(10, failed.to_string());
+    let path = dir.join("profile_export.jsonl");
+    std::fs::write(&path, lines.join("\n") + "\n").expect("write");
+    path
+}
+
+#[test]
+fn inference_perf_and_aiperf_logs_read_the_same_latencies_as_the_vllm_reader() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let report = measured_only(&inference_perf_report(dir.path()), dir.path(), &[]);
+    assert_vllm_figures(&report);
+    assert!(
+        report.contains("inference-perf per-request lifecycle metrics")
+            && report.contains("left out of the log: 1 failed (error set)"),
+        "{report}"
+    );
+    let report = measured_only(&aiperf_export(dir.path()), dir.path(), &[]);
+    assert_vllm_figures(&report);
+    assert!(
+        report.contains("AIPerf per-record export")
+            && report.contains("left out of the log: 1 warmup, 1 failed (error set)"),
+        "{report}"
+    );
+}
+
+#[test]
+fn a_parquet_log_through_a_map_reads_the_same_latencies_as_the_vllm_reader() {
+    use std::sync::Arc;
+
+    use parquet::data_type::{DoubleType, Int64Type};
+    use parquet::file::properties::WriterProperties;
+    use parquet::file::writer::SerializedFileWriter;
+    use parquet::schema::parser::parse_message_type;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rows = ground_truth_rows();
+    let times: Vec<Vec<f64>> = ["queued_ts", "first_token_ts", "last_token_ts"]
+        .iter()
+        .map(|k| rows.iter().map(|r| f(r, k)).collect())
+        .collect();
+    let sizes: Vec<Vec<i64>> = ["input_toks", "output_toks"]
+        .iter()
+        .map(|k| rows.iter().map(|r| f(r, k) as i64).collect())
+        .collect();
+    let schema = parse_message_type(
+        "message log { required double queued; required double first; required double last; \
+         required int64 prompt; required int64 completion; }",
+    )
+    .expect("schema");
+    let path = dir.path().join("log.parquet");
+    let file = std::fs::File::create(&path).expect("create");
+    let mut writer =
+        SerializedFileWriter::new(file, Arc::new(schema), Arc::new(WriterProperties::new()))
+            .expect("writer");
+    let mut group = writer.next_row_group().expect("row group");
+    for values in &times {
+        let mut column = group.next_column().expect("column").expect("a column left");
+        column
+            .typed::<DoubleType>()
+            .write_batch(values, None, None)
+            .expect("write");
+        column.close().expect("close column");
+    }
+    for values in &sizes {
+        let mut column = group.next_column().expect("column").expect("a column left");
+        column
+            .typed::<Int64Type>()
+            .write_batch(values, None, None)
+            .expect("write");
+        column.close().expect("close column");
+    }
+    group.close().expect("close row group");
+    writer.close().expect("close file");
+    let map = "arrival=queued:s,first_token=first:s,last_token=last:s,\
+               input_tokens=prompt,output_tokens=completion";
+    let report = measured_only(&path, dir.path(), &["--map", map]);
+    assert_vllm_figures(&report);
+    assert!(report.contains("Parquet through --map"), "{report}");
+}
+
+#[test]
+fn inference_perf_and_aiperf_logs_missing_a_key_are_refused_naming_file_line_and_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = |log: &Path, extra: &[&str]| {
+        let fitted = dir.path().join("f.toml");
+        let mut args = vec![
+            "fit",
+            "--scenario",
+            "scenarios/vllm-rtx4090-llama-3.1-8b.toml",
+            "--log",
+            log.to_str().expect("utf-8"),
+            "-o",
+            fitted.to_str().expect("utf-8"),
+        ];
+        args.extend_from_slice(extra);
+        capsim(&args)
+    };
+    // A non-streamed run has no token times.
+    let path = inference_perf_report(dir.path());
+    let mut entries: Vec<Value> =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("JSON");
+    entries[2]["info"]["response_metrics"]
+        .as_object_mut()
+        .expect("response_metrics")
+        .remove("output_token_times");
+    let text = serde_json::to_string_pretty(&entries).expect("JSON");
+    // Pretty-printed, each entry opens with a line of its own.
+    let line = 1 + text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| *l == "  {")
+        .nth(2)
+        .expect("entry 3")
+        .0;
+    std::fs::write(&path, &text).expect("write");
+    let out = run(&path, &[]);
+    assert_user_error(
+        &out,
+        &[
+            &format!("per_request_lifecycle_metrics.json: entry 3 (line {line})"),
+            "info.response_metrics.output_token_times",
+            "api.streaming: true",
+        ],
+    );
+    // A record without its TTFT.
+    let path = aiperf_export(dir.path());
+    let text = std::fs::read_to_string(&path).expect("read");
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    lines[4] = lines[4].replace("time_to_first_token", "ttft");
+    std::fs::write(&path, lines.join("\n") + "\n").expect("write");
+    let out = run(&path, &[]);
+    assert_user_error(
+        &out,
+        &[
+            "profile_export.jsonl: row 5",
+            "metrics.time_to_first_token",
+            "--streaming",
+        ],
+    );
+    // --format overrides what the content shows, and says which keys that format needs.
+    let out = run(&path, &["--format", "vllm"]);
+    assert_user_error(&out, &["profile_export.jsonl: row 1", "queued_ts"]);
+    let out = run(&path, &["--format", "genai-perf"]);
+    assert_user_error(&out, &["--format \"genai-perf\"", "inference-perf, aiperf"]);
+}

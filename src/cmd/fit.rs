@@ -10,8 +10,8 @@ use capsim_calibrate::fit::dynamic::{
     with_affine_service,
 };
 use capsim_calibrate::fit::{
-    Figures, FitConfig, FitResult, Interval, LogMap, MeasuredLog, bootstrap, fit, parameter_unit,
-    read_log,
+    Figures, FitConfig, FitResult, Interval, LogFormat, LogMap, MeasuredLog, bootstrap, fit,
+    parameter_unit, read_log_as,
 };
 use capsim_endpoint::measured_service::fit_affine;
 use capsim_endpoint::triton::ModelStats;
@@ -29,13 +29,18 @@ pub struct FitArgs {
     /// batcher its `[service]` becomes the fitted `affine` one with residuals.
     #[arg(long, value_name = "S.toml")]
     pub scenario: PathBuf,
-    /// The measured log: vLLM per-request records (`.jsonl`: input_toks, output_toks,
-    /// arrival_time, queued_ts, first_token_ts, last_token_ts) or capsim's `requests.parquet`
-    /// (a dynamic-batching fit needs its execution times: batch_id, batch_size, exec_start_ns,
-    /// exec_end_ns).
+    /// The measured log, its format told by its content: vLLM per-request records (JSON lines:
+    /// input_toks, output_toks, arrival_time, queued_ts, first_token_ts, last_token_ts),
+    /// capsim's `requests.parquet` (a dynamic-batching fit needs its execution times: batch_id,
+    /// batch_size, exec_start_ns, exec_end_ns), inference-perf's
+    /// `per_request_lifecycle_metrics.json` or AIPerf's `profile_export.jsonl`.
     #[arg(long, value_name = "LOG")]
     pub log: PathBuf,
-    /// Read LOG (CSV or JSON lines) through this map of its columns:
+    /// Read LOG as this format instead of the one its content shows: vllm, capsim,
+    /// inference-perf or aiperf.
+    #[arg(long, value_name = "FORMAT")]
+    pub format: Option<String>,
+    /// Read LOG (CSV, JSON lines or Parquet) through this map of its columns:
     /// `arrival=COL[:UNIT],input_tokens=COL,output_tokens=COL` plus `first_token=COL[:UNIT],
     /// last_token=COL[:UNIT]` (timestamps) or `ttft=COL[:UNIT],e2e=COL[:UNIT]` (durations);
     /// UNIT is s (default), ms, us or ns. Latencies count from the arrival.
@@ -72,7 +77,13 @@ pub fn run(args: FitArgs) -> Result<()> {
         .map(LogMap::parse)
         .transpose()
         .map_err(|e| BadInput(e.to_string()))?;
-    let log = read_log(&args.log, map.as_ref()).map_err(|e| BadInput(e.to_string()))?;
+    let format = args
+        .format
+        .as_deref()
+        .map(LogFormat::parse)
+        .transpose()
+        .map_err(|e| BadInput(e.to_string()))?;
+    let log = read_log_as(&args.log, map.as_ref(), format).map_err(|e| BadInput(e.to_string()))?;
     let config = FitConfig {
         seed: args.seed,
         max_iterations: args.max_iterations,
@@ -412,9 +423,10 @@ fn dynamic_warnings(result: &DynamicFitResult) -> Vec<String> {
 
 fn describe(result: &FitResult, args: &FitArgs, log: &MeasuredLog) -> String {
     let mut out = format!(
-        "fit: {} requests of {}; {} iterations, loss {:.3e}, {}\n",
+        "fit: {} requests of {} ({}); {} iterations, loss {:.3e}, {}\n",
         log.len(),
         args.log.display(),
+        log.format,
         result.iterations,
         result.loss,
         if result.converged {
@@ -423,6 +435,9 @@ fn describe(result: &FitResult, args: &FitArgs, log: &MeasuredLog) -> String {
             "NOT converged (ran out of iterations): do not trust the parameters"
         }
     );
+    if let Some(excluded) = log.excluded_summary() {
+        out.push_str(&format!("left out of the log: {excluded}\n"));
+    }
     out.push_str(&format!(
         "  {:<30} {:>17} {:>14}\n",
         "parameter", "value", "start spread"
