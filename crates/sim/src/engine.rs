@@ -273,6 +273,10 @@ struct Ticket {
 /// A pool's settings and random streams, ready for the hot loop.
 struct PoolState {
     batcher: Batcher,
+    /// `max_input_tokens`, or `u32::MAX` for none.
+    max_input_tokens: u32,
+    /// `max_output_tokens`, or `u32::MAX` for none.
+    max_output_tokens: u32,
     max_queue_size: u32,
     timeout_ns: Option<u64>,
     timeout_action: TimeoutAction,
@@ -467,6 +471,8 @@ impl<'a> Engine<'a> {
                         && pool.queue.max_queue_size == 0
                         && pool.queue.priority_levels == 1,
                 ),
+                max_input_tokens: pool.max_input_tokens.unwrap_or(u32::MAX),
+                max_output_tokens: pool.max_output_tokens.unwrap_or(u32::MAX),
                 max_queue_size: pool.queue.max_queue_size,
                 timeout_ns: pool.queue.timeout.map(|d| d.0),
                 timeout_action: pool.queue.timeout_action,
@@ -870,8 +876,10 @@ impl<'a> Engine<'a> {
         let last = t.record;
         let mut record = RequestRecord::new(last.request, last.attempt + 1, now);
         record.client = last.client;
-        record.input_tokens = last.input_tokens;
-        record.output_tokens = last.output_tokens;
+        // The trace's sizes: the last attempt's may have been truncated by its pool.
+        let row = last.request as usize;
+        record.input_tokens = self.input_tokens[row];
+        record.output_tokens = self.output_tokens.map_or(0, |o| o[row]);
         t.record = record;
         t.stage = Stage::NetworkIn;
         t.admitted = false;
@@ -1063,6 +1071,16 @@ impl<'a> Engine<'a> {
         let now = self.now.ns();
         let t = &mut self.tickets[ticket as usize];
         let pool = &self.pools[t.record.pool as usize];
+        // The model's limits apply to what pre-processing hands on (a tokenizer reads the whole
+        // input and truncates its output), and to everything after it.
+        if t.record.input_tokens > pool.max_input_tokens {
+            t.record.input_tokens = pool.max_input_tokens;
+            t.record.input_truncated = true;
+        }
+        if t.record.output_tokens > pool.max_output_tokens {
+            t.record.output_tokens = pool.max_output_tokens;
+            t.record.output_truncated = true;
+        }
         let instance = &mut self.instances[instance_index as usize];
         if let Some(scheduler) = &self.schedulers[instance_index as usize]
             && let Some(why) = scheduler

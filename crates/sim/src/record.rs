@@ -169,6 +169,10 @@ pub struct RequestRecord {
     pub outcome: Outcome,
     /// Answered by the result cache.
     pub cache_hit: bool,
+    /// Its input was cut to its pool's `max_input_tokens` (`input_tokens` is the cut size).
+    pub input_truncated: bool,
+    /// Its output was cut to its pool's `max_output_tokens` (`output_tokens` is the cut size).
+    pub output_truncated: bool,
 }
 
 impl RequestRecord {
@@ -197,6 +201,8 @@ impl RequestRecord {
             batch_size: 0,
             outcome: Outcome::Completed,
             cache_hit: false,
+            input_truncated: false,
+            output_truncated: false,
         }
     }
 

@@ -514,6 +514,12 @@ pub struct PoolFile {
     /// Instances (servers) in the pool. Default 1.
     #[serde(default = "one_u32")]
     pub instances: u32,
+    /// The model's input limit in tokens: longer inputs are cut to it, as a tokenizer's
+    /// `max_length` with truncation does. Absent: no limit.
+    pub max_input_tokens: Option<u32>,
+    /// The most output tokens a response has (vLLM's `max_tokens`): longer outputs are cut to
+    /// it. Absent: no limit.
+    pub max_output_tokens: Option<u32>,
     /// Standby instances.
     #[serde(default)]
     pub standby: StandbySpec,
@@ -674,6 +680,8 @@ struct ScenarioFile {
     timeseries: TimeseriesSpec,
     #[serde(default = "one_u32")]
     instances: u32,
+    max_input_tokens: Option<u32>,
+    max_output_tokens: Option<u32>,
     #[serde(default)]
     standby: StandbySpec,
     preprocess: Option<PreprocessSpec>,
@@ -703,6 +711,12 @@ pub struct Pool {
     pub classes: Vec<u32>,
     /// Instances (servers) behind the gateway, active from the start.
     pub instances: u32,
+    /// Longest input the model takes, in tokens (at least 1): a longer request is truncated to
+    /// it after pre-processing, as a tokenizer's `max_length` does. `None`: no limit.
+    pub max_input_tokens: Option<u32>,
+    /// Most output tokens a response has, at least 1 (vLLM's `max_tokens`): a longer request's
+    /// output is truncated to it after pre-processing. `None`: no limit.
+    pub max_output_tokens: Option<u32>,
     /// Standby instances.
     pub standby: StandbySpec,
     /// Pre-processing workers, if any.
@@ -792,6 +806,8 @@ impl Scenario {
             models: Vec::new(),
             classes: Vec::new(),
             instances: file.instances,
+            max_input_tokens: file.max_input_tokens,
+            max_output_tokens: file.max_output_tokens,
             standby: file.standby,
             preprocess: file.preprocess,
             queue: file.queue,
@@ -1022,6 +1038,17 @@ fn build_pool(
             "must be at least 1",
         ));
     }
+    for (limit, value) in [
+        ("max_input_tokens", p.max_input_tokens),
+        ("max_output_tokens", p.max_output_tokens),
+    ] {
+        if value == Some(0) {
+            return Err(invalid(
+                &key(limit),
+                "must be at least 1 token (omit it for no limit)",
+            ));
+        }
+    }
     if p.instances > MAX_SERVERS {
         return Err(invalid(
             &key("instances"),
@@ -1170,6 +1197,8 @@ fn build_pool(
         models: p.models,
         classes: p.classes,
         instances: p.instances,
+        max_input_tokens: p.max_input_tokens,
+        max_output_tokens: p.max_output_tokens,
         standby: p.standby,
         preprocess: p.preprocess,
         queue: p.queue,

@@ -44,6 +44,14 @@ pub struct Counts {
     /// Of `total`, attempts that were client retries (attempt 2 and later).
     #[serde(default)]
     pub retries: u64,
+    /// Of `total`, attempts whose input was cut to their pool's `max_input_tokens` (any
+    /// outcome after pre-processing); absent when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub truncated_input: u64,
+    /// Of `total`, attempts whose output was cut to their pool's `max_output_tokens`; absent
+    /// when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub truncated_output: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -67,6 +75,8 @@ struct Tally {
     cache_hits: u64,
     timed_out: u64,
     retries: u64,
+    truncated_input: u64,
+    truncated_output: u64,
     /// Indexed like [`RejectReason::ALL`].
     rejected_by_reason: [u64; RejectReason::ALL.len()],
     /// Indexed like [`FailReason::CLASSES`].
@@ -78,6 +88,8 @@ impl Tally {
     fn add(&mut self, r: &RequestRecord) {
         self.total += 1;
         self.retries += u64::from(r.attempt > 1);
+        self.truncated_input += u64::from(r.input_truncated);
+        self.truncated_output += u64::from(r.output_truncated);
         match r.outcome {
             Outcome::Completed => {
                 self.completed += 1;
@@ -96,6 +108,8 @@ impl Tally {
             cache_hits: self.cache_hits + other.cache_hits,
             timed_out: self.timed_out + other.timed_out,
             retries: self.retries + other.retries,
+            truncated_input: self.truncated_input + other.truncated_input,
+            truncated_output: self.truncated_output + other.truncated_output,
             rejected_by_reason: std::array::from_fn(|i| {
                 self.rejected_by_reason[i] + other.rejected_by_reason[i]
             }),
@@ -127,6 +141,8 @@ impl Tally {
                 .map(|(class, n)| (class.to_string(), n))
                 .collect(),
             retries: self.retries,
+            truncated_input: self.truncated_input,
+            truncated_output: self.truncated_output,
         }
     }
 }
