@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use capsim_sim::Scenario;
-use capsim_sim::scenario::ServiceSpec;
+use capsim_sim::scenario::{LatencySpec, ServiceSpec};
 use common::{assert_user_error, capsim, text};
 
 /// A known affine service time: a = 2 ms, b = 0.5 ms, c = 1 us, no residuals; one instance,
@@ -357,4 +357,63 @@ fn tritons_statistics_of_one_batch_size_are_refused_naming_the_file() {
         ],
     );
     assert!(!fitted.exists(), "no fitted scenario on a refused fit");
+}
+
+#[test]
+fn a_run_with_the_servers_counters_fits_network_and_server_overheads_as_constants() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scenario = write_known(dir.path());
+    let log = simulate(&scenario, dir.path(), &["--rate-scale", "4"]);
+    // As `replay --endpoint --metrics-url` would write it: Triton's counters over the run, the
+    // server taking the client's mean less 0.4 ms per request, 0.1 ms of it outside queue and
+    // compute.
+    let summary_path = log.with_file_name("summary.json");
+    let mut summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&summary_path).expect("summary.json"))
+            .expect("summary is JSON");
+    let n = summary["requests"]["completed"]
+        .as_f64()
+        .expect("completed");
+    let client_us = summary["latency_ms"]["end_to_end"]["mean_ms"]
+        .as_f64()
+        .expect("e2e mean")
+        * 1e3;
+    let server_us = client_us - 400.0;
+    summary["server_metrics"] = serde_json::json!({
+        "nv_inference_request_success": n,
+        "nv_inference_request_duration_us": n * server_us,
+        "nv_inference_queue_duration_us": n * 1000.0,
+        "nv_inference_compute_input_duration_us": 0.0,
+        "nv_inference_compute_infer_duration_us": n * (server_us - 1100.0),
+        "nv_inference_compute_output_duration_us": 0.0,
+    });
+    std::fs::write(&summary_path, summary.to_string()).expect("summary written");
+
+    let fitted = dir.path().join("fitted.toml");
+    let out = capsim(&fit_args(&scenario, &log, &fitted));
+    assert!(out.status.success(), "capsim fit failed: {}", text(&out));
+    let s = Scenario::from_path(&fitted).expect("the fitted scenario loads");
+    let pool = &s.pools()[0];
+    // summary.json rounds the mean to 1 ns; the fit reads the log's own mean.
+    let outside_ns = pool.postprocess.base.0 as f64;
+    assert!(
+        (outside_ns - 100_000.0).abs() <= 2.0,
+        "postprocess.base: expected 100 us, fitted {outside_ns} ns"
+    );
+    let Some(LatencySpec::Constant { one_way }) = &s.network.latency else {
+        panic!(
+            "network latency: expected a constant, got {:?}",
+            s.network.latency
+        );
+    };
+    assert!(
+        (one_way.0 as f64 - 200_000.0).abs() <= 2.0,
+        "network latency: expected 200 us one way, fitted {} ns",
+        one_way.0
+    );
+    assert!(
+        !text(&out).contains("did not bracket"),
+        "the counters cover the log's requests: {}",
+        text(&out)
+    );
 }

@@ -6,15 +6,15 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use capsim_calibrate::fit::dynamic::{
-    AFFINE_KEYS, AffineFit, DynamicFitResult, bootstrap_affine, fit_dynamic, read_batch_log,
-    with_affine_service,
+    AFFINE_KEYS, AffineFit, BatchLog, DynamicFitResult, bootstrap_affine, fit_dynamic,
+    read_batch_log, with_affine_service,
 };
 use capsim_calibrate::fit::{
     Figures, FitConfig, FitResult, Interval, LogFormat, LogMap, MeasuredLog, bootstrap, fit,
     parameter_unit, read_log_as,
 };
 use capsim_endpoint::measured_service::fit_affine;
-use capsim_endpoint::triton::ModelStats;
+use capsim_endpoint::triton::{ModelStats, ServerRequestTimes};
 use capsim_report::plot::{CdfPlot, CdfSeries, PlotSize, draw_latency_cdf};
 use capsim_sim::Scenario;
 use clap::Args;
@@ -147,6 +147,12 @@ fn run_dynamic(scenario: &Scenario, args: &FitArgs) -> Result<()> {
         .into());
     }
     let log = read_batch_log(&args.log).map_err(|e| BadInput(e.to_string()))?;
+    let overheads = server_overheads(&args.log, &log)?;
+    let mut scenario = scenario.clone();
+    if let Some(o) = &overheads {
+        o.apply(&mut scenario)?;
+    }
+    let scenario = &scenario;
     let config = FitConfig {
         seed: args.seed,
         max_iterations: args.max_iterations,
@@ -160,7 +166,10 @@ fn run_dynamic(scenario: &Scenario, args: &FitArgs) -> Result<()> {
     } else {
         bootstrap_affine(&log.batches, replicas, args.seed)
     };
-    let text = describe_dynamic(&result, &intervals, replicas, args, log.e2e_ns.len());
+    let mut text = describe_dynamic(&result, &intervals, replicas, args, log.e2e_ns.len());
+    if let Some(o) = &overheads {
+        text.push_str(&o.describe());
+    }
     print!("{text}");
     let how = match &result.by_simulation {
         None => format!(
@@ -178,6 +187,13 @@ fn run_dynamic(scenario: &Scenario, args: &FitArgs) -> Result<()> {
         args.log.display(),
         args.seed,
     );
+    if overheads.is_some() {
+        header.push_str(
+            "# [network] latency and [postprocess] base: the client's and the server's mean \
+             time per request\n# (summary.json's server_metrics) less the server's queue and \
+             compute.\n",
+        );
+    }
     for warning in dynamic_warnings(&result) {
         header.push_str(&format!("# WARNING: {warning}\n"));
     }
@@ -192,6 +208,106 @@ fn run_dynamic(scenario: &Scenario, args: &FitArgs) -> Result<()> {
         std::fs::write(&path, &text).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
+}
+
+/// The overheads nobody measures directly, as constants, from a run that has both client and
+/// server times: the log's mean end-to-end latency (the client's) against Triton's mean time per
+/// request (the server's, from the `server_metrics` of the summary.json beside the log, as
+/// `replay --endpoint --metrics-url` writes it).
+struct ServerOverheads {
+    /// Client's mean end-to-end latency, ns.
+    client_ns: f64,
+    /// The server's per-request means.
+    server: ServerRequestTimes,
+    /// Requests the log completed.
+    completed: usize,
+    /// The summary.json read.
+    summary: PathBuf,
+}
+
+impl ServerOverheads {
+    /// Half the client's time outside the server: the one-way network latency, in ns.
+    fn one_way_ns(&self) -> u64 {
+        ((self.client_ns - self.server.request_ns).max(0.0) / 2.0).round() as u64
+    }
+
+    /// The server's time outside queue and model, in ns.
+    fn outside_ns(&self) -> u64 {
+        self.server.outside_ns().round() as u64
+    }
+
+    fn apply(&self, scenario: &mut Scenario) -> Result<()> {
+        scenario
+            .set(
+                "network.latency",
+                &format!(
+                    "{{ kind = \"constant\", one_way = \"{}ns\" }}",
+                    self.one_way_ns()
+                ),
+            )
+            .map_err(|e| BadInput(e.to_string()))?;
+        scenario
+            .set("postprocess.base", &format!("\"{}ns\"", self.outside_ns()))
+            .map_err(|e| BadInput(e.to_string()))?;
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        let mut text = format!(
+            "overheads, from the client's mean end-to-end {:.3} ms and Triton's mean {:.3} ms a \
+             request ({}: {:.0} requests; queue {:.3} ms, compute {:.3} ms):\n  \
+             network.latency.one_way {:>9.1} us  half the client's time outside the server\n  \
+             postprocess.base        {:>9.1} us  the server's time outside queue and model\n",
+            self.client_ns / 1e6,
+            self.server.request_ns / 1e6,
+            self.summary.display(),
+            self.server.requests,
+            self.server.queue_ns / 1e6,
+            self.server.compute_ns / 1e6,
+            self.one_way_ns() as f64 / 1e3,
+            self.outside_ns() as f64 / 1e3,
+        );
+        let completed = self.completed as f64;
+        if (self.server.requests - completed).abs() > 0.01 * completed {
+            text.push_str(&format!(
+                "warning: the server's counters cover {:.0} requests and the log completed {}: \
+                 the scrapes did not bracket the run (or other clients used the model), so \
+                 these means are not of the same requests\n",
+                self.server.requests, self.completed
+            ));
+        }
+        text
+    }
+}
+
+/// The overheads of a run whose summary.json (beside `log`) holds Triton's request, queue and
+/// compute counters; `None` without such a summary.
+fn server_overheads(log_path: &std::path::Path, log: &BatchLog) -> Result<Option<ServerOverheads>> {
+    let summary = log_path.with_file_name("summary.json");
+    let Ok(bytes) = std::fs::read(&summary) else {
+        return Ok(None);
+    };
+    let json: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|e| BadInput(format!("{}: not JSON ({e})", summary.display())))?;
+    let Some(metrics) = json.get("server_metrics").and_then(|m| m.as_object()) else {
+        return Ok(None);
+    };
+    let metrics: std::collections::BTreeMap<String, f64> = metrics
+        .iter()
+        .filter_map(|(k, v)| Some((k.clone(), v.as_f64()?)))
+        .collect();
+    let Some(server) = ServerRequestTimes::from_metrics(&metrics) else {
+        return Ok(None);
+    };
+    if log.e2e_ns.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(ServerOverheads {
+        client_ns: log.e2e_ns.iter().sum::<f64>() / log.e2e_ns.len() as f64,
+        server,
+        completed: log.e2e_ns.len(),
+        summary,
+    }))
 }
 
 /// Triton's model statistics in `path` (`GET /v2/models/NAME/stats`, whole or its one

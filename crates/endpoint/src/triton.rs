@@ -230,6 +230,51 @@ impl ModelStats {
     }
 }
 
+/// What Triton spent on a run's requests, per request, from its Prometheus counters as a replay
+/// with `--metrics-url` summarises them (each counter's increase over the run, the
+/// `server_metrics` of summary.json).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ServerRequestTimes {
+    /// Requests the counters cover (`nv_inference_request_success` plus
+    /// `nv_inference_request_failure`).
+    pub requests: f64,
+    /// Mean time from receiving a request to answering it, in nanoseconds
+    /// (`nv_inference_request_duration_us`).
+    pub request_ns: f64,
+    /// Mean time in the queue, in nanoseconds (`nv_inference_queue_duration_us`).
+    pub queue_ns: f64,
+    /// Mean compute time (input, inference and output), in nanoseconds.
+    pub compute_ns: f64,
+}
+
+impl ServerRequestTimes {
+    /// The figures from `server_metrics`; `None` when it lacks any of Triton's request, queue and
+    /// compute duration counters or counts no request.
+    pub fn from_metrics(server_metrics: &BTreeMap<String, f64>) -> Option<ServerRequestTimes> {
+        let get = |name: &str| server_metrics.get(name).copied();
+        let requests = get("nv_inference_request_success")?
+            + get("nv_inference_request_failure").unwrap_or(0.0);
+        if requests.is_nan() || requests <= 0.0 {
+            return None;
+        }
+        let per_request_ns = |name: &str| get(name).map(|us| us * 1e3 / requests);
+        Some(ServerRequestTimes {
+            requests,
+            request_ns: per_request_ns("nv_inference_request_duration_us")?,
+            queue_ns: per_request_ns("nv_inference_queue_duration_us")?,
+            compute_ns: per_request_ns("nv_inference_compute_input_duration_us")?
+                + per_request_ns("nv_inference_compute_infer_duration_us")?
+                + per_request_ns("nv_inference_compute_output_duration_us")?,
+        })
+    }
+
+    /// The mean time a request spent in the server outside the queue and the model, in
+    /// nanoseconds (0 when the counters' rounding makes it negative).
+    pub fn outside_ns(&self) -> f64 {
+        (self.request_ns - self.queue_ns - self.compute_ns).max(0.0)
+    }
+}
+
 /// The part of a model's configuration that the simulation must match: the dynamic batcher's
 /// settings and how many model instances run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -525,5 +570,29 @@ mod tests {
         );
         assert!(differences[0].contains("server runs 2"), "{differences:?}");
         assert!(differences[3].contains("5000 us"), "{differences:?}");
+    }
+    #[test]
+    fn request_times_from_counters_are_per_request_means_and_need_every_counter() {
+        let metrics: BTreeMap<String, f64> = [
+            ("nv_inference_request_success", 90.0),
+            ("nv_inference_request_failure", 10.0),
+            ("nv_inference_request_duration_us", 500_000.0),
+            ("nv_inference_queue_duration_us", 100_000.0),
+            ("nv_inference_compute_input_duration_us", 20_000.0),
+            ("nv_inference_compute_infer_duration_us", 300_000.0),
+            ("nv_inference_compute_output_duration_us", 30_000.0),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let times = ServerRequestTimes::from_metrics(&metrics).expect("all counters");
+        assert_eq!(times.requests, 100.0);
+        assert_eq!(times.request_ns, 5e6);
+        assert_eq!(times.queue_ns, 1e6);
+        assert_eq!(times.compute_ns, 3.5e6);
+        assert_eq!(times.outside_ns(), 0.5e6);
+        let mut partial = metrics.clone();
+        partial.remove("nv_inference_queue_duration_us");
+        assert_eq!(ServerRequestTimes::from_metrics(&partial), None);
     }
 }
