@@ -866,6 +866,16 @@ impl Summary {
             .collect();
             out += &format!(", goodput {goodput:.2} rps (SLO {})", bounds.join(", "));
         }
+        let (cut_in, cut_out) = (
+            self.requests.truncated_input,
+            self.requests.truncated_output,
+        );
+        if cut_in + cut_out > 0 {
+            out += &format!(
+                "\ntruncated to the pool's limit: {cut_in} inputs (max_input_tokens), \
+                 {cut_out} outputs (max_output_tokens)"
+            );
+        }
         out += &format!(
             "\nlatency ms: mean {:.3}, p50 {:.3}, p90 {:.3}, p99 {:.3}, p99.9 {:.3}, max {:.3}\n",
             e2e.mean_ms, e2e.p50_ms, e2e.p90_ms, e2e.p99_ms, e2e.p999_ms, e2e.max_ms

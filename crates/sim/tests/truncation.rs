@@ -88,6 +88,12 @@ fn dynamic_batcher_with_max_input_tokens_matches_the_pre_truncated_trace() {
     assert_eq!(limited.latency_ms, pre_cut.latency_ms);
     assert_eq!(limited.requests.truncated_input, long);
     assert_eq!(limited.requests.truncated_output, 0);
+    let text = limited.human();
+    assert!(
+        text.contains(&format!("truncated to the pool's limit: {long} inputs")),
+        "{text}"
+    );
+    assert!(!pre_cut.human().contains("truncated"));
     assert_eq!(pre_cut.requests.truncated_input, 0);
     let json = serde_json::to_value(&limited).unwrap();
     assert_eq!(json["requests"]["truncated_input"], long);
