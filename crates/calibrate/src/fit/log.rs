@@ -2,7 +2,8 @@
 //! its sizes, and the latencies the server measured for it.
 //!
 //! Formats, told apart by content ([`detect_format`]; `--format` overrides):
-//! - vLLM per-request records as JSON lines (`../shared/ground-truth/*/requests.jsonl`):
+//! - vLLM per-request records as JSON lines (`bench/examples/*/*/vllm/requests.jsonl` of
+//!   casys-kaist/LLMServingSim):
 //!   `input_toks`, `output_toks`, the client's `arrival_time` (Unix seconds) and vLLM's monotonic
 //!   `queued_ts`, `first_token_ts`, `last_token_ts` (seconds). The two clocks are aligned by the
 //!   first request (its `queued_ts` is taken to be its `arrival_time`, as the ground truth's README
