@@ -354,6 +354,8 @@ struct Engine<'a> {
     now: SimTime,
     next_request: usize,
     first_attempts: u64,
+    /// Attempts waiting out a retry's backoff (out of the system, still to be sent).
+    backing_off: u64,
     retry_max_attempts: u32,
     retry_backoff_ns: u64,
     retry_multiplier: f64,
@@ -566,6 +568,7 @@ impl<'a> Engine<'a> {
             now: SimTime::ZERO,
             next_request: 0,
             first_attempts: 0,
+            backing_off: 0,
             retry_max_attempts: scenario.retry.max_attempts,
             retry_backoff_ns: scenario.retry.backoff.0,
             retry_multiplier: scenario.retry.backoff_multiplier,
@@ -615,6 +618,13 @@ impl<'a> Engine<'a> {
             self.arrival_ns
         };
         loop {
+            if self.in_system == 0 && self.next_request == rows && self.backing_off == 0 {
+                // Every request is answered and none is left to send: what is still queued
+                // (a cold start, a closed-loop client's last think time, a batcher timer whose
+                // requests timed out) changes nothing, and would stretch the run's end past its
+                // last response.
+                break;
+            }
             let next_arrival_ns = open_loop_arrivals
                 .get(self.next_request)
                 .copied()
@@ -873,6 +883,7 @@ impl<'a> Engine<'a> {
         let now = self.now.ns();
         let t = &mut self.tickets[ticket as usize];
         debug_assert_eq!(t.stage, Stage::Backoff);
+        self.backing_off -= 1;
         let last = t.record;
         let mut record = RequestRecord::new(last.request, last.attempt + 1, now);
         record.client = last.client;
@@ -1588,6 +1599,7 @@ impl<'a> Engine<'a> {
         let (attempt, client) = (record.attempt, record.client);
         if retry {
             t.stage = Stage::Backoff;
+            self.backing_off += 1;
             let backoff_ns =
                 self.retry_backoff_ns as f64 * self.retry_multiplier.powi(i32::from(attempt) - 1);
             self.events.push(
@@ -1955,6 +1967,36 @@ mod tests {
         let sends: Vec<u64> = log.records().iter().map(|r| r.arrival_ns / MS).collect();
         assert_eq!(sends, vec![0, 0, 11, 11, 22]);
         assert_eq!(log.records()[4].latency_ns(), 10 * MS);
+    }
+
+    #[test]
+    fn the_run_ends_at_its_last_response_not_at_a_later_cold_start_think_time_or_timer() {
+        // Found by tests/swarm.rs (seeds 189, 104, 146 of 0..200): each of these outlived the
+        // last response and stretched `end_s` (and the utilization measured over it).
+        let cases = [
+            // A cold start finishing after every request timed out waiting for it.
+            "[queue]\ntimeout = \"5ms\"\n[execution]\ncold_start = \"1s\"\n\
+             [service]\nkind = \"constant\"\ntime = \"10ms\"\n",
+            // A closed-loop client's think time after its last response.
+            "[load]\nmode = \"closed\"\nconcurrency = 2\nthink_time = \"1s\"\n\
+             [service]\nkind = \"constant\"\ntime = \"10ms\"\n",
+            // The batcher's timer for a batch whose requests timed out first.
+            "[queue]\ntimeout = \"5ms\"\n[batcher]\nmax_batch_size = 8\nmax_queue_delay = \"1s\"\n\
+             [service]\nkind = \"constant\"\ntime = \"10ms\"\n",
+        ];
+        for s in cases {
+            let scenario = Scenario::from_toml_str(s).unwrap();
+            let trace = trace_ms(&[0, 1, 2], None);
+            let (run, log) =
+                simulate_with_requests(&scenario, &trace, &RunOptions::default()).unwrap();
+            let last_ns = log.records().iter().map(|r| r.response_ns).max().unwrap();
+            assert!(
+                (run.summary.end_s - last_ns as f64 / 1e9).abs() < 1e-12,
+                "end {} s, last response {} s:\n{s}",
+                run.summary.end_s,
+                last_ns as f64 / 1e9
+            );
+        }
     }
 
     #[test]
