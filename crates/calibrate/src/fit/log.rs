@@ -777,4 +777,50 @@ mod tests {
             "{err}"
         );
     }
+
+    #[test]
+    fn capsims_parquet_counts_the_requests_it_leaves_out_by_outcome() {
+        use std::sync::Arc;
+
+        use arrow_array::{ArrayRef, Int64Array, StringArray, UInt32Array};
+        let outcomes = [
+            "completed",
+            "rejected",
+            "completed",
+            "timed_out",
+            "rejected",
+        ];
+        let n = outcomes.len();
+        let ns = |v: Vec<i64>| Arc::new(Int64Array::from(v)) as ArrayRef;
+        let batch = RecordBatch::try_from_iter([
+            ("arrival_ns", ns((0..n as i64).map(|i| i * 1_000).collect())),
+            ("latency_ns", ns(vec![500; n])),
+            ("ttft_ns", ns(vec![100; n])),
+            (
+                "input_tokens",
+                Arc::new(UInt32Array::from(vec![8; n])) as ArrayRef,
+            ),
+            (
+                "output_tokens",
+                Arc::new(UInt32Array::from(vec![4; n])) as ArrayRef,
+            ),
+            (
+                "outcome",
+                Arc::new(StringArray::from(outcomes.to_vec())) as ArrayRef,
+            ),
+        ])
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("requests.parquet");
+        let file = std::fs::File::create(&path).unwrap();
+        let mut writer = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        let log = read_capsim_parquet(&path).unwrap();
+        assert_eq!(log.arrival_ns, vec![0, 2_000]);
+        assert_eq!(
+            log.excluded_summary().as_deref(),
+            Some("2 rejected, 1 timed_out")
+        );
+    }
 }
