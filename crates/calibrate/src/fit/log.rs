@@ -448,7 +448,8 @@ pub fn read_vllm_jsonl(path: &Path) -> Result<MeasuredLog, LogError> {
                     line_no,
                     format!(
                         "no number `{key}`; vLLM per-request records need input_toks, output_toks, \
-                         arrival_time, queued_ts, first_token_ts and last_token_ts"
+                         arrival_time, queued_ts, first_token_ts and last_token_ts (a log of \
+                         another layout needs --map, or --format if it is a tool's own)"
                     ),
                 )
             })
