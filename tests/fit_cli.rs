@@ -6,7 +6,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{assert_user_error, capsim, text};
+use common::{assert_user_error, capsim, repo, text};
 use serde_json::Value;
 
 /// The acceptance bound on every figure's relative error.
@@ -643,4 +643,49 @@ fn inference_perf_and_aiperf_logs_missing_a_key_are_refused_naming_file_line_and
     assert_user_error(&out, &["profile_export.jsonl: row 1", "queued_ts"]);
     let out = run(&path, &["--format", "genai-perf"]);
     assert_user_error(&out, &["--format \"genai-perf\"", "inference-perf, aiperf"]);
+}
+
+#[test]
+fn the_runs_meta_json_sets_the_engine_limits_the_fit_replays_with() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = ground_truth("vllm-rtx4090-llama-3.1-8b");
+    let log = dir.path().join("requests.jsonl");
+    std::fs::copy(&run, &log).expect("log copied");
+    std::fs::copy(
+        run.with_file_name("meta.json"),
+        dir.path().join("meta.json"),
+    )
+    .expect("meta.json copied");
+    // A scenario that disagrees with the run's engine on two limits.
+    let shipped = std::fs::read_to_string(repo("scenarios/vllm-rtx4090-llama-3.1-8b.toml"))
+        .expect("shipped scenario");
+    let scenario = dir.path().join("scenario.toml");
+    std::fs::write(
+        &scenario,
+        shipped
+            .replace("max_num_seqs = 256", "max_num_seqs = 64")
+            .replace("num_gpu_blocks = 2588", "num_gpu_blocks = 900"),
+    )
+    .expect("scenario written");
+    let report = fit_with(
+        scenario.to_str().expect("utf-8"),
+        &log,
+        dir.path(),
+        &["--max-iterations", "40"],
+    );
+    for line in [
+        "meta.json: batcher.max_num_seqs = 256 (the scenario had 64)",
+        "meta.json: kv_cache.num_gpu_blocks = 2588 (the scenario had 900)",
+    ] {
+        assert!(report.contains(line), "expected {line:?} in:\n{report}");
+    }
+    assert!(
+        !report.contains("max_num_batched_tokens ="),
+        "an agreeing limit is not reported:\n{report}"
+    );
+    let fitted = std::fs::read_to_string(dir.path().join("fitted.toml")).expect("fitted");
+    assert!(
+        fitted.contains("max_num_seqs = 256") && fitted.contains("num_gpu_blocks = 2588"),
+        "{fitted}"
+    );
 }

@@ -9,6 +9,7 @@ use capsim_calibrate::fit::dynamic::{
     AFFINE_KEYS, AffineFit, BatchLog, DynamicFitResult, bootstrap_affine, fit_dynamic,
     read_batch_log, with_affine_service,
 };
+use capsim_calibrate::fit::meta::read_run_meta;
 use capsim_calibrate::fit::{
     Figures, FitConfig, FitResult, Interval, LogFormat, LogMap, MeasuredLog, bootstrap, fit,
     parameter_unit, read_log_as,
@@ -84,6 +85,23 @@ pub fn run(args: FitArgs) -> Result<()> {
         .transpose()
         .map_err(|e| BadInput(e.to_string()))?;
     let log = read_log_as(&args.log, map.as_ref(), format).map_err(|e| BadInput(e.to_string()))?;
+    // The engine the log was served by: its limits and KV cache, where meta.json says.
+    let mut scenario = scenario;
+    let mut from_meta = String::new();
+    if let Some(meta) = read_run_meta(&args.log).map_err(|e| BadInput(e.to_string()))? {
+        for a in meta
+            .apply(&mut scenario)
+            .map_err(|e| BadInput(e.to_string()))?
+        {
+            from_meta.push_str(&format!(
+                "from {}: {} = {} (the scenario had {})\n",
+                meta.path.display(),
+                a.key,
+                a.value,
+                a.was.as_deref().unwrap_or("the default")
+            ));
+        }
+    }
     let config = FitConfig {
         seed: args.seed,
         max_iterations: args.max_iterations,
@@ -92,7 +110,7 @@ pub fn run(args: FitArgs) -> Result<()> {
     let result = fit(&scenario, &log, &config).map_err(|e| BadInput(e.to_string()))?;
     let intervals = bootstrap(&scenario, &log, &result, &config, args.bootstrap)
         .map_err(|e| BadInput(e.to_string()))?;
-    let mut text = describe(&result, &args, &log);
+    let mut text = from_meta + &describe(&result, &args, &log);
     if !intervals.is_empty() {
         text.push_str(&describe_intervals(&intervals, args.bootstrap));
     }

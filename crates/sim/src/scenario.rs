@@ -949,6 +949,21 @@ impl Scenario {
         Ok(())
     }
 
+    /// The value written at dotted `path` (the file as read, with overrides applied); `None`
+    /// when the file does not set it (a default applies).
+    pub fn get(&self, path: &str) -> Option<&toml::Value> {
+        let (last, tables) = path
+            .split('.')
+            .collect::<Vec<_>>()
+            .split_last()
+            .map(|(l, t)| (*l, t.to_vec()))?;
+        let mut table = &self.raw;
+        for part in tables {
+            table = table.get(part)?.as_table()?;
+        }
+        table.get(last)
+    }
+
     /// The scenario as TOML (the file as read, with overrides applied).
     pub fn to_toml_string(&self) -> String {
         toml::to_string(&self.raw).unwrap_or_default()
@@ -1323,6 +1338,11 @@ mod tests {
         s.set("batcher.max_queue_delay", "2ms").unwrap();
         s.set("gateway.load_balancing", "power_of_two").unwrap();
         s.set("batcher.preferred_batch_size", "[4, 8]").unwrap();
+        assert_eq!(
+            s.get("batcher.max_batch_size").and_then(|v| v.as_integer()),
+            Some(8)
+        );
+        assert_eq!(s.get("batcher.no_such_key"), None);
         let p = &s.pools()[0];
         assert_eq!(p.instances, 4);
         assert_eq!(p.batcher.max_batch_size, 8);

@@ -33,6 +33,7 @@ pub mod dynamic;
 pub mod inference_perf;
 pub mod log;
 pub mod mapped;
+pub mod meta;
 pub mod metrics;
 
 use argmin::core::{CostFunction, Executor, State, TerminationReason, TerminationStatus};
