@@ -160,6 +160,13 @@ fn inference_perf_stats(stats: Option<&LatencyStats>) -> Value {
 }
 
 fn inference_perf(f: &Figures) -> Map<String, Value> {
+    // Output tokens count where a model generates them, as in `vllm`: a classifier's trace may
+    // carry output sizes (the response's), which are not generated tokens.
+    let output_tokens = if f.latency_ms.contains_key("ttft") {
+        f.output_tokens
+    } else {
+        0
+    };
     let latency: Map<String, Value> = INFERENCE_PERF_METRICS
         .iter()
         .map(|&(name, key)| {
@@ -176,8 +183,8 @@ fn inference_perf(f: &Figures) -> Map<String, Value> {
         "throughput".into(),
         json!({
             "input_tokens_per_sec": per_s(f.input_tokens, f.span_s),
-            "output_tokens_per_sec": per_s(f.output_tokens, f.span_s),
-            "total_tokens_per_sec": per_s(f.input_tokens + f.output_tokens, f.span_s),
+            "output_tokens_per_sec": per_s(output_tokens, f.span_s),
+            "total_tokens_per_sec": per_s(f.input_tokens + output_tokens, f.span_s),
             "requests_per_sec": per_s(f.completed, f.span_s),
         }),
     );

@@ -151,6 +151,13 @@ fn classifier_run_writes_e2el_and_request_rates_only() {
     ] {
         assert!(latency[absent].is_null(), "{absent} is null: {latency}");
     }
+    let throughput = &s.compat.inference_perf["successes"]["throughput"];
+    assert_eq!(throughput["output_tokens_per_sec"], 0.0, "{throughput}");
+    assert_eq!(
+        throughput["total_tokens_per_sec"].as_f64(),
+        vllm["total_token_throughput"].as_f64(),
+        "both tools count the same tokens"
+    );
 }
 
 #[test]
