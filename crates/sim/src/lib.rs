@@ -29,6 +29,8 @@
 //! assert_eq!(summary.requests.completed, 100);
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod batcher;
 pub mod compat;
 pub mod engine;

@@ -10,28 +10,42 @@ pub enum TraceError {
     /// A column has a different number of rows from `arrival_ns`.
     #[error("column `{column}` has {actual} rows, expected {expected} (one per request)")]
     ColumnLength {
+        /// Name of the column whose length is wrong, as in the canonical schema.
         column: String,
+        /// Rows it should have: the length of `arrival_ns`.
         expected: usize,
+        /// Rows it has.
         actual: usize,
     },
     /// Arrival times decrease at `row` (0-based) after sorting should have happened.
     #[error("arrival times are not sorted: row {row} arrives before row {}", row.saturating_sub(1))]
-    Unsorted { row: usize },
+    Unsorted {
+        /// 0-based index of the first row whose arrival is earlier than the row before it.
+        row: usize,
+    },
     /// The file could not be opened or read.
     #[error("{}: cannot read: {source}", path.display())]
     Io {
+        /// The file that could not be read.
         path: PathBuf,
+        /// The operating system's error.
         source: std::io::Error,
     },
     /// A path given as a trace does not exist.
     #[error("{}: no such file or directory", path.display())]
-    NotFound { path: PathBuf },
+    NotFound {
+        /// The path as given.
+        path: PathBuf,
+    },
     /// A directory holds no file with a trace extension.
     #[error(
         "{}: directory has no trace files (looked for *.parquet, *.csv, *.jsonl, *.json)",
         path.display()
     )]
-    EmptyDirectory { path: PathBuf },
+    EmptyDirectory {
+        /// The directory as given.
+        path: PathBuf,
+    },
     /// No paths were given at all.
     #[error("no trace file given (pass one or more trace paths, e.g. traces/demo.parquet)")]
     NoInput,
@@ -41,7 +55,12 @@ pub enum TraceError {
          (parquet, csv, jsonl, azure, burstgpt, mooncake) and, for csv/jsonl, --map",
         path.display()
     )]
-    UnknownFormat { path: PathBuf, header: String },
+    UnknownFormat {
+        /// The file whose format is unknown.
+        path: PathBuf,
+        /// Its first line, cut to 80 characters, to show the user what was seen.
+        header: String,
+    },
     /// A required column is missing.
     #[error(
         "{}: no column `{column}` (columns present: {}); map one with \
@@ -50,9 +69,13 @@ pub enum TraceError {
         present.join(", ")
     )]
     MissingColumn {
+        /// The file that lacks the column.
         path: PathBuf,
+        /// The canonical column that nothing maps to (e.g. `arrival`).
         column: String,
+        /// The columns the file does have, in file order.
         present: Vec<String>,
+        /// A `--map` argument to copy and edit, e.g. `arrival=COL:UNIT,input_tokens=COL,...`.
         suggestion: String,
     },
     /// A column exists but holds a type that cannot mean what the mapping says.
@@ -62,9 +85,13 @@ pub enum TraceError {
         path.display()
     )]
     WrongType {
+        /// The Parquet file.
         path: PathBuf,
+        /// The column, by its name in the file.
         column: String,
+        /// The Arrow type the column has, as Arrow prints it.
         actual: String,
+        /// What the column would need to be, in words (e.g. "a non-negative integer").
         expected: String,
     },
     /// One value could not be used. `line` is 1-based (JSONL line, CSV line, or Parquet row + 1).
@@ -74,18 +101,30 @@ pub enum TraceError {
         hint_suffix(hint)
     )]
     InvalidValue {
+        /// The file holding the value.
         path: PathBuf,
         /// `line` for text files, `row` for Parquet.
         at: &'static str,
+        /// 1-based line (CSV header is line 1) or Parquet row + 1.
         line: u64,
+        /// The column (CSV header or JSON key) the value came from; `(header)` for a header row
+        /// that could not be read.
         column: String,
+        /// The value as written, cut to 60 characters.
         value: String,
+        /// Why it could not be used.
         reason: InvalidReason,
+        /// What would fix it; empty for no hint.
         hint: String,
     },
     /// The Parquet file is truncated, corrupt or not Parquet at all.
     #[error("{}: not a readable Parquet file ({detail}); re-export it or check the download", path.display())]
-    CorruptParquet { path: PathBuf, detail: String },
+    CorruptParquet {
+        /// The file.
+        path: PathBuf,
+        /// The Parquet or Arrow reader's own message.
+        detail: String,
+    },
     /// Files given together do not have the same optional columns.
     #[error(
         "{}: has {} column `{column}` but {} does {}; convert them separately",
@@ -95,9 +134,13 @@ pub enum TraceError {
         if *present { "not" } else { "" }
     )]
     SchemaMismatch {
+        /// The file that differs from the first.
         path: PathBuf,
+        /// The first file given, whose columns set the schema.
         first: PathBuf,
+        /// The optional column one has and the other lacks.
         column: String,
+        /// Whether `path` has the column (and `first` does not).
         present: bool,
     },
     /// Some files have wall-clock datetimes and others offsets from trace start.
@@ -107,27 +150,50 @@ pub enum TraceError {
         first.display()
     )]
     MixedTimeBase {
+        /// The file whose time base differs from the first's.
         path: PathBuf,
+        /// The first file given, whose time base sets the timeline.
         first: PathBuf,
+        /// `path`'s time base in words ("wall-clock datetimes" or "offsets from trace start").
         this: &'static str,
+        /// `first`'s time base in the same words.
         other: &'static str,
     },
     /// After reading (and skipping invalid rows) no request is left.
     #[error("{what}: trace is empty (no requests){}", hint_suffix(hint))]
-    Empty { what: String, hint: String },
+    Empty {
+        /// What came out empty: the input file (or "N files"), or the step that emptied it
+        /// (`--window`, `--sample`, `synth`).
+        what: String,
+        /// Why, and what would fix it; empty for no hint.
+        hint: String,
+    },
     /// A `--map` specification could not be parsed.
     #[error("bad --map {spec:?}: {reason}")]
-    BadMap { spec: String, reason: String },
+    BadMap {
+        /// The `--map` argument as given.
+        spec: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A transform or generator option is out of range or malformed.
     #[error("bad {option} {value:?}: {reason}")]
     BadOption {
+        /// The flag, as the user types it (e.g. `--rate-scale`).
         option: &'static str,
+        /// The value given.
         value: String,
+        /// What is wrong and what range is accepted.
         reason: String,
     },
     /// Writing Parquet failed.
     #[error("{}: cannot write Parquet: {detail}", path.display())]
-    Write { path: PathBuf, detail: String },
+    Write {
+        /// The file being written.
+        path: PathBuf,
+        /// The writer's or the operating system's message.
+        detail: String,
+    },
 }
 
 /// Why a value in a row could not be used. Rows skipped with `--skip-invalid` are counted by

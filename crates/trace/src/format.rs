@@ -149,14 +149,23 @@ pub struct ColumnMap {
     pub arrival_unit: Option<TimeUnit>,
     /// Source column of input sizes (required).
     pub input_tokens: String,
+    /// Source column of output (generated) tokens.
     pub output_tokens: Field,
+    /// Source column of the log's own request ids (text).
     pub request_id: Field,
+    /// Source column of the model each request was sent to (text).
     pub model: Field,
+    /// Source column of the priority class (non-negative integer, 0 most urgent).
     pub class: Field,
+    /// Source column of the prefix-block hashes (a list; equal leading hashes share KV cache).
     pub prefix_blocks: Field,
+    /// Source column of the log's failed flag (`true`/`false`/`1`/`0`); failed rows are kept.
     pub failed: Field,
+    /// Source column of the end-to-end latency the production system observed, milliseconds.
     pub e2e_ms: Field,
+    /// Source column of the queueing time the production system observed, milliseconds.
     pub queue_ms: Field,
+    /// Source column of the compute time the production system observed, milliseconds.
     pub compute_ms: Field,
     /// BurstGPT: a row with 0 output tokens is a failed request (kept and flagged).
     pub zero_output_is_failed: bool,

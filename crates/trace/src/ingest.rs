@@ -100,9 +100,13 @@ pub struct IngestReport {
 /// One input file's share of an [`IngestReport`].
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FileReport {
+    /// The file read (a directory given as input appears as one entry per file in it).
     pub path: PathBuf,
+    /// The format it was read as, by its `--format` name.
     pub format: &'static str,
+    /// Data rows in the file (a CSV header not counted).
     pub rows_read: u64,
+    /// Of those, rows skipped as invalid (only with `--skip-invalid`; else 0).
     pub rows_skipped: u64,
 }
 

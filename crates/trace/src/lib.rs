@@ -33,6 +33,8 @@
 //! the source had datetimes. The full description, with `--map`, presets and transforms, is in
 //! `docs/trace-format.md`.
 
+#![warn(missing_docs)]
+
 mod error;
 mod format;
 mod ingest;

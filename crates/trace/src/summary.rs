@@ -19,19 +19,31 @@ use crate::Trace;
 /// Summary figures of a trace. `None` where the trace is too short for a figure to mean anything.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Summary {
+    /// Requests in the trace (failed ones included).
     pub rows: u64,
     /// First to last arrival, seconds.
     pub span_s: f64,
     /// Wall-clock time of the first arrival (RFC 3339, UTC), when the source had datetimes.
     pub start: Option<String>,
+    /// `(rows - 1) / span`, requests per second; `None` with fewer than two rows or a zero span.
     pub mean_rate_rps: Option<f64>,
+    /// Most arrivals in any 1 s window starting at an arrival, requests per second.
     pub peak_rate_1s_rps: f64,
+    /// Most arrivals in any 60 s window starting at an arrival, divided by 60, requests per
+    /// second; on a trace shorter than 60 s this is its row count over 60.
     pub peak_rate_60s_rps: f64,
+    /// Population standard deviation of the gaps between arrivals over their mean (1 for
+    /// Poisson); `None` with fewer than two rows or when every gap is 0.
     pub interarrival_cv: Option<f64>,
     /// Fraction of gaps that are exactly 0 (quantised timestamps).
     pub zero_gap_fraction: Option<f64>,
+    /// Index of dispersion of arrival counts in complete 60 s bins from the first arrival:
+    /// sample variance over mean (1 for Poisson, above 1 bursty); `None` under two bins (a trace
+    /// shorter than 120 s).
     pub dispersion_60s: Option<f64>,
+    /// Input tokens per request (all zero figures, `count` 0, for an empty trace).
     pub input_tokens: Distribution,
+    /// Output tokens per request; `None` when the trace has no output column.
     pub output_tokens: Option<Distribution>,
     /// Rows flagged failed.
     pub failed: u64,
@@ -44,11 +56,17 @@ pub struct Summary {
 /// Mean and percentiles of a set of values.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Distribution {
+    /// Values summarised (NaNs left out).
     pub count: u64,
+    /// Arithmetic mean, in the values' unit.
     pub mean: f64,
+    /// Median, interpolated between order statistics as the module doc says.
     pub p50: f64,
+    /// 90th percentile, interpolated.
     pub p90: f64,
+    /// 99th percentile, interpolated.
     pub p99: f64,
+    /// Largest value.
     pub max: f64,
 }
 

@@ -28,19 +28,57 @@ pub const MAX_REQUESTS: u64 = 200_000_000;
 /// How requests arrive.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Arrivals {
+    /// Exponential gaps (a Poisson process); the first request arrives after one gap.
     Poisson,
-    Gamma { cv: f64 },
+    /// Independent gamma-distributed gaps with mean `1 / rate_rps`.
+    Gamma {
+        /// Coefficient of variation of the gaps, > 0: 1 is Poisson, above 1 burstier, below 1
+        /// more regular.
+        cv: f64,
+    },
+    /// Evenly spaced, `1 / rate_rps` apart, the first at time 0.
     Constant,
-    Diurnal { period_ns: u64, amplitude: f64 },
-    Bursty { ratio: f64, on_ns: u64, off_ns: u64 },
+    /// A Poisson process whose rate follows `rate_rps * (1 + amplitude * sin(2 pi t / period))`,
+    /// drawn by thinning; the long-run mean over whole periods is `rate_rps`.
+    Diurnal {
+        /// Length of one cycle, nanoseconds, > 0.
+        period_ns: u64,
+        /// Relative swing of the rate, in [0, 1]: 0 is plain Poisson, 1 drops to zero at the
+        /// trough.
+        amplitude: f64,
+    },
+    /// A two-state Markov-modulated Poisson process: bursts and quiet spells with exponential
+    /// lengths, rates set so the long-run mean is `rate_rps`.
+    Bursty {
+        /// Burst rate divided by quiet rate, >= 1 (1 is plain Poisson).
+        ratio: f64,
+        /// Mean length of a burst, nanoseconds, > 0.
+        on_ns: u64,
+        /// Mean length of a quiet spell, nanoseconds, > 0.
+        off_ns: u64,
+    },
 }
 
 /// A distribution of token counts.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SizeDist {
+    /// Every request has this many tokens (0 allowed).
     Const(u32),
-    Uniform { lo: u32, hi: u32 },
-    LogNormal { mean: f64, cv: f64 },
+    /// Uniform over whole numbers from `lo` to `hi`, both included.
+    Uniform {
+        /// Smallest size, tokens.
+        lo: u32,
+        /// Largest size, tokens, >= `lo`.
+        hi: u32,
+    },
+    /// Log-normal with this mean and coefficient of variation, rounded to whole tokens and
+    /// clamped to at least 1 (so the sample mean sits slightly above `mean` when it is small).
+    LogNormal {
+        /// Mean size, tokens, >= 1.
+        mean: f64,
+        /// Standard deviation over mean, > 0.
+        cv: f64,
+    },
 }
 
 /// Where request sizes come from.
@@ -48,13 +86,18 @@ pub enum SizeDist {
 pub enum Sizes {
     /// Independent draws; `output: None` makes a trace without output tokens.
     Parametric {
+        /// Distribution of input (prompt) tokens.
         input: SizeDist,
+        /// Distribution of output tokens; `None` leaves the column out.
         output: Option<SizeDist>,
     },
     /// Rows drawn uniformly (with replacement) from another trace's sizes, input and output
     /// together so that their correlation survives.
     Resampled {
+        /// The source trace's input tokens, one per request; must not be empty.
         input: Vec<u32>,
+        /// The source trace's output tokens, same length as `input`; `None` leaves the column
+        /// out.
         output: Option<Vec<u32>>,
     },
 }
@@ -62,14 +105,18 @@ pub enum Sizes {
 /// Everything a synthesis needs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SynthSpec {
+    /// The arrival process.
     pub arrivals: Arrivals,
     /// Long-run mean arrival rate, requests per second.
     pub rate_rps: f64,
     /// Stop at this time (exclusive), nanoseconds.
     pub duration_ns: Option<u64>,
-    /// Stop after this many requests.
+    /// Stop after this many requests. At least one of `duration_ns` and `count` must be set;
+    /// with both, whichever comes first stops; at most [`MAX_REQUESTS`] either way.
     pub count: Option<u64>,
+    /// Where the token counts come from.
     pub sizes: Sizes,
+    /// Seed of both generators (arrivals, sizes); the same spec and seed give the same trace.
     pub seed: u64,
 }
 
