@@ -1,9 +1,9 @@
 //! The discrete-event engine: replays a trace through a [`Scenario`] and accounts for every
 //! request.
 //!
-//! Time is an integer count of nanoseconds. Pending events sit in a binary heap ordered by
-//! (time, sequence number); trace arrivals are already sorted, so they are merged with the heap
-//! instead of being pushed through it (at equal times, heap events run first). Stages that take
+//! Time is an integer count of nanoseconds. Pending events sit in an [`EventQueue`] ordered by
+//! (time, sequence number); trace arrivals are already sorted, so they are merged with the queue
+//! instead of being pushed through it (at equal times, queued events run first). Stages that take
 //! no time in a scenario (no network latency, no post-processing) are run inline, without an
 //! event. In-flight requests live in a small table of reusable *tickets*, so the engine's memory
 //! is bounded by the requests in flight, not by the trace's length; finished requests go to a
