@@ -144,7 +144,9 @@ pub enum SearchError<E: std::error::Error + 'static> {
     /// The evaluator failed at a load.
     #[error("capacity search: run at load {load} failed")]
     Evaluator {
+        /// The load of the failed run, in the load axis's unit (multiplier, req/s or clients).
         load: f64,
+        /// The evaluator's error.
         #[source]
         source: E,
     },

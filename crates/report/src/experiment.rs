@@ -21,14 +21,18 @@ pub enum RunError {
     /// A grid value or load was refused by the scenario.
     #[error("configuration `{configuration}`")]
     Configure {
+        /// The configuration's label (`key=value,...`), or the one `key=value` the load set.
         configuration: String,
+        /// Why the scenario refused it.
         #[source]
         source: Box<capsim_sim::ScenarioError>,
     },
     /// The trace could not be rescaled.
     #[error("rescaling the trace by {factor}")]
     Rescale {
+        /// The rate multiplier asked for (2 doubles the load).
         factor: f64,
+        /// Why the trace refused it.
         #[source]
         source: Box<capsim_trace::TraceError>,
     },

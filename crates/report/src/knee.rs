@@ -45,16 +45,38 @@ pub struct KneeAnalysis {
 pub enum KneeError {
     /// `x` and `y` have different lengths.
     #[error("knee: x has {x_len} points but y has {y_len}")]
-    LengthMismatch { x_len: usize, y_len: usize },
+    LengthMismatch {
+        /// Points in `x`.
+        x_len: usize,
+        /// Points in `y`.
+        y_len: usize,
+    },
     /// Fewer than three points: there is no interior point to be a knee.
     #[error("knee: need at least 3 points, got {count}")]
-    TooFewPoints { count: usize },
+    TooFewPoints {
+        /// Points given (0, 1 or 2).
+        count: usize,
+    },
     /// A value is NaN or infinite.
     #[error("knee: point {index} is not finite (x = {x}, y = {y})")]
-    NotFinite { index: usize, x: f64, y: f64 },
+    NotFinite {
+        /// Index of the first such point.
+        index: usize,
+        /// Its x.
+        x: f64,
+        /// Its y.
+        y: f64,
+    },
     /// `x` does not strictly increase.
     #[error("knee: x must strictly increase, but x[{index}] = {x} follows {previous}")]
-    NotIncreasing { index: usize, x: f64, previous: f64 },
+    NotIncreasing {
+        /// Index of the first point whose x is not above the one before.
+        index: usize,
+        /// Its x.
+        x: f64,
+        /// The x before it.
+        previous: f64,
+    },
     /// The sensitivity is negative or not finite.
     #[error("knee: sensitivity must be a finite number >= 0, got {0}")]
     BadSensitivity(f64),

@@ -15,6 +15,8 @@
 //! assert_eq!(axis.values.len(), 4);
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod capacity;
 pub mod error;
 pub mod experiment;

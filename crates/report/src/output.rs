@@ -21,13 +21,20 @@ pub enum OutputError {
     /// File system error.
     #[error("{path}: {source}")]
     Io {
+        /// The file or directory.
         path: PathBuf,
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },
     /// Encoding error (Parquet, CSV, JSON).
     #[error("{path}: {message}")]
-    Encode { path: PathBuf, message: String },
+    Encode {
+        /// The file being written or read.
+        path: PathBuf,
+        /// The Parquet, CSV or JSON library's message.
+        message: String,
+    },
     /// Shards that do not belong together.
     #[error("merge: {0}")]
     Merge(String),

@@ -28,7 +28,9 @@ pub enum ReportError {
     /// Writing report.md failed.
     #[error("{path}: {source}")]
     Io {
+        /// The file being written.
         path: PathBuf,
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },

@@ -187,8 +187,11 @@ pub enum SweepError {
     /// A capacity search failed.
     #[error("configuration `{configuration}` seed {seed}: {message}")]
     Search {
+        /// The configuration's label (`key=value,...`).
         configuration: String,
+        /// The seed of the search's runs.
         seed: u64,
+        /// The failed run's error with its causes, joined into one line.
         message: String,
     },
     /// The spec is inconsistent.

@@ -50,13 +50,23 @@ impl PlotSize {
 pub enum PlotError {
     /// The data cannot be plotted (empty, not finite, mismatched lengths).
     #[error("plot {path}: {reason}")]
-    BadData { path: PathBuf, reason: String },
+    BadData {
+        /// The PNG that was to be drawn.
+        path: PathBuf,
+        /// What is wrong with the data.
+        reason: String,
+    },
     /// The embedded font was refused by the font table.
     #[error("plot: the embedded font could not be registered")]
     Font,
     /// Drawing or encoding the PNG failed (e.g. the folder does not exist).
     #[error("plot {path}: {reason}")]
-    Draw { path: PathBuf, reason: String },
+    Draw {
+        /// The PNG being drawn.
+        path: PathBuf,
+        /// The plotting library's message.
+        reason: String,
+    },
 }
 
 fn bad_data(path: &Path, reason: impl Into<String>) -> PlotError {
