@@ -24,7 +24,8 @@ pub struct RunSetting {
 pub struct RunMeta {
     /// The file read.
     pub path: PathBuf,
-    /// The settings it holds, in the order of [`KEYS`].
+    /// The settings it holds (those present and not null), always in this order:
+    /// `max_num_seqs`, `max_num_batched_tokens`, `num_gpu_blocks`, `block_size`.
     pub settings: Vec<RunSetting>,
 }
 
