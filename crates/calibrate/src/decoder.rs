@@ -13,7 +13,7 @@
 //!   (`--decode-batch B`, `--context C`).
 //!
 //! Each point is measured as the batch calibration does: warm-up runs, then timed runs until p50
-//! and p99 settle ([`measure::Convergence`]) or the iteration cap. Inputs are built once per
+//! and p99 settle (`convergence_tolerance`) or the iteration cap. Inputs are built once per
 //! point (token ids uniform below the vocabulary, past keys and values standard normal) and
 //! reused by every run: a server's KV cache also sits in memory between steps.
 

@@ -25,17 +25,17 @@
 
 #![warn(missing_docs)]
 
-pub mod affinity;
+mod affinity;
 pub mod decoder;
-pub mod feed;
+mod feed;
 pub mod fit;
-pub mod host;
+mod host;
 pub mod library;
 pub mod live;
-pub mod measure;
+mod measure;
 pub mod model;
 pub mod probe;
-pub mod runtime;
+mod runtime;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -1,7 +1,5 @@
-//! A small HTTP/1.1 client over hyper: keep-alive connections, JSON bodies, whole responses or a
-//! stream of body chunks with the time each arrived.
-
-use std::time::Instant;
+//! A small HTTP/1.1 client over hyper: keep-alive connections, JSON bodies, whole responses, each
+//! body chunk handed to a callback as it arrives (the caller times them).
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -13,15 +11,13 @@ use hyper_util::rt::TokioExecutor;
 
 use capsim_sim::record::FailReason;
 
-/// A response read whole: its status and body, and when its first body bytes arrived.
+/// A response read whole: its status and body.
 #[derive(Debug)]
 pub struct Response {
     /// HTTP status.
     pub status: u16,
     /// The body.
     pub body: Bytes,
-    /// When the first body chunk arrived (the headers' arrival when the body is empty).
-    pub first_chunk: Instant,
 }
 
 /// An HTTP/1.1 client with a pool of keep-alive connections.
@@ -77,13 +73,11 @@ impl HttpClient {
             .await
             .map_err(|_| FailReason::Connect)?;
         let status = response.status().as_u16();
-        let mut first_chunk = None;
         let mut body = Vec::new();
         let mut incoming: Incoming = response.into_body();
         while let Some(frame) = incoming.frame().await {
             let frame = frame.map_err(|_| FailReason::Stream)?;
             if let Ok(data) = frame.into_data() {
-                first_chunk.get_or_insert_with(Instant::now);
                 on_chunk(&data);
                 body.extend_from_slice(&data);
             }
@@ -91,7 +85,6 @@ impl HttpClient {
         Ok(Response {
             status,
             body: Bytes::from(body),
-            first_chunk: first_chunk.unwrap_or_else(Instant::now),
         })
     }
 }

@@ -6,8 +6,8 @@
 //! loop), and returns the per-request records, the summary (with a [`LoadSummary`] of how well
 //! the generator kept to its schedule) and the timeseries, in the simulator's types, so the
 //! report, the notebooks and `validate` read a measured run and a simulated one alike. Two
-//! protocols: KServe v2 / Triton HTTP ([`kserve`]) and OpenAI-compatible streamed completions
-//! ([`openai`]). Every request sent is accounted for: completed, or failed with its reason
+//! protocols: KServe v2 / Triton HTTP (`kserve.rs`) and OpenAI-compatible streamed completions
+//! (`openai.rs`). Every request sent is accounted for: completed, or failed with its reason
 //! (connection, timeout, HTTP status, cut stream).
 //!
 //! For comparing a run with the simulator, [`triton`] reads a Triton's own statistics (queue and
@@ -27,10 +27,10 @@
 #![warn(missing_docs)]
 
 mod http;
-pub mod kserve;
+mod kserve;
 pub mod measured_service;
 pub mod metrics;
-pub mod openai;
+mod openai;
 mod replay;
 pub mod triton;
 

@@ -114,6 +114,7 @@ impl EventQueue {
     }
 
     /// An empty queue with room for `capacity` pending events and no lanes.
+    #[cfg(test)]
     pub fn with_capacity(capacity: usize) -> EventQueue {
         EventQueue::new(capacity, 0)
     }
@@ -206,12 +207,13 @@ impl EventQueue {
     }
 
     /// Removes and returns the earliest pending event (ties: the first scheduled).
-    #[inline]
+    #[cfg(test)]
     pub fn pop(&mut self) -> Option<Event> {
         self.pop_until(u64::MAX)
     }
 
     /// Time of the earliest pending event.
+    #[cfg(test)]
     pub fn peek_time_ns(&self) -> Option<u64> {
         let lanes = self.lanes.iter().filter_map(|l| l.front());
         self.heap[..self.heap_len]
@@ -223,11 +225,13 @@ impl EventQueue {
     }
 
     /// Pending events.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.heap_len + self.lanes.iter().map(VecDeque::len).sum::<usize>()
     }
 
     /// True when nothing is pending.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

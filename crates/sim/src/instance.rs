@@ -139,12 +139,6 @@ impl FreeSet {
         self.words.iter().map(|w| w.count_ones()).sum()
     }
 
-    /// True when it holds none.
-    #[inline]
-    pub fn is_empty(&self) -> bool {
-        self.words.iter().all(|&w| w == 0)
-    }
-
     /// The lowest index held, if any.
     #[inline]
     pub fn first(&self) -> Option<u32> {

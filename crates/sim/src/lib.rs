@@ -33,20 +33,20 @@
 
 pub mod batcher;
 pub mod compat;
-pub mod engine;
-pub mod event;
-pub mod gateway;
-pub mod instance;
+mod engine;
+mod event;
+mod gateway;
+mod instance;
 pub mod llm;
-pub mod network;
+mod network;
 pub mod output;
-pub mod postprocess;
-pub mod preprocess;
+mod postprocess;
+mod preprocess;
 pub mod profile;
 /// Durations, rates, bandwidths and sizes with units, parsed once at the edge (from the trace
 /// crate, which parses the same durations in its transforms).
 pub use capsim_trace::quantity;
-pub mod queue;
+mod queue;
 pub mod record;
 pub mod rng;
 pub mod scenario;
