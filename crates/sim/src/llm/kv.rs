@@ -79,12 +79,6 @@ impl KvCache {
         Some(block)
     }
 
-    /// Tokens per block.
-    #[inline]
-    pub fn block_size(&self) -> u32 {
-        self.block_size
-    }
-
     /// Blocks in the cache.
     #[inline]
     pub fn total(&self) -> u32 {

@@ -8,8 +8,8 @@
 //! sequence that decoded emits one token.
 
 pub mod hardware;
-pub mod kv;
-pub mod prefix;
+pub(crate) mod kv;
+pub(crate) mod prefix;
 pub mod roofline;
 pub mod scheduler;
 pub mod spec;
