@@ -13,12 +13,13 @@
 //! (mean, p50, p90) are compared with the measured ones.
 //!
 //! ```no_run
+//! use capsim_calibrate::fit::FitConfig;
 //! use capsim_calibrate::fit::dynamic::{fit_dynamic, read_batch_log};
 //! use capsim_sim::Scenario;
 //!
 //! let scenario = Scenario::from_path("scenario.toml".as_ref())?;
 //! let log = read_batch_log("requests.parquet".as_ref())?;
-//! let result = fit_dynamic(&scenario, &log, 1)?;
+//! let result = fit_dynamic(&scenario, &log, &FitConfig::default())?;
 //! println!("a = {} ns", result.affine.a_ns);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
