@@ -1128,11 +1128,11 @@ fn audit(case: &Case, records: &[Rec], summary: &serde_json::Value) -> Vec<Strin
                     || format!("shape: {}: a cache hit with stages {reached:?}", id()),
                 );
                 if let Some((_, latency_ns)) = spec.cache {
-                    a.check(r.postprocessed_ns - r.admitted_ns == latency_ns, || {
+                    a.check(r.postprocessed_ns.wrapping_sub(r.admitted_ns) == latency_ns, || {
                         format!(
                             "gateway: {}: cache answered after {} ns, latency is {latency_ns} ns",
                             id(),
-                            r.postprocessed_ns - r.admitted_ns
+                            r.postprocessed_ns.wrapping_sub(r.admitted_ns)
                         )
                     });
                 }
@@ -1194,7 +1194,7 @@ fn audit(case: &Case, records: &[Rec], summary: &serde_json::Value) -> Vec<Strin
                     format!("shape: {}: timed out with stages {reached:?}", id())
                 });
                 a.check(
-                    timeout.is_some_and(|t| r.response_ns - r.queued_ns == t),
+                    timeout.is_some_and(|t| r.response_ns.wrapping_sub(r.queued_ns) == t),
                     || {
                         format!(
                             "timeout: {}: timed out after {} ns in the queue; the timeout is {timeout:?} ns",
@@ -1241,11 +1241,11 @@ fn audit(case: &Case, records: &[Rec], summary: &serde_json::Value) -> Vec<Strin
                 && !p.timeout_delay
                 && present(r.batch_formed_ns)
             {
-                a.check(r.batch_formed_ns - r.queued_ns <= timeout_ns, || {
+                a.check(r.batch_formed_ns.wrapping_sub(r.queued_ns) <= timeout_ns, || {
                     format!(
                         "timeout: {}: batched after {} ns in the queue, past the {timeout_ns} ns timeout",
                         id(),
-                        r.batch_formed_ns - r.queued_ns
+                        r.batch_formed_ns.wrapping_sub(r.queued_ns)
                     )
                 });
             }
@@ -1259,22 +1259,25 @@ fn audit(case: &Case, records: &[Rec], summary: &serde_json::Value) -> Vec<Strin
                 });
             }
             if present(r.queued_ns) && !r.cache_hit {
-                a.check(r.admitted_ns - r.gateway_ns == spec.overhead_ns, || {
-                    format!(
-                        "gateway: {}: overhead {} ns, configured {} ns",
-                        id(),
-                        r.admitted_ns - r.gateway_ns,
-                        spec.overhead_ns
-                    )
-                });
+                a.check(
+                    r.admitted_ns.wrapping_sub(r.gateway_ns) == spec.overhead_ns,
+                    || {
+                        format!(
+                            "gateway: {}: overhead {} ns, configured {} ns",
+                            id(),
+                            r.admitted_ns.wrapping_sub(r.gateway_ns),
+                            spec.overhead_ns
+                        )
+                    },
+                );
                 let pre_ns = p
                     .preprocess
                     .map_or(0, |(_, base, per)| base + per * r.input_tokens);
-                a.check(r.queued_ns - r.admitted_ns >= pre_ns, || {
+                a.check(r.queued_ns.wrapping_sub(r.admitted_ns) >= pre_ns, || {
                     format!(
                         "preprocess: {}: queued {} ns after admission, pre-processing takes {pre_ns} ns",
                         id(),
-                        r.queued_ns - r.admitted_ns
+                        r.queued_ns.wrapping_sub(r.admitted_ns)
                     )
                 });
             }
@@ -1282,13 +1285,16 @@ fn audit(case: &Case, records: &[Rec], summary: &serde_json::Value) -> Vec<Strin
                 let post_ns = p
                     .postprocess
                     .map_or(0, |(base, per)| base + per * r.output_tokens);
-                a.check(r.postprocessed_ns - r.exec_end_ns == post_ns, || {
-                    format!(
-                        "postprocess: {}: took {} ns, configured {post_ns} ns",
-                        id(),
-                        r.postprocessed_ns - r.exec_end_ns
-                    )
-                });
+                a.check(
+                    r.postprocessed_ns.wrapping_sub(r.exec_end_ns) == post_ns,
+                    || {
+                        format!(
+                            "postprocess: {}: took {} ns, configured {post_ns} ns",
+                            id(),
+                            r.postprocessed_ns.wrapping_sub(r.exec_end_ns)
+                        )
+                    },
+                );
             }
             match &p.batching {
                 Batching::Dynamic(_) => {
@@ -1334,13 +1340,15 @@ fn audit(case: &Case, records: &[Rec], summary: &serde_json::Value) -> Vec<Strin
                         a.check(c.chunked_prefill || r.input_tokens <= u64::from(c.max_num_batched_tokens), || {
                             format!("llm: {}: a prompt of {} tokens completed without chunked prefill", id(), r.input_tokens)
                         });
-                        let ttft_ns =
-                            r.first_token_ns + (r.response_ns - r.exec_end_ns) - r.arrival_ns;
+                        let ttft_ns = r
+                            .first_token_ns
+                            .wrapping_add(r.response_ns.wrapping_sub(r.exec_end_ns))
+                            .wrapping_sub(r.arrival_ns);
                         a.check(r.ttft_ns == ttft_ns, || {
                             format!("llm: {}: ttft_ns {} for {ttft_ns}", id(), r.ttft_ns)
                         });
                         let tpot_ns = if r.output_tokens >= 2 {
-                            (r.exec_end_ns - r.first_token_ns) / (r.output_tokens - 1)
+                            (r.exec_end_ns.wrapping_sub(r.first_token_ns)) / (r.output_tokens - 1)
                         } else {
                             NONE
                         };
@@ -1352,22 +1360,25 @@ fn audit(case: &Case, records: &[Rec], summary: &serde_json::Value) -> Vec<Strin
             }
         }
         if present(r.gateway_ns) {
-            a.check(r.gateway_ns - r.arrival_ns >= spec.one_way_ns, || {
-                format!(
-                    "network: {}: reached the gateway {} ns after sending",
-                    id(),
-                    r.gateway_ns - r.arrival_ns
-                )
-            });
+            a.check(
+                r.gateway_ns.wrapping_sub(r.arrival_ns) >= spec.one_way_ns,
+                || {
+                    format!(
+                        "network: {}: reached the gateway {} ns after sending",
+                        id(),
+                        r.gateway_ns.wrapping_sub(r.arrival_ns)
+                    )
+                },
+            );
         }
         if present(r.postprocessed_ns) {
             a.check(
-                r.response_ns - r.postprocessed_ns >= spec.one_way_ns,
+                r.response_ns.wrapping_sub(r.postprocessed_ns) >= spec.one_way_ns,
                 || {
                     format!(
                         "network: {}: answered {} ns after leaving",
                         id(),
-                        r.response_ns - r.postprocessed_ns
+                        r.response_ns.wrapping_sub(r.postprocessed_ns)
                     )
                 },
             );
@@ -1647,7 +1658,7 @@ fn audit(case: &Case, records: &[Rec], summary: &serde_json::Value) -> Vec<Strin
         );
         let max_input = members.iter().map(|r| r.input_tokens).max().unwrap_or(0);
         if let Some(exact_ns) = d.service.exact_ns(size, max_input) {
-            let took_ns = first.exec_end_ns - first.exec_start_ns;
+            let took_ns = first.exec_end_ns.wrapping_sub(first.exec_start_ns);
             a.check(took_ns == exact_ns, || {
                 format!("batch: batch {batch} of {size} (longest input {max_input}) ran {took_ns} ns, the model says {exact_ns} ns")
             });
