@@ -169,7 +169,7 @@ fn settings_that_make_simulated_time_long_complete_in_bounded_memory() {
         assert_ok(&output, &extra.join(" "));
         let s = summary(&out);
         let counts = &s["requests"];
-        assert_eq!(counts["total"], 3374, "{extra:?}: {s}");
+        assert_eq!(counts["total"], 29926, "{extra:?}: {s}");
         let rows = timeseries_rows(&out);
         assert!(
             (1..=100_000).contains(&rows),

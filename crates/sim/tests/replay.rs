@@ -97,7 +97,10 @@ fn azure_conv_through_a_multi_instance_scenario_accounts_for_every_request() {
     };
     let trace = Trace::from_columns(cols).unwrap();
     let mut scenario = example_scenario("bert-dynamic-batching.toml");
+    // The LLM trace's long inputs, uncut (the scenario cuts at BERT's 512 tokens), keep the
+    // instances slow enough that requests also time out.
     for (key, value) in [
+        ("max_input_tokens", "100000"),
         ("instances", "3"),
         ("execution.instance_count", "1"),
         ("queue.max_queue_size", "16"),
