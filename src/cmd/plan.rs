@@ -5,12 +5,15 @@ use anyhow::Result;
 use capsim_report::experiment::Workload;
 use capsim_report::grid::GridAxis;
 use capsim_report::load::{LoadAxis, LoadKind};
+use capsim_report::review::{answer_sentence, carried_multiple, carrying};
 use capsim_report::shard::Shard;
 use capsim_report::sweep::{CapacityRow, SweepSpec};
 use clap::Args;
 
 use super::BadInput;
-use super::sweep::{GridArgs, parse_grid_args, parse_warmup, run_with_progress};
+use super::sweep::{
+    GridArgs, parse_grid_args, parse_growth, parse_warmup, review_of, run_with_progress,
+};
 
 /// Instances tried when the grid has no `instances` axis.
 const DEFAULT_MAX_INSTANCES: u32 = 16;
@@ -20,29 +23,13 @@ pub struct PlanArgs {
     #[command(flatten)]
     pub grid: GridArgs,
 
-    /// Traffic growth to plan for, e.g. `3x` (the trace replayed at 3 times its rate).
-    #[arg(long, default_value = "1x", value_name = "K")]
-    pub growth: String,
-
     /// How many runner-up configurations to show.
     #[arg(long, default_value_t = 5, value_name = "N")]
     pub runners_up: usize,
 }
 
 pub fn run(args: PlanArgs) -> Result<()> {
-    let growth: f64 = args
-        .growth
-        .trim()
-        .trim_end_matches('x')
-        .parse()
-        .ok()
-        .filter(|g: &f64| *g > 0.0 && g.is_finite())
-        .ok_or_else(|| {
-            BadInput(format!(
-                "--growth {:?}: write a positive multiplier such as 3x",
-                args.growth
-            ))
-        })?;
+    let growth = parse_growth(&args.grid.growth)?;
     let extra = if args
         .grid
         .grids
@@ -85,33 +72,13 @@ pub fn run(args: PlanArgs) -> Result<()> {
         detail_load: None,
         curves: false,
     };
-    let result = run_with_progress(&spec, &workload)?;
-    // A configuration carries the target when the trace replayed at `growth` times its rate is
-    // sustainable: its capacity, as a multiple of the trace's rate, is at least `growth`. With
-    // several seeds the interval's lower end must clear it.
-    let multiple = |row: &CapacityRow| row.capacity_rps.map_or(0.0, |c| c.low / mean_rps);
-    let mut feasible: Vec<&CapacityRow> = result
-        .capacities
-        .iter()
-        .filter(|r| multiple(r) >= growth)
-        .collect();
-    feasible.sort_by(|a, b| {
-        a.instances
-            .cmp(&b.instances)
-            .then(multiple(b).total_cmp(&multiple(a)))
-            .then(a.config_index.cmp(&b.config_index))
-    });
+    let mut result = run_with_progress(&spec, &workload)?;
+    let multiple = |row: &CapacityRow| carried_multiple(row, mean_rps);
+    let feasible = carrying(&result.capacities, mean_rps, growth);
     println!(
         "SLO {slo}; trace mean {mean_rps:.1} req/s, 60 s peak {peak_rps:.1} req/s; growth {growth}x: target peak {:.1} req/s",
         peak_rps * growth
     );
-    let Some(best) = feasible.first() else {
-        let most = result.capacities.iter().map(&multiple).fold(0.0, f64::max);
-        println!(
-            "no configuration of the grid meets the SLO at {growth}x; the best carries {most:.2}x. Widen the grid (more instances, larger batches)."
-        );
-        return Ok(());
-    };
     let describe = |row: &CapacityRow| {
         format!(
             "{:<58} {:>3} instances, carries {:.2}x ({:.1} req/s mean, {:.1} req/s peak), headroom {:+.0}%",
@@ -123,16 +90,28 @@ pub fn run(args: PlanArgs) -> Result<()> {
             (multiple(row) / growth - 1.0) * 100.0
         )
     };
-    println!("\nplan: {}", describe(best));
-    if let Some(cost) = best.cost_per_million_requests {
-        println!("      cost at capacity: {cost:.4} per million requests");
-    }
-    let others: Vec<&&CapacityRow> = feasible.iter().skip(1).take(args.runners_up).collect();
-    if !others.is_empty() {
-        println!("\nrunners-up:");
-        for row in others {
-            println!("  {}", describe(row));
+    if let Some(best) = feasible.first() {
+        println!("\nplan: {}", describe(best));
+        if let Some(cost) = best.cost_per_million_requests {
+            println!("      cost at capacity: {cost:.4} per million requests");
         }
+        let others: Vec<&&CapacityRow> = feasible.iter().skip(1).take(args.runners_up).collect();
+        if !others.is_empty() {
+            println!("\nrunners-up:");
+            for row in others {
+                println!("  {}", describe(row));
+            }
+        }
+    } else {
+        let most = result.capacities.iter().map(&multiple).fold(0.0, f64::max);
+        println!(
+            "no configuration of the grid meets the SLO at {growth}x; the best carries {most:.2}x. Widen the grid (more instances, larger batches)."
+        );
+    }
+    let review = review_of(&args.grid, &spec, &workload, &result, growth)?;
+    result.review = Some(review);
+    if let Some(review) = &result.review {
+        println!("\n{}", answer_sentence(&result, review));
     }
     Ok(())
 }

@@ -11,6 +11,7 @@ use capsim_report::load::{LoadAxis, LoadKind};
 use capsim_report::output::{merge, read_sweep, write_sweep_outputs};
 use capsim_report::plot::PlotSize;
 use capsim_report::report::write_report;
+use capsim_report::review::{Basis, Question, Review, SLOWER_SERVICE_FACTOR, Sensitivity};
 use capsim_report::shard::Shard;
 use capsim_report::slo::Slo;
 use capsim_report::sweep::{SweepResult, SweepSpec, job_count, run_sweep};
@@ -60,6 +61,11 @@ pub struct GridArgs {
     /// Cost of one instance for one hour, for cost per million requests.
     #[arg(long, value_name = "COST")]
     pub cost_per_instance_hour: Option<f64>,
+
+    /// Traffic growth to plan for, e.g. `3x` (the trace replayed at 3 times its rate): the
+    /// answer is the fewest instances that carry it.
+    #[arg(long, default_value = "1x", value_name = "K")]
+    pub growth: String,
 }
 
 #[derive(Debug, Args)]
@@ -163,6 +169,103 @@ pub fn parse_grid_args(
     Ok((scenario, grid, slo))
 }
 
+/// Parses `--growth`: a positive multiplier, `3x` or `3`.
+pub fn parse_growth(text: &str) -> Result<f64> {
+    text.trim()
+        .trim_end_matches('x')
+        .parse()
+        .ok()
+        .filter(|g: &f64| *g > 0.0 && g.is_finite())
+        .ok_or_else(|| {
+            bad(format!(
+                "--growth {text:?}: write a positive multiplier such as 3x"
+            ))
+        })
+}
+
+/// What `report.md` states beyond the runs: the trace's figures and the growth, the scenario's
+/// provenance, and the answer's configuration (else the best-ranked) run again with every
+/// service time [`SLOWER_SERVICE_FACTOR`] times as long. A sharded run has no answer yet and
+/// skips the sensitivity run.
+pub fn review_of(
+    args: &GridArgs,
+    spec: &SweepSpec,
+    workload: &Workload<'_>,
+    result: &SweepResult,
+    growth: f64,
+) -> Result<Review> {
+    let summary = capsim_trace::Summary::of(workload.trace);
+    let names: Vec<String> = args
+        .input
+        .paths
+        .iter()
+        .chain(&args.input.trace)
+        .map(|p| p.display().to_string())
+        .collect();
+    let question = Question::of(names.join(", "), &summary, growth);
+    let basis = Basis::of(
+        &spec.base,
+        &args.scenario,
+        spec.seeds,
+        spec.base_seed,
+        spec.max_lost_fraction,
+    );
+    let sensitivity = if spec.shard == Shard::WHOLE && result.complete {
+        let mean_rps = question.mean_rate_rps;
+        let chosen = capsim_report::review::carrying(&result.capacities, mean_rps, growth)
+            .first()
+            .copied()
+            .or_else(|| capsim_report::report::ranked(result).first().copied());
+        chosen
+            .map(|row| slower_capacity(spec, workload, row))
+            .transpose()?
+    } else {
+        None
+    };
+    Ok(Review {
+        question,
+        basis,
+        sensitivity,
+    })
+}
+
+/// The capacity of `row`'s configuration with every service time scaled by
+/// [`SLOWER_SERVICE_FACTOR`] (or why it cannot be run).
+fn slower_capacity(
+    spec: &SweepSpec,
+    workload: &Workload<'_>,
+    row: &capsim_report::sweep::CapacityRow,
+) -> Result<Sensitivity> {
+    let configuration = capsim_report::grid::Configuration {
+        settings: row.settings.clone(),
+    };
+    let mut sensitivity = Sensitivity {
+        service_scale: SLOWER_SERVICE_FACTOR,
+        configuration: row.configuration.clone(),
+        capacity_rps: None,
+        note: None,
+    };
+    let configured = capsim_report::experiment::configure(&spec.base, &configuration)?;
+    let slower = match capsim_report::review::slower_service(&configured, SLOWER_SERVICE_FACTOR) {
+        Ok(s) => s,
+        Err(note) => {
+            sensitivity.note = Some(note);
+            return Ok(sensitivity);
+        }
+    };
+    let one = SweepSpec {
+        base: slower,
+        grid: Grid::new(Vec::new()).map_err(bad)?,
+        curves: false,
+        shard: Shard::WHOLE,
+        ..spec.clone()
+    };
+    let never = AtomicBool::new(false);
+    let result = run_sweep(&one, workload, &|| {}, &never)?;
+    sensitivity.capacity_rps = result.capacities.first().and_then(|c| c.capacity_rps);
+    Ok(sensitivity)
+}
+
 /// Runs `spec` with a progress bar on stderr.
 pub fn run_with_progress(spec: &SweepSpec, workload: &Workload<'_>) -> Result<SweepResult> {
     let bar = ProgressBar::new(job_count(spec) as u64);
@@ -242,8 +345,12 @@ pub fn run(args: SweepArgs) -> Result<()> {
         detail_load: args.detail_load,
         curves: true,
     };
+    let growth = parse_growth(&args.grid.growth)?;
     let started = std::time::Instant::now();
-    let result = run_with_progress(&spec, &workload)?;
+    let mut result = run_with_progress(&spec, &workload)?;
+    if workload.trace_rate_rps.is_some() {
+        result.review = Some(review_of(&args.grid, &spec, &workload, &result, growth)?);
+    }
     let elapsed_s = started.elapsed().as_secs_f64();
     write_outputs(&args.out, &result, args.no_report)?;
     eprintln!(
@@ -253,6 +360,7 @@ pub fn run(args: SweepArgs) -> Result<()> {
         args.out.display()
     );
     print_capacities(&result);
+    print_answer(&result);
     Ok(())
 }
 
@@ -268,6 +376,7 @@ pub fn merge_run(args: MergeArgs) -> Result<()> {
     }
     write_outputs(&args.out, &merged, args.no_report)?;
     print_capacities(&merged);
+    print_answer(&merged);
     Ok(())
 }
 
@@ -281,6 +390,18 @@ fn write_outputs(dir: &Path, result: &SweepResult, no_report: bool) -> Result<()
         eprintln!("warning: the sweep did not finish; the outputs hold the runs that did");
     }
     Ok(())
+}
+
+/// The answer in one sentence, when the sweep recorded its question.
+pub fn print_answer(result: &SweepResult) {
+    if let Some(review) = &result.review
+        && result.shard == Shard::WHOLE
+    {
+        println!(
+            "\n{}",
+            capsim_report::review::answer_sentence(result, review)
+        );
+    }
 }
 
 fn print_capacities(result: &SweepResult) {

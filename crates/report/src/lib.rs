@@ -27,6 +27,7 @@ pub mod load;
 pub mod output;
 pub mod plot;
 pub mod report;
+pub mod review;
 pub mod shard;
 pub mod slo;
 pub mod sweep;

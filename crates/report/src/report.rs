@@ -1,7 +1,6 @@
 //! `report.md` and its PNGs, drawn from a [`SweepResult`].
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::plot::{
@@ -256,13 +255,8 @@ pub fn write_report(
         written.push(path);
     }
 
-    let markdown = markdown(result, &slo, &ranking, &written);
-    let path = dir.join("report.md");
-    std::fs::write(&path, markdown).map_err(|source| ReportError::Io {
-        path: path.clone(),
-        source,
-    })?;
-    written.push(path);
+    let documents = crate::review::write_documents(dir, result, &slo, &ranking, &written)?;
+    written.extend(documents);
     Ok(written)
 }
 
@@ -363,85 +357,4 @@ fn heatmap(result: &SweepResult, slo: &Slo) -> Option<CapacityHeatmap> {
 fn trim(value: f64) -> String {
     let text = format!("{value:.3}");
     text.trim_end_matches('0').trim_end_matches('.').to_string()
-}
-
-fn markdown(
-    result: &SweepResult,
-    slo: &Slo,
-    ranking: &[&CapacityRow],
-    written: &[PathBuf],
-) -> String {
-    let mut md = String::new();
-    let _ = writeln!(md, "# capsim sweep report\n");
-    let _ = writeln!(
-        md,
-        "SLO: `{slo}`. Load axis: {}. Configurations: {}. Runs: {}.",
-        result.load_kind.column(),
-        ranking.len(),
-        result.curves.len()
-    );
-    if !result.complete {
-        let _ = writeln!(
-            md,
-            "\n**The sweep was interrupted: only the runs that finished are reported.**"
-        );
-    }
-    let _ = writeln!(md, "\n## Configurations ranked by capacity per instance\n");
-    let _ = writeln!(
-        md,
-        "Capacity is the highest sustainable rate found by bracketing and bisection to 1%: the SLO holds, rejections and timeouts stay within the stated fraction, and the queue does not grow from the first third of the run to the last. The interval is a 95% Student-t interval across seeds.\n"
-    );
-    let _ = writeln!(
-        md,
-        "| rank | configuration | instances | capacity (req/s) | 95% interval | per instance (req/s) | latency at capacity (ms) | SLO knee (req/s) | Kneedle knee (req/s) | cost / 1M req |"
-    );
-    let _ = writeln!(md, "|---:|---|---:|---:|---|---:|---:|---:|---:|---:|");
-    let number = |v: Option<f64>| v.map_or("–".to_string(), |v| format!("{v:.1}"));
-    for (rank, row) in ranking.iter().enumerate() {
-        let interval = row.capacity_rps.map_or("–".to_string(), |c| {
-            format!("{:.1} – {:.1}", c.low, c.high)
-        });
-        // A capacity at the top of the searched range is only a lower bound.
-        let bound = if row
-            .bracket_by_seed
-            .contains(&crate::capacity::Bracket::AboveRange)
-        {
-            "≥ "
-        } else {
-            ""
-        };
-        let _ = writeln!(
-            md,
-            "| {} | `{}` | {} | {bound}{} | {} | {} | {} | {} | {} | {} |",
-            rank + 1,
-            row.configuration,
-            row.instances,
-            number(row.capacity_rps.map(|c| c.mean)),
-            interval,
-            number(row.capacity_per_instance_rps),
-            number(row.latency_at_capacity_ms),
-            number(row.slo_knee.map(|k| k.throughput_rps)),
-            number(row.kneedle_knee.map(|k| k.throughput_rps)),
-            row.cost_per_million_requests
-                .map_or("–".to_string(), |c| format!("{c:.4}")),
-        );
-    }
-    let warnings: Vec<String> = ranking
-        .iter()
-        .flat_map(|row| {
-            row.knee_warnings
-                .iter()
-                .map(move |w| format!("- `{}`: {w}", row.configuration))
-        })
-        .collect();
-    if !warnings.is_empty() {
-        let _ = writeln!(md, "\n### Knee warnings\n\n{}", warnings.join("\n"));
-    }
-    let _ = writeln!(md, "\n## Plots\n");
-    for path in written {
-        if let Some(name) = path.file_name().and_then(|n| n.to_str()) {
-            let _ = writeln!(md, "![{name}]({name})\n");
-        }
-    }
-    md
 }

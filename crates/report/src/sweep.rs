@@ -176,6 +176,10 @@ pub struct SweepResult {
     pub capacities: Vec<CapacityRow>,
     /// Detail runs, ordered by configuration.
     pub details: Vec<ConfigDetail>,
+    /// The question, the provenance and the sensitivity run that `report.md` states; set by the
+    /// command that knows the trace and the scenario file (absent in older sweep.json files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review: Option<crate::review::Review>,
 }
 
 /// Why a sweep failed.
@@ -400,6 +404,7 @@ pub fn run_sweep(
         curves,
         capacities,
         details,
+        review: None,
     })
 }
 

@@ -1,0 +1,1053 @@
+//! The capacity review: `report.md` and a self-contained `report.html` that open with the
+//! question (trace, rate, peak, SLO, growth) and the answer (configuration, instances, headroom,
+//! cost), then the evidence (figures and the ranked capacities), then what the answer rests on
+//! (where the service times came from, the assumed overheads, seeds, intervals, and the answer
+//! with service times 20% slower).
+//!
+//! The answer is the rule `capsim plan` applies: of the configurations whose capacity (the low
+//! end of its 95% interval) carries the trace replayed at `growth` times its rate, the one with
+//! the fewest instances, then the largest capacity. [`Review`] holds what a sweep's rows do not:
+//! the trace's figures, the growth, the scenario's provenance and the sensitivity run; a sweep
+//! stores it in `sweep.json` so that `capsim report` redraws the same documents.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use capsim_sim::Scenario;
+use capsim_sim::scenario::ServiceSpec;
+use serde::{Deserialize, Serialize};
+
+use crate::interval::Estimate;
+use crate::report::ReportError;
+use crate::slo::Slo;
+use crate::sweep::{CapacityRow, SweepResult};
+
+/// How much slower the sensitivity run's service times are (1.2: 20% slower).
+pub const SLOWER_SERVICE_FACTOR: f64 = 1.2;
+
+/// What a sweep was asked and what its answer rests on, beyond the runs: `sweep.json`'s `review`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Review {
+    /// The traffic and the growth planned for.
+    pub question: Question,
+    /// The scenario's provenance and the sweep's statistical settings.
+    pub basis: Basis,
+    /// The answer's configuration again with slower service times; `None` when not run (a
+    /// shard of a sweep, or a service model capsim cannot scale).
+    pub sensitivity: Option<Sensitivity>,
+}
+
+/// The traffic the answer is for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Question {
+    /// The trace file(s), as given.
+    pub trace: String,
+    /// Requests in the trace (after transforms).
+    pub requests: u64,
+    /// Time from the first arrival to the last, seconds.
+    pub span_s: f64,
+    /// Mean arrival rate, requests per second.
+    pub mean_rate_rps: f64,
+    /// Highest arrivals in any 1 s window, requests per second.
+    pub peak_rate_1s_rps: f64,
+    /// Highest mean rate over any 60 s window, requests per second.
+    pub peak_rate_60s_rps: f64,
+    /// Mean input size, tokens.
+    pub input_tokens_mean: f64,
+    /// 99th percentile of input size, tokens.
+    pub input_tokens_p99: f64,
+    /// Traffic growth planned for: the trace replayed at this multiple of its rate (1: today).
+    pub growth: f64,
+}
+
+/// Where the service times came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServiceSource {
+    /// A profile measured by `capsim calibrate`.
+    Calibrated,
+    /// Coefficients fitted by `capsim fit` to a measured log.
+    Fitted,
+    /// Coefficients written by hand (or an analytic estimate): not measured.
+    Unmeasured,
+}
+
+/// The scenario's provenance and the sweep's statistical settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Basis {
+    /// The scenario file, as given.
+    pub scenario: String,
+    /// The scenario's `description`.
+    pub description: Option<String>,
+    /// Where the service times came from.
+    pub service_source: ServiceSource,
+    /// The service-time model in words (its coefficients, or the profile's machine and date).
+    pub service: String,
+    /// Assumed overheads outside the model, `key = value` as the scenario sets them.
+    pub overheads: Vec<String>,
+    /// Seeds per point.
+    pub seeds: u32,
+    /// The first seed.
+    pub base_seed: u64,
+    /// Largest fraction of requests lost at a sustainable load.
+    pub max_lost_fraction: f64,
+}
+
+/// The answer's configuration with every service time scaled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sensitivity {
+    /// The factor service times were multiplied by.
+    pub service_scale: f64,
+    /// The configuration re-run.
+    pub configuration: String,
+    /// Its capacity with the slower service, requests per second; `None` when not run.
+    pub capacity_rps: Option<Estimate>,
+    /// Why it was not run, when it was not.
+    pub note: Option<String>,
+}
+
+impl Question {
+    /// The question for a trace with `summary`'s figures, named `trace`, planned at `growth`.
+    pub fn of(trace: String, summary: &capsim_trace::Summary, growth: f64) -> Question {
+        Question {
+            trace,
+            requests: summary.rows,
+            span_s: summary.span_s,
+            mean_rate_rps: summary.mean_rate_rps.unwrap_or(0.0),
+            peak_rate_1s_rps: summary.peak_rate_1s_rps,
+            peak_rate_60s_rps: summary.peak_rate_60s_rps,
+            input_tokens_mean: summary.input_tokens.mean,
+            input_tokens_p99: summary.input_tokens.p99,
+            growth,
+        }
+    }
+}
+
+/// Keys outside the model that a scenario assumes, reported when it sets them.
+const OVERHEAD_KEYS: [&str; 8] = [
+    "network.latency",
+    "network.bandwidth",
+    "gateway.overhead",
+    "preprocess.workers",
+    "preprocess.base",
+    "preprocess.per_input_token",
+    "postprocess.base",
+    "postprocess.per_output_token",
+];
+
+impl Basis {
+    /// The provenance of `scenario`, read from `path` (the file's text tells a fitted scenario
+    /// by the header `capsim fit` writes).
+    pub fn of(
+        scenario: &Scenario,
+        path: &Path,
+        seeds: u32,
+        base_seed: u64,
+        max_lost_fraction: f64,
+    ) -> Basis {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let fitted = text
+            .lines()
+            .take_while(|l| l.starts_with('#'))
+            .any(|l| l.starts_with("# Fitted by"));
+        let (mut service_source, service) = service_words(scenario, path);
+        if fitted && service_source == ServiceSource::Unmeasured {
+            service_source = ServiceSource::Fitted;
+        }
+        let overheads = OVERHEAD_KEYS
+            .iter()
+            .filter_map(|key| scenario.get(key).map(|v| format!("{key} = {v}")))
+            .collect();
+        Basis {
+            scenario: path.display().to_string(),
+            description: scenario.description.clone(),
+            service_source,
+            service,
+            overheads,
+            seeds,
+            base_seed,
+            max_lost_fraction,
+        }
+    }
+}
+
+/// The default pool's service-time model in words, and where it came from.
+fn service_words(scenario: &Scenario, path: &Path) -> (ServiceSource, String) {
+    let Some(pool) = scenario.pools().first() else {
+        return (ServiceSource::Unmeasured, "no pool".to_string());
+    };
+    let ms = |ns: u64| format!("{} ms", trim(ns as f64 / 1e6));
+    if pool.llm.is_some() {
+        let kind = scenario
+            .get("step_time.kind")
+            .and_then(|v| v.as_str())
+            .unwrap_or("linear");
+        return match kind {
+            "profile" => (
+                ServiceSource::Calibrated,
+                format!(
+                    "step times from the decoder profile {}",
+                    scenario.get("step_time.path").map_or(String::new(), |v| v.to_string())
+                ),
+            ),
+            "roofline" => (
+                ServiceSource::Unmeasured,
+                "step times from an analytic roofline of the model on the GPU, with assumed efficiencies".to_string(),
+            ),
+            _ => (
+                ServiceSource::Unmeasured,
+                "step times from a linear model written in the scenario".to_string(),
+            ),
+        };
+    }
+    match &pool.service_spec {
+        Some(ServiceSpec::Affine { a, b, c, residuals }) => (
+            ServiceSource::Unmeasured,
+            format!(
+                "affine: {} per batch + {} per request + {} µs per padded input token (batch size × longest input){}",
+                ms(a.0),
+                ms(b.0),
+                trim(c.0 as f64 / 1e3),
+                if residuals.is_some() {
+                    ", times measured residuals"
+                } else {
+                    ""
+                }
+            ),
+        ),
+        Some(ServiceSpec::Constant { time, .. }) => (
+            ServiceSource::Unmeasured,
+            format!("constant: {} per batch", ms(time.0)),
+        ),
+        Some(ServiceSpec::Exponential { mean }) => (
+            ServiceSource::Unmeasured,
+            format!("exponential with mean {} per batch", ms(mean.0)),
+        ),
+        Some(ServiceSpec::Profile { path: profile }) => {
+            let full = path.parent().map_or(profile.clone(), |d| d.join(profile));
+            match capsim_sim::profile::Profile::read(&full) {
+                Ok(p) => (
+                    ServiceSource::Calibrated,
+                    format!(
+                        "calibrated profile {}: measured on {} ({} through ONNX Runtime {}, {}) on {}; its affine fit has R² {:.3}",
+                        profile.display(),
+                        p.environment.device_name,
+                        p.environment.execution_provider,
+                        p.environment.ort_version,
+                        p.environment.cpu_model,
+                        p.environment.date,
+                        p.fit.r_squared
+                    ),
+                ),
+                Err(e) => (
+                    ServiceSource::Calibrated,
+                    format!("calibrated profile {} ({e})", profile.display()),
+                ),
+            }
+        }
+        None => (ServiceSource::Unmeasured, "none".to_string()),
+    }
+}
+
+/// Service-time keys scaled by [`slower_service`], per model kind.
+const AFFINE_KEYS: [&str; 3] = ["a", "b", "c"];
+const LINEAR_STEP_KEYS: [&str; 5] = [
+    "base",
+    "per_prefill_token",
+    "per_prefill_attention_token2",
+    "per_decode_seq",
+    "per_kv_token",
+];
+
+/// `scenario` with every service (or step) time multiplied by `factor`, by scaling the
+/// coefficients the scenario writes. A calibrated profile or a roofline cannot be scaled this
+/// way: the error says so.
+pub fn slower_service(scenario: &Scenario, factor: f64) -> Result<Scenario, String> {
+    let mut scaled = scenario.clone();
+    for pool in scenario.pools() {
+        let prefix = if pool.name == "default" {
+            String::new()
+        } else {
+            format!("pools.{}.", pool.name)
+        };
+        let (table, keys): (&str, &[&str]) = if pool.llm.is_some() {
+            match scenario
+                .get(&format!("{prefix}step_time.kind"))
+                .and_then(|v| v.as_str())
+                .unwrap_or("linear")
+            {
+                "linear" => ("step_time", &LINEAR_STEP_KEYS),
+                other => {
+                    return Err(format!(
+                        "a `{other}` step-time model has no coefficients to scale"
+                    ));
+                }
+            }
+        } else {
+            match &pool.service_spec {
+                Some(ServiceSpec::Affine { .. }) => ("service", &AFFINE_KEYS),
+                Some(ServiceSpec::Constant { .. }) => ("service", &["time"]),
+                Some(ServiceSpec::Exponential { .. }) => ("service", &["mean"]),
+                Some(ServiceSpec::Profile { .. }) => {
+                    return Err(
+                        "a calibrated profile's times have no coefficients to scale".to_string()
+                    );
+                }
+                None => continue,
+            }
+        };
+        for key in keys {
+            let path = format!("{prefix}{table}.{key}");
+            let Some(text) = scenario.get(&path).and_then(|v| v.as_str()) else {
+                continue;
+            };
+            let ns = capsim_trace::quantity::parse_duration_ns_f64(text)
+                .map_err(|e| format!("{path}: {e}"))?;
+            scaled
+                .set(&path, &format!("\"{}ns\"", ns * factor))
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(scaled)
+}
+
+/// Configurations that carry the trace at `growth` times its mean rate `mean_rps` (the low end
+/// of their capacity interval), fewest instances first, then by capacity.
+pub fn carrying(capacities: &[CapacityRow], mean_rps: f64, growth: f64) -> Vec<&CapacityRow> {
+    let mut rows: Vec<&CapacityRow> = capacities
+        .iter()
+        .filter(|r| carried_multiple(r, mean_rps) >= growth)
+        .collect();
+    rows.sort_by(|a, b| {
+        a.instances
+            .cmp(&b.instances)
+            .then(carried_multiple(b, mean_rps).total_cmp(&carried_multiple(a, mean_rps)))
+            .then(a.config_index.cmp(&b.config_index))
+    });
+    rows
+}
+
+/// The multiple of the trace's rate `row` carries: its capacity interval's low end over
+/// `mean_rps` (0 without a capacity or a rate).
+pub fn carried_multiple(row: &CapacityRow, mean_rps: f64) -> f64 {
+    match row.capacity_rps {
+        Some(c) if mean_rps > 0.0 => c.low / mean_rps,
+        _ => 0.0,
+    }
+}
+
+/// The planner's answer in one sentence: the configuration that carries the growth with the
+/// fewest instances, its headroom, the sensitivity and what it rests on; or, when none does, the
+/// best the grid reached.
+pub fn answer_sentence(result: &SweepResult, review: &Review) -> String {
+    let q = &review.question;
+    let slo = &result.slo;
+    let target = q.mean_rate_rps * q.growth;
+    let growth = trim(q.growth);
+    let Some(best) = carrying(&result.capacities, q.mean_rate_rps, q.growth)
+        .first()
+        .copied()
+    else {
+        let most = result.capacities.iter().max_by(|a, b| {
+            carried_multiple(a, q.mean_rate_rps).total_cmp(&carried_multiple(b, q.mean_rate_rps))
+        });
+        return match most {
+            Some(row) => format!(
+                "No configuration of the grid carries {growth}x the trace ({target:.0} req/s) under {slo}: the best, `{}`, carries {:.2}x, so widen the grid (more instances or other batching), resting on {}.",
+                row.configuration,
+                carried_multiple(row, q.mean_rate_rps),
+                rests_on(&review.basis)
+            ),
+            None => {
+                format!("No configuration of the grid carries {growth}x the trace under {slo}.")
+            }
+        };
+    };
+    let multiple = carried_multiple(best, q.mean_rate_rps);
+    let capacity = best.capacity_rps.unwrap_or(Estimate {
+        mean: 0.0,
+        low: 0.0,
+        high: 0.0,
+        samples: 0,
+    });
+    let interval = if capacity.samples > 1 {
+        format!(
+            "{:.0} req/s, 95% interval {:.0}–{:.0} over {} seeds",
+            capacity.mean, capacity.low, capacity.high, capacity.samples
+        )
+    } else {
+        format!("{:.0} req/s, one seed", capacity.mean)
+    };
+    let cost = best.cost_per_million_requests.map_or(String::new(), |c| {
+        format!(" at {c:.4} per million requests,")
+    });
+    let slower = review
+        .sensitivity
+        .as_ref()
+        .and_then(|s| s.capacity_rps.map(|c| (s.service_scale, c)))
+        .map_or(String::new(), |(scale, c)| {
+            let m = if q.mean_rate_rps > 0.0 {
+                c.low / q.mean_rate_rps
+            } else {
+                0.0
+            };
+            format!(
+                " (with service times {:.0}% slower it carries {m:.2}x, {})",
+                (scale - 1.0) * 100.0,
+                if m >= q.growth {
+                    format!("headroom {:+.0}%", (m / q.growth - 1.0) * 100.0)
+                } else {
+                    "short of the target".to_string()
+                }
+            )
+        });
+    format!(
+        "Answer: for {growth}x today's traffic ({target:.0} req/s mean, {:.0} req/s at the 60 s peak) under {slo}, run {} instance{} of `{}`, which carries {multiple:.2}x the trace ({interval}), headroom {:+.0}%{slower},{cost} resting on {}.",
+        q.peak_rate_60s_rps * q.growth,
+        best.instances,
+        if best.instances == 1 { "" } else { "s" },
+        best.configuration,
+        (multiple / q.growth - 1.0) * 100.0,
+        rests_on(&review.basis)
+    )
+}
+
+/// What the answer rests on, in a few words.
+fn rests_on(basis: &Basis) -> String {
+    match basis.service_source {
+        ServiceSource::Unmeasured => {
+            "UNMEASURED service times (a guess written in the scenario: calibrate before committing)".to_string()
+        }
+        ServiceSource::Fitted => "service times fitted by `capsim fit` to a measured log".to_string(),
+        ServiceSource::Calibrated => format!("measured service times ({})", basis.service),
+    }
+}
+
+/// One block of the review, rendered to Markdown and to HTML alike. Text may hold `code` and
+/// **bold** spans.
+enum Block {
+    Heading(u8, String),
+    Para(String),
+    Warning(String),
+    List(Vec<String>),
+    Table {
+        head: Vec<String>,
+        right: Vec<bool>,
+        rows: Vec<Vec<String>>,
+    },
+    Figure {
+        file: String,
+        caption: String,
+    },
+}
+
+/// What one figure shows, by its file name (the sweep writes them; an unknown name gets none).
+fn caption_of(file: &str) -> &'static str {
+    match file {
+        "throughput_latency.png" => {
+            "Latency against load, one panel per configuration, with the SLO and the capacity marked."
+        }
+        "p99_by_config.png" => {
+            "The SLO's percentile of every configuration in one panel, each line ending at its capacity."
+        }
+        "latency_cdf.png" => "End-to-end latency distribution at the detail load.",
+        "stage_breakdown.png" => {
+            "Where the time goes, stage by stage, at the highest load every configuration shown sustains."
+        }
+        "timeseries.png" => {
+            "Queue depth, batch size and utilization over the best configuration's detail run."
+        }
+        "capacity_heatmap.png" => "Capacity over the first two grid axes.",
+        _ => "",
+    }
+}
+
+/// The blocks of the review.
+fn blocks(
+    result: &SweepResult,
+    slo: &Slo,
+    ranking: &[&CapacityRow],
+    figures: &[String],
+) -> Vec<Block> {
+    let mut out = Vec::new();
+    let review = result.review.as_ref();
+    let title = review.map_or("Capacity review".to_string(), |r| {
+        format!(
+            "Capacity review: {} on {}",
+            r.basis
+                .scenario
+                .rsplit('/')
+                .next()
+                .unwrap_or(&r.basis.scenario),
+            r.question
+                .trace
+                .rsplit('/')
+                .next()
+                .unwrap_or(&r.question.trace)
+        )
+    });
+    out.push(Block::Heading(1, title));
+    if !result.complete {
+        out.push(Block::Warning(
+            "The sweep was interrupted: only the runs that finished are reported.".to_string(),
+        ));
+    }
+
+    // The question.
+    out.push(Block::Heading(2, "Question".to_string()));
+    let mut question = Vec::new();
+    if let Some(r) = review {
+        let q = &r.question;
+        question.push(format!(
+            "Traffic: `{}`, {} requests over {}; mean {:.1} req/s, peak {:.1} req/s over 60 s and {:.0} req/s in 1 s; inputs mean {:.0}, p99 {:.0} tokens.",
+            q.trace,
+            q.requests,
+            duration_words(q.span_s),
+            q.mean_rate_rps,
+            q.peak_rate_60s_rps,
+            q.peak_rate_1s_rps,
+            q.input_tokens_mean,
+            q.input_tokens_p99
+        ));
+        question.push(format!(
+            "Growth: {}x, i.e. the trace replayed at {:.1} req/s mean ({:.1} req/s at its 60 s peak).",
+            trim(q.growth),
+            q.mean_rate_rps * q.growth,
+            q.peak_rate_60s_rps * q.growth
+        ));
+        if let Some(d) = &r.basis.description {
+            question.push(format!("Serving: `{}`: {d}.", r.basis.scenario));
+        }
+    }
+    question.push(format!(
+        "Objective: `{slo}`, with at most {} of requests rejected or timed out and no growing queue.",
+        review.map_or("the stated fraction".to_string(), |r| percent(r.basis.max_lost_fraction))
+    ));
+    question.push(format!(
+        "Options: {}.",
+        result
+            .grid_keys
+            .iter()
+            .zip(&result.grid_values)
+            .map(|(k, v)| format!("`{k}` ∈ {{{}}}", v.join(", ")))
+            .collect::<Vec<_>>()
+            .join(" × ")
+    ));
+    out.push(Block::List(question));
+
+    // The answer.
+    out.push(Block::Heading(2, "Answer".to_string()));
+    match review {
+        Some(r) => out.push(Block::Para(format!("**{}**", answer_sentence(result, r)))),
+        None => out.push(Block::Para(format!(
+            "The best configuration by capacity per instance is `{}`. (This sweep.json has no record of the trace and growth; run `capsim sweep` again for the full answer.)",
+            ranking[0].configuration
+        ))),
+    }
+    if let Some(r) = review
+        && r.basis.service_source == ServiceSource::Unmeasured
+    {
+        out.push(Block::Warning(format!(
+            "These service times were NOT MEASURED: they are a guess written in the scenario ({}). The capacities below are only as good as that guess; measure the model with `capsim calibrate` (or fit a measured log with `capsim fit`) before committing to the answer.",
+            r.basis.service
+        )));
+    }
+
+    // The evidence.
+    out.push(Block::Heading(2, "Evidence".to_string()));
+    for file in figures {
+        out.push(Block::Figure {
+            file: file.clone(),
+            caption: caption_of(file).to_string(),
+        });
+    }
+    out.push(Block::Heading(
+        3,
+        "Capacity of every configuration".to_string(),
+    ));
+    out.push(Block::List(vec![
+        "**Capacity** (the answer's measure): the highest rate at which the SLO holds, losses stay within the bound and the queue does not grow, found by bracketing and bisection to 1%; the interval is a 95% Student-t interval across seeds.".to_string(),
+        "**Latency starts to climb** (Kneedle's knee of the SLO percentile against load): where the curve bends upward, a load to stay below for comfort; shown only where it lies at or below the capacity, – where Kneedle finds no bend.".to_string(),
+    ]));
+    let mut rows = Vec::new();
+    let mut past_capacity = Vec::new();
+    for (rank, row) in ranking.iter().enumerate() {
+        let above = row
+            .bracket_by_seed
+            .contains(&crate::capacity::Bracket::AboveRange);
+        let capacity = row.capacity_rps.map(|c| c.mean);
+        let knee = match (row.kneedle_knee, capacity) {
+            (Some(k), Some(c)) if k.throughput_rps <= c * 1.0001 => {
+                format!("{:.1}", k.throughput_rps)
+            }
+            (Some(k), _) => {
+                past_capacity.push(format!(
+                    "`{}` ({:.1} req/s against a capacity of {})",
+                    row.configuration,
+                    k.throughput_rps,
+                    capacity.map_or("none".to_string(), |c| format!("{c:.1}"))
+                ));
+                "past capacity".to_string()
+            }
+            (None, _) => "–".to_string(),
+        };
+        rows.push(vec![
+            (rank + 1).to_string(),
+            format!("`{}`", row.configuration),
+            row.instances.to_string(),
+            format!("{}{}", if above { "≥ " } else { "" }, number(capacity)),
+            row.capacity_rps.map_or("–".to_string(), |c| {
+                format!("{:.1} – {:.1}", c.low, c.high)
+            }),
+            number(row.capacity_per_instance_rps),
+            number(row.latency_at_capacity_ms),
+            knee,
+            row.cost_per_million_requests
+                .map_or("–".to_string(), |c| format!("{c:.4}")),
+        ]);
+    }
+    out.push(Block::Table {
+        head: [
+            "rank",
+            "configuration",
+            "instances",
+            "capacity (req/s)",
+            "95% interval",
+            "per instance (req/s)",
+            "SLO percentile at capacity (ms)",
+            "latency starts to climb (req/s)",
+            "cost / 1M req",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
+        right: vec![true, false, true, true, false, true, true, true, true],
+        rows,
+    });
+    let mut notes = Vec::new();
+    if ranking.iter().any(|r| {
+        r.bracket_by_seed
+            .contains(&crate::capacity::Bracket::AboveRange)
+    }) {
+        notes.push("A capacity marked ≥ met the SLO at the top of the load axis: it is a lower bound; extend the axis to find it.".to_string());
+    }
+    if !past_capacity.is_empty() {
+        notes.push(format!(
+            "Kneedle's knee lies past the capacity for {}: there the queue already grows, so the bend it finds is the overload's, not where latency starts to climb; it is not shown.",
+            past_capacity.join(", ")
+        ));
+    }
+    if let Some(note) = scaling_note(result) {
+        notes.push(note);
+    }
+    if !notes.is_empty() {
+        out.push(Block::List(notes));
+    }
+
+    // What it rests on.
+    out.push(Block::Heading(2, "What the answer rests on".to_string()));
+    let mut basis = Vec::new();
+    if let Some(r) = review {
+        let b = &r.basis;
+        let source = match b.service_source {
+            ServiceSource::Unmeasured => "**UNMEASURED: a guess written in the scenario**",
+            ServiceSource::Fitted => {
+                "fitted by `capsim fit` to a measured log (see the fit's report for its error)"
+            }
+            ServiceSource::Calibrated => "measured by `capsim calibrate`",
+        };
+        basis.push(format!("Service times: {source}; {}.", b.service));
+        basis.push(format!(
+            "Assumed overheads outside the model (not measured unless the scenario says so): {}.",
+            if b.overheads.is_empty() {
+                "none set".to_string()
+            } else {
+                b.overheads
+                    .iter()
+                    .map(|o| format!("`{o}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        ));
+        basis.push(format!(
+            "Seeds: {} per point (seed {} to {}); capacities are the mean with a 95% Student-t interval across them{}.",
+            b.seeds,
+            b.base_seed,
+            b.base_seed + u64::from(b.seeds.max(1)) - 1,
+            if b.seeds < 2 { " (one seed: no interval; use --seeds 3 or more)" } else { "" }
+        ));
+        if b.service_source != ServiceSource::Calibrated && !b.service.contains("residuals") {
+            basis.push("The service model is deterministic and the trace fixes the arrivals, so seeds vary only the sampled overheads (network latency): the interval is narrow and does not cover the service-time uncertainty; the sensitivity below does.".to_string());
+        }
+        match &r.sensitivity {
+            Some(s) => match (s.capacity_rps, &s.note) {
+                (Some(slow), _) => {
+                    let base = ranking
+                        .iter()
+                        .find(|row| row.configuration == s.configuration)
+                        .and_then(|row| row.capacity_rps);
+                    let change = base
+                        .filter(|b| b.mean > 0.0)
+                        .map_or(String::new(), |b| {
+                            format!(
+                                " against {:.1} req/s as simulated ({:+.0}%)",
+                                b.mean,
+                                (slow.mean / b.mean - 1.0) * 100.0
+                            )
+                        });
+                    basis.push(format!(
+                        "Sensitivity: with every service time {:.0}% slower, `{}` sustains {:.1} req/s (95% interval {:.1} – {:.1}){change}.",
+                        (s.service_scale - 1.0) * 100.0,
+                        s.configuration,
+                        slow.mean,
+                        slow.low,
+                        slow.high
+                    ));
+                }
+                (None, note) => basis.push(format!(
+                    "Sensitivity to {:.0}% slower service times: not computed ({}).",
+                    (s.service_scale - 1.0) * 100.0,
+                    note.as_deref().unwrap_or("no reason recorded")
+                )),
+            },
+            None => basis.push(
+                "Sensitivity to slower service times: not computed (a sharded sweep; run it whole).".to_string(),
+            ),
+        }
+    }
+    basis.push(format!(
+        "Runs: {} configurations × {} curve runs on the `{}` load axis.",
+        ranking.len(),
+        result.curves.len(),
+        result.load_kind.column()
+    ));
+    out.push(Block::List(basis));
+    out
+}
+
+/// A line saying why capacity grows faster than the instance count, when it does by more than
+/// 10% per instance between the fewest and the most instances of otherwise equal settings.
+fn scaling_note(result: &SweepResult) -> Option<String> {
+    let others = |row: &CapacityRow| -> Vec<(String, String)> {
+        row.settings
+            .iter()
+            .filter(|(k, _)| k != "instances")
+            .cloned()
+            .collect()
+    };
+    let mut worst: Option<(f64, &CapacityRow, &CapacityRow)> = None;
+    for low in &result.capacities {
+        for high in &result.capacities {
+            if high.instances <= low.instances || others(low) != others(high) {
+                continue;
+            }
+            let (Some(a), Some(b)) = (
+                low.capacity_per_instance_rps,
+                high.capacity_per_instance_rps,
+            ) else {
+                continue;
+            };
+            if a > 0.0 && b / a > 1.1 && worst.is_none_or(|w| b / a > w.0) {
+                worst = Some((b / a, low, high));
+            }
+        }
+    }
+    let (ratio, low, high) = worst?;
+    Some(format!(
+        "Capacity grows faster than the instance count: `{}` sustains {:.1} req/s per instance, `{}` {:.1} ({:.2}x). At a higher total rate the arrivals in any window of the SLO's length vary less relative to their mean, and more servers share each burst, so under the same percentile bound each server can run busier (a multi-server queue's economy of scale); the per-instance figure of the smallest fleet is the conservative one.",
+        low.configuration,
+        low.capacity_per_instance_rps.unwrap_or(0.0),
+        high.configuration,
+        high.capacity_per_instance_rps.unwrap_or(0.0),
+        ratio
+    ))
+}
+
+/// Writes `report.md` and `report.html` into `dir` (figures by file name; the HTML embeds them)
+/// and returns their paths.
+pub fn write_documents(
+    dir: &Path,
+    result: &SweepResult,
+    slo: &Slo,
+    ranking: &[&CapacityRow],
+    figures: &[PathBuf],
+) -> Result<Vec<PathBuf>, ReportError> {
+    let names: Vec<String> = figures
+        .iter()
+        .filter_map(|p| p.file_name().and_then(|n| n.to_str()).map(str::to_string))
+        .filter(|n| n.ends_with(".png"))
+        .collect();
+    let blocks = blocks(result, slo, ranking, &names);
+    let md_path = dir.join("report.md");
+    write(&md_path, &markdown(&blocks))?;
+    let html_path = dir.join("report.html");
+    write(&html_path, &html(&blocks, dir)?)?;
+    Ok(vec![md_path, html_path])
+}
+
+fn write(path: &Path, text: &str) -> Result<(), ReportError> {
+    std::fs::write(path, text).map_err(|source| ReportError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn markdown(blocks: &[Block]) -> String {
+    let mut md = String::new();
+    for block in blocks {
+        match block {
+            Block::Heading(level, text) => {
+                let _ = writeln!(md, "{} {text}\n", "#".repeat(usize::from(*level)));
+            }
+            Block::Para(text) => {
+                let _ = writeln!(md, "{text}\n");
+            }
+            Block::Warning(text) => {
+                let _ = writeln!(md, "> **⚠ {text}**\n");
+            }
+            Block::List(items) => {
+                for item in items {
+                    let _ = writeln!(md, "- {item}");
+                }
+                md.push('\n');
+            }
+            Block::Table { head, right, rows } => {
+                let _ = writeln!(md, "| {} |", head.join(" | "));
+                let rule: Vec<&str> = right
+                    .iter()
+                    .map(|r| if *r { "---:" } else { "---" })
+                    .collect();
+                let _ = writeln!(md, "|{}|", rule.join("|"));
+                for row in rows {
+                    let _ = writeln!(md, "| {} |", row.join(" | "));
+                }
+                md.push('\n');
+            }
+            Block::Figure { file, caption } => {
+                let _ = writeln!(md, "![{file}]({file})\n");
+                if !caption.is_empty() {
+                    let _ = writeln!(md, "*{file}*: {caption}\n");
+                }
+            }
+        }
+    }
+    md
+}
+
+const STYLE: &str = "body{font-family:-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#1b1f24;line-height:1.45}\
+h1{font-size:1.7em;border-bottom:2px solid #d0d7de;padding-bottom:.3em}h2{margin-top:1.6em;border-bottom:1px solid #d0d7de}\
+code{background:#f2f4f7;padding:.1em .3em;border-radius:3px;font-size:.92em}\
+.warn{background:#fff4e5;border-left:6px solid #d9480f;padding:.6em 1em;font-weight:600}\
+table{border-collapse:collapse;font-size:.9em}th,td{border:1px solid #d0d7de;padding:.3em .6em}th{background:#f6f8fa}td.r,th.r{text-align:right}\
+figure{margin:1em 0}figure img{max-width:100%;border:1px solid #d0d7de}figcaption{color:#57606a;font-size:.9em}";
+
+fn html(blocks: &[Block], dir: &Path) -> Result<String, ReportError> {
+    let title = blocks
+        .iter()
+        .find_map(|b| match b {
+            Block::Heading(1, t) => Some(t.as_str()),
+            _ => None,
+        })
+        .unwrap_or("capsim report");
+    let mut out = format!(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n",
+        escape(title)
+    );
+    for block in blocks {
+        match block {
+            Block::Heading(level, text) => {
+                let _ = writeln!(out, "<h{level}>{}</h{level}>", inline(text));
+            }
+            Block::Para(text) => {
+                let _ = writeln!(out, "<p>{}</p>", inline(text));
+            }
+            Block::Warning(text) => {
+                let _ = writeln!(out, "<p class=\"warn\">⚠ {}</p>", inline(text));
+            }
+            Block::List(items) => {
+                out.push_str("<ul>\n");
+                for item in items {
+                    let _ = writeln!(out, "<li>{}</li>", inline(item));
+                }
+                out.push_str("</ul>\n");
+            }
+            Block::Table { head, right, rows } => {
+                let class = |i: usize| {
+                    if right.get(i) == Some(&true) {
+                        " class=\"r\""
+                    } else {
+                        ""
+                    }
+                };
+                out.push_str("<table>\n<tr>");
+                for (i, h) in head.iter().enumerate() {
+                    let _ = write!(out, "<th{}>{}</th>", class(i), inline(h));
+                }
+                out.push_str("</tr>\n");
+                for row in rows {
+                    out.push_str("<tr>");
+                    for (i, cell) in row.iter().enumerate() {
+                        let _ = write!(out, "<td{}>{}</td>", class(i), inline(cell));
+                    }
+                    out.push_str("</tr>\n");
+                }
+                out.push_str("</table>\n");
+            }
+            Block::Figure { file, caption } => {
+                let path = dir.join(file);
+                let bytes = std::fs::read(&path).map_err(|source| ReportError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+                let _ = writeln!(
+                    out,
+                    "<figure><img alt=\"{}\" src=\"data:image/png;base64,{}\"><figcaption><code>{}</code>: {}</figcaption></figure>",
+                    escape(file),
+                    base64(&bytes),
+                    escape(file),
+                    inline(caption)
+                );
+            }
+        }
+    }
+    out.push_str("</body>\n</html>\n");
+    Ok(out)
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// `text` escaped, with `code` and **bold** spans turned into their HTML elements.
+fn inline(text: &str) -> String {
+    let mut out = String::new();
+    let mut bold = false;
+    let mut rest = text;
+    while !rest.is_empty() {
+        if let Some(after) = rest.strip_prefix('`')
+            && let Some(end) = after.find('`')
+        {
+            let _ = write!(out, "<code>{}</code>", escape(&after[..end]));
+            rest = &after[end + 1..];
+        } else if let Some(after) = rest.strip_prefix("**") {
+            out.push_str(if bold { "</strong>" } else { "<strong>" });
+            bold = !bold;
+            rest = after;
+        } else {
+            let first = rest.chars().next().map_or(1, char::len_utf8);
+            let next = rest[first..]
+                .find(['`', '*'])
+                .map_or(rest.len(), |i| i + first);
+            out.push_str(&escape(&rest[..next]));
+            rest = &rest[next..];
+        }
+    }
+    if bold {
+        out.push_str("</strong>");
+    }
+    out
+}
+
+/// Standard base64 (RFC 4648, with padding).
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[(n >> (18 - 6 * i)) as usize & 63]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+fn number(value: Option<f64>) -> String {
+    value.map_or("–".to_string(), |v| format!("{v:.1}"))
+}
+
+fn percent(fraction: f64) -> String {
+    format!("{}%", trim(fraction * 100.0))
+}
+
+fn trim(value: f64) -> String {
+    let text = format!("{value:.3}");
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+fn duration_words(seconds: f64) -> String {
+    if seconds >= 120.0 {
+        format!("{:.1} min", seconds / 60.0)
+    } else {
+        format!("{} s", trim(seconds))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_rfc4648_test_vectors() {
+        for (input, expected) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(base64(input.as_bytes()), expected, "base64({input:?})");
+        }
+    }
+
+    #[test]
+    fn inline_markup_becomes_code_and_strong_and_is_escaped() {
+        assert_eq!(
+            inline("**run `a<b` now** & 1*2"),
+            "<strong>run <code>a&lt;b</code> now</strong> &amp; 1*2"
+        );
+    }
+
+    #[test]
+    fn slower_service_scales_every_affine_coefficient() {
+        let s = Scenario::from_toml_str(
+            "[service]\nkind = \"affine\"\na = \"1.5ms\"\nb = \"0.1ms\"\nc = \"6us\"\n",
+        )
+        .unwrap();
+        let slow = slower_service(&s, 1.2).unwrap();
+        match &slow.pools()[0].service_spec {
+            Some(ServiceSpec::Affine { a, b, c, .. }) => {
+                assert_eq!(
+                    (a.0, b.0, c.0),
+                    (1_800_000, 120_000, 7_200),
+                    "a, b, c in ns"
+                );
+            }
+            other => panic!("expected an affine service, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn slower_service_scales_a_constant_time() {
+        let s =
+            Scenario::from_toml_str("[service]\nkind = \"constant\"\ntime = \"5ms\"\n").unwrap();
+        let slow = slower_service(&s, 1.2).unwrap();
+        assert!(matches!(
+            slow.pools()[0].service_spec,
+            Some(ServiceSpec::Constant { time, .. }) if time.0 == 6_000_000
+        ));
+    }
+}
