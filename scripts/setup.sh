@@ -4,7 +4,8 @@
 # scripts/requirements.txt (ONNX Runtime's shared library comes from its PyPI wheel), and a
 # Triton Inference Server in .triton/ (scripts/triton.py install: the nvidia-pytriton wheel), and
 # llama-cpp-python's OpenAI-compatible server in .venv (scripts/llama_server.py install: built
-# from source, a few minutes the first time).
+# from source, a few minutes the first time), and Debian's chromium package (apt-get) for the
+# headless-browser test of report.html.
 # Safe to run again: it only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,4 +26,14 @@ fi
 if ! .venv/bin/python scripts/llama_server.py install; then
   echo "setup: installing llama-cpp-python (scripts/llama_server.py install, scripts/requirements-llama.txt) into .venv failed: it builds from source and needs PyPI, gcc and g++" >&2
   exit 1
+fi
+# Headless Chromium (Debian's chromium package) renders report.html in tests/report_html.rs.
+# Without it the demo still runs; that test fails under CI and says how to install it.
+if ! command -v chromium >/dev/null 2>&1; then
+  sudo=""
+  if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then sudo="sudo"; fi
+  echo "setup: installing chromium (apt-get) for the report.html screenshot test"
+  if ! { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null; }; then
+    echo "setup: warning: installing chromium failed (run: apt-get install -y chromium); the report.html screenshot test needs it" >&2
+  fi
 fi
