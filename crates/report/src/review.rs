@@ -402,11 +402,11 @@ pub fn answer_sentence(result: &SweepResult, review: &Review) -> String {
             )
         });
     format!(
-        "Answer: for {growth}x today's traffic ({target:.0} req/s mean, {:.0} req/s at the 60 s peak) under {slo}, run {} instance{} of `{}`, which carries {multiple:.2}x the trace ({interval}), headroom {:+.0}%{slower},{cost} resting on {}.",
+        "Answer: for {growth}x today's traffic ({target:.0} req/s mean, {:.0} req/s at the 60 s peak) under {slo}, run `{}` ({} instance{}), which carries {multiple:.2}x the trace ({interval}), headroom {:+.0}% over the target{slower},{cost} resting on {}.",
         q.peak_rate_60s_rps * q.growth,
+        best.configuration,
         best.instances,
         if best.instances == 1 { "" } else { "s" },
-        best.configuration,
         (multiple / q.growth - 1.0) * 100.0,
         rests_on(&review.basis)
     )
