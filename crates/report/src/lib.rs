@@ -20,6 +20,7 @@
 pub mod capacity;
 pub mod error;
 pub mod experiment;
+pub mod figures;
 pub mod grid;
 pub mod interval;
 pub mod knee;

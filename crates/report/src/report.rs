@@ -4,9 +4,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::plot::{
-    CapacityHeatmap, CdfPlot, CdfSeries, CurvePoint, CurveSeries, PlotError, PlotSize, StageBars,
-    StageBreakdownPlot, ThroughputLatencyPlot, TimeSeriesPanel, TimeSeriesPlot,
-    draw_capacity_heatmap, draw_latency_cdf, draw_stage_breakdown, draw_throughput_latency,
+    CapacityHeatmap, CdfPlot, CdfSeries, PlotError, PlotSize, StageBars, StageBreakdownPlot,
+    TimeSeriesPanel, TimeSeriesPlot, draw_capacity_heatmap, draw_latency_cdf, draw_stage_breakdown,
     draw_time_series,
 };
 use crate::slo::{LatencyStat, Slo};
@@ -85,33 +84,11 @@ pub fn write_report(
         String::new()
     };
 
-    // 1. Throughput-latency curves.
+    // 1. Latency against offered load: small multiples of the best, and p99 of all.
     let primary = slo.primary();
-    let series: Vec<CurveSeries> = shown
-        .iter()
-        .map(|row| {
-            let rows = rows_of(row.config_index);
-            let points = percentile_curve(&rows, &primary.metric);
-            CurveSeries {
-                label: label(row.config_index),
-                points,
-                slo_knee: row.slo_knee.map(|k| (k.throughput_rps, k.latency_ms)),
-                kneedle_knee: row.kneedle_knee.map(|k| (k.throughput_rps, k.latency_ms)),
-            }
-        })
-        .filter(|s| !s.points.is_empty())
-        .collect();
-    let curves_path = dir.join("throughput_latency.png");
-    if !series.is_empty() {
-        let plot = ThroughputLatencyPlot {
-            title: format!("{} latency vs throughput{subset_note}", primary.metric),
-            series,
-            slo_ms: Some(primary.bound_ns as f64 / 1e6),
-            slo_label: format!("SLO {primary}"),
-        };
-        draw_throughput_latency(&plot, size, &curves_path)?;
-        written.push(curves_path);
-    }
+    written.extend(crate::figures::draw_load_figures(
+        dir, result, &slo, &ranking, &label, size,
+    )?);
 
     // 2. Latency CDF at the detail load.
     let details: BTreeMap<usize, &crate::sweep::ConfigDetail> =
@@ -260,41 +237,8 @@ pub fn write_report(
     Ok(written)
 }
 
-/// Per load, mean throughput and mean p50/p95/p99 of `metric` over seeds.
-fn percentile_curve(rows: &[&CurveRow], metric: &str) -> Vec<CurvePoint> {
-    let mut by_load: BTreeMap<u64, Vec<&CurveRow>> = BTreeMap::new();
-    for row in rows {
-        by_load.entry(row.load.to_bits()).or_default().push(row);
-    }
-    let mut points: Vec<(f64, CurvePoint)> = by_load
-        .values()
-        .filter_map(|runs| {
-            let mean = |stat: LatencyStat| {
-                let values: Vec<f64> = runs
-                    .iter()
-                    .filter_map(|r| stage_stat(r, metric, stat))
-                    .collect();
-                (values.len() == runs.len())
-                    .then(|| values.iter().sum::<f64>() / values.len() as f64)
-            };
-            Some((
-                runs[0].load,
-                CurvePoint {
-                    throughput_rps: runs.iter().map(|r| r.throughput_rps).sum::<f64>()
-                        / runs.len() as f64,
-                    p50_ms: mean(LatencyStat::Percentile(50.0))?,
-                    p95_ms: mean(LatencyStat::Percentile(95.0))?,
-                    p99_ms: mean(LatencyStat::Percentile(99.0))?,
-                },
-            ))
-        })
-        .collect();
-    points.sort_by(|a, b| a.0.total_cmp(&b.0));
-    points.into_iter().map(|(_, p)| p).collect()
-}
-
 /// Labels that show only the grid keys that vary, by their last dotted part.
-fn short_labels(result: &SweepResult) -> impl Fn(usize) -> String + '_ {
+pub(crate) fn short_labels(result: &SweepResult) -> impl Fn(usize) -> String + '_ {
     move |index| {
         let Some(row) = result.capacities.iter().find(|c| c.config_index == index) else {
             return format!("config {index}");

@@ -132,7 +132,8 @@ fn draw_panel(
         .unwrap_or(0);
     let label_px =
         ((longest as f64 * 0.55 * sizes.tick as f64) as u32 + 16).min(area.dim_in_pixel().0 / 3);
-    let labels: Vec<String> = plot.bars.iter().map(|b| b.label.clone()).collect();
+    // The first bar (the best configuration) on top: rows count down from count - 1.
+    let labels: Vec<String> = plot.bars.iter().rev().map(|b| b.label.clone()).collect();
     let mut chart = ChartBuilder::on(area)
         .margin(10)
         .x_label_area_size(sizes.label * 3)
@@ -156,7 +157,7 @@ fn draw_panel(
         let mut start = 0.0;
         for (stage, &value) in values(bar).iter().enumerate() {
             let end = start + value;
-            let y = row as f64;
+            let y = (count - 1 - row) as f64;
             let rect = Rectangle::new(
                 [(start, y - 0.35), (end, y + 0.35)],
                 series_colour(stage).filled(),
@@ -254,6 +255,63 @@ mod tests {
         assert!(
             err.to_string().contains("5 p99 values for 6 stages"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn bar_segments_are_as_long_as_their_stage_times_and_the_first_bar_is_on_top() {
+        use crate::plot::test_support::Image;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("segments.png");
+        let plot = StageBreakdownPlot {
+            title: "t".into(),
+            stages: vec!["queue".into(), "execution".into()],
+            bars: vec![
+                StageBars {
+                    label: "a".into(),
+                    mean_ms: vec![10.0, 30.0],
+                    p99_ms: vec![10.0, 30.0],
+                },
+                StageBars {
+                    label: "b".into(),
+                    mean_ms: vec![20.0, 5.0],
+                    p99_ms: vec![20.0, 5.0],
+                },
+            ],
+        };
+        draw_stage_breakdown(&plot, PlotSize::DEFAULT, &path).unwrap();
+        let image = Image::read(&path);
+        let (queue, execution) = (series_colour(0), series_colour(1));
+        // Rows crossing a bar in the top panel: the widest run of the queue colour per row.
+        let bars: Vec<(i32, usize, usize)> = (0..image.height as i32 / 2)
+            .map(|y| {
+                (
+                    y,
+                    image.columns_of(y, queue).len(),
+                    image.columns_of(y, execution).len(),
+                )
+            })
+            .filter(|(_, q, e)| *q > 0 && *e > 0)
+            .collect();
+        let top = bars.first().expect("a bar in the top panel");
+        let bottom = bars.last().unwrap();
+        assert!(top.0 < bottom.0);
+        // Bar "a" (first) is on top: queue 10 ms, execution 30 ms, so execution is 3x as long.
+        let ratio = top.2 as f64 / top.1 as f64;
+        assert!(
+            (ratio - 3.0).abs() < 0.15,
+            "top bar execution/queue {ratio}, expected 3"
+        );
+        let ratio = bottom.1 as f64 / bottom.2 as f64;
+        assert!(
+            (ratio - 4.0).abs() < 0.25,
+            "bottom bar queue/execution {ratio}, expected 4"
+        );
+        // The same scale in one panel: a's queue is half b's.
+        let ratio = top.1 as f64 / bottom.1 as f64;
+        assert!(
+            (ratio - 0.5).abs() < 0.05,
+            "queue a/b {ratio}, expected 0.5"
         );
     }
 }

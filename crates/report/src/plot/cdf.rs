@@ -63,9 +63,9 @@ pub fn draw_latency_cdf(plot: &CdfPlot, size: PlotSize, path: &Path) -> Result<(
     let sizes = TextSizes::for_size(size);
     let root = root.titled(&plot.title, (FONT, sizes.title)).at(path)?;
     let mut legend = series_legend(plot.series.iter().map(|s| s.label.as_str()));
-    if plot.slo_ms.is_some() {
+    if let Some(slo_ms) = plot.slo_ms {
         legend.push(LegendEntry {
-            label: "SLO".into(),
+            label: format!("SLO {} ms", compact(slo_ms)),
             colour: RED,
             mark: LegendMark::Line(2),
         });
@@ -201,5 +201,56 @@ mod tests {
         let path = dir.path().join("cdf.png");
         draw_latency_cdf(&plot, PlotSize::DEFAULT, &path).unwrap();
         assert_eq!(png_size(&path), (1200, 800));
+    }
+
+    #[test]
+    fn a_slower_sample_is_drawn_further_right_and_the_slo_where_it_maps() {
+        use crate::plot::test_support::Image;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cdf_shift.png");
+        let uniform = |lo: f64| (0..1000).map(|i| lo + lo * f64::from(i) / 1000.0).collect();
+        let plot = CdfPlot {
+            title: "t".into(),
+            series: vec![
+                CdfSeries {
+                    label: "fast".into(),
+                    latencies_ms: uniform(10.0),
+                },
+                CdfSeries {
+                    label: "slow".into(),
+                    latencies_ms: uniform(40.0),
+                },
+            ],
+            slo_ms: Some(60.0),
+        };
+        draw_latency_cdf(&plot, PlotSize::DEFAULT, &path).unwrap();
+        let image = Image::read(&path);
+        let mid_x = |colour| {
+            // Left of the legend (at least 18% of the width, on the right).
+            let columns: Vec<i32> = image
+                .columns_of_colour(colour)
+                .into_iter()
+                .filter(|&x| x < image.width as i32 * 8 / 10)
+                .collect();
+            assert!(!columns.is_empty(), "a series is not drawn");
+            (columns[0], columns[columns.len() - 1])
+        };
+        let (fast, slow) = (mid_x(series_colour(0)), mid_x(series_colour(1)));
+        assert!(
+            fast.1 < slow.0,
+            "fast {fast:?} must end left of where slow {slow:?} starts"
+        );
+        // Linear axis from 0: the slow sample spans 40..80 ms, the SLO at 60 ms sits midway.
+        let slo: Vec<i32> = image
+            .columns_of_colour(RED)
+            .into_iter()
+            .filter(|&x| x < image.width as i32 * 8 / 10)
+            .collect();
+        let slo_x = slo.iter().sum::<i32>() / slo.len() as i32;
+        let expected = (slow.0 + slow.1) / 2;
+        assert!(
+            (slo_x - expected).abs() <= 6,
+            "SLO at column {slo_x}, expected ~{expected}"
+        );
     }
 }

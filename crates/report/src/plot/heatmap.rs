@@ -105,9 +105,9 @@ pub fn draw_capacity_heatmap(
             chart
                 .draw_series(std::iter::once(Rectangle::new(cell, WHITE.stroke_width(2))))
                 .at(path)?;
-            let text = value.map_or("none".to_string(), |v| format!("{} rps", compact(v)));
+            let text = value.map_or("none".to_string(), |v| format!("{} req/s", compact(v)));
             let dark = value.is_some_and(|v| max > 0.0 && v / max > 0.55);
-            let style = TextStyle::from((FONT, sizes.tick))
+            let style = TextStyle::from((FONT, sizes.label))
                 .color(if dark { &WHITE } else { &BLACK })
                 .pos(plotters::style::text_anchor::Pos::new(
                     plotters::style::text_anchor::HPos::Center,
@@ -209,6 +209,44 @@ mod tests {
         assert!(
             err.to_string().contains("1 values for 2 columns x 1 rows"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn cells_are_coloured_by_capacity_at_their_grid_place() {
+        use crate::plot::test_support::Image;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cells.png");
+        // Two columns, two rows (bottom row first): 10, 20 / 30, 40.
+        let plot = CapacityHeatmap {
+            title: "t".into(),
+            x_name: "delay".into(),
+            x_labels: vec!["0ms".into(), "2ms".into()],
+            y_name: "instances".into(),
+            y_labels: vec!["1".into(), "2".into()],
+            values_rps: vec![Some(10.0), Some(20.0), Some(30.0), Some(40.0)],
+        };
+        draw_capacity_heatmap(&plot, PlotSize::DEFAULT, &path).unwrap();
+        let image = Image::read(&path);
+        let centre = |value: f64| {
+            let colour = blues(value / 40.0);
+            let mut found = (0i64, 0i64, 0i64);
+            for y in 0..image.height as i32 {
+                for x in image.columns_of(y, colour) {
+                    found = (found.0 + i64::from(x), found.1 + i64::from(y), found.2 + 1);
+                }
+            }
+            assert!(
+                found.2 > 10_000,
+                "the {value} req/s cell is not filled with its colour"
+            );
+            (found.0 / found.2, found.1 / found.2)
+        };
+        let (c10, c20, c30, c40) = (centre(10.0), centre(20.0), centre(30.0), centre(40.0));
+        assert!(c10.0 < c20.0 && c30.0 < c40.0, "columns left to right");
+        assert!(
+            c30.1 < c10.1 && c40.1 < c20.1,
+            "the second row above the first"
         );
     }
 }

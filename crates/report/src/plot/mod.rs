@@ -5,16 +5,21 @@
 //! its own. Every function writes a PNG of the requested [`PlotSize`] to a path ending in `.png`.
 
 mod breakdown;
+mod by_config;
 mod cdf;
-mod curves;
 mod heatmap;
+mod load_latency;
 mod profile_fit;
 mod timeseries;
 
 pub use breakdown::{StageBars, StageBreakdownPlot, draw_stage_breakdown};
+pub use by_config::{ConfigLine, LatencyByConfigPlot, draw_latency_by_config};
 pub use cdf::{CdfPlot, CdfSeries, draw_latency_cdf};
-pub use curves::{CurvePoint, CurveSeries, ThroughputLatencyPlot, draw_throughput_latency};
 pub use heatmap::{CapacityHeatmap, draw_capacity_heatmap};
+pub use load_latency::{
+    ACHIEVED_COLOUR, CAPACITY_COLOUR, CapacityMark, LoadLatencyPlot, LoadPanel, LoadPoint,
+    P50_COLOUR, P95_COLOUR, P99_COLOUR, SLO_COLOUR, draw_load_latency,
+};
 pub use profile_fit::{FitSeries, ProfileFitPlot, draw_profile_fit};
 pub use timeseries::{TimeSeriesPanel, TimeSeriesPlot, draw_time_series};
 
@@ -371,6 +376,81 @@ pub(crate) mod test_support {
         let width = u32::from_be_bytes(bytes[16..20].try_into().unwrap());
         let height = u32::from_be_bytes(bytes[20..24].try_into().unwrap());
         (width, height)
+    }
+
+    /// A decoded PNG, RGB(A) bytes row by row.
+    pub struct Image {
+        pub width: u32,
+        pub height: u32,
+        pub channels: usize,
+        pub pixels: Vec<u8>,
+    }
+
+    impl Image {
+        /// Decodes the PNG at `path` (and keeps a copy as [`png_size`] does).
+        pub fn read(path: &Path) -> Image {
+            png_size(path);
+            let file = std::fs::File::open(path).expect("the PNG was written");
+            let mut reader = png::Decoder::new(std::io::BufReader::new(file))
+                .read_info()
+                .expect("a readable PNG");
+            let mut pixels = vec![0; reader.output_buffer_size()];
+            let info = reader.next_frame(&mut pixels).expect("a PNG frame");
+            pixels.truncate(info.buffer_size());
+            Image {
+                width: info.width,
+                height: info.height,
+                channels: info.color_type.samples(),
+                pixels,
+            }
+        }
+
+        /// The colour at column `x`, row `y` (white outside the image).
+        pub fn colour_at(&self, x: i32, y: i32) -> plotters::style::RGBColor {
+            if x < 0 || y < 0 || x >= self.width as i32 || y >= self.height as i32 {
+                return plotters::style::RGBColor(255, 255, 255);
+            }
+            let at = (y as usize * self.width as usize + x as usize) * self.channels;
+            let p = &self.pixels[at..at + 3];
+            plotters::style::RGBColor(p[0], p[1], p[2])
+        }
+
+        /// Whether `colour` (exactly) is within `radius` pixels of `at`.
+        pub fn has_colour_near(
+            &self,
+            at: (i32, i32),
+            colour: plotters::style::RGBColor,
+            radius: i32,
+        ) -> bool {
+            (-radius..=radius).any(|dx| {
+                (-radius..=radius).any(|dy| self.colour_at(at.0 + dx, at.1 + dy) == colour)
+            })
+        }
+
+        /// Columns of row `y` whose colour is exactly `colour`.
+        pub fn columns_of(&self, y: i32, colour: plotters::style::RGBColor) -> Vec<i32> {
+            (0..self.width as i32)
+                .filter(|&x| self.colour_at(x, y) == colour)
+                .collect()
+        }
+
+        /// Rows of column `x` whose colour is exactly `colour`.
+        pub fn rows_of(&self, x: i32, colour: plotters::style::RGBColor) -> Vec<i32> {
+            (0..self.height as i32)
+                .filter(|&y| self.colour_at(x, y) == colour)
+                .collect()
+        }
+
+        /// Columns (sorted, once each) holding `colour` anywhere in the chart rows (excluding
+        /// the top tenth, where titles and legends are).
+        pub fn columns_of_colour(&self, colour: plotters::style::RGBColor) -> Vec<i32> {
+            (0..self.width as i32)
+                .filter(|&x| {
+                    (self.height as i32 / 10..self.height as i32)
+                        .any(|y| self.colour_at(x, y) == colour)
+                })
+                .collect()
+        }
     }
 
     /// Fraction of pixels that are not white: a plot that drew its data has plenty.

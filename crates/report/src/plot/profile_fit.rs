@@ -257,4 +257,31 @@ mod tests {
         let err = draw_profile_fit(&empty, PlotSize::DEFAULT, &path).unwrap_err();
         assert!(err.to_string().contains("empty.png"), "{err}");
     }
+
+    #[test]
+    fn slower_measurements_are_drawn_higher() {
+        use crate::plot::test_support::Image;
+        let dir = tempfile::tempdir().unwrap();
+        let top_row = |plot: &ProfileFitPlot, name: &str| {
+            let path = dir.path().join(name);
+            draw_profile_fit(plot, PlotSize::DEFAULT, &path).unwrap();
+            let image = Image::read(&path);
+            let colour = series_colour(0);
+            // The chart, left of the legend and below the title.
+            (image.height as i32 / 10..image.height as i32)
+                .find(|&y| {
+                    image
+                        .columns_of(y, colour)
+                        .iter()
+                        .any(|&x| x < image.width as i32 * 8 / 10)
+                })
+                .expect("the first length's marks are drawn")
+        };
+        let base = plot();
+        let mut slower = base.clone();
+        // The first length's p99 at batch 8 doubles and becomes the highest mark of the plot.
+        slower.series[0].measured[3].2 *= 3.0;
+        let (before, after) = (top_row(&base, "base.png"), top_row(&slower, "slower.png"));
+        assert!(after < before, "top row {after} should be above {before}");
+    }
 }

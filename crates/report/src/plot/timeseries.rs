@@ -65,7 +65,8 @@ pub fn draw_time_series(
             .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), (_, v)| {
                 (lo.min(*v), hi.max(*v))
             });
-        let (y_lo, y_hi) = padded(lo.min(0.0), hi);
+        // A quantity that stays at 0 (an empty queue) still gets an axis of whole units.
+        let (y_lo, y_hi) = padded(lo.min(0.0), hi.max(if hi <= 0.0 { 1.0 } else { hi }));
         let last = index + 1 == plot.panels.len();
         let mut chart = ChartBuilder::on(area)
             .margin(8)
@@ -130,6 +131,57 @@ mod tests {
             ],
         };
         let path = dir.path().join("timeseries.png");
+        draw_time_series(&plot, PlotSize::DEFAULT, &path).unwrap();
+        assert_eq!(png_size(&path), (1200, 800));
+    }
+
+    #[test]
+    fn a_step_in_the_data_is_a_step_in_the_line() {
+        use crate::plot::test_support::Image;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("step.png");
+        // Queue at 2, then 5, then 8, a third of the run each.
+        let points = (0..=90)
+            .map(|t| (f64::from(t), 2.0 + 3.0 * f64::from(t.min(89) / 30)))
+            .collect();
+        let plot = TimeSeriesPlot {
+            title: "t".into(),
+            panels: vec![TimeSeriesPanel {
+                name: "queue depth (requests)".into(),
+                points,
+            }],
+        };
+        draw_time_series(&plot, PlotSize::DEFAULT, &path).unwrap();
+        let image = Image::read(&path);
+        let colour = series_colour(0);
+        let columns = image.columns_of_colour(colour);
+        let (first, last) = (columns[0], columns[columns.len() - 1]);
+        let row = |sixth: i32| {
+            let x = first + sixth * (last - first) / 6;
+            let rows = image.rows_of(x, colour);
+            assert!(!rows.is_empty(), "no line in column {x}");
+            rows.iter().sum::<i32>() / rows.len() as i32
+        };
+        let (r2, r5, r8) = (row(1), row(3), row(5));
+        assert!(
+            r8 < r5 && r5 < r2,
+            "higher values higher up: rows {r2}, {r5}, {r8}"
+        );
+        // Equal steps in the data are equal steps on the canvas (a linear axis).
+        assert!(((r2 - r5) - (r5 - r8)).abs() <= 2, "rows {r2}, {r5}, {r8}");
+    }
+
+    #[test]
+    fn an_all_zero_series_is_drawn_on_a_whole_unit_axis() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("zero.png");
+        let plot = TimeSeriesPlot {
+            title: "t".into(),
+            panels: vec![TimeSeriesPanel {
+                name: "queue depth (requests)".into(),
+                points: vec![(0.0, 0.0), (10.0, 0.0)],
+            }],
+        };
         draw_time_series(&plot, PlotSize::DEFAULT, &path).unwrap();
         assert_eq!(png_size(&path), (1200, 800));
     }
