@@ -117,8 +117,9 @@ fn every_request_replayed_against_triton_is_one_triton_counted_and_batched() {
         "traces/demo.parquet",
         "--limit",
         "400",
+        // About 500 req/s: the demo trace's 100 req/s times 5.
         "--rate-scale",
-        "40",
+        "5",
         "-o",
         out.to_str().expect("utf-8"),
     ]);
