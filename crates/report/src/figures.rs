@@ -21,6 +21,9 @@ pub const SMALL_MULTIPLES: usize = 6;
 /// Most lines in the all-configurations figure (the best by the ranking).
 pub const MAX_LINES: usize = 12;
 
+/// Curve points closer below a capacity than this fraction are not drawn before it.
+const NEAR_CAPACITY: f64 = 0.05;
+
 /// Draws both figures into `dir`; returns the files written (none when no configuration has a
 /// curve, e.g. a `capsim plan` sweep).
 pub fn draw_load_figures(
@@ -162,8 +165,8 @@ pub fn capacity_mark(row: &CapacityRow) -> Option<CapacityMark> {
     })
 }
 
-/// The p99 line of one configuration, ending at its capacity: the curve's points below the
-/// capacity, then the capacity with the latency the search measured there (when the SLO is on
+/// The p99 line of one configuration, ending at its capacity: the curve's points more than 5%
+/// below the capacity, then the capacity with the latency the search measured there (when the SLO is on
 /// p99) or the curve interpolated at it. A capacity beyond the curve's last load ends the line
 /// at that measured point too; without a measured value there, at the last point. No capacity
 /// (no load met the SLO) keeps the whole curve, dashed.
@@ -182,7 +185,14 @@ pub fn config_line(
             capacity_rps: None,
         };
     };
-    let mut line: Vec<(f64, f64)> = curve.iter().copied().filter(|p| p.0 < capacity).collect();
+    // Curve points within 5% below the capacity are left out: the capacity point is measured at
+    // each seed's own capacity, and a curve point just below it (a mean over other runs) can
+    // sit above it and draw a hook.
+    let mut line: Vec<(f64, f64)> = curve
+        .iter()
+        .copied()
+        .filter(|p| p.0 < capacity * (1.0 - NEAR_CAPACITY))
+        .collect();
     let measured = row
         .latency_at_capacity_ms
         .filter(|_| stat == LatencyStat::Percentile(99.0));
@@ -279,5 +289,16 @@ mod tests {
         );
         assert_eq!(line.points.len(), 3);
         assert_eq!(line.capacity_rps, None);
+    }
+
+    #[test]
+    fn a_curve_point_just_below_capacity_is_not_drawn_before_it() {
+        let line = config_line(
+            "a".into(),
+            &points(),
+            &row(Some(20.5), Some(35.0)),
+            LatencyStat::Percentile(99.0),
+        );
+        assert_eq!(line.points, vec![(10.0, 20.0), (20.5, 35.0)]);
     }
 }
