@@ -54,6 +54,12 @@ fn demo_sweep(dir: &Path) -> PathBuf {
         out.to_str().expect("utf-8"),
     ]);
     assert!(output.status.success(), "{}", text(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("Answer: for 4x today's traffic") && stdout.contains("instances"),
+        "the sweep prints the one-sentence answer:\n{}",
+        text(&output)
+    );
     out
 }
 

@@ -1021,6 +1021,146 @@ mod tests {
         );
     }
 
+    fn row(index: usize, instances: u32, capacity_rps: f64, knee_rps: Option<f64>) -> CapacityRow {
+        let estimate = Estimate {
+            mean: capacity_rps,
+            low: capacity_rps * 0.98,
+            high: capacity_rps * 1.02,
+            samples: 3,
+        };
+        CapacityRow {
+            config_index: index,
+            configuration: format!("instances={instances}"),
+            settings: vec![("instances".to_string(), instances.to_string())],
+            instances,
+            capacity_rps_by_seed: vec![capacity_rps; 3],
+            bracket_by_seed: vec![crate::capacity::Bracket::Found; 3],
+            capacity_rps: Some(estimate),
+            capacity_per_instance_rps: Some(capacity_rps / f64::from(instances)),
+            latency_at_capacity_ms: Some(90.0),
+            slo_knee: None,
+            kneedle_knee: knee_rps.map(|k| crate::sweep::KneePoint {
+                load: 1.0,
+                throughput_rps: k,
+                latency_ms: 50.0,
+            }),
+            knee_warnings: Vec::new(),
+            cost_per_million_requests: None,
+        }
+    }
+
+    fn result(capacities: Vec<CapacityRow>, growth: f64) -> SweepResult {
+        SweepResult {
+            slo: "e2e.p99<=100ms".to_string(),
+            load_kind: crate::load::LoadKind::RateScale,
+            grid_keys: vec!["instances".to_string()],
+            grid_values: vec![vec!["1".to_string(), "2".to_string(), "4".to_string()]],
+            shard: crate::shard::Shard::WHOLE,
+            complete: true,
+            curves: Vec::new(),
+            capacities,
+            details: Vec::new(),
+            review: Some(Review {
+                question: Question {
+                    trace: "t.parquet".to_string(),
+                    requests: 1000,
+                    span_s: 100.0,
+                    mean_rate_rps: 100.0,
+                    peak_rate_1s_rps: 160.0,
+                    peak_rate_60s_rps: 110.0,
+                    input_tokens_mean: 80.0,
+                    input_tokens_p99: 400.0,
+                    growth,
+                },
+                basis: Basis {
+                    scenario: "s.toml".to_string(),
+                    description: None,
+                    service_source: ServiceSource::Unmeasured,
+                    service: "affine".to_string(),
+                    overheads: Vec::new(),
+                    seeds: 3,
+                    base_seed: 0,
+                    max_lost_fraction: 0.001,
+                },
+                sensitivity: None,
+            }),
+        }
+    }
+
+    #[test]
+    fn answer_names_the_fewest_instances_whose_interval_carries_the_growth() {
+        // 1 instance carries 3.43x (low end), 2 carry 7.84x: for 4x the answer is 2 instances,
+        // headroom 7.84 / 4 - 1 = +96%.
+        let r = result(
+            vec![
+                row(0, 1, 350.0, None),
+                row(1, 2, 800.0, None),
+                row(2, 4, 1900.0, None),
+            ],
+            4.0,
+        );
+        let sentence = answer_sentence(&r, r.review.as_ref().unwrap());
+        for needle in [
+            "run `instances=2` (2 instances)",
+            "carries 7.84x",
+            "headroom +96%",
+            "UNMEASURED",
+        ] {
+            assert!(sentence.contains(needle), "{needle:?} not in {sentence:?}");
+        }
+        assert_eq!(
+            sentence.matches(". ").count(),
+            0,
+            "one sentence: {sentence}"
+        );
+        let r = result(vec![row(0, 1, 350.0, None)], 4.0);
+        let sentence = answer_sentence(&r, r.review.as_ref().unwrap());
+        assert!(
+            sentence.starts_with("No configuration of the grid carries 4x"),
+            "{sentence}"
+        );
+    }
+
+    #[test]
+    fn a_knee_past_capacity_is_not_shown_and_the_report_says_why() {
+        let r = result(
+            vec![row(0, 1, 350.0, Some(300.0)), row(1, 2, 800.0, Some(950.0))],
+            1.0,
+        );
+        let ranking = crate::report::ranked(&r);
+        let md = markdown(&blocks(
+            &r,
+            &"e2e.p99<=100ms".parse().unwrap(),
+            &ranking,
+            &[],
+        ));
+        assert!(
+            md.contains("| 300.0 |"),
+            "the knee below capacity is shown:\n{md}"
+        );
+        assert!(
+            !md.contains("950.0 |"),
+            "the knee past capacity is not in the table:\n{md}"
+        );
+        assert!(
+            md.contains("Kneedle's knee lies past the capacity for `instances=2` (950.0 req/s against a capacity of 800.0)"),
+            "{md}"
+        );
+        let order: Vec<usize> = [
+            "## Question",
+            "## Answer",
+            "## Evidence",
+            "## What the answer rests on",
+        ]
+        .iter()
+        .map(|h| md.find(h).unwrap_or_else(|| panic!("{h} missing:\n{md}")))
+        .collect();
+        assert!(
+            order.windows(2).all(|w| w[0] < w[1]),
+            "sections out of order: {order:?}"
+        );
+    }
+
     #[test]
     fn slower_service_scales_every_affine_coefficient() {
         let s = Scenario::from_toml_str(
