@@ -136,8 +136,8 @@ const OVERHEAD_KEYS: [&str; 8] = [
 ];
 
 impl Basis {
-    /// The provenance of `scenario`, read from `path` (the file's text tells a fitted scenario
-    /// by the header `capsim fit` writes).
+    /// The provenance of `scenario`, read from `path` (the file's leading comments tell a fitted
+    /// scenario: the header `capsim fit` writes, or a line saying the model is `capsim fit`'s).
     pub fn of(
         scenario: &Scenario,
         path: &Path,
@@ -146,10 +146,11 @@ impl Basis {
         max_lost_fraction: f64,
     ) -> Basis {
         let text = std::fs::read_to_string(path).unwrap_or_default();
-        let fitted = text
-            .lines()
-            .take_while(|l| l.starts_with('#'))
-            .any(|l| l.starts_with("# Fitted by"));
+        let fitted = text.lines().take_while(|l| l.starts_with('#')).any(|l| {
+            l.starts_with("# Fitted by")
+                || l.contains("`capsim fit`'s")
+                || l.contains("fitted (`capsim fit")
+        });
         let (mut service_source, service) = service_words(scenario, path);
         if fitted && service_source == ServiceSource::Unmeasured {
             service_source = ServiceSource::Fitted;
@@ -416,7 +417,7 @@ pub fn answer_sentence(result: &SweepResult, review: &Review) -> String {
 fn rests_on(basis: &Basis) -> String {
     match basis.service_source {
         ServiceSource::Unmeasured => {
-            "UNMEASURED service times (a guess written in the scenario: calibrate before committing)".to_string()
+            "UNMEASURED service times (the scenario's own model, not a measurement: calibrate before committing)".to_string()
         }
         ServiceSource::Fitted => "service times fitted by `capsim fit` to a measured log".to_string(),
         ServiceSource::Calibrated => format!("measured service times ({})", basis.service),
