@@ -86,13 +86,26 @@ pub fn draw_latency_cdf(plot: &CdfPlot, size: PlotSize, path: &Path) -> Result<(
             (lo..hi).log_scale(),
             sizes,
             path,
+            true,
         )?;
     } else {
         let (_, hi) = padded(x_lo, x_hi);
-        draw_chart(&chart_area, plot, &curves, 0.0..hi, sizes, path)?;
+        draw_chart(&chart_area, plot, &curves, 0.0..hi, sizes, path, false)?;
     }
     draw_legend(&legend_area, &legend, sizes.tick, path)?;
     root.present().at(path)
+}
+
+/// Whether `value` is 1, 2 or 5 times a power of ten: the only ticks labelled on a log axis
+/// (a label at every 10, 20, ..., 90, 100 crowds the decade's top end).
+fn nice_log_tick(value: f64) -> bool {
+    if !(value > 0.0 && value.is_finite()) {
+        return true;
+    }
+    let mantissa = value / 10f64.powf(value.log10().floor());
+    [1.0, 2.0, 5.0, 10.0]
+        .iter()
+        .any(|k| (mantissa - k).abs() < 1e-6 * k)
 }
 
 /// The empirical CDF as (latency, fraction ≤ latency) steps, thinned to [`MAX_CDF_POINTS`].
@@ -120,6 +133,7 @@ fn draw_chart<X>(
     x_range: X,
     sizes: TextSizes,
     path: &Path,
+    log: bool,
 ) -> Result<(), PlotError>
 where
     X: AsRangedCoord<Value = f64>,
@@ -137,7 +151,13 @@ where
         .y_desc("fraction of requests at or below")
         .axis_desc_style((FONT, sizes.label))
         .label_style((FONT, sizes.tick))
-        .x_label_formatter(&|v| compact(*v))
+        .x_label_formatter(&|v| {
+            if !log || nice_log_tick(*v) {
+                compact(*v)
+            } else {
+                String::new()
+            }
+        })
         .y_label_formatter(&|v| format!("{v:.1}"))
         .x_labels(12)
         .light_line_style(WHITE.mix(0.0))
@@ -167,6 +187,15 @@ where
 mod tests {
     use super::*;
     use crate::plot::test_support::png_size;
+
+    #[test]
+    fn log_ticks_are_labelled_at_1_2_5_only() {
+        let labelled: Vec<f64> = [10.0, 20.0, 30.0, 50.0, 90.0, 100.0, 200.0, 300.0, 0.5]
+            .into_iter()
+            .filter(|v| nice_log_tick(*v))
+            .collect();
+        assert_eq!(labelled, vec![10.0, 20.0, 50.0, 100.0, 200.0, 0.5]);
+    }
 
     #[test]
     fn cdf_points_end_at_one_and_increase() {
