@@ -31,7 +31,8 @@ pub struct LatencyByConfigPlot {
     pub title: String,
     /// The y axis' name, e.g. `e2e p99 latency`.
     pub y_name: String,
-    /// One line per configuration, best first; each gets a colour in the order of the shared series palette.
+    /// One line per configuration, best first; each gets a colour in the order of the shared
+    /// series palette.
     pub lines: Vec<ConfigLine>,
     /// The SLO bound drawn as a horizontal line, milliseconds.
     pub slo_ms: Option<f64>,
