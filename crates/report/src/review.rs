@@ -250,64 +250,21 @@ fn service_words(scenario: &Scenario, path: &Path) -> (ServiceSource, String) {
     }
 }
 
-/// Service-time keys scaled by [`slower_service`], per model kind.
-const AFFINE_KEYS: [&str; 3] = ["a", "b", "c"];
-const LINEAR_STEP_KEYS: [&str; 5] = [
-    "base",
-    "per_prefill_token",
-    "per_prefill_attention_token2",
-    "per_decode_seq",
-    "per_kv_token",
-];
-
-/// `scenario` with every service (or step) time multiplied by `factor`, by scaling the
-/// coefficients the scenario writes. A calibrated profile or a roofline cannot be scaled this
-/// way: the error says so.
+/// `scenario` with every pool's batch execution and LLM step GPU times multiplied by `factor`
+/// (its `execution.time_scale` times `factor`): any service model, calibrated profiles and
+/// rooflines included. The scenario refuses a product outside (0, 1000].
 pub fn slower_service(scenario: &Scenario, factor: f64) -> Result<Scenario, String> {
     let mut scaled = scenario.clone();
     for pool in scenario.pools() {
-        let prefix = if pool.name == "default" {
-            String::new()
+        let path = if pool.name == "default" {
+            "execution.time_scale".to_string()
         } else {
-            format!("pools.{}.", pool.name)
+            format!("pools.{}.execution.time_scale", pool.name)
         };
-        let (table, keys): (&str, &[&str]) = if pool.llm.is_some() {
-            match scenario
-                .get(&format!("{prefix}step_time.kind"))
-                .and_then(|v| v.as_str())
-                .unwrap_or("linear")
-            {
-                "linear" => ("step_time", &LINEAR_STEP_KEYS),
-                other => {
-                    return Err(format!(
-                        "a `{other}` step-time model has no coefficients to scale"
-                    ));
-                }
-            }
-        } else {
-            match &pool.service_spec {
-                Some(ServiceSpec::Affine { .. }) => ("service", &AFFINE_KEYS),
-                Some(ServiceSpec::Constant { .. }) => ("service", &["time"]),
-                Some(ServiceSpec::Exponential { .. }) => ("service", &["mean"]),
-                Some(ServiceSpec::Profile { .. }) => {
-                    return Err(
-                        "a calibrated profile's times have no coefficients to scale".to_string()
-                    );
-                }
-                None => continue,
-            }
-        };
-        for key in keys {
-            let path = format!("{prefix}{table}.{key}");
-            let Some(text) = scenario.get(&path).and_then(|v| v.as_str()) else {
-                continue;
-            };
-            let ns = capsim_trace::quantity::parse_duration_ns_f64(text)
-                .map_err(|e| format!("{path}: {e}"))?;
-            scaled
-                .set(&path, &format!("\"{}ns\"", ns * factor))
-                .map_err(|e| e.to_string())?;
-        }
+        let scale = pool.execution.time_scale * factor;
+        scaled
+            .set(&path, &format!("{scale}"))
+            .map_err(|e| e.to_string())?;
     }
     Ok(scaled)
 }
@@ -1163,32 +1120,31 @@ mod tests {
     }
 
     #[test]
-    fn slower_service_scales_every_affine_coefficient() {
+    fn slower_service_multiplies_every_pools_time_scale() {
         let s = Scenario::from_toml_str(
-            "[service]\nkind = \"affine\"\na = \"1.5ms\"\nb = \"0.1ms\"\nc = \"6us\"\n",
+            "[service]\nkind = \"affine\"\na = \"1.5ms\"\nb = \"0.1ms\"\nc = \"6us\"\n\
+             [pools.big]\nmodels = [\"big\"]\n[pools.big.execution]\ntime_scale = 2.0\n\
+             [pools.big.service]\nkind = \"constant\"\ntime = \"5ms\"\n",
         )
         .unwrap();
         let slow = slower_service(&s, 1.2).unwrap();
-        match &slow.pools()[0].service_spec {
-            Some(ServiceSpec::Affine { a, b, c, .. }) => {
-                assert_eq!(
-                    (a.0, b.0, c.0),
-                    (1_800_000, 120_000, 7_200),
-                    "a, b, c in ns"
-                );
-            }
-            other => panic!("expected an affine service, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn slower_service_scales_a_constant_time() {
-        let s =
-            Scenario::from_toml_str("[service]\nkind = \"constant\"\ntime = \"5ms\"\n").unwrap();
-        let slow = slower_service(&s, 1.2).unwrap();
-        assert!(matches!(
-            slow.pools()[0].service_spec,
-            Some(ServiceSpec::Constant { time, .. }) if time.0 == 6_000_000
-        ));
+        let scales: Vec<(String, f64)> = slow
+            .pools()
+            .iter()
+            .map(|p| (p.name.clone(), p.execution.time_scale))
+            .collect();
+        assert_eq!(
+            scales,
+            [("default".to_string(), 1.2), ("big".to_string(), 2.4)],
+            "each pool's scale times 1.2"
+        );
+        let shape = capsim_sim::BatchShape {
+            size: 1,
+            max_input_tokens: 0,
+            total_input_tokens: 0,
+            idle_ns: 0,
+        };
+        let big = slow.pools()[1].service.as_ref().unwrap();
+        assert!((big.mean_ns(&shape) - 12e6).abs() < 1e-3, "5 ms x 2 x 1.2");
     }
 }

@@ -29,12 +29,14 @@ use serde::Deserialize;
 
 use crate::llm::scheduler::Scheduling;
 use crate::llm::spec::{BatcherKind, ContinuousKeys, KvCacheSpec, LlmPool, build_llm_pool};
-use crate::llm::step_time::StepTimeSpec;
+use crate::llm::step_time::{ScaledStepTime, StepTimeSpec};
 use crate::profile::ProfileServiceTime;
 use crate::quantity::{
     QuantityError, parse_bandwidth_bytes_per_s, parse_duration_ns, parse_rate_rps, parse_size_bytes,
 };
-use crate::service::{AffineService, ConstantService, ExponentialService, Residuals, ServiceTime};
+use crate::service::{
+    AffineService, ConstantService, ExponentialService, Residuals, ScaledService, ServiceTime,
+};
 use crate::timeseries::{DEFAULT_MAX_ROWS, MAX_ROWS_LIMIT};
 
 /// Why a scenario could not be read or changed. Messages name the file or key and quote the value.
@@ -415,6 +417,15 @@ pub struct ExecutionSpec {
     /// Load time before a model instance runs its first batch. Default 0.
     #[serde(default)]
     pub cold_start: DurationNs,
+    /// Multiplies every batch execution time and every LLM step's GPU time (not the step's CPU
+    /// overhead), whatever the service model: 1.2 asks "what if the model ran 20% slower".
+    /// Finite, above 0 and at most 1000. Default 1 (times as the model gives them).
+    #[serde(default = "one_f64")]
+    pub time_scale: f64,
+}
+
+fn one_f64() -> f64 {
+    1.0
 }
 
 impl Default for ExecutionSpec {
@@ -423,6 +434,7 @@ impl Default for ExecutionSpec {
             gpus: 1,
             instance_count: 1,
             cold_start: DurationNs(0),
+            time_scale: 1.0,
         }
     }
 }
@@ -1197,6 +1209,19 @@ fn build_pool(
             "gpus * instance_count must be between 1 and 4096",
         ));
     }
+    let scale = p.execution.time_scale;
+    if !(scale.is_finite() && scale > 0.0 && scale <= 1000.0) {
+        return Err(invalid(
+            &key("execution.time_scale"),
+            format!("is {scale}; it must be above 0 and at most 1000 (1 leaves times as they are)"),
+        ));
+    }
+    let llm = llm.map(|mut pool| {
+        if scale != 1.0 {
+            pool.step_time = Arc::new(ScaledStepTime::new(pool.step_time, scale));
+        }
+        pool
+    });
     let service = match (&p.service, &llm) {
         (_, Some(_)) => None,
         (None, None) => {
@@ -1205,7 +1230,16 @@ fn build_pool(
                 "is required: add a [service] table (for example `kind = \"constant\"`, `time = \"5ms\"`)",
             ));
         }
-        (Some(spec), None) => Some(build_service(&key, spec, base)?),
+        (Some(spec), None) => {
+            let service = build_service(&key, spec, base)?;
+            if scale == 1.0 {
+                Some(service)
+            } else {
+                let scaled = ScaledService::new(service, scale)
+                    .ok_or_else(|| invalid(&key("execution.time_scale"), "must be above 0"))?;
+                Some(Arc::new(scaled) as Arc<dyn ServiceTime>)
+            }
+        }
     };
     Ok(Pool {
         name: name.to_string(),
@@ -1359,6 +1393,43 @@ mod tests {
     }
 
     const CONTINUOUS: &str = "[batcher]\nkind = \"continuous\"\n[kv_cache]\nnum_gpu_blocks = 1000\n[step_time]\nkind = \"linear\"\nbase = \"5ms\"\n";
+
+    #[test]
+    fn time_scale_multiplies_batch_and_step_times_and_bad_values_are_refused_naming_the_key() {
+        use crate::llm::step_time::StepBatch;
+        use crate::rng::SimRng;
+        use rand::SeedableRng;
+        let shape = crate::BatchShape {
+            size: 1,
+            max_input_tokens: 16,
+            total_input_tokens: 16,
+            idle_ns: 0,
+        };
+        let mut s = Scenario::from_toml_str(MINIMAL).unwrap();
+        s.set("execution.time_scale", "1.2").unwrap();
+        let service = s.pools()[0].service.as_ref().unwrap();
+        let mut rng = SimRng::seed_from_u64(1);
+        assert_eq!(service.sample_ns(&shape, &mut rng), 6_000_000, "5 ms x 1.2");
+        assert_eq!(service.mean_ns(&shape), 6e6);
+
+        let mut c = Scenario::from_toml_str(CONTINUOUS).unwrap();
+        c.set("execution.time_scale", "0.5").unwrap();
+        let step = StepBatch {
+            decode_seqs: 1,
+            ..StepBatch::default()
+        };
+        let llm = c.pools()[0].llm.as_ref().unwrap();
+        assert_eq!(
+            llm.step_time.sample_ns(&step, &mut rng),
+            2_500_000,
+            "5 ms x 0.5"
+        );
+
+        for bad in ["0", "-1", "1001", "nan"] {
+            let err = s.set("execution.time_scale", bad).unwrap_err().to_string();
+            assert!(err.contains("execution.time_scale"), "{bad}: {err}");
+        }
+    }
 
     #[test]
     fn continuous_keys_under_the_dynamic_batcher_are_rejected_naming_the_key() {

@@ -623,6 +623,41 @@ impl StepTime for LinearStepTime {
     }
 }
 
+/// Another model's step GPU times multiplied by a constant factor (`execution.time_scale`); the
+/// scheduler's CPU overhead per step is not scaled.
+#[derive(Debug)]
+pub struct ScaledStepTime {
+    inner: Arc<dyn StepTime>,
+    /// The factor (finite, above 0).
+    scale: f64,
+}
+
+impl ScaledStepTime {
+    /// `inner`'s times times `scale` (finite and above 0; the scenario checks it).
+    pub fn new(inner: Arc<dyn StepTime>, scale: f64) -> ScaledStepTime {
+        debug_assert!(scale.is_finite() && scale > 0.0, "scale {scale}");
+        ScaledStepTime { inner, scale }
+    }
+}
+
+impl StepTime for ScaledStepTime {
+    fn sample_ns(&self, step: &StepBatch, rng: &mut SimRng) -> u64 {
+        crate::time::round_ns(self.inner.sample_ns(step, rng) as f64 * self.scale)
+    }
+
+    fn mean_ns(&self, step: &StepBatch) -> f64 {
+        self.inner.mean_ns(step) * self.scale
+    }
+
+    fn is_extrapolated(&self, step: &StepBatch) -> bool {
+        self.inner.is_extrapolated(step)
+    }
+
+    fn may_extrapolate(&self) -> bool {
+        self.inner.may_extrapolate()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
