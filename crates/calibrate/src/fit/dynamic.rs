@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::{Int64Type, UInt32Type};
+use arrow_array::types::UInt32Type;
 use arrow_array::{Array, RecordBatch};
 use capsim_sim::rng::{SimRng, splitmix64};
 use capsim_sim::{Outcome, RunOptions, Scenario};
@@ -36,7 +36,7 @@ use capsim_trace::{Columns, Trace};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use rand::{RngExt, SeedableRng};
 
-use super::log::{LogError, MIN_REQUESTS};
+use super::log::{LogError, MIN_REQUESTS, RequestColumns};
 use super::metrics::{Figures, quantile_sorted};
 use super::{Descent, FitConfig, FitError, Interval, NEAR_BEST_LOSS, START_OFFSETS, descend};
 use rayon::prelude::*;
@@ -147,56 +147,24 @@ struct Accumulator {
 
 impl Accumulator {
     fn add(&mut self, path: &Path, batch: &RecordBatch, base_row: usize) -> Result<(), LogError> {
-        let column = |name: &str| {
-            batch
-                .column_by_name(name)
-                .ok_or_else(|| LogError::MissingColumn {
-                    path: path.to_path_buf(),
-                    column: name.to_string(),
-                })
-        };
-        let wrong_type = |name: &str, want: &str| LogError::Parquet {
-            path: path.to_path_buf(),
-            message: format!("column `{name}` is not {want}"),
-        };
-        let i64_col = |name: &str| {
-            column(name)?
-                .as_primitive_opt::<Int64Type>()
-                .ok_or_else(|| wrong_type(name, "int64"))
-        };
-        let u32_col = |name: &str| {
-            column(name)?
-                .as_primitive_opt::<UInt32Type>()
-                .ok_or_else(|| wrong_type(name, "uint32"))
-        };
-        let arrival = i64_col("arrival_ns")?;
-        let latency = i64_col("latency_ns")?;
+        let columns = RequestColumns { path, batch };
+        let arrival = columns.i64("arrival_ns")?;
+        let latency = columns.i64("latency_ns")?;
         // Execution columns: absent from a log of what a client saw.
-        let opt_i64 = |name: &str| {
-            batch
-                .column_by_name(name)
-                .map(|_| i64_col(name))
-                .transpose()
-        };
-        let queued = opt_i64("queued_ns")?;
-        let start = opt_i64("exec_start_ns")?;
-        let end = opt_i64("exec_end_ns")?;
-        let batch_id = opt_i64("batch_id")?;
-        let batch_size = batch
-            .column_by_name("batch_size")
-            .map(|_| u32_col("batch_size"))
-            .transpose()?;
-        let input = u32_col("input_tokens")?;
-        let output = u32_col("output_tokens")?;
+        let queued = columns.opt_i64("queued_ns")?;
+        let start = columns.opt_i64("exec_start_ns")?;
+        let end = columns.opt_i64("exec_end_ns")?;
+        let batch_id = columns.opt_i64("batch_id")?;
+        let batch_size = columns.opt_u32("batch_size")?;
+        let input = columns.u32("input_tokens")?;
+        let output = columns.u32("output_tokens")?;
         let attempt = batch
             .column_by_name("attempt")
             .and_then(|c| c.as_primitive_opt::<UInt32Type>());
-        let outcome = column("outcome")?
-            .as_string_opt::<i32>()
-            .ok_or_else(|| wrong_type("outcome", "a string"))?;
+        let outcome = columns.string("outcome")?;
         let value = |a: &arrow_array::Int64Array, i: usize| (!a.is_null(i)).then(|| a.value(i));
         let opt = |a: Option<&arrow_array::Int64Array>, i: usize| a.and_then(|a| value(a, i));
-        let first_token = opt_i64("first_token_ns")?;
+        let first_token = columns.opt_i64("first_token_ns")?;
         for i in 0..batch.num_rows() {
             let row = base_row + i;
             let row_err = |message: String| LogError::Row {

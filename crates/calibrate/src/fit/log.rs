@@ -420,6 +420,76 @@ pub(crate) fn into_log(mut rows: Vec<Row>, format: &str, excluded: Vec<Excluded>
     log
 }
 
+/// Typed access to the columns of one record batch of capsim's `requests.parquet`; a missing
+/// column or one of another type is an error naming the file and the column.
+pub(crate) struct RequestColumns<'a> {
+    /// The file, for errors.
+    pub(crate) path: &'a Path,
+    /// One record batch of it.
+    pub(crate) batch: &'a RecordBatch,
+}
+
+impl<'a> RequestColumns<'a> {
+    fn column(&self, name: &str) -> Result<&'a arrow_array::ArrayRef, LogError> {
+        self.batch
+            .column_by_name(name)
+            .ok_or_else(|| LogError::MissingColumn {
+                path: self.path.to_path_buf(),
+                column: name.to_string(),
+            })
+    }
+
+    fn wrong_type(&self, name: &str, want: &str) -> LogError {
+        LogError::Parquet {
+            path: self.path.to_path_buf(),
+            message: format!("column `{name}` is not {want}"),
+        }
+    }
+
+    /// The int64 column `name`.
+    pub(crate) fn i64(&self, name: &str) -> Result<&'a arrow_array::Int64Array, LogError> {
+        self.column(name)?
+            .as_primitive_opt::<Int64Type>()
+            .ok_or_else(|| self.wrong_type(name, "int64"))
+    }
+
+    /// The uint32 column `name`.
+    pub(crate) fn u32(&self, name: &str) -> Result<&'a arrow_array::UInt32Array, LogError> {
+        self.column(name)?
+            .as_primitive_opt::<UInt32Type>()
+            .ok_or_else(|| self.wrong_type(name, "uint32"))
+    }
+
+    /// The int64 column `name`, `None` when the file has no such column.
+    pub(crate) fn opt_i64(
+        &self,
+        name: &str,
+    ) -> Result<Option<&'a arrow_array::Int64Array>, LogError> {
+        self.batch
+            .column_by_name(name)
+            .map(|_| self.i64(name))
+            .transpose()
+    }
+
+    /// The uint32 column `name`, `None` when the file has no such column.
+    pub(crate) fn opt_u32(
+        &self,
+        name: &str,
+    ) -> Result<Option<&'a arrow_array::UInt32Array>, LogError> {
+        self.batch
+            .column_by_name(name)
+            .map(|_| self.u32(name))
+            .transpose()
+    }
+
+    /// The string column `name`.
+    pub(crate) fn string(&self, name: &str) -> Result<&'a arrow_array::StringArray, LogError> {
+        self.column(name)?
+            .as_string_opt::<i32>()
+            .ok_or_else(|| self.wrong_type(name, "a string"))
+    }
+}
+
 pub(crate) fn seconds_to_ns(s: f64) -> i64 {
     (s * 1e9).round() as i64
 }
@@ -540,36 +610,13 @@ fn read_batch(
     rows: &mut Vec<Row>,
     excluded: &mut Vec<Excluded>,
 ) -> Result<(), LogError> {
-    let column = |name: &str| {
-        batch
-            .column_by_name(name)
-            .ok_or_else(|| LogError::MissingColumn {
-                path: path.to_path_buf(),
-                column: name.to_string(),
-            })
-    };
-    let wrong_type = |name: &str, want: &str| LogError::Parquet {
-        path: path.to_path_buf(),
-        message: format!("column `{name}` is not {want}"),
-    };
-    let i64_col = |name: &str| {
-        column(name)?
-            .as_primitive_opt::<Int64Type>()
-            .ok_or_else(|| wrong_type(name, "int64"))
-    };
-    let u32_col = |name: &str| {
-        column(name)?
-            .as_primitive_opt::<UInt32Type>()
-            .ok_or_else(|| wrong_type(name, "uint32"))
-    };
-    let arrival = i64_col("arrival_ns")?;
-    let latency = i64_col("latency_ns")?;
-    let ttft = i64_col("ttft_ns")?;
-    let input = u32_col("input_tokens")?;
-    let output = u32_col("output_tokens")?;
-    let outcome = column("outcome")?
-        .as_string_opt::<i32>()
-        .ok_or_else(|| wrong_type("outcome", "a string"))?;
+    let columns = RequestColumns { path, batch };
+    let arrival = columns.i64("arrival_ns")?;
+    let latency = columns.i64("latency_ns")?;
+    let ttft = columns.i64("ttft_ns")?;
+    let input = columns.u32("input_tokens")?;
+    let output = columns.u32("output_tokens")?;
+    let outcome = columns.string("outcome")?;
     for i in 0..batch.num_rows() {
         if outcome.is_null(i) {
             exclude(excluded, "without an outcome");
