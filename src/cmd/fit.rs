@@ -2,7 +2,7 @@
 //! continuous-batching scenario's step time by simulation, a dynamic batcher's affine service
 //! time from the log's execution times.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use capsim_calibrate::fit::dynamic::{
@@ -118,15 +118,24 @@ pub fn run(args: FitArgs) -> Result<()> {
     for warning in warnings(&result) {
         eprintln!("warning: {warning}");
     }
-    std::fs::write(&args.output, fitted_toml(&result, &args))
-        .with_context(|| format!("writing {}", args.output.display()))?;
-    if let Some(dir) = &args.report {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let path = dir.join("fit.txt");
-        std::fs::write(&path, &text).with_context(|| format!("writing {}", path.display()))?;
+    if let Some(dir) = write_outputs(&args, &fitted_toml(&result, &args), &text)? {
         draw_cdfs(&result, dir)?;
     }
     Ok(())
+}
+
+/// Writes the fitted scenario to `-o` and, with `--report DIR`, the fit's text to `DIR/fit.txt`;
+/// returns the report folder when there is one.
+fn write_outputs<'a>(args: &'a FitArgs, fitted: &str, text: &str) -> Result<Option<&'a Path>> {
+    std::fs::write(&args.output, fitted)
+        .with_context(|| format!("writing {}", args.output.display()))?;
+    let Some(dir) = &args.report else {
+        return Ok(None);
+    };
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join("fit.txt");
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    Ok(Some(dir))
 }
 
 /// Bootstrap replicas of a dynamic-batching fit when `--bootstrap` asks for fewer.
@@ -214,17 +223,9 @@ fn run_dynamic(scenario: &Scenario, args: &FitArgs) -> Result<()> {
     }
     for warning in dynamic_warnings(&result) {
         header.push_str(&format!("# WARNING: {warning}\n"));
-    }
-    for warning in dynamic_warnings(&result) {
         eprintln!("warning: {warning}");
     }
-    std::fs::write(&args.output, header + &result.scenario.to_toml_string())
-        .with_context(|| format!("writing {}", args.output.display()))?;
-    if let Some(dir) = &args.report {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let path = dir.join("fit.txt");
-        std::fs::write(&path, &text).with_context(|| format!("writing {}", path.display()))?;
-    }
+    write_outputs(args, &(header + &result.scenario.to_toml_string()), &text)?;
     Ok(())
 }
 
@@ -300,7 +301,7 @@ impl ServerOverheads {
 
 /// The overheads of a run whose summary.json (beside `log`) holds Triton's request, queue and
 /// compute counters; `None` without such a summary.
-fn server_overheads(log_path: &std::path::Path, log: &BatchLog) -> Result<Option<ServerOverheads>> {
+fn server_overheads(log_path: &Path, log: &BatchLog) -> Result<Option<ServerOverheads>> {
     let summary = log_path.with_file_name("summary.json");
     let Ok(bytes) = std::fs::read(&summary) else {
         return Ok(None);
@@ -331,7 +332,7 @@ fn server_overheads(log_path: &std::path::Path, log: &BatchLog) -> Result<Option
 /// Triton's model statistics in `path` (`GET /v2/models/NAME/stats`, whole or its one
 /// `model_stats` entry as `scripts/triton.py stats` prints it); `None` when the JSON is not
 /// Triton's.
-fn read_triton_stats(path: &std::path::Path) -> Result<Option<ModelStats>> {
+fn read_triton_stats(path: &Path) -> Result<Option<ModelStats>> {
     let bytes = std::fs::read(path)
         .map_err(|e| BadInput(format!("{}: cannot read the log ({e})", path.display())))?;
     let name = path.display().to_string();
@@ -441,13 +442,7 @@ fn run_triton(scenario: &Scenario, args: &FitArgs, stats: &ModelStats) -> Result
         args.scenario.display(),
         args.log.display(),
     );
-    std::fs::write(&args.output, header + &fitted.to_toml_string())
-        .with_context(|| format!("writing {}", args.output.display()))?;
-    if let Some(dir) = &args.report {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let path = dir.join("fit.txt");
-        std::fs::write(&path, &text).with_context(|| format!("writing {}", path.display()))?;
-    }
+    write_outputs(args, &(header + &fitted.to_toml_string()), &text)?;
     Ok(())
 }
 
@@ -659,7 +654,7 @@ fn fitted_toml(result: &FitResult, args: &FitArgs) -> String {
 
 /// Writes `ttft_cdf.png`, `tpot_cdf.png` and `e2e_cdf.png`: each latency's CDF, measured and
 /// fitted, into `dir`.
-fn draw_cdfs(result: &FitResult, dir: &std::path::Path) -> Result<()> {
+fn draw_cdfs(result: &FitResult, dir: &Path) -> Result<()> {
     let (m, s) = (&result.measured_requests, &result.simulated_requests);
     for (name, title, measured, simulated) in [
         ("ttft", "TTFT", &m.ttft_ns, &s.ttft_ns),
