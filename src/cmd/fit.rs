@@ -381,9 +381,7 @@ fn run_triton(scenario: &Scenario, args: &FitArgs, stats: &ModelStats) -> Result
     let mut fitted = with_affine_service(scenario, &fit).map_err(|e| BadInput(e.to_string()))?;
     // What the server spends on a request outside the queue and the model, as one constant
     // after the model (the statistics cannot tell before from after).
-    let overhead_ns = stats
-        .request_overhead_ns()
-        .map(|ns| ns.max(0.0).round() as u64);
+    let overhead_ns = stats.request_times().map(|t| t.outside_ns().round() as u64);
     if let Some(ns) = overhead_ns {
         fitted
             .set("postprocess.base", &format!("\"{ns}ns\""))

@@ -187,20 +187,19 @@ impl ModelStats {
         self.inference_stats.queue.mean_ns()
     }
 
-    /// The mean time a successful request spent inside the server outside the queue and its
-    /// batch's compute (HTTP handling, request and response copies), in nanoseconds: the mean of
-    /// `success` less the means of `queue`, `compute_input`, `compute_infer` and
-    /// `compute_output`, all per request. `None` without successes or without any of those
-    /// figures; may be slightly negative when the server's clocks overlap (callers clamp).
-    pub fn request_overhead_ns(&self) -> Option<f64> {
+    /// The per-request means of the successful requests (time in the server, in the queue and
+    /// computing), as [`ServerRequestTimes`] gives them from the Prometheus counters; `None`
+    /// without successes or without any of those figures.
+    pub fn request_times(&self) -> Option<ServerRequestTimes> {
         let s = &self.inference_stats;
-        Some(
-            s.success.mean_ns()?
-                - s.queue.mean_ns()?
-                - s.compute_input.mean_ns()?
-                - s.compute_infer.mean_ns()?
-                - s.compute_output.mean_ns()?,
-        )
+        Some(ServerRequestTimes {
+            requests: s.success.count as f64,
+            request_ns: s.success.mean_ns()?,
+            queue_ns: s.queue.mean_ns()?,
+            compute_ns: s.compute_input.mean_ns()?
+                + s.compute_infer.mean_ns()?
+                + s.compute_output.mean_ns()?,
+        })
     }
 
     /// The mean compute time (input, inference and output) of a batch of each size that ran,
