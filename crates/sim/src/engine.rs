@@ -34,6 +34,7 @@ use crate::scenario::{
     LoadMode, PostprocessSpec, PreprocessSpec, RetryOn, Scenario, TimeoutAction,
 };
 use crate::service::{BatchShape, ServiceTime};
+use crate::slowdown::Slowdowns;
 use crate::summary::{InstanceUtilization, LlmSummary, Summary, SummaryBuilder};
 use crate::time::SimTime;
 use crate::timeseries::{IntervalCounters, LlmState, State, Timeseries};
@@ -293,6 +294,8 @@ struct PoolState {
     may_extrapolate: bool,
     /// Batches started whose execution time the model extrapolated.
     extrapolated_batches: u64,
+    /// `execution.slowdowns` (empty: none, and nothing to compute per batch).
+    slowdowns: Slowdowns,
     first_instance: u32,
     /// Active instances (a prefix of the pool's instances; the rest are standby).
     instances: u32,
@@ -488,6 +491,7 @@ impl<'a> Engine<'a> {
                         .as_ref()
                         .is_some_and(|l| l.step_time.may_extrapolate()),
                 extrapolated_batches: 0,
+                slowdowns: pool.slowdowns.clone(),
                 service,
                 step_time: pool.llm.as_ref().map(|l| l.step_time.clone()),
                 first_instance,
@@ -1366,7 +1370,12 @@ impl<'a> Engine<'a> {
         if pool.may_extrapolate && service.is_extrapolated(&shape) {
             pool.extrapolated_batches += 1;
         }
-        self.begin_execution(mi_index, size, now.saturating_add(duration_ns));
+        let done_ns = if pool.slowdowns.is_empty() {
+            now.saturating_add(duration_ns)
+        } else {
+            pool.slowdowns.end_ns(now, duration_ns)
+        };
+        self.begin_execution(mi_index, size, done_ns);
     }
 
     /// Marks model instance `mi_index` busy with a batch (or step) of `size` requests until
@@ -1457,10 +1466,13 @@ impl<'a> Engine<'a> {
         if pool.may_extrapolate && step_time.is_extrapolated(&step.batch) {
             pool.extrapolated_batches += 1;
         }
-        let (seqs, done_ns) = (
-            step.batch.seqs(),
-            now.saturating_add(gpu_ns).saturating_add(step.overhead_ns),
-        );
+        let work_ns = gpu_ns.saturating_add(step.overhead_ns);
+        let done_ns = if pool.slowdowns.is_empty() {
+            now.saturating_add(work_ns)
+        } else {
+            pool.slowdowns.end_ns(now, work_ns)
+        };
+        let seqs = step.batch.seqs();
         self.begin_execution(mi_index, seqs, done_ns);
     }
 
@@ -1765,6 +1777,22 @@ mod tests {
     }
 
     const DONE: &str = "completed";
+
+    #[test]
+    fn a_slowdown_window_delays_only_the_work_inside_it() {
+        let s = "[service]\nkind = \"constant\"\ntime = \"10ms\"\n\
+                 [execution]\nslowdowns = [{ from = \"5ms\", to = \"15ms\", factor = 3.0 }]\n";
+        let got = timeline(s, &trace_ms(&[0, 30], None));
+        // r0: 5 ms of work before the window, 10/3 ms of work in its 10 ms at a third of the
+        // speed, the last 5/3 ms after it: done at 16.67 ms. r1 starts after the window.
+        assert_eq!(
+            got,
+            vec![
+                (0, Some(0), Some(16), 1, DONE),
+                (1, Some(30), Some(40), 1, DONE)
+            ]
+        );
+    }
 
     #[test]
     fn golden_an_expired_delay_sends_everything_queued_not_the_preferred_size() {

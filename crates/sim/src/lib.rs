@@ -51,6 +51,7 @@ pub mod record;
 pub mod rng;
 pub mod scenario;
 pub mod service;
+pub mod slowdown;
 pub mod summary;
 pub mod theory;
 pub mod time;

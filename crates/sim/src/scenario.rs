@@ -37,6 +37,7 @@ use crate::quantity::{
 use crate::service::{
     AffineService, ConstantService, ExponentialService, Residuals, ScaledService, ServiceTime,
 };
+use crate::slowdown::{SlowdownWindow, Slowdowns};
 use crate::timeseries::{DEFAULT_MAX_ROWS, MAX_ROWS_LIMIT};
 
 /// Why a scenario could not be read or changed. Messages name the file or key and quote the value.
@@ -422,6 +423,24 @@ pub struct ExecutionSpec {
     /// Finite, above 0 and at most 1000. Default 1 (times as the model gives them).
     #[serde(default = "one_f64")]
     pub time_scale: f64,
+    /// Windows of simulated time in which execution (a batch, or an LLM step's GPU time and CPU
+    /// overhead) runs `factor` times slower (see [`crate::slowdown`]):
+    /// `slowdowns = [{ from = "60s", to = "90s", factor = 1.5 }]`. They stack with `time_scale`.
+    /// Default: none.
+    #[serde(default)]
+    pub slowdowns: Vec<SlowdownSpec>,
+}
+
+/// One window of [`ExecutionSpec::slowdowns`] as written.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SlowdownSpec {
+    /// Start of the window, from the start of the simulation.
+    pub from: DurationNs,
+    /// End of the window (exclusive).
+    pub to: DurationNs,
+    /// How many times longer execution takes inside the window (2: half speed).
+    pub factor: f64,
 }
 
 fn one_f64() -> f64 {
@@ -435,6 +454,7 @@ impl Default for ExecutionSpec {
             instance_count: 1,
             cold_start: DurationNs(0),
             time_scale: 1.0,
+            slowdowns: Vec::new(),
         }
     }
 }
@@ -739,6 +759,8 @@ pub struct Pool {
     pub batcher: BatcherSpec,
     /// Execution resources.
     pub execution: ExecutionSpec,
+    /// `execution.slowdowns`, validated.
+    pub slowdowns: Slowdowns,
     /// The service-time model as written (dynamic batcher).
     pub service_spec: Option<ServiceSpec>,
     /// The service-time model, built (dynamic batcher; `None` with a continuous batcher).
@@ -1216,6 +1238,22 @@ fn build_pool(
             format!("is {scale}; it must be above 0 and at most 1000 (1 leaves times as they are)"),
         ));
     }
+    let windows: Vec<SlowdownWindow> = p
+        .execution
+        .slowdowns
+        .iter()
+        .map(|w| SlowdownWindow {
+            from_ns: w.from.0,
+            to_ns: w.to.0,
+            factor: w.factor,
+        })
+        .collect();
+    let slowdowns = Slowdowns::new(&windows).map_err(|e| {
+        invalid(
+            &key(&format!("execution.slowdowns[{}]", e.index)),
+            e.message,
+        )
+    })?;
     let llm = llm.map(|mut pool| {
         if scale != 1.0 {
             pool.step_time = Arc::new(ScaledStepTime::new(pool.step_time, scale));
@@ -1253,6 +1291,7 @@ fn build_pool(
         queue: p.queue,
         batcher,
         execution: p.execution,
+        slowdowns,
         service_spec: p.service.clone(),
         service,
         llm,
@@ -1393,6 +1432,36 @@ mod tests {
     }
 
     const CONTINUOUS: &str = "[batcher]\nkind = \"continuous\"\n[kv_cache]\nnum_gpu_blocks = 1000\n[step_time]\nkind = \"linear\"\nbase = \"5ms\"\n";
+
+    #[test]
+    fn overlapping_or_empty_slowdown_windows_are_refused_naming_the_window() {
+        let mut s = Scenario::from_toml_str(MINIMAL).unwrap();
+        let err = s
+            .set(
+                "execution.slowdowns",
+                r#"[{ from = "0s", to = "2s", factor = 2.0 }, { from = "1s", to = "3s", factor = 2.0 }]"#,
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("execution.slowdowns[1]") && err.contains("overlap"),
+            "{err}"
+        );
+        let err = s
+            .set(
+                "execution.slowdowns",
+                r#"[{ from = "2s", to = "2s", factor = 2.0 }]"#,
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("execution.slowdowns[0]"), "{err}");
+        s.set(
+            "execution.slowdowns",
+            r#"[{ from = "1s", to = "2s", factor = 2.0 }]"#,
+        )
+        .unwrap();
+        assert_eq!(s.pools()[0].slowdowns.windows().len(), 1);
+    }
 
     #[test]
     fn time_scale_multiplies_batch_and_step_times_and_bad_values_are_refused_naming_the_key() {
