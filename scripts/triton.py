@@ -193,11 +193,13 @@ def start(args: argparse.Namespace) -> None:
     env["LD_LIBRARY_PATH"] = f"{libdir}:{HOME / 'libs'}:{env.get('LD_LIBRARY_PATH', '')}"
     log = open(out / "triton.log", "w")
     pin = ["taskset", "-c", args.cpus] if args.cpus else []
-    # Triton's own per-request timestamps (queue start, compute start and end, HTTP send), one
-    # JSON file written as the server runs.
+    # Triton's own per-request timestamps (queue start, compute start and end, HTTP send),
+    # written every 1,000 requests to DIR/trace.json.0, .1, ...: Triton 2.51 kept in memory
+    # until shutdown (log-frequency 0) corrupts its heap at a few hundred requests a second
+    # ("malloc(): invalid size", std::length_error) and dies.
     trace = ([f"--trace-config=triton,file={out / 'trace.json'}", "--trace-config=level=TIMESTAMPS",
               "--trace-config=rate=1", "--trace-config=count=-1",
-              "--trace-config=triton,log-frequency=0"] if args.trace else [])
+              "--trace-config=triton,log-frequency=1000"] if args.trace else [])
     process = subprocess.Popen(
         [*pin, str(HOME / "server" / "bin" / "tritonserver"),
          f"--model-repository={repo}",
@@ -266,7 +268,7 @@ def main() -> None:
     s.add_argument("--onnx")
     s.add_argument("--cpus", help="CPU list for taskset (the server and its Python backend)")
     s.add_argument("--trace", action="store_true",
-                   help="Triton traces every request's timestamps into DIR/trace.json")
+                   help="Triton traces every request's timestamps into DIR/trace.json.N")
     t = sub.add_parser("stop")
     t.add_argument("--dir", required=True)
     q = sub.add_parser("stats")

@@ -47,15 +47,21 @@ TRACE = False
 
 
 def scenario_toml(name: str, s: dict, a_ms: float = A_MS, b_ms: float = B_MS,
-                  residuals: list | None = None) -> str:
+                  residuals: list | None = None, slowdowns: list | None = None) -> str:
     """The setting as a capsim scenario whose batches take a + b * batch_size, times a factor
-    drawn from `residuals` (measured over predicted batch times) when given."""
+    drawn from `residuals` (measured over predicted batch times) when given, and stretched by
+    `slowdowns` ((from ns, to ns, factor) windows of `execution.slowdowns`) when given."""
     lines = [f'name = "{name}"', "instances = 1", "[batcher]",
              f"max_batch_size = {s['max_batch_size']}", f'max_queue_delay = "{s["delay"]}"']
     if s["preferred"]:
         lines.append(f"preferred_batch_size = {s['preferred']}")
-    lines += ["[execution]", f"instance_count = {s['instances']}",
-              "[service]", 'kind = "affine"', f'a = "{a_ms:.4f}ms"', f'b = "{b_ms:.4f}ms"']
+    lines += ["[execution]", f"instance_count = {s['instances']}"]
+    if slowdowns:
+        lines.append("slowdowns = [")
+        lines += [f'  {{ from = "{a}ns", to = "{b}ns", factor = {f:.6f} }},'
+                  for a, b, f in slowdowns]
+        lines.append("]")
+    lines += ["[service]", 'kind = "affine"', f'a = "{a_ms:.4f}ms"', f'b = "{b_ms:.4f}ms"']
     if residuals:
         lines.append(f"residuals = [{', '.join(f'{r:.4f}' for r in residuals)}]")
     return "\n".join(lines) + "\n"
@@ -74,6 +80,7 @@ def batch_residuals(path: Path, a_ms: float, b_ms: float) -> list:
 
 
 CLIENT_CPUS: list = []
+TIMELINE_ROWS: list = []
 
 
 def capsim(*args: str) -> None:
@@ -96,6 +103,8 @@ def serve(out: Path, setting: dict, replays: list) -> dict:
     """Starts Triton for the setting, runs each replay (a trace and extra `capsim replay` flags,
     written to its own folder) against it, and returns Triton's statistics after the last."""
     out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob("trace.json*"):
+        stale.unlink()
     scenario = out / "scenario.toml"
     scenario.write_text(scenario_toml(out.name, setting))
     triton = ROOT / "scripts" / "triton.py"
@@ -173,7 +182,7 @@ def compare(out: Path, label: str, setting: dict, load: float, rate: float) -> s
     # (compute input + infer + output), fitted as a + b * batch_size, plus, when the run was
     # traced, each model instance's turnaround between batches (Triton's own timestamps).
     a_ms, b_ms = fit_affine(stats["batch_stats"])
-    traced = (out / "trace.json").exists()
+    traced = any(out.glob("trace.json*"))
     timings = trace_timings(out / "trace.json", setting["instances"]) if traced else None
     turnaround_ms = timings["turnaround_ms"] if timings else 0.0
     fitted = out / "scenario-run.toml"
@@ -208,6 +217,18 @@ def compare(out: Path, label: str, setting: dict, load: float, rate: float) -> s
         # Untraced: Triton's statistics give the mean only.
         q = stats["inference_stats"]["queue"]
         queue = f"mean {three(q['ns'] / max(q['count'], 1) / 1e6, 'queue', 'mean_ms')} | –"
+    timeline = timeline_sim(out, label, setting, a_ms, b_ms, turnaround_ms) if traced else None
+    if timeline:
+        q, e = timeline["queue"], timeline["e2e"]
+
+        def pair(m: float, x: float) -> str:
+            return f"{m:.2f} / {x:.2f} ({err(m, x)})"
+
+        TIMELINE_ROWS.append(
+            f"| {label} | {load * 100:.0f}% | {gap(timeline['shares']):.1f} | {pair(q[0], q[1])} "
+            f"| {pair(q[2], q[3])} | {pair(e[0], e[1])} | {pair(e[2], e[3])} "
+            f"| {timeline['stalls']} ({timeline['stall_ms']:.0f} ms) "
+            f"| {timeline['joined']} of {timeline['requests']} |")
     keys = sorted(set(t_sh) | set(sim_shares[0]), key=lambda k: -t_sh.get(k, 0))[:3]
     top = ", ".join(f"{k}: {t_sh.get(k, 0) * 100:.0f}/{sim_shares[0].get(k, 0) * 100:.0f}/"
                     f"{sim_shares[1].get(k, 0) * 100:.0f}" for k in keys)
@@ -219,13 +240,100 @@ def compare(out: Path, label: str, setting: dict, load: float, rate: float) -> s
 
 
 def read_trace(path: Path) -> dict:
-    """Triton's trace file (level TIMESTAMPS): each request's named timestamps, by request id."""
+    """Triton's trace files (level TIMESTAMPS; PATH and PATH.N): each request's named
+    timestamps, by trace id, with its KServe request id (the client's trace row) under
+    "request_id" when it sent one."""
     requests: dict = {}
-    for event in json.loads(path.read_text()):
+    files = sorted(path.parent.glob(path.name + "*"))
+    for event in (e for f in files for e in json.loads(f.read_text() or "[]")):
         stamps = requests.setdefault(event["id"], {})
         for stamp in event.get("timestamps", []):
             stamps[stamp["name"]] = stamp["ns"]
+        if "request_id" in event:
+            stamps["request_id"] = event["request_id"]
     return requests
+
+
+def run_slowdowns(requests: list, a_ms: float, b_ms: float, t0: int) -> list:
+    """The run's own speed, as `execution.slowdowns` windows on the simulation's clock (ns from
+    t0): each traced batch's compute interval with its measured over fitted time as the factor;
+    where the batches of several model instances overlap, the mean of their factors."""
+    batches: dict = {}
+    for r in requests:
+        key = (r["COMPUTE_START"], r["COMPUTE_END"])
+        batches[key] = batches.get(key, 0) + 1
+    edges = sorted({t for key in batches for t in key})
+    starts = sorted((start, end, (end - start) / 1e6 / (a_ms + b_ms * size))
+                    for (start, end), size in batches.items() if end > start)
+    windows, active, i = [], [], 0
+    for lo, hi in zip(edges, edges[1:]):
+        while i < len(starts) and starts[i][0] <= lo:
+            active.append(starts[i])
+            i += 1
+        active = [b for b in active if b[1] > lo]
+        factors = [b[2] for b in active if b[0] <= lo < b[1]]
+        if factors and lo >= t0:
+            factor = min(max(sum(factors) / len(factors), 1e-3), 1000.0)
+            windows.append((lo - t0, hi - t0, factor))
+    return windows
+
+
+def timeline_sim(out: Path, label: str, setting: dict, a_ms: float, b_ms: float,
+                 turnaround_ms: float) -> dict | None:
+    """The queue and the batcher alone, with the run's own timing taken out of the way: the
+    simulation's arrivals are the times Triton queued each request (its QUEUE_START, so neither
+    the load generator's lateness nor HTTP sits in front of the queue) and its batches are
+    stretched by the run's own speed (`run_slowdowns`), so a stall of this machine holds the
+    simulated queue up when it held Triton's up. Each request's time before the queue and after
+    the compute is the one measured, so its end-to-end latency is the client's minus Triton's
+    queue-to-compute-end plus the simulation's. Needs a trace whose requests carry their ids."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    requests = [r for r in read_trace(out / "trace.json").values()
+                if {"QUEUE_START", "COMPUTE_START", "COMPUTE_END", "request_id"} <= r.keys()]
+    if not requests:
+        return None
+    requests.sort(key=lambda r: (r["QUEUE_START"], int(r["request_id"])))
+    t0 = requests[0]["QUEUE_START"]
+    trace = out / "trace-server.parquet"
+    pq.write_table(pa.table({
+        "arrival": pa.array([r["QUEUE_START"] - t0 for r in requests], pa.int64()),
+        "input_tokens": pa.array([16] * len(requests), pa.uint32()),
+    }), trace)
+    windows = run_slowdowns(requests, a_ms, b_ms, t0)
+    scenario = out / "scenario-timeline.toml"
+    scenario.write_text(scenario_toml(label, setting, a_ms + turnaround_ms, b_ms, None, windows))
+    capsim("simulate", "--scenario", str(scenario), str(trace), "-o",
+           str(out / "simulated-timeline"))
+    sim = pq.read_table(out / "simulated-timeline" / "requests.parquet").to_pydict()
+    client = pq.read_table(out / "measured" / "requests.parquet").to_pydict()
+    latency = dict(zip(client["request"], client["latency_ns"]))
+    queue_t, queue_s, e2e_m, e2e_s = [], [], [], []
+    rows = {request: i for i, request in enumerate(sim["request"])}
+    for k, r in enumerate(requests):
+        row = rows[k]
+        if sim["outcome"][row] != "completed" or sim["exec_end_ns"][row] is None:
+            continue
+        arrival = sim["arrival_ns"][row]
+        queue_t.append((r["COMPUTE_START"] - r["QUEUE_START"]) / 1e6)
+        queue_s.append((sim["exec_start_ns"][row] - arrival) / 1e6)
+        measured = latency.get(int(r["request_id"]))
+        if measured is not None:
+            e2e_m.append(measured / 1e6)
+            outside = measured - (r["COMPUTE_END"] - r["QUEUE_START"])
+            e2e_s.append((outside + sim["exec_end_ns"][row] - arrival) / 1e6)
+    summary = json.loads((out / "simulated-timeline" / "summary.json").read_text())
+    stalls = [w for w in windows if w[2] > 3]
+    return {
+        "requests": len(requests), "joined": len(e2e_m),
+        "queue": [percentile(queue_t, 0.5), percentile(queue_s, 0.5),
+                  percentile(queue_t, 0.99), percentile(queue_s, 0.99)],
+        "e2e": [percentile(e2e_m, 0.5), percentile(e2e_s, 0.5),
+                percentile(e2e_m, 0.99), percentile(e2e_s, 0.99)],
+        "shares": shares({k: n for k, n in enumerate(summary["batch_size_counts"]) if n}),
+        "stalls": len(stalls), "stall_ms": sum(w[1] - w[0] for w in stalls) / 1e6,
+        "windows": len(windows),
+    }
 
 
 def percentile(values: list, q: float) -> float:
@@ -320,6 +428,14 @@ def main() -> None:
                     calibration = calibrate(Path(args.out) / f"s{i}-calibration", setting)
                 row = run_one(out, labels[i], setting, load, args.duration, calibration)
             print(row, flush=True)
+    if TIMELINE_ROWS:
+        print()
+        print("| setting | load | worst share gap pp | queue p50 ms: Triton / timeline-sim "
+              "| queue p99 ms: Triton / timeline-sim | e2e p50 ms: measured / timeline-sim "
+              "| e2e p99 ms: measured / timeline-sim | stalls > 3x (their time) "
+              "| requests joined |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        print("\n".join(TIMELINE_ROWS))
 
 
 if __name__ == "__main__":

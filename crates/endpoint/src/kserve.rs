@@ -80,8 +80,10 @@ impl ModelMetadata {
     }
 
     /// The JSON body of an inference request for `input_tokens` tokens, with random valid
-    /// data drawn from `seed` (integers below `vocab`, floats in [0, 1)).
-    pub fn infer_body(&self, input_tokens: u32, vocab: u64, seed: u64) -> Bytes {
+    /// data drawn from `seed` (integers below `vocab`, floats in [0, 1)). Its KServe `id` is
+    /// `id` (capsim sends the trace row), which Triton writes into its trace as `request_id`,
+    /// so the server's timestamps of each request can be joined to the client's.
+    pub fn infer_body(&self, id: u64, input_tokens: u32, vocab: u64, seed: u64) -> Bytes {
         let mut rng = capsim_sim::rng::SimRng::seed_from_u64(seed);
         let mut inputs = Vec::with_capacity(self.inputs.len());
         for (input, shape) in self.inputs.iter().zip(self.bind_shapes(input_tokens)) {
@@ -104,7 +106,7 @@ impl ModelMetadata {
                 "data": data,
             }));
         }
-        Bytes::from(serde_json::json!({ "inputs": inputs }).to_string())
+        Bytes::from(serde_json::json!({ "id": id.to_string(), "inputs": inputs }).to_string())
     }
 }
 
@@ -159,9 +161,13 @@ mod tests {
     #[test]
     fn the_body_holds_one_value_per_element_below_the_vocabulary_and_is_reproducible() {
         let m = ModelMetadata::parse(BERT.as_bytes(), "u").unwrap();
-        let body = m.infer_body(5, 10, 42);
-        assert_eq!(body, m.infer_body(5, 10, 42), "same seed, same bytes");
+        let body = m.infer_body(7, 5, 10, 42);
+        assert_eq!(body, m.infer_body(7, 5, 10, 42), "same seed, same bytes");
         let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            v["id"], "7",
+            "the request id joins the server's trace to the row"
+        );
         let data = v["inputs"][0]["data"].as_array().unwrap();
         assert_eq!(data.len(), 5);
         assert!(data.iter().all(|x| x.as_u64().unwrap() < 10));

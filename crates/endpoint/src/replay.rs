@@ -491,6 +491,7 @@ async fn send(
         Prepared::Kserve { metadata, infer } => (
             infer,
             metadata.infer_body(
+                row as u64,
                 input_tokens.min(options.max_input_tokens),
                 options.vocab,
                 seed,
