@@ -13,7 +13,10 @@ with the compute time and turnaround Triton measured in that very run ("run-sim"
 the queue and batcher from the server's speed). It prints one markdown row per run: the
 batch-size shares Triton counted, the queue time Triton measured (p50 and p99 from its trace;
 the mean from its statistics when untraced), and the end-to-end p50/p99 the client measured,
-each beside both simulations'.
+each beside both simulations'. Traced runs get a second table, of a third simulation
+("timeline-sim", `timeline_sim`): arrivals at Triton's own queue start of each request and
+batches stretched by the run's own speed (`execution.slowdowns`), which leaves the queue and the
+batcher alone to compare.
 
     cargo build --release
     .venv/bin/python scripts/triton_check.py --trace [--duration 15s] [--out output/triton-check]
