@@ -147,7 +147,8 @@ def calibrate(out: Path, setting: dict) -> dict:
         replays.append((trace, ["--concurrency", str(clients)], f"closed-{clients}"))
     stats = serve(out, setting, replays)
     a_ms, b_ms = fit_affine(stats["batch_stats"])
-    timings = trace_timings(out / "trace.json", instances) if TRACE else None
+    timings = (trace_timings(out / "trace.json", instances, setting_readiness(setting))
+               if TRACE else None)
     turnaround_ms = timings["turnaround_ms"] if timings else 0.0
     calibration = {"a_ms": a_ms + turnaround_ms, "b_ms": b_ms, "compute_a_ms": a_ms,
                    "turnaround_ms": turnaround_ms,
@@ -186,7 +187,8 @@ def compare(out: Path, label: str, setting: dict, load: float, rate: float) -> s
     # traced, each model instance's turnaround between batches (Triton's own timestamps).
     a_ms, b_ms = fit_affine(stats["batch_stats"])
     traced = any(out.glob("trace.json*"))
-    timings = trace_timings(out / "trace.json", setting["instances"]) if traced else None
+    timings = (trace_timings(out / "trace.json", setting["instances"], setting_readiness(setting))
+               if traced else None)
     turnaround_ms = timings["turnaround_ms"] if timings else 0.0
     fitted = out / "scenario-run.toml"
     residuals = batch_residuals(out / "trace.json", a_ms, b_ms) if traced else None
@@ -220,7 +222,8 @@ def compare(out: Path, label: str, setting: dict, load: float, rate: float) -> s
         # Untraced: Triton's statistics give the mean only.
         q = stats["inference_stats"]["queue"]
         queue = f"mean {three(q['ns'] / max(q['count'], 1) / 1e6, 'queue', 'mean_ms')} | –"
-    timeline = timeline_sim(out, label, setting, a_ms, b_ms, turnaround_ms) if traced else None
+    timeline = (fixed_timeline_sim(out, label, setting, a_ms, b_ms, turnaround_ms)
+                if traced else None)
     if timeline:
         q, e = timeline["queue"], timeline["e2e"]
 
@@ -231,6 +234,7 @@ def compare(out: Path, label: str, setting: dict, load: float, rate: float) -> s
             f"| {label} | {load * 100:.0f}% | {gap(timeline['shares']):.1f} | {pair(q[0], q[1])} "
             f"| {pair(q[2], q[3])} | {pair(e[0], e[1])} | {pair(e[2], e[3])} "
             f"| {timeline['stalls']} ({timeline['stall_ms']:.0f} ms) "
+            f"| {timeline['dispatch_stalls']} ({timeline['dispatch_stall_ms']:.0f} ms) "
             f"| {timeline['joined']} of {timeline['requests']} |")
     keys = sorted(set(t_sh) | set(sim_shares[0]), key=lambda k: -t_sh.get(k, 0))[:3]
     top = ", ".join(f"{k}: {t_sh.get(k, 0) * 100:.0f}/{sim_shares[0].get(k, 0) * 100:.0f}/"
@@ -257,17 +261,38 @@ def read_trace(path: Path) -> dict:
     return requests
 
 
-def run_slowdowns(requests: list, a_ms: float, b_ms: float, t0: int) -> list:
+STALL_NS = 1_000_000
+
+
+def run_slowdowns(requests: list, nominal_ms, t0: int, readiness: dict | None = None,
+                  turnaround_ns: float = 0.0, model_instances: int = 1) -> list:
     """The run's own speed, as `execution.slowdowns` windows on the simulation's clock (ns from
-    t0): each traced batch's compute interval with its measured over fitted time as the factor;
-    where the batches of several model instances overlap, the mean of their factors."""
+    t0): each traced batch's compute interval, with its measured time over `nominal_ms(members)`
+    (the batch's requests' timestamps) as the factor; where the batches of several model
+    instances overlap, the mean of their factors. With one model instance, also the server's
+    dispatch stalls: where a batch was ready to run (`readiness`, as `request_timings` judges it)
+    but started more than `turnaround_ns` + 1 ms later, the rest of that wait as a window in
+    which nothing progresses (factor 1000), since the batcher thread, not the model, was held."""
     batches: dict = {}
     for r in requests:
-        key = (r["COMPUTE_START"], r["COMPUTE_END"])
-        batches[key] = batches.get(key, 0) + 1
+        batches.setdefault((r["COMPUTE_START"], r["COMPUTE_END"]), []).append(r)
+    stalls = []
+    if model_instances == 1:
+        delay_ns = readiness["delay_ns"] if readiness else 0.0
+        ready_sizes = readiness["ready_sizes"] if readiness else set()
+        free_at = None
+        for (start, end), members in sorted(batches.items()):
+            queued = [r["QUEUE_START"] for r in members]
+            ready = min(queued) + delay_ns
+            if len(queued) in ready_sizes:
+                ready = min(ready, max(queued))
+            could = max(ready, free_at + turnaround_ns) if free_at is not None else ready
+            if start - could > STALL_NS:
+                stalls.append((int(could), start, 1000.0))
+            free_at = end
     edges = sorted({t for key in batches for t in key})
-    starts = sorted((start, end, (end - start) / 1e6 / (a_ms + b_ms * size))
-                    for (start, end), size in batches.items() if end > start)
+    starts = sorted((start, end, (end - start) / 1e6 / nominal_ms(members))
+                    for (start, end), members in batches.items() if end > start)
     windows, active, i = [], [], 0
     for lo, hi in zip(edges, edges[1:]):
         while i < len(starts) and starts[i][0] <= lo:
@@ -278,41 +303,51 @@ def run_slowdowns(requests: list, a_ms: float, b_ms: float, t0: int) -> list:
         if factors and lo >= t0:
             factor = min(max(sum(factors) / len(factors), 1e-3), 1000.0)
             windows.append((lo - t0, hi - t0, factor))
-    return windows
+    windows += [(a - t0, b - t0, f) for a, b, f in stalls if a >= t0]
+    return sorted(windows)
 
 
-def timeline_sim(out: Path, label: str, setting: dict, a_ms: float, b_ms: float,
-                 turnaround_ms: float) -> dict | None:
+def server_requests(path: Path) -> list:
+    """The traced requests that reached compute, with their ids; where an id was sent more than
+    once (a warm-up before the run), its last time. Sorted by queue start."""
+    latest: dict = {}
+    for r in read_trace(path).values():
+        if {"QUEUE_START", "COMPUTE_START", "COMPUTE_END", "request_id"} <= r.keys():
+            rid = int(r["request_id"])
+            if rid not in latest or r["QUEUE_START"] > latest[rid]["QUEUE_START"]:
+                latest[rid] = r
+    return sorted(latest.values(), key=lambda r: (r["QUEUE_START"], int(r["request_id"])))
+
+
+def timeline_sim(out: Path, requests: list, tokens: dict, latency_ns: dict, nominal_ms,
+                 scenario_of, readiness: dict | None = None, turnaround_ns: float = 0.0,
+                 model_instances: int = 1) -> dict | None:
     """The queue and the batcher alone, with the run's own timing taken out of the way: the
     simulation's arrivals are the times Triton queued each request (its QUEUE_START, so neither
     the load generator's lateness nor HTTP sits in front of the queue) and its batches are
-    stretched by the run's own speed (`run_slowdowns`), so a stall of this machine holds the
-    simulated queue up when it held Triton's up. Each request's time before the queue and after
-    the compute is the one measured, so its end-to-end latency is the client's minus Triton's
-    queue-to-compute-end plus the simulation's. Needs a trace whose requests carry their ids."""
+    stretched by the run's own speed (`run_slowdowns` against `nominal_ms`), so a stall of this
+    machine holds the simulated queue up when it held Triton's up. Each request's time before
+    the queue and after the compute is the one measured, so its end-to-end latency is the
+    client's (`latency_ns` by id) minus Triton's queue-to-compute-end plus the simulation's.
+    `tokens`: input tokens by id; `scenario_of(windows)`: the scenario's text."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    requests = [r for r in read_trace(out / "trace.json").values()
-                if {"QUEUE_START", "COMPUTE_START", "COMPUTE_END", "request_id"} <= r.keys()]
     if not requests:
         return None
-    requests.sort(key=lambda r: (r["QUEUE_START"], int(r["request_id"])))
     t0 = requests[0]["QUEUE_START"]
     trace = out / "trace-server.parquet"
     pq.write_table(pa.table({
         "arrival": pa.array([r["QUEUE_START"] - t0 for r in requests], pa.int64()),
-        "input_tokens": pa.array([16] * len(requests), pa.uint32()),
+        "input_tokens": pa.array([tokens[int(r["request_id"])] for r in requests], pa.uint32()),
     }), trace)
-    windows = run_slowdowns(requests, a_ms, b_ms, t0)
+    windows = run_slowdowns(requests, nominal_ms, t0, readiness, turnaround_ns, model_instances)
     scenario = out / "scenario-timeline.toml"
-    scenario.write_text(scenario_toml(label, setting, a_ms + turnaround_ms, b_ms, None, windows))
+    scenario.write_text(scenario_of(windows))
     capsim("simulate", "--scenario", str(scenario), str(trace), "-o",
            str(out / "simulated-timeline"))
     sim = pq.read_table(out / "simulated-timeline" / "requests.parquet").to_pydict()
-    client = pq.read_table(out / "measured" / "requests.parquet").to_pydict()
-    latency = dict(zip(client["request"], client["latency_ns"]))
-    queue_t, queue_s, e2e_m, e2e_s = [], [], [], []
     rows = {request: i for i, request in enumerate(sim["request"])}
+    queue_t, queue_s, e2e_m, e2e_s = [], [], [], []
     for k, r in enumerate(requests):
         row = rows[k]
         if sim["outcome"][row] != "completed" or sim["exec_end_ns"][row] is None:
@@ -320,14 +355,17 @@ def timeline_sim(out: Path, label: str, setting: dict, a_ms: float, b_ms: float,
         arrival = sim["arrival_ns"][row]
         queue_t.append((r["COMPUTE_START"] - r["QUEUE_START"]) / 1e6)
         queue_s.append((sim["exec_start_ns"][row] - arrival) / 1e6)
-        measured = latency.get(int(r["request_id"]))
+        measured = latency_ns.get(int(r["request_id"]))
         if measured is not None:
             e2e_m.append(measured / 1e6)
             outside = measured - (r["COMPUTE_END"] - r["QUEUE_START"])
             e2e_s.append((outside + sim["exec_end_ns"][row] - arrival) / 1e6)
     summary = json.loads((out / "simulated-timeline" / "summary.json").read_text())
-    stalls = [w for w in windows if w[2] > 3]
+    stalls = [w for w in windows if 3 < w[2] < 1000.0]
+    dispatch = [w for w in windows if w[2] >= 1000.0]
     return {
+        "dispatch_stalls": len(dispatch),
+        "dispatch_stall_ms": sum(w[1] - w[0] for w in dispatch) / 1e6,
         "requests": len(requests), "joined": len(e2e_m),
         "queue": [percentile(queue_t, 0.5), percentile(queue_s, 0.5),
                   percentile(queue_t, 0.99), percentile(queue_s, 0.99)],
@@ -339,18 +377,57 @@ def timeline_sim(out: Path, label: str, setting: dict, a_ms: float, b_ms: float,
     }
 
 
+def fixed_timeline_sim(out: Path, label: str, setting: dict, a_ms: float, b_ms: float,
+                       turnaround_ms: float) -> dict | None:
+    """`timeline_sim` of a fixed-time run: every batch's nominal time a + b * size, the
+    simulated batches a + turnaround + b * size."""
+    import pyarrow.parquet as pq
+    requests = server_requests(out / "trace.json")
+    client = pq.read_table(out / "measured" / "requests.parquet").to_pydict()
+    return timeline_sim(
+        out, requests, {int(r["request_id"]): 16 for r in requests},
+        dict(zip(client["request"], client["latency_ns"])),
+        lambda members: a_ms + b_ms * len(members),
+        lambda windows: scenario_toml(label, setting, a_ms + turnaround_ms, b_ms, None, windows),
+        setting_readiness(setting), turnaround_ms * 1e6, setting["instances"])
+
+
 def percentile(values: list, q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
 
-def trace_timings(path: Path, model_instances: int) -> dict:
+def parse_ms(text: str) -> float:
+    """A duration of the form the scenarios use ("2ms", "500us", "1s"), in milliseconds."""
+    for unit, ms in (("us", 1e-3), ("ms", 1.0), ("s", 1e3)):
+        if text.endswith(unit):
+            return float(text.removesuffix(unit)) * ms
+    raise ValueError(f"cannot read the duration {text!r}: use a unit (us, ms or s)")
+
+
+def setting_readiness(setting: dict) -> dict:
+    """When a batch of the setting may start: its delay (ns) and the sizes that start at once."""
+    return {"delay_ns": parse_ms(setting["delay"]) * 1e6,
+            "ready_sizes": {*setting["preferred"], setting["max_batch_size"]}}
+
+
+def trace_timings(path: Path, model_instances: int, readiness: dict | None = None) -> dict:
     """What Triton's own timestamps say: the queue time of every request (queue start to compute
     start), and each model instance's turnaround: the time from one batch's compute end to the
-    next one's compute start on the same instance, when the next batch's oldest request was
-    already queued (so the instance had work and was not idle). Batches are the requests that
-    share a compute start and end; each goes to the instance free the longest before it."""
+    next one's compute start on the same instance, when the next batch was already ready to run
+    (so the instance had work and was not idle): its oldest request had waited the queue delay,
+    or it reached a preferred or the largest size, before the instance was free. Batches are the
+    requests that share a compute start and end; each goes to the instance free the longest
+    before it. `readiness`: `setting_readiness` (no delay and no preferred size when absent)."""
     requests = [r for r in read_trace(path).values() if "COMPUTE_START" in r and "QUEUE_START" in r]
+    return request_timings(requests, model_instances, readiness)
+
+
+def request_timings(requests: list, model_instances: int, readiness: dict | None = None) -> dict:
+    """`trace_timings` of traced requests already read (each with QUEUE_START, COMPUTE_START
+    and COMPUTE_END)."""
+    delay_ns = readiness["delay_ns"] if readiness else 0.0
+    ready_sizes = readiness["ready_sizes"] if readiness else set()
     batches: dict = {}
     for r in requests:
         batches.setdefault((r["COMPUTE_START"], r["COMPUTE_END"]), []).append(r["QUEUE_START"])
@@ -358,7 +435,10 @@ def trace_timings(path: Path, model_instances: int) -> dict:
     turnaround = []
     for (start, end), queued in sorted(batches.items()):
         k = min(range(model_instances), key=lambda i: (free_at[i] > start, free_at[i]))
-        if 0 < free_at[k] <= start and min(queued) < free_at[k]:
+        ready = min(queued) + delay_ns
+        if len(queued) in ready_sizes:
+            ready = min(ready, max(queued))
+        if 0 < free_at[k] <= start and ready < free_at[k]:
             turnaround.append(start - free_at[k])
         free_at[k] = max(free_at[k], end)
     queue = [(r["COMPUTE_START"] - r["QUEUE_START"]) / 1e6 for r in requests]
@@ -435,9 +515,9 @@ def main() -> None:
         print()
         print("| setting | load | worst share gap pp | queue p50 ms: Triton / timeline-sim "
               "| queue p99 ms: Triton / timeline-sim | e2e p50 ms: measured / timeline-sim "
-              "| e2e p99 ms: measured / timeline-sim | stalls > 3x (their time) "
-              "| requests joined |")
-        print("|---|---|---|---|---|---|---|---|---|")
+              "| e2e p99 ms: measured / timeline-sim | compute stalls > 3x (their time) "
+              "| dispatch stalls > 1 ms (their time) | requests joined |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         print("\n".join(TIMELINE_ROWS))
 
 
