@@ -21,7 +21,7 @@ use crate::interval::{Estimate, mean_with_95_interval};
 use crate::knee::kneedle_convex_increasing;
 use crate::load::{LoadAxis, LoadKind};
 use crate::shard::Shard;
-use crate::slo::Slo;
+use crate::slo::{Metric, Slo};
 
 /// What to sweep.
 #[derive(Debug, Clone)]
@@ -446,7 +446,7 @@ fn run_job(
                 load,
                 outcome,
                 throughput_rps: s.throughput_rps,
-                latency_ms: latency_ms(s, &primary.metric, primary.stat),
+                latency_ms: latency_ms(s, primary.metric, primary.stat),
             };
             let row = CurveRow {
                 config_index: *index,
@@ -481,7 +481,7 @@ fn run_job(
                 seen.push((
                     load,
                     run.summary.throughput_rps,
-                    latency_ms(&run.summary, &primary.metric, primary.stat),
+                    latency_ms(&run.summary, primary.metric, primary.stat),
                 ));
                 Ok::<_, RunError>(run.outcome(&spec.slo))
             })
@@ -675,7 +675,7 @@ pub fn mean_curve(slo: &Slo, rows: &[&CurveRow]) -> Vec<(f64, f64, Option<f64>, 
             let throughput = runs.iter().map(|r| r.throughput_rps).sum::<f64>() / n;
             let values: Vec<f64> = runs
                 .iter()
-                .filter_map(|r| stage_stat(r, &primary.metric, primary.stat))
+                .filter_map(|r| stage_stat(r, primary.metric, primary.stat))
                 .collect();
             let latency = (values.len() == runs.len()).then(|| values.iter().sum::<f64>() / n);
             (
@@ -690,9 +690,10 @@ pub fn mean_curve(slo: &Slo, rows: &[&CurveRow]) -> Vec<(f64, f64, Option<f64>, 
     curve
 }
 
-/// A row's value of `stat` for an SLO `metric`, milliseconds.
-pub fn stage_stat(row: &CurveRow, metric: &str, stat: crate::slo::LatencyStat) -> Option<f64> {
-    let stats = row.latency_ms.get(crate::slo::summary_stage(metric))?;
+/// A row's value of `stat` for `metric`, milliseconds; `None` when the row has no such stage or
+/// no request went through it.
+pub fn stage_stat(row: &CurveRow, metric: Metric, stat: crate::slo::LatencyStat) -> Option<f64> {
+    let stats = row.latency_ms.get(metric.summary_key())?;
     if stats.count == 0 {
         return None;
     }
