@@ -294,6 +294,51 @@ pub struct ComputeDrift {
     pub error: Option<f64>,
 }
 
+/// The batches of one size as the server reported them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ServerBatchTime {
+    /// Requests per batch.
+    pub batch_size: u32,
+    /// Batches of this size the server ran.
+    pub batches: u64,
+    /// Their mean compute time, in nanoseconds.
+    pub mean_ns: f64,
+}
+
+impl ComputeDrift {
+    /// The server's mean compute of each batch size it ran (`server`, in its order) beside the
+    /// mean execution of the simulation's batches of that size in `simulated` (the service model
+    /// on the same trace).
+    pub fn by_batch_size(
+        server: impl IntoIterator<Item = ServerBatchTime>,
+        simulated: &[RequestRecord],
+    ) -> Vec<ComputeDrift> {
+        let model = execution_by_batch_size(simulated);
+        server
+            .into_iter()
+            .map(|t| {
+                let server_ms = t.mean_ns * 1e-6;
+                let model_ms = model.get(&t.batch_size).map(|&(_, ns)| ns * 1e-6);
+                ComputeDrift {
+                    batch_size: t.batch_size,
+                    server_batches: t.batches,
+                    server_ms,
+                    model_ms,
+                    error: model_ms.and_then(|m| relative_error(m, server_ms)),
+                }
+            })
+            .collect()
+    }
+
+    /// The factor that brings the model's time of this batch size to the server's (server over
+    /// model); `None` when the simulation ran no batch of this size or timed it at 0.
+    pub fn level(&self) -> Option<f64> {
+        self.model_ms
+            .filter(|&m| m > 0.0)
+            .map(|m| self.server_ms / m)
+    }
+}
+
 /// The run-driven simulation's service model: the server's mean per batch size, and the
 /// line used beyond the measured sizes.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -585,6 +630,42 @@ mod tests {
         r.exec_end_ns = end;
         r.outcome = Outcome::Completed;
         r
+    }
+
+    #[test]
+    fn the_level_of_a_batch_size_is_the_servers_time_over_the_models() {
+        let drift = |model_ms| ComputeDrift {
+            batch_size: 4,
+            server_batches: 10,
+            server_ms: 3.0,
+            model_ms,
+            error: None,
+        };
+        assert_eq!(drift(Some(2.0)).level(), Some(1.5));
+        assert_eq!(
+            drift(Some(0.0)).level(),
+            None,
+            "a model time of 0 has no level"
+        );
+        assert_eq!(drift(None).level(), None);
+        let none = ComputeDrift::by_batch_size(
+            [ServerBatchTime {
+                batch_size: 2,
+                batches: 3,
+                mean_ns: 4e6,
+            }],
+            &[],
+        );
+        assert_eq!(
+            none,
+            [ComputeDrift {
+                batch_size: 2,
+                server_batches: 3,
+                server_ms: 4.0,
+                model_ms: None,
+                error: None,
+            }]
+        );
     }
 
     #[test]

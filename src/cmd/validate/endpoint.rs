@@ -15,7 +15,7 @@ use capsim_endpoint::triton::{self, ModelStats};
 use capsim_endpoint::{EndpointError, EndpointOptions, LoadMode, MeasuredRun, Protocol};
 use capsim_report::validation::{
     BatchShares, CalibratedCapacity, ComputeDrift, Figures, LoadValidation, Measured, RunService,
-    Simulated, execution_by_batch_size, relative_error,
+    ServerBatchTime, Simulated,
 };
 use capsim_sim::llm::spec::BatcherKind;
 use capsim_sim::output::write_requests_parquet;
@@ -185,11 +185,7 @@ pub(super) fn run(args: &ValidateArgs, url: &str) -> Result<()> {
         // batch of a size the server did.
         let levels: Vec<(u32, f64)> = compute_by_batch_size
             .iter()
-            .filter_map(|d| {
-                d.model_ms
-                    .filter(|&m| m > 0.0)
-                    .map(|m| (d.batch_size, d.server_ms / m))
-            })
+            .filter_map(|d| d.level().map(|level| (d.batch_size, level)))
             .collect();
         let leveled = LeveledService::new(service.clone(), &levels);
         let run_sim_service: Option<Arc<dyn ServiceTime>> = match (&leveled, &run_service) {
@@ -402,25 +398,15 @@ fn measure(trace: &Trace, options: &EndpointOptions, scenario: &Scenario) -> Res
 }
 
 /// The server's mean compute per batch size beside the simulation's mean execution of its
-/// batches of that size (the service model on the same trace).
+/// batches of that size (the service model on the same trace); empty without statistics.
 fn drift(stats: Option<&ModelStats>, simulated: &[RequestRecord]) -> Vec<ComputeDrift> {
     let Some(stats) = stats else {
         return Vec::new();
     };
-    let model = execution_by_batch_size(simulated);
-    stats
-        .batch_times()
-        .iter()
-        .map(|t| {
-            let server_ms = t.mean_ns * 1e-6;
-            let model_ms = model.get(&t.batch_size).map(|&(_, ns)| ns * 1e-6);
-            ComputeDrift {
-                batch_size: t.batch_size,
-                server_batches: t.batches,
-                server_ms,
-                model_ms,
-                error: model_ms.and_then(|m| relative_error(m, server_ms)),
-            }
-        })
-        .collect()
+    let server = stats.batch_times().into_iter().map(|t| ServerBatchTime {
+        batch_size: t.batch_size,
+        batches: t.batches,
+        mean_ns: t.mean_ns,
+    });
+    ComputeDrift::by_batch_size(server, simulated)
 }
