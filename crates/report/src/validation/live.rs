@@ -483,8 +483,8 @@ mod tests {
         ];
         assert_eq!(
             figures_text(0.3, &rows),
-            "  30% queue p99 ms               1.500      2.000   -25.0%\n  \
-             30% queue p50 ms               1.000      0.000    +0.0%\n"
+            "  30% queue p99 ms            1.500      2.000   -25.0%\n  \
+             30% queue p50 ms            1.000      0.000    +0.0%\n"
         );
     }
 }
