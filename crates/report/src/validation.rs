@@ -380,6 +380,41 @@ pub struct LoadValidation {
     pub compute_by_batch_size: Vec<ComputeDrift>,
 }
 
+/// A whole validation against a running server, as `validation.json` holds it: what was
+/// compared (endpoint, protocol, model, scenario, service model, capacity, the batchers'
+/// differences) and every load's [`LoadValidation`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EndpointValidation {
+    /// The server's base URL.
+    pub endpoint: String,
+    /// Its protocol (`kserve` or `openai`).
+    pub protocol: String,
+    /// The model served.
+    pub model: String,
+    /// The scenario's name.
+    pub scenario: String,
+    /// The scenario-driven simulation's service model: `scenario` (its `[service]`) or
+    /// `profile PATH`.
+    pub service_model: String,
+    /// The capacity the loads are fractions of.
+    pub capacity: CalibratedCapacity,
+    /// Where the scenario and the server's batcher differ (empty when they agree or the server
+    /// does not say).
+    pub batcher_differences: Vec<String>,
+    /// Each load, in the order run.
+    pub loads: Vec<LoadValidation>,
+}
+
+impl EndpointValidation {
+    /// `validation.json`'s text: pretty JSON, every object's keys in alphabetical order, ending
+    /// with a newline.
+    pub fn to_json(&self) -> Result<String, serde_json::Error> {
+        // Through a `Value`, whose maps sort their keys.
+        let value = serde_json::to_value(self)?;
+        Ok(serde_json::to_string_pretty(&value)? + "\n")
+    }
+}
+
 /// Formats a relative error as `+1.2%`, or `-` when there is none.
 fn percent(error: Option<f64>) -> String {
     error.map_or_else(|| "-".to_string(), |e| format!("{:+.1}%", 100.0 * e))
@@ -571,6 +606,43 @@ mod tests {
     use super::*;
     use capsim_sim::Scenario;
     use capsim_sim::record::Outcome;
+
+    #[test]
+    fn validation_json_sorts_every_objects_keys() {
+        let capacity = CalibratedCapacity {
+            rate_rps: 100.0,
+            model_instances: 2,
+            max_batch_size: 8,
+            mean_input_tokens: 32,
+            full_batch_ms: 4.0,
+        };
+        let report = EndpointValidation {
+            endpoint: "http://127.0.0.1:8000".into(),
+            protocol: "kserve".into(),
+            model: "m".into(),
+            scenario: "s".into(),
+            service_model: "scenario".into(),
+            capacity,
+            batcher_differences: vec!["max_batch_size 8 vs 4".into()],
+            loads: Vec::new(),
+        };
+        let by_hand = serde_json::json!({
+            "endpoint": "http://127.0.0.1:8000",
+            "protocol": "kserve",
+            "model": "m",
+            "scenario": "s",
+            "service_model": "scenario",
+            "capacity": capacity,
+            "batcher_differences": ["max_batch_size 8 vs 4"],
+            "loads": [],
+        });
+        let expected = serde_json::to_string_pretty(&by_hand).unwrap() + "\n";
+        assert_eq!(report.to_json().unwrap(), expected);
+        let text = report.to_json().unwrap();
+        let full_batch = text.find("full_batch_ms").unwrap();
+        let rate = text.find("rate_rps").unwrap();
+        assert!(full_batch < rate, "nested keys sorted too: {text}");
+    }
 
     #[test]
     fn relative_errors_are_against_the_measurement_and_absent_for_zero() {
