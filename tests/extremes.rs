@@ -419,26 +419,10 @@ fn extreme_scenarios_traces_and_transforms_complete_or_exit_2_never_abort() {
         std::path::PathBuf::from(d)
     });
     let started = Instant::now();
-    let workers = std::thread::available_parallelism().map_or(2, |n| n.get().min(4)) as u64;
-    let failures: Vec<String> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..workers)
-            .map(|w| {
-                let (dir, seeds) = (dir.as_path(), &seeds);
-                scope.spawn(move || {
-                    seeds
-                        .iter()
-                        .skip(w as usize)
-                        .step_by(workers as usize)
-                        .filter_map(|&seed| run_case(seed, dir).err())
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().expect("worker"))
-            .collect()
-    });
+    let failures: Vec<String> = common::on_workers(&seeds, |seed| run_case(seed, &dir).err())
+        .into_iter()
+        .flatten()
+        .collect();
     eprintln!(
         "{cases} extreme cases (seeds {}..={}) in {:.1} s, {} failed",
         seeds.first().copied().unwrap_or(0),

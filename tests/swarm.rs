@@ -2005,26 +2005,8 @@ fn swarm_of_realistic_scenarios_obeys_the_serving_rules() {
             PathBuf::from(d)
         });
     let started = Instant::now();
-    let workers = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
-    let results: Vec<Result<Tally, String>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..workers)
-            .map(|w| {
-                let (dir, seeds) = (dir.as_path(), &seeds);
-                scope.spawn(move || {
-                    seeds
-                        .iter()
-                        .skip(w)
-                        .step_by(workers)
-                        .map(|&seed| run_case(seed, dir))
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().expect("worker"))
-            .collect()
-    });
+    let results: Vec<Result<Tally, String>> =
+        common::on_workers(&seeds, |seed| run_case(seed, &dir));
     let mut total = Tally::new();
     let mut failures = Vec::new();
     for result in results {

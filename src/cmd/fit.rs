@@ -15,7 +15,7 @@ use capsim_calibrate::fit::{
     parameter_unit, read_log_as,
 };
 use capsim_endpoint::measured_service::fit_affine;
-use capsim_endpoint::triton::{ModelStats, ServerRequestTimes};
+use capsim_endpoint::triton::{ModelStats, ServerOverheads, ServerRequestTimes};
 use capsim_report::plot::{CdfPlot, CdfSeries, PlotSize, draw_latency_cdf};
 use capsim_sim::Scenario;
 use clap::Args;
@@ -177,7 +177,8 @@ fn run_dynamic(scenario: &Scenario, args: &FitArgs) -> Result<()> {
     let overheads = server_overheads(&args.log, &log)?;
     let mut scenario = scenario.clone();
     if let Some(o) = &overheads {
-        o.apply(&mut scenario)?;
+        o.apply(&mut scenario)
+            .map_err(|e| BadInput(e.to_string()))?;
     }
     let scenario = &scenario;
     let config = FitConfig {
@@ -229,76 +230,6 @@ fn run_dynamic(scenario: &Scenario, args: &FitArgs) -> Result<()> {
     Ok(())
 }
 
-/// The overheads nobody measures directly, as constants, from a run that has both client and
-/// server times: the log's mean end-to-end latency (the client's) against Triton's mean time per
-/// request (the server's, from the `server_metrics` of the summary.json beside the log, as
-/// `replay --endpoint --metrics-url` writes it).
-struct ServerOverheads {
-    /// Client's mean end-to-end latency, ns.
-    client_ns: f64,
-    /// The server's per-request means.
-    server: ServerRequestTimes,
-    /// Requests the log completed.
-    completed: usize,
-    /// The summary.json read.
-    summary: PathBuf,
-}
-
-impl ServerOverheads {
-    /// Half the client's time outside the server: the one-way network latency, in ns.
-    fn one_way_ns(&self) -> u64 {
-        ((self.client_ns - self.server.request_ns).max(0.0) / 2.0).round() as u64
-    }
-
-    /// The server's time outside queue and model, in ns.
-    fn outside_ns(&self) -> u64 {
-        self.server.outside_ns().round() as u64
-    }
-
-    fn apply(&self, scenario: &mut Scenario) -> Result<()> {
-        scenario
-            .set(
-                "network.latency",
-                &format!(
-                    "{{ kind = \"constant\", one_way = \"{}ns\" }}",
-                    self.one_way_ns()
-                ),
-            )
-            .map_err(|e| BadInput(e.to_string()))?;
-        scenario
-            .set("postprocess.base", &format!("\"{}ns\"", self.outside_ns()))
-            .map_err(|e| BadInput(e.to_string()))?;
-        Ok(())
-    }
-
-    fn describe(&self) -> String {
-        let mut text = format!(
-            "overheads, from the client's mean end-to-end {:.3} ms and Triton's mean {:.3} ms a \
-             request ({}: {:.0} requests; queue {:.3} ms, compute {:.3} ms):\n  \
-             network.latency.one_way {:>9.1} us  half the client's time outside the server\n  \
-             postprocess.base        {:>9.1} us  the server's time outside queue and model\n",
-            self.client_ns / 1e6,
-            self.server.request_ns / 1e6,
-            self.summary.display(),
-            self.server.requests,
-            self.server.queue_ns / 1e6,
-            self.server.compute_ns / 1e6,
-            self.one_way_ns() as f64 / 1e3,
-            self.outside_ns() as f64 / 1e3,
-        );
-        let completed = self.completed as f64;
-        if (self.server.requests - completed).abs() > 0.01 * completed {
-            text.push_str(&format!(
-                "warning: the server's counters cover {:.0} requests and the log completed {}: \
-                 the scrapes did not bracket the run (or other clients used the model), so \
-                 these means are not of the same requests\n",
-                self.server.requests, self.completed
-            ));
-        }
-        text
-    }
-}
-
 /// The overheads of a run whose summary.json (beside `log`) holds Triton's request, queue and
 /// compute counters; `None` without such a summary.
 fn server_overheads(log_path: &Path, log: &BatchLog) -> Result<Option<ServerOverheads>> {
@@ -318,15 +249,7 @@ fn server_overheads(log_path: &Path, log: &BatchLog) -> Result<Option<ServerOver
     let Some(server) = ServerRequestTimes::from_metrics(&metrics) else {
         return Ok(None);
     };
-    if log.e2e_ns.is_empty() {
-        return Ok(None);
-    }
-    Ok(Some(ServerOverheads {
-        client_ns: log.e2e_ns.iter().sum::<f64>() / log.e2e_ns.len() as f64,
-        server,
-        completed: log.e2e_ns.len(),
-        summary,
-    }))
+    Ok(ServerOverheads::new(&log.e2e_ns, server, summary))
 }
 
 /// Triton's model statistics in `path` (`GET /v2/models/NAME/stats`, whole or its one

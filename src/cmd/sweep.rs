@@ -11,7 +11,7 @@ use capsim_report::load::{LoadAxis, LoadKind};
 use capsim_report::output::{merge, read_sweep, write_sweep_outputs};
 use capsim_report::plot::PlotSize;
 use capsim_report::report::write_report;
-use capsim_report::review::{Basis, Question, Review, SLOWER_SERVICE_FACTOR, Sensitivity};
+use capsim_report::review::{Basis, Question, Review, sensitivity_of};
 use capsim_report::shard::Shard;
 use capsim_report::slo::Slo;
 use capsim_report::sweep::{SweepResult, SweepSpec, job_count, run_sweep};
@@ -184,9 +184,9 @@ pub fn parse_growth(text: &str) -> Result<f64> {
 }
 
 /// What `report.md` states beyond the runs: the trace's figures and the growth, the scenario's
-/// provenance, and the answer's configuration (else the best-ranked) run again with every
-/// service time [`SLOWER_SERVICE_FACTOR`] times as long. A sharded run has no answer yet and
-/// skips the sensitivity run.
+/// provenance, and the answer's configuration (else the best-ranked) run again with slower
+/// service times ([`sensitivity_of`]). A sharded run has no answer yet and skips the
+/// sensitivity run.
 pub fn review_of(
     args: &GridArgs,
     spec: &SweepSpec,
@@ -210,60 +210,12 @@ pub fn review_of(
         spec.base_seed,
         spec.max_lost_fraction,
     );
-    let sensitivity = if spec.shard == Shard::WHOLE && result.complete {
-        let mean_rps = question.mean_rate_rps;
-        let chosen = capsim_report::review::carrying(&result.capacities, mean_rps, growth)
-            .first()
-            .copied()
-            .or_else(|| capsim_report::report::ranked(result).first().copied());
-        chosen
-            .map(|row| slower_capacity(spec, workload, row))
-            .transpose()?
-    } else {
-        None
-    };
+    let sensitivity = sensitivity_of(spec, workload, result, question.mean_rate_rps, growth)?;
     Ok(Review {
         question,
         basis,
         sensitivity,
     })
-}
-
-/// The capacity of `row`'s configuration with every service time scaled by
-/// [`SLOWER_SERVICE_FACTOR`] (or why it cannot be run).
-fn slower_capacity(
-    spec: &SweepSpec,
-    workload: &Workload<'_>,
-    row: &capsim_report::sweep::CapacityRow,
-) -> Result<Sensitivity> {
-    let configuration = capsim_report::grid::Configuration {
-        settings: row.settings.clone(),
-    };
-    let mut sensitivity = Sensitivity {
-        service_scale: SLOWER_SERVICE_FACTOR,
-        configuration: row.configuration.clone(),
-        capacity_rps: None,
-        note: None,
-    };
-    let configured = capsim_report::experiment::configure(&spec.base, &configuration)?;
-    let slower = match capsim_report::review::slower_service(&configured, SLOWER_SERVICE_FACTOR) {
-        Ok(s) => s,
-        Err(note) => {
-            sensitivity.note = Some(note);
-            return Ok(sensitivity);
-        }
-    };
-    let one = SweepSpec {
-        base: slower,
-        grid: Grid::new(Vec::new()).map_err(bad)?,
-        curves: false,
-        shard: Shard::WHOLE,
-        ..spec.clone()
-    };
-    let never = AtomicBool::new(false);
-    let result = run_sweep(&one, workload, &|| {}, &never)?;
-    sensitivity.capacity_rps = result.capacities.first().and_then(|c| c.capacity_rps);
-    Ok(sensitivity)
 }
 
 /// Runs `spec` with a progress bar on stderr.

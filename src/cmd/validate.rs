@@ -4,23 +4,22 @@
 
 mod endpoint;
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use capsim_calibrate::check_model_file;
-use capsim_calibrate::live::{LiveRequest, LiveRun, replay};
+use capsim_calibrate::live::{LiveRequest, replay};
 use capsim_calibrate::probe::SpeedProbe;
 use capsim_report::validation::CalibratedCapacity;
+use capsim_report::validation::live::{
+    BatchReport, Leveled, figure_rows, figures_header, figures_text,
+};
 use capsim_sim::output::write_requests_parquet;
 use capsim_sim::profile::{Profile, ProfileServiceTime};
 use capsim_sim::quantity::parse_duration_ns;
 use capsim_sim::service::ScaledService;
-use capsim_sim::summary::LatencyStats;
-use capsim_sim::{
-    BatchShape, RunOptions, Scenario, ServiceTime, Summary, simulate, simulate_with_requests,
-};
+use capsim_sim::{RunOptions, Scenario, ServiceTime, Summary, simulate, simulate_with_requests};
 use capsim_trace::{Columns, Trace};
 use clap::Args;
 
@@ -134,14 +133,6 @@ fn scaled_trace(
     Trace::from_columns(columns).context("building the scaled trace")
 }
 
-fn relative_error(simulated: f64, measured: f64) -> f64 {
-    if measured == 0.0 {
-        0.0
-    } else {
-        (simulated - measured) / measured
-    }
-}
-
 pub fn run(args: ValidateArgs) -> Result<()> {
     if let Some(url) = &args.endpoint {
         return endpoint::run(&args, url);
@@ -198,10 +189,7 @@ pub fn run(args: ValidateArgs) -> Result<()> {
         &profile,
     )
     .map_err(user_facing)?;
-    println!(
-        "{:>5} {:<18} {:>10} {:>10} {:>8}",
-        "load", "metric", "simulated", "measured", "error"
-    );
+    print!("{}", figures_header());
     for &load in &args.loads {
         // Compress (or stretch) the trace's gaps to the target rate; keep `duration` of it.
         let scaled = scaled_trace(trace, &lengths, load * capacity_rps, duration_ns, false)?;
@@ -238,7 +226,10 @@ pub fn run(args: ValidateArgs) -> Result<()> {
             )?;
             write_requests_parquet(&dir.join("measured.parquet"), &live.records, pools)?;
         }
-        print_comparison(load, &simulated, &measured);
+        print!(
+            "{}",
+            figures_text(load, &figure_rows(&simulated, &measured))
+        );
         if let Some(wait_ns) = live.cpu_wait_ns {
             println!(
                 "{:>4.0}% live model instances waited for a CPU (held by other threads or \
@@ -248,17 +239,19 @@ pub fn run(args: ValidateArgs) -> Result<()> {
                 calibration_wait
             );
         }
-        let batches = live_batches(&live, &service, max_length);
-        print_run_times(load, &run_times_by_size(&batches));
-        print_tail_excess(load, &tail_excess(&batches));
-        if let Some(level) = live_level(&batches) {
+        let batches = BatchReport::of(&live.records, &service, max_length);
+        print!("{}", batches.text(load));
+        if let Some(level) = batches.level {
             // A diagnostic, not the validation: the simulation again, with the profile's times
             // brought to the level the live batches ran at, leaves the serving model's own error.
             let leveled = ScaledService::new(service.clone(), level)
                 .context("the live batches' level of the profile's times")?;
             options.service_override = Some(Arc::new(leveled));
             let leveled_summary = simulate(&scenario, &scaled, &options)?;
-            print_leveled(load, level, &leveled_summary, &measured);
+            print!(
+                "{}",
+                Leveled::of(level, &leveled_summary, &measured).text(load)
+            );
         }
         print_machine_speed(load, &probe, before, after);
     }
@@ -298,185 +291,6 @@ fn print_machine_speed(load: f64, probe: &SpeedProbe, before: f64, after: f64) {
     }
 }
 
-/// The live run times of one batch size against the profile's, ms.
-#[derive(Debug, Clone, PartialEq)]
-struct RunTimes {
-    batch_size: u32,
-    batches: usize,
-    /// Median measured execution time of these batches.
-    live_median_ms: f64,
-    /// Median over the same batches of the profile's median for each one's shape (size and
-    /// longest clamped input), input build included.
-    profile_median_ms: f64,
-}
-
-/// One live batch: its size, measured execution time and the profile's median, p99 and longest
-/// run for its shape (size, longest clamped input, the idle time before it), input build
-/// included, ns.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct LiveBatch {
-    size: u32,
-    measured_ns: f64,
-    predicted_ns: f64,
-    p99_ns: f64,
-    max_ns: f64,
-}
-
-/// Every batch of the live run with the profile's prediction for it: where the service model
-/// and the live server part ways.
-fn live_batches(live: &LiveRun, service: &ProfileServiceTime, max_length: u32) -> Vec<LiveBatch> {
-    // batch id -> (model instance, size, longest clamped input, start ns, end ns)
-    let mut batches: BTreeMap<u64, (u32, u32, u32, u64, u64)> = BTreeMap::new();
-    for r in &live.records {
-        let entry = batches.entry(r.batch_id).or_insert((
-            r.model_instance,
-            r.batch_size,
-            0,
-            r.exec_start_ns,
-            r.exec_end_ns,
-        ));
-        entry.2 = entry.2.max(r.input_tokens.clamp(1, max_length));
-    }
-    // Each batch's idle time before it: since its model instance's previous batch ended.
-    let mut runs: Vec<_> = batches.into_values().collect();
-    runs.sort_by_key(|&(instance, _, _, start_ns, _)| (instance, start_ns));
-    let mut previous_end: Option<(u32, u64)> = None;
-    runs.into_iter()
-        .map(|(instance, size, longest, start_ns, end_ns)| {
-            let idle_ns = match previous_end {
-                Some((i, end)) if i == instance => start_ns.saturating_sub(end),
-                _ => start_ns,
-            };
-            previous_end = Some((instance, end_ns));
-            let shape = BatchShape {
-                size,
-                max_input_tokens: longest,
-                total_input_tokens: u64::from(size) * u64::from(longest),
-                idle_ns,
-            };
-            let build_ns = service.input_build_mean_ns(&shape);
-            LiveBatch {
-                size,
-                measured_ns: (end_ns - start_ns) as f64,
-                predicted_ns: service.quantile_ns(&shape, 0.5) + build_ns,
-                p99_ns: service.quantile_ns(&shape, 0.99) + build_ns,
-                max_ns: service.quantile_ns(&shape, 1.0) + build_ns,
-            }
-        })
-        .collect()
-}
-
-/// Each batch size's median measured execution time against the median prediction.
-fn run_times_by_size(batches: &[LiveBatch]) -> Vec<RunTimes> {
-    // batch size -> (measured ns, predicted ns) per batch
-    let mut by_size: BTreeMap<u32, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
-    for b in batches {
-        let (measured, predicted) = by_size.entry(b.size).or_default();
-        measured.push(b.measured_ns);
-        predicted.push(b.predicted_ns);
-    }
-    by_size
-        .into_iter()
-        .map(|(batch_size, (mut measured, mut predicted))| RunTimes {
-            batch_size,
-            batches: measured.len(),
-            live_median_ms: median(&mut measured) * 1e-6,
-            profile_median_ms: median(&mut predicted) * 1e-6,
-        })
-        .collect()
-}
-
-/// The level the live server ran the profile's batches at: the median over batches of measured
-/// over predicted time (1.1: 10% slower than the profile). `None` without batches.
-fn live_level(batches: &[LiveBatch]) -> Option<f64> {
-    let mut ratios: Vec<f64> = batches
-        .iter()
-        .filter(|b| b.predicted_ns > 0.0)
-        .map(|b| b.measured_ns / b.predicted_ns)
-        .collect();
-    (!ratios.is_empty()).then(|| median(&mut ratios))
-}
-
-/// The live batches in the profile's tail for their shapes. The simulation draws 1% of its
-/// batches above the profile's p99 and none above its longest run; live batches there are
-/// stalls or a tail the calibration's few hundred runs per grid point did not sample, and they
-/// set the live p99 at moderate load.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct TailExcess {
-    batches: usize,
-    over_p99: usize,
-    over_max: usize,
-    /// The batch furthest above the profile's longest run for its shape: (measured, longest) ns.
-    worst: Option<(f64, f64)>,
-}
-
-fn tail_excess(batches: &[LiveBatch]) -> TailExcess {
-    let worst = batches
-        .iter()
-        .filter(|b| b.max_ns > 0.0 && b.measured_ns > b.max_ns)
-        .max_by(|a, b| (a.measured_ns / a.max_ns).total_cmp(&(b.measured_ns / b.max_ns)))
-        .map(|b| (b.measured_ns, b.max_ns));
-    TailExcess {
-        batches: batches.len(),
-        over_p99: batches.iter().filter(|b| b.measured_ns > b.p99_ns).count(),
-        over_max: batches.iter().filter(|b| b.measured_ns > b.max_ns).count(),
-        worst,
-    }
-}
-
-fn print_tail_excess(load: f64, tail: &TailExcess) {
-    if tail.batches == 0 {
-        return;
-    }
-    let share = |n: usize| 100.0 * n as f64 / tail.batches as f64;
-    let worst = tail.worst.map_or(String::new(), |(measured, longest)| {
-        format!(
-            "; the furthest ran {:.3} ms where the profile's longest is {:.3} ms",
-            measured * 1e-6,
-            longest * 1e-6
-        )
-    });
-    println!(
-        "{:>4.0}% live batches in the profile's tail for their shape: {:.1}% above its p99 (the \
-         simulation: 1%), {:.1}% above its longest run (the simulation: none){worst}",
-        load * 100.0,
-        share(tail.over_p99),
-        share(tail.over_max),
-    );
-}
-
-/// Median of non-empty values (sorts them).
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    if n % 2 == 1 {
-        values[n / 2]
-    } else {
-        (values[n / 2 - 1] + values[n / 2]) / 2.0
-    }
-}
-
-fn print_run_times(load: f64, times: &[RunTimes]) {
-    let cells: Vec<String> = times
-        .iter()
-        .map(|t| {
-            format!(
-                "{}: {:.3}/{:.3} ({:+.0}%, {} batches)",
-                t.batch_size,
-                t.live_median_ms,
-                t.profile_median_ms,
-                100.0 * relative_error(t.live_median_ms, t.profile_median_ms),
-                t.batches
-            )
-        })
-        .collect();
-    println!(
-        "{:>4.0}% median batch run time, live/profile ms, by batch size: {}",
-        load * 100.0,
-        cells.join("; ")
-    );
-}
-
 /// Why the profile may not describe the live run: measured with other intra-op threads than the
 /// live sessions use, or, when it has no idle slowdown, with another idle wait before each run
 /// than the scenario's batcher leaves a model instance at moderate load (about
@@ -502,117 +316,4 @@ fn measurement_mismatch(profile: &Profile, scenario: &Scenario, threads: u32) ->
             delay_ns / 1_000
         )
     })
-}
-
-/// The simulation with the profile's times at the live batches' level, against the live run.
-fn print_leveled(load: f64, level: f64, simulated: &Summary, measured: &Summary) {
-    let empty = LatencyStats::default();
-    let errors: Vec<String> = ["end_to_end", "queue"]
-        .iter()
-        .map(|stage| {
-            let s = simulated.latency_ms.get(*stage).unwrap_or(&empty);
-            let m = measured.latency_ms.get(*stage).unwrap_or(&empty);
-            format!(
-                "{stage} p50 {:+.1}%, p99 {:+.1}%",
-                100.0 * relative_error(s.p50_ms, m.p50_ms),
-                100.0 * relative_error(s.p99_ms, m.p99_ms)
-            )
-        })
-        .collect();
-    println!(
-        "{:>4.0}% with the profile's times x{level:.3} (the live batches' median over the \
-         profile's; a diagnostic, fitted to this run) the errors would be: {}",
-        load * 100.0,
-        errors.join("; ")
-    );
-}
-
-fn print_comparison(load: f64, simulated: &Summary, measured: &Summary) {
-    let row = |metric: &str, s: f64, m: f64| {
-        println!(
-            "{:>4.0}% {metric:<18} {s:>10.3} {m:>10.3} {:>+7.1}%",
-            load * 100.0,
-            100.0 * relative_error(s, m)
-        );
-    };
-    row(
-        "throughput rps",
-        simulated.throughput_rps,
-        measured.throughput_rps,
-    );
-    let empty = LatencyStats::default();
-    for stage in ["end_to_end", "queue"] {
-        let s = simulated.latency_ms.get(stage).unwrap_or(&empty);
-        let m = measured.latency_ms.get(stage).unwrap_or(&empty);
-        row(&format!("{stage} p50 ms"), s.p50_ms, m.p50_ms);
-        row(&format!("{stage} p90 ms"), s.p90_ms, m.p90_ms);
-        row(&format!("{stage} p99 ms"), s.p99_ms, m.p99_ms);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn median_is_the_middle_value_or_the_mean_of_the_two_middle_ones() {
-        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
-        assert_eq!(median(&mut [7.0]), 7.0);
-    }
-
-    fn batch(size: u32, measured_ns: f64, predicted_ns: f64) -> LiveBatch {
-        LiveBatch {
-            size,
-            measured_ns,
-            predicted_ns,
-            p99_ns: 1.5 * predicted_ns,
-            max_ns: 2.0 * predicted_ns,
-        }
-    }
-
-    #[test]
-    fn tail_excess_counts_live_batches_beyond_the_profiles_p99_and_longest_run() {
-        let batches = [
-            batch(1, 1.0e6, 1e6),
-            batch(1, 1.6e6, 1e6),
-            batch(2, 2.5e6, 1e6),
-            batch(4, 9.0e6, 3e6),
-            batch(4, 2.0e6, 2e6),
-        ];
-        // p99 = 1.5x and longest = 2x the median: 1.6, 2.5 and 3.0 are above the p99, 2.5 and
-        // 3.0 above the longest, the furthest 9 ms against 6 ms (3/2 beats 2.5/2).
-        let tail = tail_excess(&batches);
-        assert_eq!(
-            tail,
-            TailExcess {
-                batches: 5,
-                over_p99: 3,
-                over_max: 2,
-                worst: Some((9.0e6, 6.0e6)),
-            }
-        );
-        let none = tail_excess(&[batch(1, 1e6, 1e6)]);
-        assert_eq!((none.over_p99, none.over_max, none.worst), (0, 0, None));
-    }
-
-    #[test]
-    fn the_live_level_is_the_median_ratio_of_measured_to_predicted_batch_times() {
-        let batches = [
-            batch(1, 1.2e6, 1e6),
-            batch(1, 0.9e6, 1e6),
-            batch(2, 3.3e6, 3e6),
-            batch(4, 6e6, 4e6),
-            batch(4, 4.4e6, 0.0),
-        ];
-        // Ratios 1.2, 0.9, 1.1 and 1.5 (the batch predicted at 0 is left out): median 1.15.
-        let level = live_level(&batches).expect("batches");
-        assert!((level - 1.15).abs() < 1e-12, "{level}");
-        assert_eq!(live_level(&[]), None);
-        let by_size = run_times_by_size(&batches);
-        let sizes: Vec<(u32, usize)> = by_size.iter().map(|t| (t.batch_size, t.batches)).collect();
-        assert_eq!(sizes, [(1, 2), (2, 1), (4, 2)]);
-        assert!((by_size[0].live_median_ms - 1.05).abs() < 1e-12);
-        assert!((by_size[2].profile_median_ms - 2.0).abs() < 1e-12);
-    }
 }

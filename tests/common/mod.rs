@@ -123,3 +123,29 @@ pub fn summary(out: &Path) -> serde_json::Value {
         .unwrap_or_else(|e| panic!("{} unreadable: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()))
 }
+
+/// Runs `case` on every seed on a few worker threads (as many as the machine has, at most 4):
+/// worker `w` takes seeds `w`, `w + workers`, ... in order. Returns the first worker's results,
+/// then the second's, and so on; a panicking case fails the caller.
+pub fn on_workers<R: Send>(seeds: &[u64], case: impl Fn(u64) -> R + Sync) -> Vec<R> {
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
+    let case = &case;
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|w| {
+                scope.spawn(move || {
+                    seeds
+                        .iter()
+                        .skip(w)
+                        .step_by(workers)
+                        .map(|&seed| case(seed))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("worker"))
+            .collect()
+    })
+}

@@ -7,11 +7,13 @@
 //! before and after it ([`ModelStats::since`]).
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use hyper::Uri;
 use serde::Deserialize;
 
 use capsim_sim::scenario::Pool;
+use capsim_sim::{Scenario, ScenarioError};
 
 use crate::EndpointError;
 use crate::http::HttpClient;
@@ -274,6 +276,93 @@ impl ServerRequestTimes {
     }
 }
 
+/// The overheads nobody measures directly, as constants, from a run that has both client and
+/// server times: the client's mean end-to-end latency against Triton's mean time per request
+/// ([`ServerRequestTimes`], from the `server_metrics` of the run's summary.json).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerOverheads {
+    /// The client's mean end-to-end latency, in nanoseconds.
+    pub client_ns: f64,
+    /// The server's per-request means.
+    pub server: ServerRequestTimes,
+    /// Requests the client's log completed.
+    pub completed: usize,
+    /// Where the server's counters were read (named in [`ServerOverheads::describe`]).
+    pub summary: PathBuf,
+}
+
+impl ServerOverheads {
+    /// The overheads of a log whose completed requests took `client_e2e_ns` (end to end, ns)
+    /// against the server's counters read from `summary`; `None` when the log completed none.
+    pub fn new(
+        client_e2e_ns: &[f64],
+        server: ServerRequestTimes,
+        summary: PathBuf,
+    ) -> Option<ServerOverheads> {
+        if client_e2e_ns.is_empty() {
+            return None;
+        }
+        Some(ServerOverheads {
+            client_ns: client_e2e_ns.iter().sum::<f64>() / client_e2e_ns.len() as f64,
+            server,
+            completed: client_e2e_ns.len(),
+            summary,
+        })
+    }
+
+    /// Half the client's time outside the server: the one-way network latency, in ns (0 when
+    /// the server's mean exceeds the client's).
+    pub fn one_way_ns(&self) -> u64 {
+        ((self.client_ns - self.server.request_ns).max(0.0) / 2.0).round() as u64
+    }
+
+    /// The server's time outside queue and model, in ns.
+    pub fn outside_ns(&self) -> u64 {
+        self.server.outside_ns().round() as u64
+    }
+
+    /// Sets them in `scenario`: a constant one-way `network.latency` and `postprocess.base`.
+    pub fn apply(&self, scenario: &mut Scenario) -> Result<(), ScenarioError> {
+        scenario.set(
+            "network.latency",
+            &format!(
+                "{{ kind = \"constant\", one_way = \"{}ns\" }}",
+                self.one_way_ns()
+            ),
+        )?;
+        scenario.set("postprocess.base", &format!("\"{}ns\"", self.outside_ns()))
+    }
+
+    /// What was fitted and from what, for `fit.txt`; ends with a warning line when the server's
+    /// counters cover more than 1% more or fewer requests than the log completed.
+    pub fn describe(&self) -> String {
+        let mut text = format!(
+            "overheads, from the client's mean end-to-end {:.3} ms and Triton's mean {:.3} ms a \
+             request ({}: {:.0} requests; queue {:.3} ms, compute {:.3} ms):\n  \
+             network.latency.one_way {:>9.1} us  half the client's time outside the server\n  \
+             postprocess.base        {:>9.1} us  the server's time outside queue and model\n",
+            self.client_ns / 1e6,
+            self.server.request_ns / 1e6,
+            self.summary.display(),
+            self.server.requests,
+            self.server.queue_ns / 1e6,
+            self.server.compute_ns / 1e6,
+            self.one_way_ns() as f64 / 1e3,
+            self.outside_ns() as f64 / 1e3,
+        );
+        let completed = self.completed as f64;
+        if (self.server.requests - completed).abs() > 0.01 * completed {
+            text.push_str(&format!(
+                "warning: the server's counters cover {:.0} requests and the log completed {}: \
+                 the scrapes did not bracket the run (or other clients used the model), so \
+                 these means are not of the same requests\n",
+                self.server.requests, self.completed
+            ));
+        }
+        text
+    }
+}
+
 /// The part of a model's configuration that the simulation must match: the dynamic batcher's
 /// settings and how many model instances run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -456,6 +545,46 @@ mod tests {
     // b = 0.5 ms, max batch 8, preferred 4 and 8, 2 ms delay) around a replay of 40 requests.
     const BEFORE: &str = include_str!("../testdata/triton_stats_before.json");
     const AFTER: &str = include_str!("../testdata/triton_stats_after.json");
+
+    fn times(requests: f64) -> ServerRequestTimes {
+        ServerRequestTimes {
+            requests,
+            request_ns: 7_000_000.0,
+            queue_ns: 1_000_000.0,
+            compute_ns: 5_900_000.0,
+        }
+    }
+
+    #[test]
+    fn overheads_are_half_the_clients_excess_one_way_and_the_servers_time_outside_its_stages() {
+        // The client 0.4 ms above the server, the server 0.1 ms outside queue and compute.
+        let client = [7.2e6, 7.6e6];
+        let o = ServerOverheads::new(&client, times(2.0), "s.json".into()).expect("a log");
+        assert_eq!((o.one_way_ns(), o.outside_ns()), (200_000, 100_000));
+        let text = o.describe();
+        assert!(
+            text.contains("200.0 us") && text.contains("100.0 us"),
+            "{text}"
+        );
+        assert!(!text.contains("warning"), "{text}");
+        let mut scenario = Scenario::from_toml_str(
+            "instances = 1\n[service]\nkind = \"constant\"\ntime = \"1ms\"\n",
+        )
+        .expect("scenario");
+        o.apply(&mut scenario).expect("keys exist");
+        assert_eq!(scenario.pools()[0].postprocess.base.0, 100_000);
+        assert_eq!(ServerOverheads::new(&[], times(2.0), "s.json".into()), None);
+    }
+
+    #[test]
+    fn overheads_warn_when_the_counters_cover_other_requests_than_the_log() {
+        let o = ServerOverheads::new(&[7.4e6; 100], times(150.0), "s.json".into()).expect("a log");
+        let text = o.describe();
+        assert!(
+            text.contains("cover 150 requests and the log completed 100"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn the_difference_of_two_snapshots_counts_only_the_run_between_them() {

@@ -13,7 +13,7 @@ use capsim_trace::{IngestReport, Trace, Transforms};
 use crate::capacity::{Outcome, QueueGrowth};
 use crate::grid::Configuration;
 use crate::load::LoadKind;
-use crate::slo::{LatencyStat, Slo, summary_stage};
+use crate::slo::{LatencyStat, Metric, Slo};
 
 /// Why a run could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -180,10 +180,10 @@ impl RunResult {
     }
 }
 
-/// The summary's value of `stat` for `metric` (an SLO metric name), in milliseconds; `None` when
-/// the summary has no such stage or no request went through it.
-pub fn latency_ms(summary: &Summary, metric: &str, stat: LatencyStat) -> Option<f64> {
-    let stats = summary.latency_ms.get(summary_stage(metric))?;
+/// The summary's value of `stat` for `metric`, in milliseconds; `None` when the summary has no
+/// such stage or no request went through it.
+pub fn latency_ms(summary: &Summary, metric: Metric, stat: LatencyStat) -> Option<f64> {
+    let stats = summary.latency_ms.get(metric.summary_key())?;
     if stats.count == 0 {
         return None;
     }

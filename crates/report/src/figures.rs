@@ -11,7 +11,7 @@ use crate::plot::{
     CapacityMark, ConfigLine, LatencyByConfigPlot, LoadLatencyPlot, LoadPanel, LoadPoint,
     PlotError, PlotSize, draw_latency_by_config, draw_load_latency,
 };
-use crate::slo::{LatencyStat, Slo};
+use crate::slo::{LatencyStat, Metric, Slo};
 use crate::sweep::{CapacityRow, CurveRow, SweepResult, stage_stat};
 
 /// Panels in the small-multiples figure: the best configurations by the sweep's ranking
@@ -58,7 +58,7 @@ pub fn draw_load_figures(
         .take(SMALL_MULTIPLES)
         .map(|row| LoadPanel {
             label: label(row.config_index),
-            points: load_points(&curves[&row.config_index], &primary.metric),
+            points: load_points(&curves[&row.config_index], primary.metric),
             capacity: capacity_mark(row),
         })
         .filter(|p| !p.points.is_empty())
@@ -76,7 +76,7 @@ pub fn draw_load_figures(
         };
         let plot = LoadLatencyPlot {
             title: format!("{} latency vs offered load{also}", primary.metric),
-            metric: primary.metric.clone(),
+            metric: primary.metric.to_string(),
             panels,
             slo_ms: Some(slo_ms),
             slo_label: slo_label.clone(),
@@ -91,7 +91,7 @@ pub fn draw_load_figures(
         .iter()
         .take(MAX_LINES)
         .map(|row| {
-            let points = load_points(&curves[&row.config_index], &primary.metric);
+            let points = load_points(&curves[&row.config_index], primary.metric);
             config_line(label(row.config_index), &points, row, primary.stat)
         })
         .filter(|l| !l.points.is_empty())
@@ -121,7 +121,7 @@ pub fn draw_load_figures(
 
 /// Per load, means over seeds of offered and achieved rate and of p50/p95/p99 of `metric`; loads
 /// where some seed has no value for the metric are left out.
-pub fn load_points(rows: &[&CurveRow], metric: &str) -> Vec<LoadPoint> {
+pub fn load_points(rows: &[&CurveRow], metric: Metric) -> Vec<LoadPoint> {
     let mut by_load: BTreeMap<u64, Vec<&CurveRow>> = BTreeMap::new();
     for row in rows {
         by_load.entry(row.load.to_bits()).or_default().push(row);

@@ -8,7 +8,7 @@ use crate::plot::{
     TimeSeriesPanel, TimeSeriesPlot, draw_capacity_heatmap, draw_latency_cdf, draw_stage_breakdown,
     draw_time_series,
 };
-use crate::slo::{LatencyStat, Slo};
+use crate::slo::{LatencyStat, Metric, Slo};
 use crate::sweep::{CapacityRow, CurveRow, SweepResult, stage_stat};
 
 /// Most configurations drawn in one curve or bar plot (the best by capacity per instance).
@@ -112,7 +112,9 @@ pub fn write_report(
                 detail_load.map_or(String::new(), load_text)
             ),
             series: cdf_series,
-            slo_ms: (primary.metric == "e2e" || primary.metric == "end_to_end")
+            slo_ms: primary
+                .metric
+                .is_end_to_end()
                 .then(|| primary.bound_ns as f64 / 1e6),
         };
         draw_latency_cdf(&plot, size, &path)?;
@@ -140,11 +142,15 @@ pub fn write_report(
         .find(|&l| all_meet(l))
         .or(loads.first().copied());
     if let Some(load) = breakdown_load {
-        let stage_names: Vec<&str> = crate::sweep::stages()
-            .iter()
-            .copied()
-            .filter(|s| *s != "end_to_end")
-            .filter(|s| result.curves.iter().any(|r| r.latency_ms.contains_key(*s)))
+        let stages: Vec<Metric> = Metric::STAGES
+            .into_iter()
+            .filter(|s| !s.is_end_to_end())
+            .filter(|s| {
+                result
+                    .curves
+                    .iter()
+                    .any(|r| r.latency_ms.contains_key(s.summary_key()))
+            })
             .collect();
         let bars: Vec<StageBars> = shown
             .iter()
@@ -156,7 +162,7 @@ pub fn write_report(
                 if at_load.is_empty() {
                     return None;
                 }
-                let mean_of = |stage: &str, stat: LatencyStat| {
+                let mean_of = |stage: Metric, stat: LatencyStat| {
                     let values: Vec<f64> = at_load
                         .iter()
                         .filter_map(|r| stage_stat(r, stage, stat))
@@ -169,22 +175,22 @@ pub fn write_report(
                 };
                 Some(StageBars {
                     label: label(row.config_index),
-                    mean_ms: stage_names
+                    mean_ms: stages
                         .iter()
-                        .map(|s| mean_of(s, LatencyStat::Mean))
+                        .map(|&s| mean_of(s, LatencyStat::Mean))
                         .collect(),
-                    p99_ms: stage_names
+                    p99_ms: stages
                         .iter()
-                        .map(|s| mean_of(s, LatencyStat::Percentile(99.0)))
+                        .map(|&s| mean_of(s, LatencyStat::Percentile(99.0)))
                         .collect(),
                 })
             })
             .collect();
-        if !bars.is_empty() && !stage_names.is_empty() {
+        if !bars.is_empty() && !stages.is_empty() {
             let path = dir.join("stage_breakdown.png");
             let plot = StageBreakdownPlot {
                 title: format!("Time per stage at {}{subset_note}", load_text(load)),
-                stages: stage_names.iter().map(|s| s.to_string()).collect(),
+                stages: stages.iter().map(|s| s.to_string()).collect(),
                 bars,
             };
             draw_stage_breakdown(&plot, size, &path)?;

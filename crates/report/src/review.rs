@@ -12,15 +12,19 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
 
 use capsim_sim::Scenario;
 use capsim_sim::scenario::ServiceSpec;
 use serde::{Deserialize, Serialize};
 
+use crate::experiment::{Workload, configure};
+use crate::grid::{Configuration, Grid};
 use crate::interval::Estimate;
 use crate::report::ReportError;
+use crate::shard::Shard;
 use crate::slo::Slo;
-use crate::sweep::{CapacityRow, SweepResult};
+use crate::sweep::{CapacityRow, SweepError, SweepResult, SweepSpec, run_sweep};
 
 /// How much slower the sensitivity run's service times are (1.2: 20% slower).
 pub const SLOWER_SERVICE_FACTOR: f64 = 1.2;
@@ -292,6 +296,67 @@ pub fn carried_multiple(row: &CapacityRow, mean_rps: f64) -> f64 {
         Some(c) if mean_rps > 0.0 => c.low / mean_rps,
         _ => 0.0,
     }
+}
+
+/// The sensitivity run of a finished sweep: the configuration that answers (the first that
+/// [`carrying`] returns for the trace's `mean_rps` and `growth`, else the best ranked) again with
+/// every service time [`SLOWER_SERVICE_FACTOR`] times as long. `None` for a shard or an
+/// interrupted sweep (no answer yet) and for a sweep without capacities.
+pub fn sensitivity_of(
+    spec: &SweepSpec,
+    workload: &Workload<'_>,
+    result: &SweepResult,
+    mean_rps: f64,
+    growth: f64,
+) -> Result<Option<Sensitivity>, SweepError> {
+    if spec.shard != Shard::WHOLE || !result.complete {
+        return Ok(None);
+    }
+    let chosen = carrying(&result.capacities, mean_rps, growth)
+        .first()
+        .copied()
+        .or_else(|| crate::report::ranked(result).first().copied());
+    chosen
+        .map(|row| slower_capacity(spec, workload, row))
+        .transpose()
+}
+
+/// The capacity of `row`'s configuration with every service time scaled by
+/// [`SLOWER_SERVICE_FACTOR`], by one capacity search per seed of `spec`; or, in its `note`, why
+/// its service times cannot be scaled.
+pub fn slower_capacity(
+    spec: &SweepSpec,
+    workload: &Workload<'_>,
+    row: &CapacityRow,
+) -> Result<Sensitivity, SweepError> {
+    let configuration = Configuration {
+        settings: row.settings.clone(),
+    };
+    let mut sensitivity = Sensitivity {
+        service_scale: SLOWER_SERVICE_FACTOR,
+        configuration: row.configuration.clone(),
+        capacity_rps: None,
+        note: None,
+    };
+    let configured = configure(&spec.base, &configuration)?;
+    let slower = match slower_service(&configured, SLOWER_SERVICE_FACTOR) {
+        Ok(s) => s,
+        Err(note) => {
+            sensitivity.note = Some(note);
+            return Ok(sensitivity);
+        }
+    };
+    let one = SweepSpec {
+        base: slower,
+        grid: Grid::new(Vec::new()).map_err(|e| SweepError::Spec(e.to_string()))?,
+        curves: false,
+        shard: Shard::WHOLE,
+        ..spec.clone()
+    };
+    let never = AtomicBool::new(false);
+    let result = run_sweep(&one, workload, &|| {}, &never)?;
+    sensitivity.capacity_rps = result.capacities.first().and_then(|c| c.capacity_rps);
+    Ok(sensitivity)
 }
 
 /// The planner's answer in one sentence: the configuration that carries the growth with the

@@ -8,39 +8,148 @@ use std::fmt;
 use std::str::FromStr;
 
 use capsim_sim::quantity::parse_duration_ns;
+use serde::{Deserialize, Serialize};
 
 use crate::error::ParseError;
 
-/// Latency metrics an objective may name: the stages of the run summary (`summary.json`'s
-/// `latency_ms` keys), with `e2e` short for `end_to_end`, and the token latencies of continuous
+/// A latency metric an objective may name: a stage of the run summary (`summary.json`'s
+/// `latency_ms` keys), with `e2e` short for `end_to_end`, or a token latency of continuous
 /// batching (`ttft`, `tpot`, `itl`, and `normalized` in ms per output token).
-pub const LATENCY_METRICS: &[&str] = &[
-    "e2e",
-    "end_to_end",
-    "network_in",
-    "gateway",
-    "preprocess",
-    "queue",
-    "execution",
-    "postprocess",
-    "network_out",
-    "ttft",
-    "tpot",
-    "itl",
-    "normalized",
-];
+///
+/// Parsed once from its name ([`FromStr`]); [`Display`](fmt::Display) and serde write the name
+/// back as written, so `e2e` and `end_to_end` stay distinct in text although they read the same
+/// summary key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    /// End-to-end latency, written `e2e` (summary key `end_to_end`).
+    E2e,
+    /// End-to-end latency, written `end_to_end`.
+    EndToEnd,
+    /// The uplink: network latency and transfer of the input.
+    NetworkIn,
+    /// The gateway's overhead.
+    Gateway,
+    /// Pre-processing, waiting included.
+    Preprocess,
+    /// The instance queue.
+    Queue,
+    /// Model execution.
+    Execution,
+    /// Post-processing.
+    Postprocess,
+    /// The downlink: network latency and transfer of the output.
+    NetworkOut,
+    /// Time to first token (continuous batching).
+    Ttft,
+    /// Time per output token (continuous batching).
+    Tpot,
+    /// Inter-token latency, every gap (continuous batching).
+    Itl,
+    /// End-to-end latency over output tokens, ms per token (continuous batching).
+    Normalized,
+}
+
+impl Metric {
+    /// Every metric, in the order error messages list them.
+    pub const ALL: [Metric; 13] = [
+        Metric::E2e,
+        Metric::EndToEnd,
+        Metric::NetworkIn,
+        Metric::Gateway,
+        Metric::Preprocess,
+        Metric::Queue,
+        Metric::Execution,
+        Metric::Postprocess,
+        Metric::NetworkOut,
+        Metric::Ttft,
+        Metric::Tpot,
+        Metric::Itl,
+        Metric::Normalized,
+    ];
+
+    /// The stages of the serving path, in path order, as the run summary names them
+    /// ([`capsim_sim::summary::STAGES`]): end to end first.
+    pub const STAGES: [Metric; 8] = [
+        Metric::EndToEnd,
+        Metric::NetworkIn,
+        Metric::Gateway,
+        Metric::Preprocess,
+        Metric::Queue,
+        Metric::Execution,
+        Metric::Postprocess,
+        Metric::NetworkOut,
+    ];
+
+    /// The name as written in an SLO (`e2e`, `queue`, `ttft`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::E2e => "e2e",
+            Metric::EndToEnd => "end_to_end",
+            Metric::NetworkIn => "network_in",
+            Metric::Gateway => "gateway",
+            Metric::Preprocess => "preprocess",
+            Metric::Queue => "queue",
+            Metric::Execution => "execution",
+            Metric::Postprocess => "postprocess",
+            Metric::NetworkOut => "network_out",
+            Metric::Ttft => "ttft",
+            Metric::Tpot => "tpot",
+            Metric::Itl => "itl",
+            Metric::Normalized => "normalized",
+        }
+    }
+
+    /// The run summary's `latency_ms` key of this metric: its name, except `end_to_end` for
+    /// `e2e`.
+    pub fn summary_key(self) -> &'static str {
+        match self {
+            Metric::E2e => Metric::EndToEnd.name(),
+            other => other.name(),
+        }
+    }
+
+    /// Whether this is the end-to-end latency (`e2e` or `end_to_end`).
+    pub fn is_end_to_end(self) -> bool {
+        matches!(self, Metric::E2e | Metric::EndToEnd)
+    }
+
+    /// The valid names, joined by `, ` (for error messages).
+    fn names() -> String {
+        Metric::ALL
+            .iter()
+            .map(|m| m.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+impl fmt::Display for Metric {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Metric {
+    type Err = ParseError;
+
+    /// The metric named `text` exactly; the error names it and lists every valid name.
+    fn from_str(text: &str) -> Result<Metric, ParseError> {
+        Metric::ALL
+            .into_iter()
+            .find(|m| m.name() == text)
+            .ok_or_else(|| {
+                ParseError::new(
+                    "SLO metric",
+                    text,
+                    format!("known metrics: {}", Metric::names()),
+                )
+            })
+    }
+}
 
 /// Percentiles the run summary reports, which an objective may bound.
 pub const REPORTED_PERCENTILES: &[f64] = &[50.0, 90.0, 95.0, 99.0, 99.9];
-
-/// The run summary's key for `metric` (`e2e` is `end_to_end`).
-pub fn summary_stage(metric: &str) -> &str {
-    if metric == "e2e" {
-        "end_to_end"
-    } else {
-        metric
-    }
-}
 
 /// The statistic of a latency distribution an objective bounds.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -99,8 +208,8 @@ impl fmt::Display for LatencyStat {
 /// One bound: `metric.stat <= bound`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Objective {
-    /// One of [`LATENCY_METRICS`].
-    pub metric: String,
+    /// The latency bounded.
+    pub metric: Metric,
     /// The statistic bounded.
     pub stat: LatencyStat,
     /// The largest allowed value, in nanoseconds (inclusive).
@@ -145,9 +254,9 @@ impl Slo {
 
     /// Whether every objective holds, reading each measured value with `value_ns(metric, stat)`.
     /// A value the reader cannot supply (`None`) fails the objective.
-    pub fn holds(&self, mut value_ns: impl FnMut(&str, LatencyStat) -> Option<f64>) -> bool {
+    pub fn holds(&self, mut value_ns: impl FnMut(Metric, LatencyStat) -> Option<f64>) -> bool {
         self.objectives.iter().all(|objective| {
-            value_ns(&objective.metric, objective.stat).is_some_and(|value| objective.holds(value))
+            value_ns(objective.metric, objective.stat).is_some_and(|value| objective.holds(value))
         })
     }
 }
@@ -196,12 +305,12 @@ fn parse_objective(whole: &str, part: &str) -> Result<Objective, ParseError> {
             "`{lhs}` must be metric.statistic, e.g. `e2e.p99` or `queue.mean`"
         ))
     })?;
-    if !LATENCY_METRICS.contains(&metric) {
-        return Err(error(format!(
+    let metric: Metric = metric.parse().map_err(|_| {
+        error(format!(
             "unknown metric `{metric}`; known metrics: {}",
-            LATENCY_METRICS.join(", ")
-        )));
-    }
+            Metric::names()
+        ))
+    })?;
     let stat = LatencyStat::parse(stat).ok_or_else(|| {
         error(format!(
             "unknown statistic `{stat}`; the summary reports p50, p90, p95, p99, p99.9 (or p999), mean and max"
@@ -209,7 +318,7 @@ fn parse_objective(whole: &str, part: &str) -> Result<Objective, ParseError> {
     })?;
     let bound_ns = parse_duration_ns(bound).map_err(|e| error(e.to_string()))?;
     Ok(Objective {
-        metric: metric.to_string(),
+        metric,
         stat,
         bound_ns,
     })
@@ -225,7 +334,7 @@ mod tests {
         assert_eq!(
             slo.objectives(),
             &[Objective {
-                metric: "e2e".into(),
+                metric: Metric::E2e,
                 stat: LatencyStat::Percentile(99.0),
                 bound_ns: 800_000_000
             }]
@@ -239,7 +348,7 @@ mod tests {
             .unwrap();
         let objectives = slo.objectives();
         assert_eq!(objectives.len(), 3);
-        assert_eq!(objectives[1].metric, "queue");
+        assert_eq!(objectives[1].metric, Metric::Queue);
         assert_eq!(objectives[1].stat, LatencyStat::Mean);
         assert_eq!(objectives[2].stat, LatencyStat::Percentile(99.9));
         assert_eq!(objectives[2].bound_ns, 1_500_000_000);
@@ -248,13 +357,13 @@ mod tests {
     #[test]
     fn slo_holds_only_when_every_objective_holds() {
         let slo: Slo = "e2e.p99<=800ms,queue.p50<=10ms".parse().unwrap();
-        let ok = |metric: &str, _stat: LatencyStat| match metric {
-            "e2e" => Some(800e6),
+        let ok = |metric: Metric, _stat: LatencyStat| match metric {
+            Metric::E2e => Some(800e6),
             _ => Some(10e6),
         };
         assert!(slo.holds(ok));
-        let queue_too_slow = |metric: &str, _stat: LatencyStat| match metric {
-            "e2e" => Some(700e6),
+        let queue_too_slow = |metric: Metric, _stat: LatencyStat| match metric {
+            Metric::E2e => Some(700e6),
             _ => Some(10.5e6),
         };
         assert!(!slo.holds(queue_too_slow));
@@ -288,5 +397,31 @@ mod tests {
         let slo: Slo = "e2e.p99<=800ms,queue.mean<=2.5ms".parse().unwrap();
         let again: Slo = slo.to_string().parse().unwrap();
         assert_eq!(slo, again);
+    }
+
+    #[test]
+    fn metric_names_round_trip_and_stages_match_the_summary() {
+        for metric in Metric::ALL {
+            assert_eq!(metric.name().parse::<Metric>(), Ok(metric));
+            let json = serde_json::to_string(&metric).unwrap();
+            assert_eq!(json, format!("\"{}\"", metric.name()));
+        }
+        let keys: Vec<&str> = Metric::STAGES.iter().map(|m| m.summary_key()).collect();
+        assert_eq!(keys, capsim_sim::summary::STAGES);
+        assert_eq!(Metric::E2e.summary_key(), "end_to_end");
+        let tokens = [Metric::Ttft, Metric::Tpot, Metric::Itl, Metric::Normalized];
+        let token_keys: Vec<&str> = tokens.iter().map(|m| m.summary_key()).collect();
+        assert_eq!(token_keys, capsim_sim::summary::TOKEN_METRICS);
+    }
+
+    #[test]
+    fn unknown_metric_error_names_it_and_lists_the_valid_ones() {
+        let err = "latency".parse::<Metric>().unwrap_err().to_string();
+        assert!(
+            err.contains("`latency`")
+                && err.contains("e2e, end_to_end")
+                && err.contains("normalized"),
+            "error `{err}` should quote the name and list the metrics"
+        );
     }
 }

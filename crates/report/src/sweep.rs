@@ -21,7 +21,7 @@ use crate::interval::{Estimate, mean_with_95_interval};
 use crate::knee::kneedle_convex_increasing;
 use crate::load::{LoadAxis, LoadKind};
 use crate::shard::Shard;
-use crate::slo::Slo;
+use crate::slo::{Metric, Slo};
 
 /// What to sweep.
 #[derive(Debug, Clone)]
@@ -203,8 +203,17 @@ pub enum SweepError {
     Spec(String),
 }
 
-/// One seed's search result: (seed, capacity rps, bracket, SLO statistic at capacity in ms).
-type SeedCapacity = (u64, f64, Bracket, Option<f64>);
+/// One seed's capacity search result.
+#[derive(Debug, Clone, Copy)]
+struct SeedCapacity {
+    seed: u64,
+    /// The sustainable rate, requests per second (0 when even the lowest load failed).
+    capacity_rps: f64,
+    /// Where the capacity lay relative to the searched range.
+    bracket: Bracket,
+    /// The SLO's primary statistic at capacity, milliseconds.
+    latency_ms: Option<f64>,
+}
 
 /// A run already made at one load: its verdict, achieved throughput (rps) and the SLO's primary
 /// statistic (ms).
@@ -216,8 +225,24 @@ struct Seen {
     latency_ms: Option<f64>,
 }
 
+/// One configuration run with one seed: what a capacity search shares with its curve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct RunKey {
+    /// Index of the configuration in the whole grid.
+    config_index: usize,
+    seed: u64,
+}
+
 /// The curve runs of each (configuration, seed), which its capacity search starts from.
-type SeenByRun = BTreeMap<(usize, u64), Vec<Seen>>;
+type SeenByRun = BTreeMap<RunKey, Vec<Seen>>;
+
+/// A configuration of the grid that this shard runs, with its scenario.
+struct Configured {
+    /// Index of the configuration in the whole grid.
+    index: usize,
+    configuration: Configuration,
+    scenario: Scenario,
+}
 
 enum Job {
     Search {
@@ -237,10 +262,7 @@ enum Job {
 enum JobOutput {
     Search {
         config: usize,
-        seed: u64,
-        capacity_rps: f64,
-        bracket: Bracket,
-        latency_ms: Option<f64>,
+        capacity: SeedCapacity,
     },
     Point(Box<CurveRow>, Seen),
     Detail(Box<ConfigDetail>),
@@ -276,18 +298,24 @@ pub fn run_sweep(
             spec.load.kind, workload.load_kind
         )));
     }
-    let configurations: Vec<(usize, Configuration, Scenario)> = spec
+    let configurations: Vec<Configured> = spec
         .grid
         .configurations()
         .into_iter()
         .enumerate()
         .filter(|(i, _)| spec.shard.contains(*i))
-        .map(|(i, c)| configure(&spec.base, &c).map(|s| (i, c, s)))
+        .map(|(index, configuration)| {
+            configure(&spec.base, &configuration).map(|scenario| Configured {
+                index,
+                configuration,
+                scenario,
+            })
+        })
         .collect::<Result<_, _>>()?;
     let by_index: BTreeMap<usize, usize> = configurations
         .iter()
         .enumerate()
-        .map(|(position, (index, _, _))| (*index, position))
+        .map(|(position, c)| (c.index, position))
         .collect();
     let seeds: Vec<u64> = (0..u64::from(spec.seeds))
         .map(|i| spec.base_seed + i)
@@ -296,17 +324,14 @@ pub fn run_sweep(
     // (the same configuration, seed and loads give the same runs), so a search only bisects the
     // bracket the curve left instead of re-running loads the curve already ran.
     let mut jobs = Vec::new();
-    for (index, _, _) in configurations.iter().filter(|_| spec.curves) {
+    for configured in configurations.iter().filter(|_| spec.curves) {
+        let config = configured.index;
         for load in 0..spec.load.values.len() {
             for &seed in &seeds {
-                jobs.push(Job::Point {
-                    config: *index,
-                    load,
-                    seed,
-                });
+                jobs.push(Job::Point { config, load, seed });
             }
         }
-        jobs.push(Job::Detail { config: *index });
+        jobs.push(Job::Detail { config });
     }
     let search = search_options(spec);
     let run_jobs = |jobs: &[Job], seen: &SeenByRun| -> Vec<Option<Result<JobOutput, SweepError>>> {
@@ -339,16 +364,18 @@ pub fn run_sweep(
     let mut seen = SeenByRun::new();
     for output in outputs.iter().flatten() {
         if let Ok(JobOutput::Point(row, point)) = output {
-            seen.entry((row.config_index, row.seed))
-                .or_default()
-                .push(*point);
+            let key = RunKey {
+                config_index: row.config_index,
+                seed: row.seed,
+            };
+            seen.entry(key).or_default().push(*point);
         }
     }
     let search_jobs: Vec<Job> = configurations
         .iter()
-        .flat_map(|(index, _, _)| {
+        .flat_map(|configured| {
             seeds.iter().map(|&seed| Job::Search {
-                config: *index,
+                config: configured.index,
                 seed,
             })
         })
@@ -361,37 +388,24 @@ pub fn run_sweep(
     for output in outputs.into_iter().flatten() {
         match output? {
             JobOutput::Point(row, _) => curves.push(*row),
-            JobOutput::Search {
-                config,
-                seed,
-                capacity_rps,
-                bracket,
-                latency_ms,
-            } => {
-                searches
-                    .entry(config)
-                    .or_default()
-                    .push((seed, capacity_rps, bracket, latency_ms));
+            JobOutput::Search { config, capacity } => {
+                searches.entry(config).or_default().push(capacity);
             }
             JobOutput::Detail(detail) => details.push(*detail),
         }
     }
     let capacities = configurations
         .iter()
-        .filter_map(|(index, configuration, scenario)| {
-            let found = searches.get(index)?;
+        .filter_map(|configured| {
+            let found = searches.get(&configured.index)?;
             if found.len() != seeds.len() {
                 return None;
             }
-            let rows: Vec<&CurveRow> = curves.iter().filter(|r| r.config_index == *index).collect();
-            Some(capacity_row(
-                spec,
-                *index,
-                configuration,
-                scenario,
-                found,
-                &rows,
-            ))
+            let rows: Vec<&CurveRow> = curves
+                .iter()
+                .filter(|r| r.config_index == configured.index)
+                .collect();
+            Some(capacity_row(spec, configured, found, &rows))
         })
         .collect();
     Ok(SweepResult {
@@ -428,7 +442,7 @@ fn run_job(
     job: &Job,
     spec: &SweepSpec,
     workload: &Workload<'_>,
-    configurations: &[(usize, Configuration, Scenario)],
+    configurations: &[Configured],
     by_index: &BTreeMap<usize, usize>,
     search: &SearchOptions,
     seen_by_run: &SeenByRun,
@@ -437,7 +451,11 @@ fn run_job(
     let primary = spec.slo.primary();
     match *job {
         Job::Point { config, load, seed } => {
-            let (index, configuration, scenario) = entry(config);
+            let Configured {
+                index,
+                configuration,
+                scenario,
+            } = entry(config);
             let load = spec.load.values[load];
             let run = workload.run(scenario, load, seed)?;
             let outcome = run.outcome(&spec.slo);
@@ -446,7 +464,7 @@ fn run_job(
                 load,
                 outcome,
                 throughput_rps: s.throughput_rps,
-                latency_ms: latency_ms(s, &primary.metric, primary.stat),
+                latency_ms: latency_ms(s, primary.metric, primary.stat),
             };
             let row = CurveRow {
                 config_index: *index,
@@ -469,48 +487,56 @@ fn run_job(
             Ok(JobOutput::Point(Box::new(row), seen))
         }
         Job::Search { config, seed } => {
-            let (_, configuration, scenario) = entry(config);
-            let mut seen: Vec<(f64, f64, Option<f64>)> = Vec::new();
-            let mut known = Vec::new();
-            for point in seen_by_run.get(&(config, seed)).into_iter().flatten() {
-                known.push((point.load, point.outcome));
-                seen.push((point.load, point.throughput_rps, point.latency_ms));
-            }
+            let Configured {
+                configuration,
+                scenario,
+                ..
+            } = entry(config);
+            let key = RunKey {
+                config_index: config,
+                seed,
+            };
+            let mut seen: Vec<Seen> = seen_by_run.get(&key).cloned().unwrap_or_default();
+            let known: Vec<(f64, Outcome)> = seen.iter().map(|p| (p.load, p.outcome)).collect();
             let capacity = search_capacity_from(search, &known, |load| {
                 let run = workload.run(scenario, load, seed)?;
-                seen.push((
+                let outcome = run.outcome(&spec.slo);
+                seen.push(Seen {
                     load,
-                    run.summary.throughput_rps,
-                    latency_ms(&run.summary, &primary.metric, primary.stat),
-                ));
-                Ok::<_, RunError>(run.outcome(&spec.slo))
+                    outcome,
+                    throughput_rps: run.summary.throughput_rps,
+                    latency_ms: latency_ms(&run.summary, primary.metric, primary.stat),
+                });
+                Ok::<_, RunError>(outcome)
             })
             .map_err(|e| SweepError::Search {
                 configuration: configuration.to_string(),
                 seed,
                 message: error_chain(&e),
             })?;
-            let at_capacity = seen
-                .iter()
-                .find(|(load, _, _)| *load == capacity.sustainable_load);
+            let at_capacity = seen.iter().find(|p| p.load == capacity.sustainable_load);
             let capacity_rps = match (
                 capacity.bracket,
                 workload.nominal_rate_rps(capacity.sustainable_load),
             ) {
                 (Bracket::BelowRange, _) => 0.0,
                 (_, Some(rate)) => rate,
-                (_, None) => at_capacity.map_or(0.0, |(_, throughput, _)| *throughput),
+                (_, None) => at_capacity.map_or(0.0, |p| p.throughput_rps),
             };
             Ok(JobOutput::Search {
                 config,
-                seed,
-                capacity_rps,
-                bracket: capacity.bracket,
-                latency_ms: at_capacity.and_then(|(_, _, latency)| *latency),
+                capacity: SeedCapacity {
+                    seed,
+                    capacity_rps,
+                    bracket: capacity.bracket,
+                    latency_ms: at_capacity.and_then(|p| p.latency_ms),
+                },
             })
         }
         Job::Detail { config } => {
-            let (index, _, scenario) = entry(config);
+            let Configured {
+                index, scenario, ..
+            } = entry(config);
             let load = spec
                 .detail_load
                 .unwrap_or(spec.load.values[spec.load.values.len() / 2]);
@@ -621,21 +647,28 @@ fn detail_run(
 
 fn capacity_row(
     spec: &SweepSpec,
-    config_index: usize,
-    configuration: &Configuration,
-    scenario: &Scenario,
+    configured: &Configured,
     found: &[SeedCapacity],
     rows: &[&CurveRow],
 ) -> CapacityRow {
+    let Configured {
+        index: config_index,
+        configuration,
+        scenario,
+    } = configured;
     let mut found = found.to_vec();
-    found.sort_by_key(|f| f.0);
-    let capacity_rps_by_seed: Vec<f64> = found.iter().map(|f| f.1).collect();
+    found.sort_by_key(|f| f.seed);
+    let capacity_rps_by_seed: Vec<f64> = found.iter().map(|f| f.capacity_rps).collect();
     let capacity_rps = mean_with_95_interval(&capacity_rps_by_seed).map(|c| c.floored_at(0.0));
     let instances: u32 = scenario.pools().iter().map(|p| p.instances).sum();
-    let latencies: Vec<f64> = found.iter().filter_map(|f| f.3).collect();
+    let latencies: Vec<f64> = found.iter().filter_map(|f| f.latency_ms).collect();
     let latency_at_capacity_ms =
         (!latencies.is_empty()).then(|| latencies.iter().sum::<f64>() / latencies.len() as f64);
-    let (slo_knee, kneedle_knee, knee_warnings) = knees(spec, rows);
+    let Knees {
+        slo_knee,
+        kneedle_knee,
+        warnings: knee_warnings,
+    } = knees(spec, rows);
     let capacity_per_instance_rps = capacity_rps.map(|c| c.mean / f64::from(instances.max(1)));
     let cost_per_million_requests = match (spec.cost_per_instance_hour, capacity_rps) {
         (Some(cost), Some(c)) if c.mean > 0.0 => {
@@ -644,12 +677,12 @@ fn capacity_row(
         _ => None,
     };
     CapacityRow {
-        config_index,
+        config_index: *config_index,
         configuration: configuration.to_string(),
         settings: configuration.settings.clone(),
         instances,
         capacity_rps_by_seed,
-        bracket_by_seed: found.iter().map(|f| f.2).collect(),
+        bracket_by_seed: found.iter().map(|f| f.bracket).collect(),
         capacity_rps,
         capacity_per_instance_rps,
         latency_at_capacity_ms,
@@ -660,77 +693,95 @@ fn capacity_row(
     }
 }
 
-/// The mean curve of one configuration: per load, (load, mean throughput, mean SLO statistic,
-/// SLO held for every seed).
-pub fn mean_curve(slo: &Slo, rows: &[&CurveRow]) -> Vec<(f64, f64, Option<f64>, bool)> {
+/// One load of a configuration's mean curve: means over its seeds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MeanPoint {
+    /// The load value.
+    pub load: f64,
+    /// Mean achieved throughput, requests per second.
+    pub throughput_rps: f64,
+    /// Mean of the SLO's primary statistic, milliseconds; `None` when some seed has no value.
+    pub latency_ms: Option<f64>,
+    /// Whether the SLO held for every seed.
+    pub slo_met: bool,
+}
+
+/// The mean curve of one configuration: one [`MeanPoint`] per load, by increasing load.
+pub fn mean_curve(slo: &Slo, rows: &[&CurveRow]) -> Vec<MeanPoint> {
     let primary = slo.primary();
     let mut by_load: BTreeMap<u64, Vec<&CurveRow>> = BTreeMap::new();
     for row in rows {
         by_load.entry(row.load.to_bits()).or_default().push(row);
     }
-    let mut curve: Vec<(f64, f64, Option<f64>, bool)> = by_load
+    let mut curve: Vec<MeanPoint> = by_load
         .values()
         .map(|runs| {
             let n = runs.len() as f64;
             let throughput = runs.iter().map(|r| r.throughput_rps).sum::<f64>() / n;
             let values: Vec<f64> = runs
                 .iter()
-                .filter_map(|r| stage_stat(r, &primary.metric, primary.stat))
+                .filter_map(|r| stage_stat(r, primary.metric, primary.stat))
                 .collect();
             let latency = (values.len() == runs.len()).then(|| values.iter().sum::<f64>() / n);
-            (
-                runs[0].load,
-                throughput,
-                latency,
-                runs.iter().all(|r| r.slo_met),
-            )
+            MeanPoint {
+                load: runs[0].load,
+                throughput_rps: throughput,
+                latency_ms: latency,
+                slo_met: runs.iter().all(|r| r.slo_met),
+            }
         })
         .collect();
-    curve.sort_by(|a, b| a.0.total_cmp(&b.0));
+    curve.sort_by(|a, b| a.load.total_cmp(&b.load));
     curve
 }
 
-/// A row's value of `stat` for an SLO `metric`, milliseconds.
-pub fn stage_stat(row: &CurveRow, metric: &str, stat: crate::slo::LatencyStat) -> Option<f64> {
-    let stats = row.latency_ms.get(crate::slo::summary_stage(metric))?;
+/// A row's value of `stat` for `metric`, milliseconds; `None` when the row has no such stage or
+/// no request went through it.
+pub fn stage_stat(row: &CurveRow, metric: Metric, stat: crate::slo::LatencyStat) -> Option<f64> {
+    let stats = row.latency_ms.get(metric.summary_key())?;
     if stats.count == 0 {
         return None;
     }
     crate::experiment::stat_of(stats, stat)
 }
 
-fn knees(
-    spec: &SweepSpec,
-    rows: &[&CurveRow],
-) -> (Option<KneePoint>, Option<KneePoint>, Vec<String>) {
+/// A configuration's two knees and Kneedle's warnings.
+struct Knees {
+    /// The highest load at which the SLO held for every seed.
+    slo_knee: Option<KneePoint>,
+    /// The Kneedle knee of the mean curve of the SLO's statistic.
+    kneedle_knee: Option<KneePoint>,
+    warnings: Vec<String>,
+}
+
+fn knees(spec: &SweepSpec, rows: &[&CurveRow]) -> Knees {
     let curve = mean_curve(&spec.slo, rows);
-    let points: Vec<(f64, f64, f64)> = curve
-        .iter()
-        .filter_map(|(load, throughput, latency, _)| latency.map(|l| (*load, *throughput, l)))
-        .collect();
+    let knee_point = |p: &MeanPoint| {
+        p.latency_ms.map(|latency_ms| KneePoint {
+            load: p.load,
+            throughput_rps: p.throughput_rps,
+            latency_ms,
+        })
+    };
+    let points: Vec<KneePoint> = curve.iter().filter_map(knee_point).collect();
     let slo_knee = curve
         .iter()
-        .take_while(|(_, _, _, held)| *held)
+        .take_while(|p| p.slo_met)
         .last()
-        .and_then(|(load, throughput, latency, _)| {
-            latency.map(|latency_ms| KneePoint {
-                load: *load,
-                throughput_rps: *throughput,
-                latency_ms,
-            })
-        });
-    let x: Vec<f64> = points.iter().map(|p| p.0).collect();
-    let y: Vec<f64> = points.iter().map(|p| p.2).collect();
+        .and_then(knee_point);
+    let x: Vec<f64> = points.iter().map(|p| p.load).collect();
+    let y: Vec<f64> = points.iter().map(|p| p.latency_ms).collect();
     match kneedle_convex_increasing(&x, &y, spec.knee_sensitivity) {
-        Ok(analysis) => {
-            let knee = analysis.knee.map(|k| KneePoint {
-                load: points[k.index].0,
-                throughput_rps: points[k.index].1,
-                latency_ms: points[k.index].2,
-            });
-            (slo_knee, knee, analysis.warnings)
-        }
-        Err(e) => (slo_knee, None, vec![e.to_string()]),
+        Ok(analysis) => Knees {
+            slo_knee,
+            kneedle_knee: analysis.knee.map(|k| points[k.index]),
+            warnings: analysis.warnings,
+        },
+        Err(e) => Knees {
+            slo_knee,
+            kneedle_knee: None,
+            warnings: vec![e.to_string()],
+        },
     }
 }
 

@@ -8,6 +8,8 @@
 //! second leaves only the queue and the batcher between the server and the simulator; the first
 //! adds the drift of the service model.
 
+pub mod live;
+
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -292,6 +294,51 @@ pub struct ComputeDrift {
     pub error: Option<f64>,
 }
 
+/// The batches of one size as the server reported them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ServerBatchTime {
+    /// Requests per batch.
+    pub batch_size: u32,
+    /// Batches of this size the server ran.
+    pub batches: u64,
+    /// Their mean compute time, in nanoseconds.
+    pub mean_ns: f64,
+}
+
+impl ComputeDrift {
+    /// The server's mean compute of each batch size it ran (`server`, in its order) beside the
+    /// mean execution of the simulation's batches of that size in `simulated` (the service model
+    /// on the same trace).
+    pub fn by_batch_size(
+        server: impl IntoIterator<Item = ServerBatchTime>,
+        simulated: &[RequestRecord],
+    ) -> Vec<ComputeDrift> {
+        let model = execution_by_batch_size(simulated);
+        server
+            .into_iter()
+            .map(|t| {
+                let server_ms = t.mean_ns * 1e-6;
+                let model_ms = model.get(&t.batch_size).map(|&(_, ns)| ns * 1e-6);
+                ComputeDrift {
+                    batch_size: t.batch_size,
+                    server_batches: t.batches,
+                    server_ms,
+                    model_ms,
+                    error: model_ms.and_then(|m| relative_error(m, server_ms)),
+                }
+            })
+            .collect()
+    }
+
+    /// The factor that brings the model's time of this batch size to the server's (server over
+    /// model); `None` when the simulation ran no batch of this size or timed it at 0.
+    pub fn level(&self) -> Option<f64> {
+        self.model_ms
+            .filter(|&m| m > 0.0)
+            .map(|m| self.server_ms / m)
+    }
+}
+
 /// The run-driven simulation's service model: the server's mean per batch size, and the
 /// line used beyond the measured sizes.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -331,6 +378,41 @@ pub struct LoadValidation {
     pub run_service: Option<RunService>,
     /// The server's compute per batch size against the service model's (the drift).
     pub compute_by_batch_size: Vec<ComputeDrift>,
+}
+
+/// A whole validation against a running server, as `validation.json` holds it: what was
+/// compared (endpoint, protocol, model, scenario, service model, capacity, the batchers'
+/// differences) and every load's [`LoadValidation`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EndpointValidation {
+    /// The server's base URL.
+    pub endpoint: String,
+    /// Its protocol (`kserve` or `openai`).
+    pub protocol: String,
+    /// The model served.
+    pub model: String,
+    /// The scenario's name.
+    pub scenario: String,
+    /// The scenario-driven simulation's service model: `scenario` (its `[service]`) or
+    /// `profile PATH`.
+    pub service_model: String,
+    /// The capacity the loads are fractions of.
+    pub capacity: CalibratedCapacity,
+    /// Where the scenario and the server's batcher differ (empty when they agree or the server
+    /// does not say).
+    pub batcher_differences: Vec<String>,
+    /// Each load, in the order run.
+    pub loads: Vec<LoadValidation>,
+}
+
+impl EndpointValidation {
+    /// `validation.json`'s text: pretty JSON, every object's keys in alphabetical order, ending
+    /// with a newline.
+    pub fn to_json(&self) -> Result<String, serde_json::Error> {
+        // Through a `Value`, whose maps sort their keys.
+        let value = serde_json::to_value(self)?;
+        Ok(serde_json::to_string_pretty(&value)? + "\n")
+    }
 }
 
 /// Formats a relative error as `+1.2%`, or `-` when there is none.
@@ -526,6 +608,43 @@ mod tests {
     use capsim_sim::record::Outcome;
 
     #[test]
+    fn validation_json_sorts_every_objects_keys() {
+        let capacity = CalibratedCapacity {
+            rate_rps: 100.0,
+            model_instances: 2,
+            max_batch_size: 8,
+            mean_input_tokens: 32,
+            full_batch_ms: 4.0,
+        };
+        let report = EndpointValidation {
+            endpoint: "http://127.0.0.1:8000".into(),
+            protocol: "kserve".into(),
+            model: "m".into(),
+            scenario: "s".into(),
+            service_model: "scenario".into(),
+            capacity,
+            batcher_differences: vec!["max_batch_size 8 vs 4".into()],
+            loads: Vec::new(),
+        };
+        let by_hand = serde_json::json!({
+            "endpoint": "http://127.0.0.1:8000",
+            "protocol": "kserve",
+            "model": "m",
+            "scenario": "s",
+            "service_model": "scenario",
+            "capacity": capacity,
+            "batcher_differences": ["max_batch_size 8 vs 4"],
+            "loads": [],
+        });
+        let expected = serde_json::to_string_pretty(&by_hand).unwrap() + "\n";
+        assert_eq!(report.to_json().unwrap(), expected);
+        let text = report.to_json().unwrap();
+        let full_batch = text.find("full_batch_ms").unwrap();
+        let rate = text.find("rate_rps").unwrap();
+        assert!(full_batch < rate, "nested keys sorted too: {text}");
+    }
+
+    #[test]
     fn relative_errors_are_against_the_measurement_and_absent_for_zero() {
         assert_eq!(relative_error(11.0, 10.0), Some(0.1));
         assert_eq!(relative_error(9.0, 10.0), Some(-0.1));
@@ -583,6 +702,42 @@ mod tests {
         r.exec_end_ns = end;
         r.outcome = Outcome::Completed;
         r
+    }
+
+    #[test]
+    fn the_level_of_a_batch_size_is_the_servers_time_over_the_models() {
+        let drift = |model_ms| ComputeDrift {
+            batch_size: 4,
+            server_batches: 10,
+            server_ms: 3.0,
+            model_ms,
+            error: None,
+        };
+        assert_eq!(drift(Some(2.0)).level(), Some(1.5));
+        assert_eq!(
+            drift(Some(0.0)).level(),
+            None,
+            "a model time of 0 has no level"
+        );
+        assert_eq!(drift(None).level(), None);
+        let none = ComputeDrift::by_batch_size(
+            [ServerBatchTime {
+                batch_size: 2,
+                batches: 3,
+                mean_ns: 4e6,
+            }],
+            &[],
+        );
+        assert_eq!(
+            none,
+            [ComputeDrift {
+                batch_size: 2,
+                server_batches: 3,
+                server_ms: 4.0,
+                model_ms: None,
+                error: None,
+            }]
+        );
     }
 
     #[test]

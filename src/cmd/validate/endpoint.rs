@@ -14,8 +14,8 @@ use capsim_endpoint::measured_service::{LeveledService, MeasuredService};
 use capsim_endpoint::triton::{self, ModelStats};
 use capsim_endpoint::{EndpointError, EndpointOptions, LoadMode, MeasuredRun, Protocol};
 use capsim_report::validation::{
-    BatchShares, CalibratedCapacity, ComputeDrift, Figures, LoadValidation, Measured, RunService,
-    Simulated, execution_by_batch_size, relative_error,
+    BatchShares, CalibratedCapacity, ComputeDrift, EndpointValidation, Figures, LoadValidation,
+    Measured, RunService, ServerBatchTime, Simulated,
 };
 use capsim_sim::llm::spec::BatcherKind;
 use capsim_sim::output::write_requests_parquet;
@@ -38,35 +38,6 @@ const WARMUP_REQUESTS: usize = 16;
 
 /// A request not answered this long after its send fails as `timeout`.
 const TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Everything `validation.json` holds besides the loads.
-struct Setup {
-    endpoint: String,
-    protocol: &'static str,
-    model: String,
-    scenario: String,
-    /// `scenario` (its `[service]`) or `profile PATH`.
-    service_model: String,
-    capacity: CalibratedCapacity,
-    /// Where the scenario and the server's batcher differ (empty when they agree or the server
-    /// does not say).
-    batcher_differences: Vec<String>,
-}
-
-impl Setup {
-    fn to_json(&self, loads: &[LoadValidation]) -> serde_json::Value {
-        serde_json::json!({
-            "endpoint": self.endpoint,
-            "protocol": self.protocol,
-            "model": self.model,
-            "scenario": self.scenario,
-            "service_model": self.service_model,
-            "capacity": self.capacity,
-            "batcher_differences": self.batcher_differences,
-            "loads": loads,
-        })
-    }
-}
 
 pub(super) fn run(args: &ValidateArgs, url: &str) -> Result<()> {
     let server = &args.server;
@@ -140,19 +111,20 @@ pub(super) fn run(args: &ValidateArgs, url: &str) -> Result<()> {
         .unwrap_or_else(|| PathBuf::from(DEFAULT_OUT));
     std::fs::create_dir_all(&out)
         .with_context(|| format!("cannot create output directory {}", out.display()))?;
-    let setup = Setup {
+    let mut report = EndpointValidation {
         endpoint: url.to_string(),
         protocol: match protocol {
             Protocol::Kserve => "kserve",
             Protocol::Openai => "openai",
-        },
+        }
+        .to_string(),
         model: model.clone(),
         scenario: scenario.name.clone(),
         service_model: service_model.clone(),
         capacity,
         batcher_differences,
+        loads: Vec::new(),
     };
-    let mut loads: Vec<LoadValidation> = Vec::new();
     for &load in &args.loads {
         let rate_rps = load * capacity.rate_rps;
         let scaled = scaled_trace(
@@ -185,11 +157,7 @@ pub(super) fn run(args: &ValidateArgs, url: &str) -> Result<()> {
         // batch of a size the server did.
         let levels: Vec<(u32, f64)> = compute_by_batch_size
             .iter()
-            .filter_map(|d| {
-                d.model_ms
-                    .filter(|&m| m > 0.0)
-                    .map(|m| (d.batch_size, d.server_ms / m))
-            })
+            .filter_map(|d| d.level().map(|level| (d.batch_size, level)))
             .collect();
         let leveled = LeveledService::new(service.clone(), &levels);
         let run_sim_service: Option<Arc<dyn ServiceTime>> = match (&leveled, &run_service) {
@@ -257,13 +225,11 @@ pub(super) fn run(args: &ValidateArgs, url: &str) -> Result<()> {
                 load * 100.0
             );
         }
-        loads.push(result);
+        report.loads.push(result);
     }
     let json = out.join("validation.json");
-    let text = serde_json::to_string_pretty(&setup.to_json(&loads))
-        .context("serializing the validation")?;
-    std::fs::write(&json, text + "\n")
-        .with_context(|| format!("cannot write {}", json.display()))?;
+    let text = report.to_json().context("serializing the validation")?;
+    std::fs::write(&json, text).with_context(|| format!("cannot write {}", json.display()))?;
     println!("wrote {}", out.display());
     Ok(())
 }
@@ -402,25 +368,15 @@ fn measure(trace: &Trace, options: &EndpointOptions, scenario: &Scenario) -> Res
 }
 
 /// The server's mean compute per batch size beside the simulation's mean execution of its
-/// batches of that size (the service model on the same trace).
+/// batches of that size (the service model on the same trace); empty without statistics.
 fn drift(stats: Option<&ModelStats>, simulated: &[RequestRecord]) -> Vec<ComputeDrift> {
     let Some(stats) = stats else {
         return Vec::new();
     };
-    let model = execution_by_batch_size(simulated);
-    stats
-        .batch_times()
-        .iter()
-        .map(|t| {
-            let server_ms = t.mean_ns * 1e-6;
-            let model_ms = model.get(&t.batch_size).map(|&(_, ns)| ns * 1e-6);
-            ComputeDrift {
-                batch_size: t.batch_size,
-                server_batches: t.batches,
-                server_ms,
-                model_ms,
-                error: model_ms.and_then(|m| relative_error(m, server_ms)),
-            }
-        })
-        .collect()
+    let server = stats.batch_times().into_iter().map(|t| ServerBatchTime {
+        batch_size: t.batch_size,
+        batches: t.batches,
+        mean_ns: t.mean_ns,
+    });
+    ComputeDrift::by_batch_size(server, simulated)
 }

@@ -20,7 +20,7 @@ pub use load_latency::{
     ACHIEVED_COLOUR, CAPACITY_COLOUR, CapacityMark, LoadLatencyPlot, LoadPanel, LoadPoint,
     P50_COLOUR, P95_COLOUR, P99_COLOUR, SLO_COLOUR, draw_load_latency,
 };
-pub use profile_fit::{FitSeries, ProfileFitPlot, draw_profile_fit};
+pub use profile_fit::{FitSeries, MeasuredPoint, ProfileFitPlot, draw_profile_fit};
 pub use timeseries::{TimeSeriesPanel, TimeSeriesPlot, draw_time_series};
 
 use std::path::{Path, PathBuf};

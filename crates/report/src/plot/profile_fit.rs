@@ -10,13 +10,24 @@ use super::{
     compact, draw_legend, extent, legend_width_px, padded, series_colour, series_legend,
 };
 
+/// One batch size as the calibration measured it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MeasuredPoint {
+    /// Requests per batch (the x axis).
+    pub batch_size: f64,
+    /// Mean latency, milliseconds.
+    pub mean_ms: f64,
+    /// 99th-percentile latency, milliseconds.
+    pub p99_ms: f64,
+}
+
 /// One length of the grid: what was measured at each batch size, and what the fit predicts.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FitSeries {
     /// The length, as the legend shows it (`seq=64`), or the model name without a length axis.
     pub label: String,
-    /// `(batch size, measured mean ms, measured p99 ms)`, by increasing batch size.
-    pub measured: Vec<(f64, f64, f64)>,
+    /// The measured points, by increasing batch size.
+    pub measured: Vec<MeasuredPoint>,
     /// `(batch size, fitted mean ms)` at the same batch sizes.
     pub fitted: Vec<(f64, f64)>,
 }
@@ -59,7 +70,11 @@ impl ProfileFitPlot {
                     .iter()
                     .map(|p| {
                         let p99_ns = p.latency_ns.get(p99_index).copied().unwrap_or(0) as f64;
-                        (f64::from(p.batch_size), ms(p.latency_mean_ns), ms(p99_ns))
+                        MeasuredPoint {
+                            batch_size: f64::from(p.batch_size),
+                            mean_ms: ms(p.latency_mean_ns),
+                            p99_ms: ms(p99_ns),
+                        }
                     })
                     .collect();
                 let fitted = points
@@ -106,13 +121,13 @@ pub fn draw_profile_fit(
     let xs = || {
         plot.series
             .iter()
-            .flat_map(|s| s.measured.iter().map(|m| m.0))
+            .flat_map(|s| s.measured.iter().map(|m| m.batch_size))
     };
     let ys = || {
         plot.series.iter().flat_map(|s| {
             s.measured
                 .iter()
-                .flat_map(|m| [m.1, m.2])
+                .flat_map(|m| [m.mean_ms, m.p99_ms])
                 .chain(s.fitted.iter().map(|f| f.1))
         })
     };
@@ -192,7 +207,7 @@ pub fn draw_profile_fit(
                 series
                     .measured
                     .iter()
-                    .map(|&(x, mean, _)| Circle::new((x, mean), 6, colour.stroke_width(2))),
+                    .map(|m| Circle::new((m.batch_size, m.mean_ms), 6, colour.stroke_width(2))),
             )
             .at(path)?;
         chart
@@ -200,7 +215,7 @@ pub fn draw_profile_fit(
                 series
                     .measured
                     .iter()
-                    .map(|&(x, _, p99)| Cross::new((x, p99), 6, colour.stroke_width(2))),
+                    .map(|m| Cross::new((m.batch_size, m.p99_ms), 6, colour.stroke_width(2))),
             )
             .at(path)?;
     }
@@ -224,7 +239,11 @@ mod tests {
                     label: format!("seq={len}"),
                     measured: batches
                         .iter()
-                        .map(|&b| (b, fit(b) * (1.0 + 0.05 * i as f64), fit(b) * 1.4))
+                        .map(|&b| MeasuredPoint {
+                            batch_size: b,
+                            mean_ms: fit(b) * (1.0 + 0.05 * i as f64),
+                            p99_ms: fit(b) * 1.4,
+                        })
                         .collect(),
                     fitted: batches.iter().map(|&b| (b, fit(b))).collect(),
                 }
@@ -280,7 +299,7 @@ mod tests {
         let base = plot();
         let mut slower = base.clone();
         // The first length's p99 at batch 8 doubles and becomes the highest mark of the plot.
-        slower.series[0].measured[3].2 *= 3.0;
+        slower.series[0].measured[3].p99_ms *= 3.0;
         let (before, after) = (top_row(&base, "base.png"), top_row(&slower, "slower.png"));
         assert!(after < before, "top row {after} should be above {before}");
     }
