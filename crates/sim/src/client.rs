@@ -81,19 +81,6 @@ impl<'a> Clients<'a> {
         self.arrival_ns.len()
     }
 
-    /// The next open-loop arrival, or `u64::MAX` when none is left (or the clients are closed
-    /// loop, sending on their own).
-    #[inline]
-    pub fn next_arrival_ns(&self) -> u64 {
-        if self.closed_loop {
-            return u64::MAX;
-        }
-        self.arrival_ns
-            .get(self.next_request)
-            .copied()
-            .unwrap_or(u64::MAX)
-    }
-
     /// Takes the next trace row to send, if any is left.
     #[inline]
     pub fn next_row(&mut self) -> Option<u32> {
@@ -104,12 +91,6 @@ impl<'a> Clients<'a> {
         } else {
             None
         }
-    }
-
-    /// True when nothing is left to send: every row sent, no attempt backing off.
-    #[inline]
-    pub fn done(&self) -> bool {
-        self.next_request == self.arrival_ns.len() && self.backing_off == 0
     }
 
     /// `client` sends trace row `request` now: its first attempt gets a ticket.
@@ -134,7 +115,7 @@ impl<'a> Clients<'a> {
 
     /// The attempt on `ticket` leaves for the gateway; true when it is there at once (the
     /// uplink takes no time).
-    #[inline]
+    #[inline(always)]
     pub fn launch(&mut self, ctx: &mut Ctx, ticket: u32) -> bool {
         let now = ctx.now.ns();
         ctx.counters.sent += 1;
@@ -176,7 +157,7 @@ impl<'a> Clients<'a> {
 
     /// The response on `ticket` leaves the gateway for its client; true when it is there at
     /// once (the downlink takes no time).
-    #[inline]
+    #[inline(always)]
     pub fn respond(&mut self, ctx: &mut Ctx, ticket: u32) -> bool {
         if self.downlink.instant {
             return true;
@@ -211,7 +192,7 @@ impl<'a> Clients<'a> {
 
     /// The attempt on `ticket` (attempt `attempt`, of `client`) has ended: it is retried after
     /// its backoff, or the ticket is freed and a closed-loop client thinks, then sends again.
-    #[inline]
+    #[inline(always)]
     pub fn ended(&mut self, ctx: &mut Ctx, ticket: u32, retry: bool, attempt: u16, client: u32) {
         let now = ctx.now.ns();
         if retry {

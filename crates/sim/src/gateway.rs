@@ -197,7 +197,7 @@ pub(crate) struct Gateway<'a> {
 
 impl Gateway<'_> {
     /// The request on `ticket` reaches the gateway: refused, answered by the cache, or admitted.
-    #[inline]
+    #[inline(always)]
     pub fn arrive(&mut self, ctx: &mut Ctx, ticket: u32) -> Arrived {
         let now = ctx.now.ns();
         let t = &mut ctx.tickets[ticket];
@@ -263,7 +263,7 @@ impl Gateway<'_> {
 
     /// Routes an admitted request to an instance of its pool, which counts it as outstanding;
     /// returns the instance's index in the fleet.
-    #[inline]
+    #[inline(always)]
     pub fn route(&mut self, ctx: &mut Ctx, fleet: &mut Fleet, ticket: u32) -> u32 {
         let now = ctx.now.ns();
         let row = ctx.tickets[ticket].record.request as usize;
@@ -335,7 +335,7 @@ impl Gateway<'_> {
 
     /// Post-processing (or the cache) is done: the response leaves the gateway, which frees
     /// the request's place in its admission.
-    #[inline]
+    #[inline(always)]
     pub fn respond(&mut self, ctx: &mut Ctx, ticket: u32) {
         let t = &mut ctx.tickets[ticket];
         t.record.postprocessed_ns = ctx.now.ns();
@@ -343,7 +343,7 @@ impl Gateway<'_> {
     }
 
     /// Frees the place an admitted request held in admission (once).
-    #[inline]
+    #[inline(always)]
     pub fn release(&mut self, t: &mut Ticket) {
         if t.admitted {
             t.admitted = false;

@@ -29,7 +29,7 @@ pub(crate) struct Postprocess {
 impl Postprocess {
     /// Execution is over for the request on `ticket`: post-processing starts; false when it
     /// takes no time (the response goes on at once).
-    #[inline]
+    #[inline(always)]
     pub fn start(&self, ctx: &mut Ctx, ticket: u32) -> bool {
         let now = ctx.now;
         let t = &mut ctx.tickets[ticket];

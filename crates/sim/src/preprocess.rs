@@ -72,7 +72,7 @@ impl Preprocess {
     /// The request on `ticket`, routed to an instance of `pool` with these `workers`, starts
     /// pre-processing or waits for a worker; false when the pool has no pre-processing (the
     /// request goes on at once).
-    #[inline]
+    #[inline(always)]
     pub fn start(
         &self,
         ctx: &mut Ctx,
@@ -80,13 +80,16 @@ impl Preprocess {
         workers: &mut Option<WorkerPool>,
         ticket: u32,
     ) -> bool {
-        let Some(spec) = &self.specs[pool as usize] else {
+        // An instance has workers exactly when its pool pre-processes.
+        let Some(workers) = workers else {
             return false;
         };
+        let spec = self.specs[pool as usize]
+            .as_ref()
+            .expect("pool with workers has a preprocess spec");
         let now = ctx.now.ns();
         let t = &mut ctx.tickets[ticket];
         t.place = Place::Preprocess;
-        let workers = workers.as_mut().expect("pool with preprocess has workers");
         if workers.start_or_wait(ticket) {
             let done = now.saturating_add(time_ns(spec, t.record.input_tokens));
             ctx.events.push(done, EventKind::PreprocessDone, ticket, 0);
@@ -98,7 +101,7 @@ impl Preprocess {
 
     /// A worker of an instance of `pool` (with these `workers`) finished a request: it starts
     /// the next waiting one, if any.
-    #[inline]
+    #[inline(always)]
     pub fn finish(&self, ctx: &mut Ctx, pool: u16, workers: &mut Option<WorkerPool>) {
         let workers = workers.as_mut().expect("pool with preprocess has workers");
         if let Some(next) = workers.finish() {

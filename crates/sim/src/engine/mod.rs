@@ -225,16 +225,28 @@ impl<'a> Engine<'a> {
     /// Runs until every request is answered, or until the next event lies at or past
     /// [`SimTime::HORIZON`] (then `past_horizon` names it and the end-of-run checks are skipped).
     fn run<S: RecordSink>(&mut self, sink: &mut S) {
+        let rows = self.clients.rows();
+        // The trace's arrivals drive an open-loop run; closed-loop clients send on their own.
+        let open_loop_arrivals: &[u64] = if self.clients.closed_loop {
+            &[]
+        } else {
+            self.clients.arrival_ns
+        };
         loop {
-            if self.ctx.counters.in_system == 0 && self.clients.done() {
+            if self.ctx.counters.in_system == 0
+                && self.clients.next_request == rows
+                && self.clients.backing_off == 0
+            {
                 // Every request is answered and none is left to send: what is still queued
                 // (a cold start, a closed-loop client's last think time, a batcher timer whose
                 // requests timed out) changes nothing, and would stretch the run's end past its
                 // last response.
                 break;
             }
-            // The trace's arrivals drive an open-loop run; closed-loop clients send on their own.
-            let next_arrival_ns = self.clients.next_arrival_ns();
+            let next_arrival_ns = open_loop_arrivals
+                .get(self.clients.next_request)
+                .copied()
+                .unwrap_or(u64::MAX);
             if let Some(event) = self.ctx.events.pop_until(next_arrival_ns) {
                 if self.is_stale_timer(&event) {
                     // A timer that no longer applies changes nothing: leaving the clock where it
@@ -251,11 +263,9 @@ impl<'a> Engine<'a> {
                 self.handle(event.kind, event.target, event.aux, sink);
             } else if next_arrival_ns != u64::MAX {
                 self.advance(SimTime(next_arrival_ns));
-                let request = self
-                    .clients
-                    .next_row()
-                    .expect("an arrival is a row left to send");
-                self.send(request, OPEN_LOOP, sink);
+                let request = self.clients.next_request;
+                self.clients.next_request += 1;
+                self.send(request as u32, OPEN_LOOP, sink);
             } else {
                 break;
             }
