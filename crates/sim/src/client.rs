@@ -3,14 +3,11 @@
 //! retry rejected or timed-out attempts after a backoff, and own the network between them and
 //! the gateway (the uplink of each request, the downlink of each response).
 
-use crate::context::{Ctx, LANE_CLIENT, NO_LANE, Place};
+use crate::context::{ClientId, Ctx, LANE_CLIENT, NO_LANE, Place, RequestId};
 use crate::event::EventKind;
 use crate::network::NetworkPath;
 use crate::record::{Outcome, RequestRecord};
 use crate::rng::SimRng;
-
-/// The client of an open-loop request: no client waits for its answer.
-pub(crate) const OPEN_LOOP: u32 = u32::MAX;
 
 /// Which requests are excluded from statistics as warm-up (they are still simulated and counted).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -83,11 +80,11 @@ impl<'a> Clients<'a> {
 
     /// Takes the next trace row to send, if any is left.
     #[inline]
-    pub fn next_row(&mut self) -> Option<u32> {
+    pub fn next_row(&mut self) -> Option<RequestId> {
         if self.next_request < self.arrival_ns.len() {
             let request = self.next_request;
             self.next_request += 1;
-            Some(request as u32)
+            Some(RequestId(request as u32))
         } else {
             None
         }
@@ -95,18 +92,18 @@ impl<'a> Clients<'a> {
 
     /// `client` sends trace row `request` now: its first attempt gets a ticket.
     #[inline]
-    pub fn send(&mut self, ctx: &mut Ctx, request: u32, client: u32) -> u32 {
-        let row = request as usize;
+    pub fn send(&mut self, ctx: &mut Ctx, request: RequestId, client: ClientId) -> u32 {
+        let row = request.0 as usize;
         let now = ctx.now.ns();
-        let mut record = RequestRecord::new(request, 1, now);
-        record.client = client;
+        let mut record = RequestRecord::new(request.0, 1, now);
+        record.client = client.0;
         record.input_tokens = self.input_tokens[row];
         record.output_tokens = self.output_tokens.map_or(0, |o| o[row]);
         let level = self.class.map_or(0, |c| c[row]);
         let measured = match self.warmup {
             Warmup::None => true,
             Warmup::DurationNs(d) => now >= d,
-            Warmup::Count(n) => u64::from(request) >= n,
+            Warmup::Count(n) => u64::from(request.0) >= n,
         };
         let ticket = ctx.tickets.take(record, level, measured);
         self.first_attempts += 1;
@@ -193,7 +190,14 @@ impl<'a> Clients<'a> {
     /// The attempt on `ticket` (attempt `attempt`, of `client`) has ended: it is retried after
     /// its backoff, or the ticket is freed and a closed-loop client thinks, then sends again.
     #[inline(always)]
-    pub fn ended(&mut self, ctx: &mut Ctx, ticket: u32, retry: bool, attempt: u16, client: u32) {
+    pub fn ended(
+        &mut self,
+        ctx: &mut Ctx,
+        ticket: u32,
+        retry: bool,
+        attempt: u16,
+        client: ClientId,
+    ) {
         let now = ctx.now.ns();
         if retry {
             ctx.tickets[ticket].place = Place::Backoff;
@@ -209,12 +213,12 @@ impl<'a> Clients<'a> {
             return;
         }
         ctx.tickets.release(ticket);
-        if self.closed_loop && client != OPEN_LOOP {
+        if self.closed_loop && client != ClientId::OPEN_LOOP {
             ctx.events.push_in_order(
                 LANE_CLIENT,
                 now.saturating_add(self.think_time_ns),
                 EventKind::ClientSend,
-                client,
+                client.0,
                 0,
             );
         }

@@ -28,6 +28,47 @@ pub(crate) const NO_LANE: usize = usize::MAX;
 // Events stay small and `Copy`: the heap moves them on every push and pop.
 const _: () = assert!(std::mem::size_of::<Event>() == 32);
 
+/// A trace row: the request every attempt of it belongs to.
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RequestId(pub u32);
+
+/// A closed-loop client, by its number; [`ClientId::OPEN_LOOP`] for an open-loop request.
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ClientId(pub u32);
+
+impl ClientId {
+    /// The client of an open-loop request: no client waits for its answer.
+    pub const OPEN_LOOP: ClientId = ClientId(u32::MAX);
+}
+
+/// A pool, by its index in the scenario.
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PoolId(pub u16);
+
+impl PoolId {
+    /// Its index in tables by pool.
+    #[inline(always)]
+    pub fn index(self) -> usize {
+        usize::from(self.0)
+    }
+}
+
+/// An instance, by its index in the fleet (every pool's instances, pool after pool).
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct InstanceId(pub u32);
+
+impl InstanceId {
+    /// Its index in tables by instance.
+    #[inline(always)]
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
 /// Where an in-flight request is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Place {

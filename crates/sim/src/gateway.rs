@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use capsim_trace::StringColumn;
 
-use crate::context::{Ctx, LANE_CACHE, LANE_GATEWAY, Place, Ticket};
+use crate::context::{Ctx, InstanceId, LANE_CACHE, LANE_GATEWAY, Place, PoolId, Ticket};
 use crate::event::EventKind;
 use crate::instance::Fleet;
 use crate::record::{RejectReason, RequestRecord};
@@ -190,8 +190,8 @@ pub(crate) struct Gateway<'a> {
     pub cache_rng: SimRng,
     pub model: Option<&'a StringColumn>,
     pub class: Option<&'a [u32]>,
-    pub model_pool: HashMap<String, u16>,
-    pub class_pool: HashMap<u32, u16>,
+    pub model_pool: HashMap<String, PoolId>,
+    pub class_pool: HashMap<u32, PoolId>,
     pub pools: Vec<PoolRoute>,
 }
 
@@ -238,16 +238,16 @@ impl Gateway<'_> {
     }
 
     #[inline(always)]
-    fn pool_of(&self, row: usize) -> u16 {
+    fn pool_of(&self, row: usize) -> PoolId {
         if self.pools.len() == 1 {
-            return 0;
+            return PoolId(0);
         }
         self.routed_pool_of(row)
     }
 
     /// [`Gateway::pool_of`] where there are several pools.
     #[inline(never)]
-    fn routed_pool_of(&self, row: usize) -> u16 {
+    fn routed_pool_of(&self, row: usize) -> PoolId {
         if let Some(model) = self.model
             && let Some(&p) = self.model_pool.get(model.get(row))
         {
@@ -258,20 +258,20 @@ impl Gateway<'_> {
         {
             return p;
         }
-        0
+        PoolId(0)
     }
 
     /// Routes an admitted request to an instance of its pool, which counts it as outstanding;
     /// returns the instance's index in the fleet.
     #[inline(always)]
-    pub fn route(&mut self, ctx: &mut Ctx, fleet: &mut Fleet, ticket: u32) -> u32 {
+    pub fn route(&mut self, ctx: &mut Ctx, fleet: &mut Fleet, ticket: u32) -> InstanceId {
         let now = ctx.now.ns();
         let row = ctx.tickets[ticket].record.request as usize;
         let p = self.pool_of(row);
-        if self.pools[p as usize].standby_left > 0 {
+        if self.pools[p.index()].standby_left > 0 {
             self.activate_standby_if_needed(ctx, fleet, p);
         }
-        let pool = &mut self.pools[p as usize];
+        let pool = &mut self.pools[p.index()];
         let first = pool.first_instance as usize;
         let instances = &fleet.instances;
         let pick = pool.balancer.pick(
@@ -280,26 +280,26 @@ impl Gateway<'_> {
             |i| instances[first + i as usize].outstanding,
             |i| instances[first + i as usize].waiting(),
         );
-        let instance_index = pool.first_instance + pick;
+        let instance = InstanceId(pool.first_instance + pick);
         let t = &mut ctx.tickets[ticket];
-        t.record.pool = p;
+        t.record.pool = p.0;
         t.record.instance = pick;
         t.record.admitted_ns = now;
-        fleet.instances[instance_index as usize].outstanding += 1;
-        instance_index
+        fleet.instances[instance.index()].outstanding += 1;
+        instance
     }
 
     /// The fleet's index of the instance a routed request went to.
     #[inline]
-    pub fn instance_of(&self, record: &RequestRecord) -> u32 {
-        self.pools[record.pool as usize].first_instance + record.instance
+    pub fn instance_of(&self, record: &RequestRecord) -> InstanceId {
+        InstanceId(self.pools[usize::from(record.pool)].first_instance + record.instance)
     }
 
     /// Activates the pool's next standby instance when every active one is loaded to the
     /// threshold; its model instances become ready after the cold start.
-    fn activate_standby_if_needed(&mut self, ctx: &mut Ctx, fleet: &mut Fleet, p: u16) {
+    fn activate_standby_if_needed(&mut self, ctx: &mut Ctx, fleet: &mut Fleet, p: PoolId) {
         let now = ctx.now.ns();
-        let pool = &mut self.pools[p as usize];
+        let pool = &mut self.pools[p.index()];
         if pool.standby_left == 0 {
             return;
         }

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use crate::batcher::Batcher;
-use crate::context::Ctx;
+use crate::context::{Ctx, InstanceId, PoolId};
 use crate::event::EventKind;
 use crate::llm::step_time::StepTime;
 use crate::preprocess::WorkerPool;
@@ -18,8 +18,8 @@ use crate::time::SimTime;
 /// One server of a pool.
 #[derive(Debug, Clone)]
 pub struct Instance {
-    /// Pool index.
-    pub pool: u16,
+    /// Its pool.
+    pub pool: PoolId,
     /// Index within the pool.
     pub index_in_pool: u32,
     /// Queue in front of the batcher.
@@ -54,8 +54,8 @@ pub(crate) struct Fleet {
 
 /// Where a batcher runs: its instance, the run's model instances and its pool's execution.
 pub(crate) struct Site<'s> {
-    /// The instance's index in the fleet.
-    pub index: u32,
+    /// The instance.
+    pub index: InstanceId,
     pub instance: &'s mut Instance,
     pub model_instances: &'s mut [ModelInstance],
     pub execution: &'s mut Execution,
@@ -102,13 +102,13 @@ pub(crate) fn begin_execution(
 /// Marks model instance `mi_index` free again, its batch (or step) over now; returns its
 /// instance.
 #[inline]
-pub(crate) fn end_execution(ctx: &mut Ctx, fleet: &mut Fleet, mi_index: u32) -> u32 {
+pub(crate) fn end_execution(ctx: &mut Ctx, fleet: &mut Fleet, mi_index: u32) -> InstanceId {
     let now = ctx.now;
     let mi = &mut fleet.model_instances[mi_index as usize];
     mi.busy = false;
     mi.busy_ns += now - mi.batch_start;
     mi.idle_since = now;
-    fleet.instances[mi.instance as usize]
+    fleet.instances[mi.instance.index()]
         .free
         .insert(mi.index_in_instance);
     ctx.counters.busy_model_instances -= 1;
@@ -119,7 +119,7 @@ pub(crate) fn end_execution(ctx: &mut Ctx, fleet: &mut Fleet, mi_index: u32) -> 
 #[derive(Debug, Clone)]
 pub struct ModelInstance {
     /// The server it belongs to.
-    pub instance: u32,
+    pub instance: InstanceId,
     /// Index within its server.
     pub index_in_instance: u32,
     /// Loaded and able to run batches.
@@ -141,7 +141,7 @@ pub struct ModelInstance {
 impl ModelInstance {
     /// A model instance of server `instance`; `ready` is false when it starts cold.
     pub fn new(
-        instance: u32,
+        instance: InstanceId,
         index_in_instance: u32,
         ready: bool,
         max_batch_size: u32,

@@ -173,9 +173,9 @@ impl Observer {
             .model_instances
             .iter()
             .map(|mi| {
-                let instance = &fleet.instances[mi.instance as usize];
+                let instance = &fleet.instances[mi.instance.index()];
                 InstanceUtilization {
-                    pool: self.pool_names[instance.pool as usize].clone(),
+                    pool: self.pool_names[instance.pool.index()].clone(),
                     instance: instance.index_in_pool,
                     model_instance: mi.index_in_instance,
                     batches: mi.batches,

@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use crate::context::{Ctx, Place};
+use crate::context::{Ctx, Place, PoolId};
 use crate::event::EventKind;
 use crate::scenario::PreprocessSpec;
 
@@ -76,7 +76,7 @@ impl Preprocess {
     pub fn start(
         &self,
         ctx: &mut Ctx,
-        pool: u16,
+        pool: PoolId,
         workers: &mut Option<WorkerPool>,
         ticket: u32,
     ) -> bool {
@@ -84,7 +84,7 @@ impl Preprocess {
         let Some(workers) = workers else {
             return false;
         };
-        let spec = self.specs[pool as usize]
+        let spec = self.specs[pool.index()]
             .as_ref()
             .expect("pool with workers has a preprocess spec");
         let now = ctx.now.ns();
@@ -102,11 +102,11 @@ impl Preprocess {
     /// A worker of an instance of `pool` (with these `workers`) finished a request: it starts
     /// the next waiting one, if any.
     #[inline(always)]
-    pub fn finish(&self, ctx: &mut Ctx, pool: u16, workers: &mut Option<WorkerPool>) {
+    pub fn finish(&self, ctx: &mut Ctx, pool: PoolId, workers: &mut Option<WorkerPool>) {
         let workers = workers.as_mut().expect("pool with preprocess has workers");
         if let Some(next) = workers.finish() {
             ctx.counters.preprocess_waiting -= 1;
-            let spec = self.specs[pool as usize]
+            let spec = self.specs[pool.index()]
                 .as_ref()
                 .expect("pool with workers has a preprocess spec");
             let tokens = ctx.tickets[next].record.input_tokens;

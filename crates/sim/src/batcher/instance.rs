@@ -122,7 +122,7 @@ impl DynamicInstance {
             if self.poll_event_at == SimTime::NEVER {
                 self.poll_event_at = poll;
                 ctx.events
-                    .push(poll.ns(), EventKind::BatcherPoll, site.index, 0);
+                    .push(poll.ns(), EventKind::BatcherPoll, site.index.0, 0);
             }
         }
     }
@@ -195,7 +195,7 @@ impl DynamicInstance {
                     self.timer_at = deadline;
                     if deadline != previous_timer {
                         ctx.events
-                            .push(deadline_ns, EventKind::BatcherTimer, site.index, 0);
+                            .push(deadline_ns, EventKind::BatcherTimer, site.index.0, 0);
                     }
                     return;
                 }

@@ -9,7 +9,9 @@ use super::{Engine, Executor, RunOptions};
 use crate::batcher::Batcher;
 use crate::batcher::instance::DynamicInstance;
 use crate::client::{Clients, Link, RetryPolicy};
-use crate::context::{Counters, Ctx, LANE_CLIENT, LANE_DOWNLINK, LANE_UPLINK, LANES, Tickets};
+use crate::context::{
+    Counters, Ctx, InstanceId, LANE_CLIENT, LANE_DOWNLINK, LANE_UPLINK, LANES, PoolId, Tickets,
+};
 use crate::continuous::{Continuous, ContinuousInstance};
 use crate::event::{EventKind, EventQueue};
 use crate::gateway::{Admission, Balancer, Gateway, PoolRoute};
@@ -69,21 +71,21 @@ impl<'a> Engine<'a> {
         let mut model_pool = HashMap::new();
         let mut class_pool = HashMap::new();
         for (p, pool) in scenario.pools().iter().enumerate() {
-            let p16 = p as u16;
+            let pool_id = PoolId(p as u16);
             for m in &pool.models {
-                model_pool.entry(m.clone()).or_insert(p16);
+                model_pool.entry(m.clone()).or_insert(pool_id);
             }
             for &c in &pool.classes {
-                class_pool.entry(c).or_insert(p16);
+                class_pool.entry(c).or_insert(pool_id);
             }
             let first_instance = instances.len() as u32;
             let per_instance = pool.execution.gpus * pool.execution.instance_count;
             let cold_start_ns = pool.execution.cold_start.0;
             for i in 0..pool.instances + pool.standby.instances {
-                let index = instances.len() as u32;
+                let index = InstanceId(instances.len() as u32);
                 let standby = i >= pool.instances;
                 instances.push(Instance {
-                    pool: p16,
+                    pool: pool_id,
                     index_in_pool: i,
                     queue: InstanceQueue::new(pool.queue.priority_levels),
                     workers: pool

@@ -23,8 +23,8 @@ use std::sync::Arc;
 use capsim_trace::Trace;
 
 use crate::batcher::instance::DynamicInstance;
-use crate::client::{Clients, OPEN_LOOP};
-use crate::context::{Ctx, Place};
+use crate::client::Clients;
+use crate::context::{ClientId, Ctx, InstanceId, Place, RequestId};
 use crate::continuous::{Continuous, ContinuousInstance};
 use crate::event::{Event, EventKind};
 use crate::gateway::{Arrived, Gateway};
@@ -178,12 +178,12 @@ fn site_of<'s>(
     fleet: &'s mut Fleet,
     executions: &'s mut [Execution],
     executors: &'s mut [Executor],
-    index: u32,
+    index: InstanceId,
 ) -> (&'s mut Executor, Site<'s>) {
-    let instance = &mut fleet.instances[index as usize];
-    let execution = &mut executions[instance.pool as usize];
+    let instance = &mut fleet.instances[index.index()];
+    let execution = &mut executions[instance.pool.index()];
     (
-        &mut executors[index as usize],
+        &mut executors[index.index()],
         Site {
             index,
             instance,
@@ -265,7 +265,7 @@ impl<'a> Engine<'a> {
                 self.advance(SimTime(next_arrival_ns));
                 let request = self.clients.next_request;
                 self.clients.next_request += 1;
-                self.send(request as u32, OPEN_LOOP, sink);
+                self.send(RequestId(request as u32), ClientId::OPEN_LOOP, sink);
             } else {
                 break;
             }
@@ -320,7 +320,7 @@ impl<'a> Engine<'a> {
         match event.kind {
             EventKind::QueueTimeout => is_stale_timeout(&self.ctx.tickets, event.target, event.aux),
             EventKind::BatcherTimer | EventKind::BatcherPoll => {
-                match &self.executors[event.target as usize] {
+                match &self.executors[InstanceId(event.target).index()] {
                     Executor::Dynamic(d) => d.is_stale(event),
                     Executor::Continuous(_) => unreachable!("a continuous batcher sets no timer"),
                 }
@@ -332,7 +332,7 @@ impl<'a> Engine<'a> {
     /// A stale batcher poll still carries the instance's next one.
     fn carry_poll(&mut self, event: &Event) {
         if event.kind == EventKind::BatcherPoll
-            && let Executor::Dynamic(d) = &mut self.executors[event.target as usize]
+            && let Executor::Dynamic(d) = &mut self.executors[InstanceId(event.target).index()]
         {
             d.carry_poll(&mut self.ctx, event);
         }
@@ -350,7 +350,7 @@ impl<'a> Engine<'a> {
                     &mut self.fleet,
                     &mut self.executions,
                     &mut self.executors,
-                    target,
+                    InstanceId(target),
                 );
                 let Executor::Dynamic(d) = executor else {
                     unreachable!("only a dynamic batcher sets timers")
@@ -368,7 +368,7 @@ impl<'a> Engine<'a> {
                 mi.ready = true;
                 mi.idle_since = now;
                 let (instance, k) = (mi.instance, mi.index_in_instance);
-                self.fleet.instances[instance as usize].free.insert(k);
+                self.fleet.instances[instance.index()].free.insert(k);
                 self.dispatch(instance);
             }
             EventKind::PostprocessDone => self.postprocessed(target, sink),
@@ -379,7 +379,7 @@ impl<'a> Engine<'a> {
             }
             EventKind::ClientSend => {
                 if let Some(request) = self.clients.next_row() {
-                    self.send(request, target, sink);
+                    self.send(request, ClientId(target), sink);
                 }
             }
         }
@@ -387,7 +387,7 @@ impl<'a> Engine<'a> {
 
     /// `client` sends trace row `request` now.
     #[inline]
-    fn send<S: RecordSink>(&mut self, request: u32, client: u32, sink: &mut S) {
+    fn send<S: RecordSink>(&mut self, request: RequestId, client: ClientId, sink: &mut S) {
         let ticket = self.clients.send(&mut self.ctx, request, client);
         self.launch(ticket, sink);
     }
@@ -414,7 +414,7 @@ impl<'a> Engine<'a> {
     #[inline]
     fn route<S: RecordSink>(&mut self, ticket: u32, sink: &mut S) {
         let index = self.gateway.route(&mut self.ctx, &mut self.fleet, ticket);
-        let instance = &mut self.fleet.instances[index as usize];
+        let instance = &mut self.fleet.instances[index.index()];
         if !self
             .preprocess
             .start(&mut self.ctx, instance.pool, &mut instance.workers, ticket)
@@ -426,7 +426,7 @@ impl<'a> Engine<'a> {
     #[inline]
     fn preprocess_done<S: RecordSink>(&mut self, ticket: u32, sink: &mut S) {
         let index = self.gateway.instance_of(&self.ctx.tickets[ticket].record);
-        let instance = &mut self.fleet.instances[index as usize];
+        let instance = &mut self.fleet.instances[index.index()];
         self.preprocess
             .finish(&mut self.ctx, instance.pool, &mut instance.workers);
         self.enqueue(ticket, index, sink);
@@ -435,12 +435,12 @@ impl<'a> Engine<'a> {
     /// The request enters its instance's queue (or is rejected: it can never be served there,
     /// or the queue is full), and the instance's batcher hears of it.
     #[inline]
-    fn enqueue<S: RecordSink>(&mut self, ticket: u32, index: u32, sink: &mut S) {
+    fn enqueue<S: RecordSink>(&mut self, ticket: u32, index: InstanceId, sink: &mut S) {
         let record = &mut self.ctx.tickets[ticket].record;
         let policy = &self.queues[record.pool as usize];
         policy.cut(record);
-        let instance = &mut self.fleet.instances[index as usize];
-        let executor = &self.executors[index as usize];
+        let instance = &mut self.fleet.instances[index.index()];
+        let executor = &self.executors[index.index()];
         let refusal = match executor {
             Executor::Continuous(c) => c.unservable(record.input_tokens, record.output_tokens),
             Executor::Dynamic(_) => None,
@@ -466,9 +466,9 @@ impl<'a> Engine<'a> {
         let record = &self.ctx.tickets[ticket].record;
         let policy = &self.queues[record.pool as usize];
         let index = self.gateway.instance_of(record);
-        let instance = &mut self.fleet.instances[index as usize];
+        let instance = &mut self.fleet.instances[index.index()];
         if policy.time_out(&mut self.ctx, &mut instance.queue, ticket, generation) {
-            if let Executor::Continuous(_) = self.executors[index as usize] {
+            if let Executor::Continuous(_) = self.executors[index.index()] {
                 self.ctx.llm_state.waiting -= 1;
             }
             instance.outstanding -= 1;
@@ -478,7 +478,7 @@ impl<'a> Engine<'a> {
 
     /// A request was queued at instance `index`: its batcher hears of it.
     #[inline]
-    fn arrived(&mut self, index: u32) {
+    fn arrived(&mut self, index: InstanceId) {
         let prefix_blocks = self.continuous.prefix_blocks;
         let (executor, at) = site_of(
             &mut self.fleet,
@@ -496,7 +496,7 @@ impl<'a> Engine<'a> {
     /// ready: free model instances take the waiting payloads, then the batcher thread runs (a
     /// continuous batcher plans its next step).
     #[inline(always)]
-    fn dispatch(&mut self, index: u32) {
+    fn dispatch(&mut self, index: InstanceId) {
         let prefix_blocks = self.continuous.prefix_blocks;
         let (executor, at) = site_of(
             &mut self.fleet,
@@ -514,14 +514,14 @@ impl<'a> Engine<'a> {
     #[inline]
     fn batch_done<S: RecordSink>(&mut self, mi_index: u32, sink: &mut S) {
         let index = end_execution(&mut self.ctx, &mut self.fleet, mi_index);
-        match &mut self.executors[index as usize] {
+        match &mut self.executors[index.index()] {
             Executor::Dynamic(_) => self.batch_executed(index, mi_index, sink),
             Executor::Continuous(c) => {
                 let mut tokens = std::mem::take(&mut self.continuous.token_buf);
                 c.complete_step(&mut self.ctx, &mut tokens);
                 for &token in &tokens {
                     if self.continuous.emit(&mut self.ctx, token) {
-                        self.fleet.instances[index as usize].outstanding -= 1;
+                        self.fleet.instances[index.index()].outstanding -= 1;
                         self.executed(token.ticket, sink);
                     }
                 }
@@ -533,11 +533,11 @@ impl<'a> Engine<'a> {
 
     /// Every request of model instance `mi_index`'s batch is done executing.
     #[inline]
-    fn batch_executed<S: RecordSink>(&mut self, index: u32, mi_index: u32, sink: &mut S) {
+    fn batch_executed<S: RecordSink>(&mut self, index: InstanceId, mi_index: u32, sink: &mut S) {
         let now = self.ctx.now.ns();
         let mut members =
             std::mem::take(&mut self.fleet.model_instances[mi_index as usize].members);
-        self.fleet.instances[index as usize].outstanding -= members.len() as u32;
+        self.fleet.instances[index.index()].outstanding -= members.len() as u32;
         for &ticket in &members {
             self.ctx.tickets[ticket].record.exec_end_ns = now;
             self.executed(ticket, sink);
@@ -584,7 +584,7 @@ impl<'a> Engine<'a> {
         self.ctx.summary.add(record, t.measured);
         let (attempt, client) = (record.attempt, record.client);
         self.clients
-            .ended(&mut self.ctx, ticket, retry, attempt, client);
+            .ended(&mut self.ctx, ticket, retry, attempt, ClientId(client));
     }
 
     fn finish(self) -> Run {
