@@ -5,7 +5,6 @@
 
 use std::sync::Arc;
 
-use crate::batcher::Batcher;
 use crate::context::{Ctx, InstanceId, PoolId};
 use crate::event::EventKind;
 use crate::llm::step_time::StepTime;
@@ -61,10 +60,8 @@ pub(crate) struct Site<'s> {
     pub execution: &'s mut Execution,
 }
 
-/// How a pool's batches (or steps) execute: the batcher's limits, the time model and its
-/// random stream.
+/// How a pool's batches (or steps) execute: the time model and its random stream.
 pub(crate) struct Execution {
-    pub batcher: Batcher,
     /// Dynamic batcher's model (`None` for a continuous pool).
     pub service: Option<Arc<dyn ServiceTime>>,
     /// Continuous batcher's step-time model.

@@ -13,6 +13,8 @@ use crate::time::SimTime;
 /// The dynamic batcher of one instance: Triton's batcher thread and its wake-ups.
 #[derive(Debug, Clone)]
 pub(crate) struct DynamicInstance {
+    /// Its pool's rule (`max_batch_size`, preferred sizes, delay, prefetching).
+    rule: Batcher,
     /// The batcher's thread and payloads.
     thread: BatcherThread,
     /// Time of the pending batcher wake-up, or [`SimTime::NEVER`].
@@ -26,9 +28,11 @@ pub(crate) struct DynamicInstance {
     poll_event_at: SimTime,
 }
 
-impl Default for DynamicInstance {
-    fn default() -> DynamicInstance {
+impl DynamicInstance {
+    /// An idle batcher applying `rule`.
+    pub fn new(rule: Batcher) -> DynamicInstance {
         DynamicInstance {
+            rule,
             thread: BatcherThread::default(),
             timer_at: SimTime::NEVER,
             idle_since: None,
@@ -86,8 +90,8 @@ impl DynamicInstance {
     /// out: free model instances take the waiting payloads, then the batcher thread runs.
     #[inline(always)]
     pub fn dispatch(&mut self, ctx: &mut Ctx, mut site: Site<'_>) {
-        if site.execution.batcher.max_batch_size == 1 {
-            start_singles(ctx, &mut site);
+        if self.rule.max_batch_size == 1 {
+            start_singles(ctx, &mut site, &self.rule);
             return;
         }
         self.start_payloads(ctx, &mut site);
@@ -99,9 +103,9 @@ impl DynamicInstance {
     /// is armed.
     #[inline]
     pub fn arrived(&mut self, ctx: &mut Ctx, mut site: Site<'_>) {
-        let batcher = &site.execution.batcher;
+        let batcher = &self.rule;
         if batcher.max_batch_size == 1 {
-            start_singles(ctx, &mut site);
+            start_singles(ctx, &mut site, batcher);
             return;
         }
         let instance = &*site.instance;
@@ -136,11 +140,11 @@ impl DynamicInstance {
             let Some(free) = site.instance.free.first() else {
                 return;
             };
-            let Some(size) = self.thread.take(&site.execution.batcher, now) else {
+            let Some(size) = self.thread.take(&self.rule, now) else {
                 return;
             };
             let mi_index = site.instance.first_model_instance + free;
-            start_batch(ctx, site, mi_index, size);
+            start_batch(ctx, site, &self.rule, mi_index, size);
         }
     }
 
@@ -156,7 +160,7 @@ impl DynamicInstance {
         // Each pass moves requests into a payload, replaces a saturated one, or returns.
         loop {
             let instance = &mut *site.instance;
-            let batcher: &Batcher = &site.execution.batcher;
+            let batcher = &self.rule;
             self.thread.refresh();
             let in_payloads = self.thread.in_payloads();
             let waiting = instance.queue.len() - in_payloads;
@@ -208,7 +212,7 @@ impl DynamicInstance {
 /// Without batching (`max_batch_size = 1`) Triton runs no batcher thread: each request is a
 /// payload of its own, and free model instances take them in order.
 #[inline]
-fn start_singles(ctx: &mut Ctx, site: &mut Site<'_>) {
+fn start_singles(ctx: &mut Ctx, site: &mut Site<'_>, rule: &Batcher) {
     loop {
         if site.instance.queue.is_empty() {
             return;
@@ -217,13 +221,13 @@ fn start_singles(ctx: &mut Ctx, site: &mut Site<'_>) {
             return;
         };
         let mi_index = site.instance.first_model_instance + free;
-        start_batch(ctx, site, mi_index, 1);
+        start_batch(ctx, site, rule, mi_index, 1);
     }
 }
 
 /// Model instance `mi_index` starts a batch of the `size` oldest queued requests.
 #[inline]
-fn start_batch(ctx: &mut Ctx, site: &mut Site<'_>, mi_index: u32, size: u32) {
+fn start_batch(ctx: &mut Ctx, site: &mut Site<'_>, rule: &Batcher, mi_index: u32, size: u32) {
     let now = ctx.now.ns();
     let batch_id = ctx.counters.next_batch_id;
     ctx.counters.next_batch_id += 1;
@@ -232,7 +236,7 @@ fn start_batch(ctx: &mut Ctx, site: &mut Site<'_>, mi_index: u32, size: u32) {
     let mi = &mut site.model_instances[mi_index as usize];
     debug_assert!(mi.is_free() && mi.members.is_empty());
     assert!(
-        size >= 1 && size <= execution.batcher.max_batch_size,
+        size >= 1 && size <= rule.max_batch_size,
         "batch of {size} exceeds its limit"
     );
     let tickets = &mut ctx.tickets;

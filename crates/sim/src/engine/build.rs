@@ -81,6 +81,13 @@ impl<'a> Engine<'a> {
             let first_instance = instances.len() as u32;
             let per_instance = pool.execution.gpus * pool.execution.instance_count;
             let cold_start_ns = pool.execution.cold_start.0;
+            let rule = Batcher::new(
+                &pool.batcher,
+                // Triton prefetches payloads only without a queue policy.
+                pool.queue.timeout.is_none()
+                    && pool.queue.max_queue_size == 0
+                    && pool.queue.priority_levels == 1,
+            );
             for i in 0..pool.instances + pool.standby.instances {
                 let index = InstanceId(instances.len() as u32);
                 let standby = i >= pool.instances;
@@ -101,7 +108,7 @@ impl<'a> Engine<'a> {
                     Some(l) => Executor::Continuous(ContinuousInstance {
                         scheduler: Scheduler::new(l.scheduler.clone()),
                     }),
-                    None => Executor::Dynamic(DynamicInstance::default()),
+                    None => Executor::Dynamic(DynamicInstance::new(rule.clone())),
                 });
                 for k in 0..per_instance {
                     if cold_start_ns > 0 && !standby {
@@ -127,13 +134,6 @@ impl<'a> Engine<'a> {
                     .unwrap_or_else(|| s.clone())
             });
             executions.push(Execution {
-                batcher: Batcher::new(
-                    &pool.batcher,
-                    // Triton prefetches payloads only without a queue policy.
-                    pool.queue.timeout.is_none()
-                        && pool.queue.max_queue_size == 0
-                        && pool.queue.priority_levels == 1,
-                ),
                 may_extrapolate: service.as_ref().is_some_and(|s| s.may_extrapolate())
                     || pool
                         .llm
