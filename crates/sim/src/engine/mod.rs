@@ -1,13 +1,13 @@
 //! The discrete-event engine's kernel: replays a trace through a [`Scenario`] and accounts for
 //! every request.
 //!
-//! Time is an integer count of nanoseconds. Pending events sit in an [`EventQueue`] ordered by
-//! (time, sequence number); trace arrivals are already sorted, so they are merged with the queue
-//! instead of being pushed through it (at equal times, queued events run first). Stages that take
-//! no time in a scenario (no network latency, no post-processing) are run inline, without an
-//! event. In-flight requests live in a small table of reusable *tickets*, so the engine's memory
+//! Time is an integer count of nanoseconds. Pending events sit in an
+//! [`EventQueue`](crate::event::EventQueue) ordered by (time, sequence number); trace arrivals
+//! are already sorted, so they are merged with the queue instead of being pushed through it (at
+//! equal times, queued events run first). Stages that take no time in a scenario (no network
+//! latency, no post-processing) are run inline, without an event. In-flight requests live in a small table of reusable *tickets*, so the engine's memory
 //! is bounded by the requests in flight, not by the trace's length; finished requests go to a
-//! [`RecordSink`] and a streaming [`SummaryBuilder`].
+//! [`RecordSink`] and a streaming [`SummaryBuilder`](crate::summary::SummaryBuilder).
 //!
 //! The kernel keeps the clock, the run loop, the dispatch of each event to its stage and the
 //! hand-over of a request from one stage to the next; each stage owns its state and its flow in
