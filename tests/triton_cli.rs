@@ -293,9 +293,9 @@ fn batch_counts(pairs: impl Iterator<Item = (u64, u64)>) -> Vec<(u64, u64)> {
 
 #[test]
 fn tritons_batches_of_the_batcher_doc_timeline_are_the_ones_capsim_forms_ahead_of_the_instance() {
-    // The timeline of crates/sim/src/batcher.rs, four times slower (margins of 2 ms or more for
-    // the HTTP path): preferred 4, an 8 ms delay, 40 ms batches; r2-r4 form a payload while the
-    // instance is busy, r5 does not wake the batcher, r6 joins r5's payload. Forming batches
+    // The timeline of crates/sim/src/batcher/mod.rs, four times slower (margins of 2 ms or more
+    // for the HTTP path): preferred 4, an 8 ms delay, 40 ms batches; r2-r4 form a payload while
+    // the instance is busy, r5 does not wake the batcher, r6 joins r5's payload. Forming batches
     // when the instance frees up would run 2, then 4, then 1.
     let _one = ONE_TRITON.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().expect("tempdir");

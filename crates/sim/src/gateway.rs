@@ -5,6 +5,14 @@ use rand::RngExt;
 
 use crate::rng::SimRng;
 use crate::scenario::{GatewaySpec, LoadBalancing};
+use std::collections::HashMap;
+
+use capsim_trace::StringColumn;
+
+use crate::context::{Ctx, InstanceId, LANE_CACHE, LANE_GATEWAY, Place, PoolId, Ticket};
+use crate::event::EventKind;
+use crate::instance::Fleet;
+use crate::record::{RejectReason, RequestRecord};
 
 /// A token bucket: `rate_rps` tokens a second, at most `burst` banked; each request takes one.
 #[derive(Debug, Clone, PartialEq)]
@@ -144,6 +152,202 @@ impl Balancer {
                     a
                 }
             }
+        }
+    }
+}
+
+/// A pool as the gateway sees it: where its instances are, how many are active, and its
+/// balancer.
+pub(crate) struct PoolRoute {
+    /// Index of the pool's first instance in the fleet.
+    pub first_instance: u32,
+    /// Active instances (a prefix of the pool's instances; the rest are standby).
+    pub instances: u32,
+    pub standby_left: u32,
+    pub activate_at_outstanding: u32,
+    pub cold_start_ns: u64,
+    pub balancer: Balancer,
+    pub rng: SimRng,
+}
+
+/// What the gateway did with a request that reached it.
+pub(crate) enum Arrived {
+    /// Refused at once.
+    Refused(RejectReason),
+    /// Admitted; an event carries it on (a cache answer, the gateway's overhead).
+    Later,
+    /// Admitted, and routed now (no overhead).
+    Route,
+}
+
+/// The gateway: admission, the response cache, its fixed overhead, the routing of each request
+/// to a pool (by model, else class) and an instance of it, and the pools' standby instances.
+pub(crate) struct Gateway<'a> {
+    pub admission: Admission,
+    pub overhead_ns: u64,
+    pub cache_hit_probability: f64,
+    pub cache_latency_ns: u64,
+    pub cache_rng: SimRng,
+    pub model: Option<&'a StringColumn>,
+    pub class: Option<&'a [u32]>,
+    pub model_pool: HashMap<String, PoolId>,
+    pub class_pool: HashMap<u32, PoolId>,
+    pub pools: Vec<PoolRoute>,
+}
+
+impl Gateway<'_> {
+    /// The request on `ticket` reaches the gateway: refused, answered by the cache, or admitted.
+    #[inline(always)]
+    pub fn arrive(&mut self, ctx: &mut Ctx, ticket: u32) -> Arrived {
+        let now = ctx.now.ns();
+        let t = &mut ctx.tickets[ticket];
+        t.record.gateway_ns = now;
+        t.place = Place::Gateway;
+        if let Err(refusal) = self.admission.admit(now) {
+            return Arrived::Refused(match refusal {
+                Refusal::RateLimited => RejectReason::RateLimited,
+                Refusal::MaxInFlight => RejectReason::MaxInFlight,
+            });
+        }
+        t.admitted = true;
+        if self.cache_hit_probability > 0.0
+            && self.cache_rng.random_bool(self.cache_hit_probability)
+        {
+            t.record.cache_hit = true;
+            t.record.admitted_ns = now;
+            ctx.events.push_in_order(
+                LANE_CACHE,
+                now.saturating_add(self.cache_latency_ns),
+                EventKind::CacheAnswered,
+                ticket,
+                0,
+            );
+            return Arrived::Later;
+        }
+        if self.overhead_ns == 0 {
+            return Arrived::Route;
+        }
+        ctx.events.push_in_order(
+            LANE_GATEWAY,
+            now.saturating_add(self.overhead_ns),
+            EventKind::GatewayDone,
+            ticket,
+            0,
+        );
+        Arrived::Later
+    }
+
+    #[inline(always)]
+    fn pool_of(&self, row: usize) -> PoolId {
+        if self.pools.len() == 1 {
+            return PoolId(0);
+        }
+        self.routed_pool_of(row)
+    }
+
+    /// [`Gateway::pool_of`] where there are several pools.
+    #[inline(never)]
+    fn routed_pool_of(&self, row: usize) -> PoolId {
+        if let Some(model) = self.model
+            && let Some(&p) = self.model_pool.get(model.get(row))
+        {
+            return p;
+        }
+        if let Some(class) = self.class
+            && let Some(&p) = self.class_pool.get(&class[row])
+        {
+            return p;
+        }
+        PoolId(0)
+    }
+
+    /// Routes an admitted request to an instance of its pool, which counts it as outstanding;
+    /// returns the instance's index in the fleet.
+    #[inline(always)]
+    pub fn route(&mut self, ctx: &mut Ctx, fleet: &mut Fleet, ticket: u32) -> InstanceId {
+        let now = ctx.now.ns();
+        let row = ctx.tickets[ticket].record.request as usize;
+        let p = self.pool_of(row);
+        if self.pools[p.index()].standby_left > 0 {
+            self.activate_standby_if_needed(ctx, fleet, p);
+        }
+        let pool = &mut self.pools[p.index()];
+        let first = pool.first_instance as usize;
+        let instances = &fleet.instances;
+        let pick = pool.balancer.pick(
+            pool.instances,
+            &mut pool.rng,
+            |i| instances[first + i as usize].outstanding,
+            |i| instances[first + i as usize].waiting(),
+        );
+        let instance = InstanceId(pool.first_instance + pick);
+        let t = &mut ctx.tickets[ticket];
+        t.record.pool = p.0;
+        t.record.instance = pick;
+        t.record.admitted_ns = now;
+        fleet.instances[instance.index()].outstanding += 1;
+        instance
+    }
+
+    /// The fleet's index of the instance a routed request went to.
+    #[inline]
+    pub fn instance_of(&self, record: &RequestRecord) -> InstanceId {
+        InstanceId(self.pools[usize::from(record.pool)].first_instance + record.instance)
+    }
+
+    /// Activates the pool's next standby instance when every active one is loaded to the
+    /// threshold; its model instances become ready after the cold start.
+    fn activate_standby_if_needed(&mut self, ctx: &mut Ctx, fleet: &mut Fleet, p: PoolId) {
+        let now = ctx.now.ns();
+        let pool = &mut self.pools[p.index()];
+        if pool.standby_left == 0 {
+            return;
+        }
+        let first = pool.first_instance as usize;
+        let active = &fleet.instances[first..first + pool.instances as usize];
+        if active
+            .iter()
+            .any(|i| i.outstanding < pool.activate_at_outstanding)
+        {
+            return;
+        }
+        let index = pool.first_instance + pool.instances;
+        pool.instances += 1;
+        pool.standby_left -= 1;
+        let instance = &mut fleet.instances[index as usize];
+        let from = instance.first_model_instance;
+        for mi in from..from + instance.model_instances {
+            if pool.cold_start_ns == 0 {
+                let model_instance = &mut fleet.model_instances[mi as usize];
+                model_instance.ready = true;
+                model_instance.idle_since = ctx.now;
+                instance.free.insert(mi - from);
+            } else {
+                ctx.events.push(
+                    now.saturating_add(pool.cold_start_ns),
+                    EventKind::ModelInstanceReady,
+                    mi,
+                    0,
+                );
+            }
+        }
+    }
+
+    /// Post-processing (or the cache) is done: the response leaves the gateway, which frees
+    /// the request's place in its admission.
+    #[inline(always)]
+    pub fn respond(&mut self, ctx: &mut Ctx, ticket: u32) {
+        let t = &mut ctx.tickets[ticket];
+        t.record.postprocessed_ns = ctx.now.ns();
+        self.release(t);
+    }
+
+    /// Frees the place an admitted request held in admission (once).
+    #[inline(always)]
+    pub fn release(&mut self, t: &mut Ticket) {
+        if t.admitted {
+            t.admitted = false;
+            self.admission.release();
         }
     }
 }

@@ -1,18 +1,25 @@
 //! Instances and model execution. An *instance* is one server behind the gateway (Triton
-//! process): its own pre-processing workers, instance queue and dynamic batcher, and
+//! process): its own pre-processing workers, instance queue and batcher, and
 //! `gpus * instance_count` *model instances*, each running one batch at a time. A model instance
 //! that starts cold runs nothing until its load time has passed.
 
-use crate::batcher::BatcherThread;
+use std::sync::Arc;
+
+use crate::context::{Ctx, InstanceId, PoolId};
+use crate::event::EventKind;
+use crate::llm::step_time::StepTime;
 use crate::preprocess::WorkerPool;
 use crate::queue::InstanceQueue;
+use crate::rng::SimRng;
+use crate::service::ServiceTime;
+use crate::slowdown::Slowdowns;
 use crate::time::SimTime;
 
 /// One server of a pool.
 #[derive(Debug, Clone)]
 pub struct Instance {
-    /// Pool index.
-    pub pool: u16,
+    /// Its pool.
+    pub pool: PoolId,
     /// Index within the pool.
     pub index_in_pool: u32,
     /// Queue in front of the batcher.
@@ -29,17 +36,6 @@ pub struct Instance {
     pub free: FreeSet,
     /// Requests routed here and not yet done executing.
     pub outstanding: u32,
-    /// Time of the pending batcher wake-up, or [`SimTime::NEVER`].
-    pub timer_at: SimTime,
-    /// The dynamic batcher's thread and payloads (unused by a continuous batcher).
-    pub batcher: BatcherThread,
-    /// When the batcher thread went to sleep with nothing waiting, if it is asleep so.
-    pub batcher_idle_since: Option<SimTime>,
-    /// When the sleeping batcher thread polls (500 ms after it went idle, asked for by an
-    /// arrival it was not woken for), or [`SimTime::NEVER`].
-    pub poll_at: SimTime,
-    /// Time of the one poll event this instance has queued, or [`SimTime::NEVER`].
-    pub poll_event_at: SimTime,
 }
 
 impl Instance {
@@ -50,11 +46,93 @@ impl Instance {
     }
 }
 
+/// Every instance and model instance of the run.
+pub(crate) struct Fleet {
+    pub instances: Vec<Instance>,
+    pub model_instances: Vec<ModelInstance>,
+}
+
+/// Where a batcher runs: its instance, the run's model instances and its pool's execution.
+pub(crate) struct Site<'s> {
+    /// The instance.
+    pub index: InstanceId,
+    pub instance: &'s mut Instance,
+    pub model_instances: &'s mut [ModelInstance],
+    pub execution: &'s mut Execution,
+}
+
+/// How a pool's batches (or steps) execute: the time model and its random stream.
+pub(crate) struct Execution {
+    /// Dynamic batcher's model (`None` for a continuous pool).
+    pub service: Option<Arc<dyn ServiceTime>>,
+    /// Continuous batcher's step-time model.
+    pub step_time: Option<Arc<dyn StepTime>>,
+    /// Whether `service` or `step_time` can ever extrapolate (asked once, so analytic models
+    /// cost nothing).
+    pub may_extrapolate: bool,
+    /// Batches started whose execution time the model extrapolated.
+    pub extrapolated_batches: u64,
+    /// `execution.slowdowns` (empty: none, and nothing to compute per batch).
+    pub slowdowns: Slowdowns,
+    pub rng: SimRng,
+}
+
+impl Execution {
+    /// When work that takes `work_ns` at normal speed, started `now_ns`, ends: stretched by the
+    /// pool's slowdown windows, if any.
+    #[inline]
+    pub fn end_ns(&self, now_ns: u64, work_ns: u64) -> u64 {
+        if self.slowdowns.is_empty() {
+            now_ns.saturating_add(work_ns)
+        } else {
+            self.slowdowns.end_ns(now_ns, work_ns)
+        }
+    }
+}
+
+/// Marks model instance `mi_index` (of `instance`) busy with a batch (or step) of `size`
+/// requests until `done_ns`, and counts the batch.
+#[inline]
+pub(crate) fn begin_execution(
+    ctx: &mut Ctx,
+    instance: &mut Instance,
+    mi: &mut ModelInstance,
+    mi_index: u32,
+    size: u32,
+    done_ns: u64,
+) {
+    mi.busy = true;
+    mi.batch_start = ctx.now;
+    mi.batches += 1;
+    instance.free.remove(mi.index_in_instance);
+    ctx.counters.busy_model_instances += 1;
+    ctx.interval.batches += 1;
+    ctx.interval.batched += u64::from(size);
+    ctx.summary.add_batch(size);
+    ctx.events.push(done_ns, EventKind::BatchDone, mi_index, 0);
+}
+
+/// Marks model instance `mi_index` free again, its batch (or step) over now; returns its
+/// instance.
+#[inline]
+pub(crate) fn end_execution(ctx: &mut Ctx, fleet: &mut Fleet, mi_index: u32) -> InstanceId {
+    let now = ctx.now;
+    let mi = &mut fleet.model_instances[mi_index as usize];
+    mi.busy = false;
+    mi.busy_ns += now - mi.batch_start;
+    mi.idle_since = now;
+    fleet.instances[mi.instance.index()]
+        .free
+        .insert(mi.index_in_instance);
+    ctx.counters.busy_model_instances -= 1;
+    mi.instance
+}
+
 /// One model instance: runs one batch at a time.
 #[derive(Debug, Clone)]
 pub struct ModelInstance {
     /// The server it belongs to.
-    pub instance: u32,
+    pub instance: InstanceId,
     /// Index within its server.
     pub index_in_instance: u32,
     /// Loaded and able to run batches.
@@ -76,7 +154,7 @@ pub struct ModelInstance {
 impl ModelInstance {
     /// A model instance of server `instance`; `ready` is false when it starts cold.
     pub fn new(
-        instance: u32,
+        instance: InstanceId,
         index_in_instance: u32,
         ready: bool,
         max_batch_size: u32,

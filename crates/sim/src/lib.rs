@@ -32,13 +32,17 @@
 #![warn(missing_docs)]
 
 pub mod batcher;
+mod client;
 pub mod compat;
+mod context;
+mod continuous;
 mod engine;
 mod event;
 mod gateway;
 mod instance;
 pub mod llm;
 mod network;
+mod observe;
 pub mod output;
 mod postprocess;
 mod preprocess;

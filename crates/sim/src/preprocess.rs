@@ -3,6 +3,8 @@
 
 use std::collections::VecDeque;
 
+use crate::context::{Ctx, Place, PoolId};
+use crate::event::EventKind;
 use crate::scenario::PreprocessSpec;
 
 /// The worker pool of one instance.
@@ -59,6 +61,63 @@ pub fn time_ns(spec: &PreprocessSpec, input_tokens: u32) -> u64 {
         .0
         .saturating_mul(u64::from(input_tokens))
         .saturating_add(spec.base.0)
+}
+
+/// The pools' pre-processing, by pool (`None`: the pool has none).
+pub(crate) struct Preprocess {
+    pub specs: Vec<Option<PreprocessSpec>>,
+}
+
+impl Preprocess {
+    /// The request on `ticket`, routed to an instance of `pool` with these `workers`, starts
+    /// pre-processing or waits for a worker; false when the pool has no pre-processing (the
+    /// request goes on at once).
+    #[inline(always)]
+    pub fn start(
+        &self,
+        ctx: &mut Ctx,
+        pool: PoolId,
+        workers: &mut Option<WorkerPool>,
+        ticket: u32,
+    ) -> bool {
+        // An instance has workers exactly when its pool pre-processes.
+        let Some(workers) = workers else {
+            return false;
+        };
+        let spec = self.specs[pool.index()]
+            .as_ref()
+            .expect("pool with workers has a preprocess spec");
+        let now = ctx.now.ns();
+        let t = &mut ctx.tickets[ticket];
+        t.place = Place::Preprocess;
+        if workers.start_or_wait(ticket) {
+            let done = now.saturating_add(time_ns(spec, t.record.input_tokens));
+            ctx.events.push(done, EventKind::PreprocessDone, ticket, 0);
+        } else {
+            ctx.counters.preprocess_waiting += 1;
+        }
+        true
+    }
+
+    /// A worker of an instance of `pool` (with these `workers`) finished a request: it starts
+    /// the next waiting one, if any.
+    #[inline(always)]
+    pub fn finish(&self, ctx: &mut Ctx, pool: PoolId, workers: &mut Option<WorkerPool>) {
+        let workers = workers.as_mut().expect("pool with preprocess has workers");
+        if let Some(next) = workers.finish() {
+            ctx.counters.preprocess_waiting -= 1;
+            let spec = self.specs[pool.index()]
+                .as_ref()
+                .expect("pool with workers has a preprocess spec");
+            let tokens = ctx.tickets[next].record.input_tokens;
+            ctx.events.push(
+                ctx.now.ns().saturating_add(time_ns(spec, tokens)),
+                EventKind::PreprocessDone,
+                next,
+                0,
+            );
+        }
+    }
 }
 
 #[cfg(test)]

@@ -5,6 +5,10 @@
 //! entries stay as tombstones and are skipped when they reach the front, so every operation is
 //! O(1) amortised. The engine says which entries are still live through a predicate.
 
+use crate::context::{Ctx, LANE_TIMEOUT, Place, Tickets};
+use crate::event::EventKind;
+use crate::record::RequestRecord;
+use crate::scenario::TimeoutAction;
 use std::collections::VecDeque;
 
 /// One queued request.
@@ -144,6 +148,117 @@ impl InstanceQueue {
         }
         oldest
     }
+}
+
+/// Whether a queue entry still stands for its ticket: the ticket was not reused since (same
+/// generation) and is still waiting in that part of the queue (not timed out or taken).
+#[inline]
+pub(crate) fn is_live(tickets: &Tickets, e: Entry, part: Part) -> bool {
+    let t = &tickets[e.ticket];
+    t.generation == e.generation
+        && match part {
+            Part::Main => t.place == Place::Queued,
+            Part::Delayed => t.place == Place::Delayed,
+        }
+}
+
+/// A pool's queue policy and token limits.
+pub(crate) struct QueuePolicy {
+    /// `max_input_tokens`, or `u32::MAX` for none.
+    pub max_input_tokens: u32,
+    /// `max_output_tokens`, or `u32::MAX` for none.
+    pub max_output_tokens: u32,
+    pub max_queue_size: u32,
+    pub timeout_ns: Option<u64>,
+    pub timeout_action: TimeoutAction,
+    pub levels: u32,
+}
+
+impl QueuePolicy {
+    /// Cuts a request's sizes to the model's limits. They apply to what pre-processing hands on
+    /// (a tokenizer reads the whole input and truncates its output), and to everything after it.
+    #[inline]
+    pub fn cut(&self, record: &mut RequestRecord) {
+        if record.input_tokens > self.max_input_tokens {
+            record.input_tokens = self.max_input_tokens;
+            record.input_truncated = true;
+        }
+        if record.output_tokens > self.max_output_tokens {
+            record.output_tokens = self.max_output_tokens;
+            record.output_truncated = true;
+        }
+    }
+
+    /// True when `queue` holds `max_queue_size` requests: the next is rejected.
+    #[inline]
+    pub fn is_full(&self, queue: &InstanceQueue) -> bool {
+        self.max_queue_size > 0 && queue.len() >= self.max_queue_size
+    }
+
+    /// The request on `ticket` enters `queue` now, at its priority level, with its timeout.
+    #[inline]
+    pub fn push(&self, ctx: &mut Ctx, queue: &mut InstanceQueue, ticket: u32) {
+        let now = ctx.now.ns();
+        let t = &mut ctx.tickets[ticket];
+        t.level = t.level.min(self.levels - 1);
+        t.record.queued_ns = now;
+        t.place = Place::Queued;
+        let entry = Entry {
+            ticket,
+            generation: t.generation,
+            queued_ns: now,
+        };
+        queue.push(t.level, entry, Part::Main);
+        ctx.counters.queued += 1;
+        if let Some(timeout_ns) = self.timeout_ns {
+            ctx.events.push_in_order(
+                LANE_TIMEOUT,
+                now.saturating_add(timeout_ns),
+                EventKind::QueueTimeout,
+                ticket,
+                t.generation,
+            );
+        }
+    }
+
+    /// The queue timeout of the request on `ticket` (of that `generation`) runs out; true when
+    /// it is rejected (it left the queue), false when it waits on behind the others.
+    pub fn time_out(
+        &self,
+        ctx: &mut Ctx,
+        queue: &mut InstanceQueue,
+        ticket: u32,
+        generation: u32,
+    ) -> bool {
+        let t = &mut ctx.tickets[ticket];
+        // `run` drops stale timeouts before they get here (`is_stale_timeout`).
+        debug_assert!(t.generation == generation && t.place == Place::Queued);
+        queue.forget_one();
+        match self.timeout_action {
+            TimeoutAction::Reject => {
+                ctx.counters.queued -= 1;
+                true
+            }
+            TimeoutAction::Delay => {
+                t.place = Place::Delayed;
+                let entry = Entry {
+                    ticket,
+                    generation,
+                    queued_ns: t.record.queued_ns,
+                };
+                queue.push(t.level, entry, Part::Delayed);
+                false
+            }
+        }
+    }
+}
+
+/// True for a queue timeout whose request has moved on (taken, or its ticket reused): its
+/// handler would do nothing.
+#[inline]
+pub(crate) fn is_stale_timeout(tickets: &Tickets, ticket: u32, generation: u32) -> bool {
+    let t = &tickets[ticket];
+    t.generation != generation || t.place != Place::Queued
 }
 
 #[cfg(test)]

@@ -1,3 +1,4 @@
+// Over 800 lines: the summary's schema and its streaming builder are one format, kept together; 180 of them are tests.
 //! The run summary (`summary.json`): counts by outcome, rates, latency statistics of the whole
 //! path and of each stage, batch sizes and utilization. It is accumulated while the run goes
 //! (HdrHistograms, exact sums and maxima), so its memory does not grow with the request count.

@@ -1,3 +1,4 @@
+// Over 800 lines: one state machine (admission, chunked prefill, preemption, KV and prefix blocks); 360 of them are its tests.
 //! The continuous (iteration-level) batcher of one LLM instance, vLLM V1-style.
 //!
 //! The scheduler is a state machine driven by its instance:

@@ -1,0 +1,276 @@
+//! One instance's dynamic batcher at work: its thread's timer and 500 ms poll, the forming of
+//! payloads by [`Batcher::decide_payload`] as requests arrive and model instances free up, and
+//! the start of each batch on a free model instance.
+
+use crate::batcher::{Batcher, BatcherThread, Decision, IDLE_POLL_NS};
+use crate::context::{Ctx, Place};
+use crate::event::{Event, EventKind};
+use crate::instance::{Site, begin_execution};
+use crate::queue::is_live;
+use crate::service::BatchShape;
+use crate::time::SimTime;
+
+/// The dynamic batcher of one instance: Triton's batcher thread and its wake-ups.
+#[derive(Debug, Clone)]
+pub(crate) struct DynamicInstance {
+    /// Its pool's rule (`max_batch_size`, preferred sizes, delay, prefetching).
+    rule: Batcher,
+    /// The batcher's thread and payloads.
+    thread: BatcherThread,
+    /// Time of the pending batcher wake-up, or [`SimTime::NEVER`].
+    timer_at: SimTime,
+    /// When the batcher thread went to sleep with nothing waiting, if it is asleep so.
+    idle_since: Option<SimTime>,
+    /// When the sleeping batcher thread polls (500 ms after it went idle, asked for by an
+    /// arrival it was not woken for), or [`SimTime::NEVER`].
+    poll_at: SimTime,
+    /// Time of the one poll event this instance has queued, or [`SimTime::NEVER`].
+    poll_event_at: SimTime,
+}
+
+impl DynamicInstance {
+    /// An idle batcher applying `rule`.
+    pub fn new(rule: Batcher) -> DynamicInstance {
+        DynamicInstance {
+            rule,
+            thread: BatcherThread::default(),
+            timer_at: SimTime::NEVER,
+            idle_since: None,
+            poll_at: SimTime::NEVER,
+            poll_event_at: SimTime::NEVER,
+        }
+    }
+}
+
+impl DynamicInstance {
+    /// True for a batcher timer or poll whose deadline has moved on: its handler would do
+    /// nothing.
+    #[inline]
+    pub fn is_stale(&self, event: &Event) -> bool {
+        match event.kind {
+            EventKind::BatcherTimer => self.timer_at != SimTime(event.time_ns()),
+            EventKind::BatcherPoll => self.poll_at != SimTime(event.time_ns()),
+            _ => false,
+        }
+    }
+
+    /// A stale batcher poll still carries the instance's next one: each instance keeps at most
+    /// one poll event queued (an idle thread's poll is asked for at nearly every arrival), moved
+    /// on to the poll now wanted, if any.
+    pub fn carry_poll(&mut self, ctx: &mut Ctx, event: &Event) {
+        if event.kind != EventKind::BatcherPoll {
+            return;
+        }
+        self.poll_event_at = SimTime::NEVER;
+        if self.poll_at != SimTime::NEVER {
+            self.poll_event_at = self.poll_at;
+            ctx.events
+                .push(self.poll_at.ns(), EventKind::BatcherPoll, event.target, 0);
+        }
+    }
+
+    /// The batcher's timer runs out.
+    #[inline]
+    pub fn timer(&mut self, ctx: &mut Ctx, site: Site<'_>) {
+        // `run` drops timers whose deadline has moved (`is_stale`).
+        debug_assert_eq!(self.timer_at, ctx.now);
+        self.timer_at = SimTime::NEVER;
+        self.dispatch(ctx, site);
+    }
+
+    /// The sleeping batcher thread polls.
+    #[inline]
+    pub fn poll(&mut self, ctx: &mut Ctx, site: Site<'_>) {
+        debug_assert_eq!(self.poll_at, ctx.now);
+        self.poll_event_at = SimTime::NEVER;
+        self.dispatch(ctx, site);
+    }
+
+    /// Wakes the batcher after a batch finished, a model instance became ready or its timer ran
+    /// out: free model instances take the waiting payloads, then the batcher thread runs.
+    #[inline(always)]
+    pub fn dispatch(&mut self, ctx: &mut Ctx, mut site: Site<'_>) {
+        if self.rule.max_batch_size == 1 {
+            start_singles(ctx, &mut site, &self.rule);
+            return;
+        }
+        self.start_payloads(ctx, &mut site);
+        self.run_batcher(ctx, &mut site);
+    }
+
+    /// A request was queued: the batcher runs if the arrival wakes it (Triton's `Enqueue`, see
+    /// [`crate::batcher`]); if not, and it sleeps with nothing else to wait for, its 500 ms poll
+    /// is armed.
+    #[inline]
+    pub fn arrived(&mut self, ctx: &mut Ctx, mut site: Site<'_>) {
+        let batcher = &self.rule;
+        if batcher.max_batch_size == 1 {
+            start_singles(ctx, &mut site, batcher);
+            return;
+        }
+        let instance = &*site.instance;
+        let thread = &self.thread;
+        let waiting = instance.queue.len() - thread.in_payloads();
+        let slot = thread.slot_available(batcher, instance.model_instances, instance.free.len());
+        if thread.woken_by_arrival(waiting, slot) {
+            self.run_batcher(ctx, &mut site);
+        } else if let Some(since) = self.idle_since {
+            // The idle thread polls every 500 ms from `since`: the first poll not yet past.
+            let polls = (ctx.now.ns() - since.ns()).div_ceil(IDLE_POLL_NS).max(1);
+            let poll = SimTime(
+                since
+                    .ns()
+                    .saturating_add(polls.saturating_mul(IDLE_POLL_NS)),
+            );
+            self.poll_at = poll;
+            if self.poll_event_at == SimTime::NEVER {
+                self.poll_event_at = poll;
+                ctx.events
+                    .push(poll.ns(), EventKind::BatcherPoll, site.index.0, 0);
+            }
+        }
+    }
+
+    /// Free model instances take the payloads waiting for them, the oldest first, each starting
+    /// a batch.
+    #[inline]
+    fn start_payloads(&mut self, ctx: &mut Ctx, site: &mut Site<'_>) {
+        let now = ctx.now.ns();
+        loop {
+            let Some(free) = site.instance.free.first() else {
+                return;
+            };
+            let Some(size) = self.thread.take(&self.rule, now) else {
+                return;
+            };
+            let mi_index = site.instance.first_model_instance + free;
+            start_batch(ctx, site, &self.rule, mi_index, size);
+        }
+    }
+
+    /// Triton's batcher thread, awake now: it fills payloads (which free model instances take
+    /// at once) until it must sleep: nothing waits, no payload slot is free, or the rule says
+    /// wait (its timer is then set).
+    fn run_batcher(&mut self, ctx: &mut Ctx, site: &mut Site<'_>) {
+        let now = ctx.now;
+        // The thread is awake: the timer it slept on no longer stands (unless set again).
+        let previous_timer = std::mem::replace(&mut self.timer_at, SimTime::NEVER);
+        self.poll_at = SimTime::NEVER;
+        self.idle_since = None;
+        // Each pass moves requests into a payload, replaces a saturated one, or returns.
+        loop {
+            let instance = &mut *site.instance;
+            let batcher = &self.rule;
+            self.thread.refresh();
+            let in_payloads = self.thread.in_payloads();
+            let waiting = instance.queue.len() - in_payloads;
+            if waiting == 0 {
+                self.idle_since = Some(now);
+                return;
+            }
+            let free = instance.free.len();
+            if !self
+                .thread
+                .slot_available(batcher, instance.model_instances, free)
+            {
+                return;
+            }
+            let oldest_ns = if in_payloads == 0 {
+                let tickets = &ctx.tickets;
+                instance
+                    .queue
+                    .oldest_queued_ns(|e, part| is_live(tickets, e, part))
+                    .expect("a non-empty queue has an oldest request")
+            } else {
+                // Payloads wait only with prefetching, whose queue is one FIFO.
+                instance
+                    .queue
+                    .queued_ns_at(in_payloads)
+                    .expect("requests wait behind the payloads")
+            };
+            match batcher.decide_payload(&mut self.thread, now.ns(), waiting, oldest_ns) {
+                Decision::Send(0) => {}
+                Decision::Send(n) => {
+                    self.thread.add(n, oldest_ns);
+                    self.start_payloads(ctx, site);
+                }
+                Decision::WaitUntil(deadline_ns) => {
+                    let deadline = SimTime(deadline_ns);
+                    self.timer_at = deadline;
+                    if deadline != previous_timer {
+                        ctx.events
+                            .push(deadline_ns, EventKind::BatcherTimer, site.index.0, 0);
+                    }
+                    return;
+                }
+                Decision::Idle => unreachable!("the batcher is asked only with requests waiting"),
+            }
+        }
+    }
+}
+
+/// Without batching (`max_batch_size = 1`) Triton runs no batcher thread: each request is a
+/// payload of its own, and free model instances take them in order.
+#[inline]
+fn start_singles(ctx: &mut Ctx, site: &mut Site<'_>, rule: &Batcher) {
+    loop {
+        if site.instance.queue.is_empty() {
+            return;
+        }
+        let Some(free) = site.instance.free.first() else {
+            return;
+        };
+        let mi_index = site.instance.first_model_instance + free;
+        start_batch(ctx, site, rule, mi_index, 1);
+    }
+}
+
+/// Model instance `mi_index` starts a batch of the `size` oldest queued requests.
+#[inline]
+fn start_batch(ctx: &mut Ctx, site: &mut Site<'_>, rule: &Batcher, mi_index: u32, size: u32) {
+    let now = ctx.now.ns();
+    let batch_id = ctx.counters.next_batch_id;
+    ctx.counters.next_batch_id += 1;
+    let instance = &mut *site.instance;
+    let execution = &mut *site.execution;
+    let mi = &mut site.model_instances[mi_index as usize];
+    debug_assert!(mi.is_free() && mi.members.is_empty());
+    assert!(
+        size >= 1 && size <= rule.max_batch_size,
+        "batch of {size} exceeds its limit"
+    );
+    let tickets = &mut ctx.tickets;
+    let mut shape = BatchShape {
+        size,
+        max_input_tokens: 0,
+        total_input_tokens: 0,
+        idle_ns: now - mi.idle_since.ns(),
+    };
+    for _ in 0..size {
+        let entry = instance
+            .queue
+            .pop(|e, part| is_live(tickets, e, part))
+            .expect("the batcher never sends more requests than are queued");
+        let t = &mut tickets[entry.ticket];
+        t.place = Place::Executing;
+        t.record.batch_formed_ns = now;
+        t.record.exec_start_ns = now;
+        t.record.batch_id = batch_id;
+        t.record.batch_size = size;
+        t.record.model_instance = mi.index_in_instance;
+        shape.max_input_tokens = shape.max_input_tokens.max(t.record.input_tokens);
+        shape.total_input_tokens += u64::from(t.record.input_tokens);
+        mi.members.push(entry.ticket);
+    }
+    ctx.counters.queued -= size;
+    let service = execution
+        .service
+        .as_ref()
+        .expect("a dynamic-batcher pool has a service model");
+    let duration_ns = service.sample_ns(&shape, &mut execution.rng);
+    if execution.may_extrapolate && service.is_extrapolated(&shape) {
+        execution.extrapolated_batches += 1;
+    }
+    let done_ns = execution.end_ns(now, duration_ns);
+    begin_execution(ctx, instance, mi, mi_index, size, done_ns);
+}

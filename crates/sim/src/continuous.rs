@@ -1,0 +1,155 @@
+//! One instance's continuous batcher at work (vLLM's engine loop): each step is planned by its
+//! [`Scheduler`] from the requests it holds and those the instance queue hands it, runs for the
+//! step-time model's time, and emits one token per running request; the gaps between a
+//! request's tokens are measured here.
+
+use capsim_trace::ListColumn;
+
+use crate::context::{Ctx, Place};
+use crate::instance::{Site, begin_execution};
+use crate::llm::scheduler::{NewSeq, Scheduler, Token, Unservable};
+use crate::queue::is_live;
+use crate::record::RejectReason;
+use crate::timeseries::LlmState;
+
+/// What one continuous batcher holds, as the timeseries counts it.
+#[derive(Clone, Copy)]
+struct Occupancy {
+    running: u32,
+    held: u32,
+    kv_blocks_in_use: u32,
+}
+
+impl Occupancy {
+    fn of(scheduler: &Scheduler) -> Occupancy {
+        Occupancy {
+            running: scheduler.running(),
+            held: scheduler.held(),
+            kv_blocks_in_use: scheduler.kv_in_use(),
+        }
+    }
+
+    /// Moves the totals in `state` from `before` to this occupancy.
+    fn update(self, before: Occupancy, state: &mut LlmState) {
+        state.running = state.running + self.running - before.running;
+        state.waiting = state.waiting + self.held - before.held;
+        state.kv_blocks_in_use = state.kv_blocks_in_use + u64::from(self.kv_blocks_in_use)
+            - u64::from(before.kv_blocks_in_use);
+    }
+}
+
+/// What the continuous batchers share: the trace's prefix blocks, a buffer for a step's
+/// tokens, and the count of output tokens of completed requests.
+pub(crate) struct Continuous<'a> {
+    pub prefix_blocks: Option<&'a ListColumn>,
+    /// Tokens of the step being completed (capacity kept between steps).
+    pub token_buf: Vec<Token>,
+    /// Output tokens of completed continuous-batching requests (checked against the samples).
+    pub completed_tokens: u64,
+}
+
+impl Continuous<'_> {
+    /// Gives `token` to its request; true when it was the request's last (its execution is
+    /// over).
+    #[inline]
+    pub fn emit(&mut self, ctx: &mut Ctx, token: Token) -> bool {
+        let now = ctx.now.ns();
+        let t = &mut ctx.tickets[token.ticket];
+        debug_assert_eq!(t.place, Place::Executing);
+        if token.index == 0 {
+            t.record.first_token_ns = now;
+        } else if t.measured {
+            ctx.summary.add_inter_token_ns(now - t.last_token_ns);
+        }
+        t.last_token_ns = now;
+        if token.last {
+            t.record.exec_end_ns = now;
+            self.completed_tokens += u64::from(token.index + 1);
+        }
+        token.last
+    }
+}
+
+/// The continuous batcher of one instance (one model instance, which runs its steps).
+pub(crate) struct ContinuousInstance {
+    pub scheduler: Scheduler,
+}
+
+impl ContinuousInstance {
+    /// Why a request of these sizes can never be served here, if it cannot.
+    #[inline]
+    pub fn unservable(&self, input_tokens: u32, output_tokens: u32) -> Option<RejectReason> {
+        self.scheduler
+            .config()
+            .unservable(input_tokens, output_tokens)
+            .map(|why| match why {
+                Unservable::KvCapacity => RejectReason::KvCapacity,
+                Unservable::PromptTooLong => RejectReason::PromptTooLong,
+            })
+    }
+
+    /// Plans and starts the next step, when the model instance is free and there is work.
+    pub fn plan_step(&mut self, ctx: &mut Ctx, site: Site<'_>, prefix_blocks: Option<&ListColumn>) {
+        let now = ctx.now.ns();
+        let instance = site.instance;
+        let mi_index = instance.first_model_instance;
+        let mi = &mut site.model_instances[mi_index as usize];
+        if !mi.is_free() {
+            return;
+        }
+        let scheduler = &mut self.scheduler;
+        let before = Occupancy::of(scheduler);
+        let tickets = &mut ctx.tickets;
+        let queue = &mut instance.queue;
+        let mut taken = 0u32;
+        let planned = scheduler.plan_step(now, || {
+            let entry = queue.pop(|e, part| is_live(tickets, e, part))?;
+            taken += 1;
+            let t = &mut tickets[entry.ticket];
+            // Out of the queue (and its timeout): waiting in the scheduler, then running.
+            t.place = Place::Executing;
+            t.record.batch_formed_ns = now;
+            let row = t.record.request as usize;
+            Some(NewSeq {
+                ticket: entry.ticket,
+                prompt_tokens: t.record.input_tokens,
+                output_tokens: t.record.output_tokens,
+                prefix_ids: prefix_blocks.map_or(&[][..], |p| p.get(row)),
+            })
+        });
+        ctx.counters.queued -= taken;
+        ctx.llm_state.waiting -= taken;
+        Occupancy::of(scheduler).update(before, &mut ctx.llm_state);
+        for &ticket in scheduler.admitted() {
+            let t = &mut ctx.tickets[ticket];
+            t.record.exec_start_ns = now;
+            t.record.model_instance = mi.index_in_instance;
+        }
+        let Some(step) = planned else {
+            return;
+        };
+        let execution = site.execution;
+        let step_time = execution
+            .step_time
+            .as_ref()
+            .expect("a continuous pool has a step-time model");
+        let gpu_ns = step_time.sample_ns(&step.batch, &mut execution.rng);
+        if execution.may_extrapolate && step_time.is_extrapolated(&step.batch) {
+            execution.extrapolated_batches += 1;
+        }
+        let (seqs, done_ns) = (
+            step.batch.seqs(),
+            execution.end_ns(now, gpu_ns.saturating_add(step.overhead_ns)),
+        );
+        begin_execution(ctx, instance, mi, mi_index, seqs, done_ns);
+    }
+
+    /// The running step ends now: its tokens go to `tokens`, in the scheduler's order.
+    pub fn complete_step(&mut self, ctx: &mut Ctx, tokens: &mut Vec<Token>) {
+        tokens.clear();
+        let before = Occupancy::of(&self.scheduler);
+        self.scheduler
+            .complete_step(ctx.now.ns(), |token| tokens.push(token));
+        Occupancy::of(&self.scheduler).update(before, &mut ctx.llm_state);
+    }
+}

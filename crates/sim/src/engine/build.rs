@@ -1,0 +1,303 @@
+//! The engine built from a scenario: the one place that reads a [`Scenario`]'s and its pools'
+//! fields, and turns them into each stage's state.
+
+use std::collections::HashMap;
+
+use capsim_trace::Trace;
+
+use super::{Engine, Executor, RunOptions};
+use crate::batcher::Batcher;
+use crate::batcher::instance::DynamicInstance;
+use crate::client::{Clients, Link, RetryPolicy};
+use crate::context::{
+    Counters, Ctx, InstanceId, LANE_CLIENT, LANE_DOWNLINK, LANE_UPLINK, LANES, PoolId, Tickets,
+};
+use crate::continuous::{Continuous, ContinuousInstance};
+use crate::event::{EventKind, EventQueue};
+use crate::gateway::{Admission, Balancer, Gateway, PoolRoute};
+use crate::instance::{Execution, Fleet, FreeSet, Instance, ModelInstance};
+use crate::llm::scheduler::Scheduler;
+use crate::network::NetworkPath;
+use crate::observe::{Observer, Stage, StageSet};
+use crate::postprocess::{self, Postprocess};
+use crate::preprocess::{Preprocess, WorkerPool};
+use crate::queue::{InstanceQueue, QueuePolicy};
+use crate::rng::{Component, stream};
+use crate::scenario::{LoadMode, RetryOn, Scenario};
+use crate::summary::SummaryBuilder;
+use crate::time::SimTime;
+use crate::timeseries::{IntervalCounters, LlmState, Timeseries};
+
+/// The stages the scenario models (the others take no time).
+fn modeled_stages(scenario: &Scenario, uplink_instant: bool, downlink_instant: bool) -> StageSet {
+    let pools = scenario.pools();
+    StageSet::default()
+        .with(Stage::EndToEnd, true)
+        .with(Stage::NetworkIn, !uplink_instant)
+        .with(
+            Stage::Gateway,
+            scenario.gateway.overhead.0 > 0 || scenario.cache.latency.0 > 0,
+        )
+        .with(
+            Stage::Preprocess,
+            pools.iter().any(|p| p.preprocess.is_some()),
+        )
+        .with(Stage::Queue, true)
+        .with(Stage::Execution, true)
+        .with(
+            Stage::Postprocess,
+            pools
+                .iter()
+                .any(|p| !postprocess::is_instant(&p.postprocess)),
+        )
+        .with(Stage::NetworkOut, !downlink_instant)
+}
+
+impl<'a> Engine<'a> {
+    /// Builds every stage from the scenario: the one place that reads it.
+    pub(super) fn new(
+        scenario: &'a Scenario,
+        trace: &'a Trace,
+        options: &RunOptions,
+    ) -> Engine<'a> {
+        let seed = options.seed;
+        let mut routes = Vec::new();
+        let mut queues = Vec::new();
+        let mut executions = Vec::new();
+        let mut instances = Vec::new();
+        let mut model_instances = Vec::new();
+        let mut executors = Vec::new();
+        let mut events = EventQueue::new(1024, LANES);
+        let mut model_pool = HashMap::new();
+        let mut class_pool = HashMap::new();
+        for (p, pool) in scenario.pools().iter().enumerate() {
+            let pool_id = PoolId(p as u16);
+            for m in &pool.models {
+                model_pool.entry(m.clone()).or_insert(pool_id);
+            }
+            for &c in &pool.classes {
+                class_pool.entry(c).or_insert(pool_id);
+            }
+            let first_instance = instances.len() as u32;
+            let per_instance = pool.execution.gpus * pool.execution.instance_count;
+            let cold_start_ns = pool.execution.cold_start.0;
+            let rule = Batcher::new(
+                &pool.batcher,
+                // Triton prefetches payloads only without a queue policy.
+                pool.queue.timeout.is_none()
+                    && pool.queue.max_queue_size == 0
+                    && pool.queue.priority_levels == 1,
+            );
+            for i in 0..pool.instances + pool.standby.instances {
+                let index = InstanceId(instances.len() as u32);
+                let standby = i >= pool.instances;
+                instances.push(Instance {
+                    pool: pool_id,
+                    index_in_pool: i,
+                    queue: InstanceQueue::new(pool.queue.priority_levels),
+                    workers: pool
+                        .preprocess
+                        .as_ref()
+                        .map(|pre| WorkerPool::new(pre.workers)),
+                    first_model_instance: model_instances.len() as u32,
+                    model_instances: per_instance,
+                    free: FreeSet::new(per_instance, cold_start_ns == 0 && !standby),
+                    outstanding: 0,
+                });
+                executors.push(match &pool.llm {
+                    Some(l) => Executor::Continuous(ContinuousInstance {
+                        scheduler: Scheduler::new(l.scheduler.clone()),
+                    }),
+                    None => Executor::Dynamic(DynamicInstance::new(rule.clone())),
+                });
+                for k in 0..per_instance {
+                    if cold_start_ns > 0 && !standby {
+                        events.push(
+                            cold_start_ns,
+                            EventKind::ModelInstanceReady,
+                            model_instances.len() as u32,
+                            0,
+                        );
+                    }
+                    model_instances.push(ModelInstance::new(
+                        index,
+                        k,
+                        cold_start_ns == 0 && !standby,
+                        pool.batcher.max_batch_size,
+                    ));
+                }
+            }
+            let service = pool.service.as_ref().map(|s| {
+                options
+                    .service_override
+                    .clone()
+                    .unwrap_or_else(|| s.clone())
+            });
+            executions.push(Execution {
+                may_extrapolate: service.as_ref().is_some_and(|s| s.may_extrapolate())
+                    || pool
+                        .llm
+                        .as_ref()
+                        .is_some_and(|l| l.step_time.may_extrapolate()),
+                extrapolated_batches: 0,
+                slowdowns: pool.slowdowns.clone(),
+                service,
+                step_time: pool.llm.as_ref().map(|l| l.step_time.clone()),
+                rng: stream(seed, Component::Execution, p as u32),
+            });
+            queues.push(QueuePolicy {
+                max_input_tokens: pool.max_input_tokens.unwrap_or(u32::MAX),
+                max_output_tokens: pool.max_output_tokens.unwrap_or(u32::MAX),
+                max_queue_size: pool.queue.max_queue_size,
+                timeout_ns: pool.queue.timeout.map(|d| d.0),
+                timeout_action: pool.queue.timeout_action,
+                levels: pool.queue.priority_levels,
+            });
+            routes.push(PoolRoute {
+                first_instance,
+                instances: pool.instances,
+                standby_left: pool.standby.instances,
+                activate_at_outstanding: pool.standby.activate_at_outstanding,
+                cold_start_ns,
+                balancer: Balancer::new(scenario.gateway.load_balancing),
+                rng: stream(seed, Component::Balancer, p as u32),
+            });
+        }
+        let has_llm = executors
+            .iter()
+            .any(|e| matches!(e, Executor::Continuous(_)));
+        let llm_state = LlmState {
+            kv_blocks_total: executors
+                .iter()
+                .map(|e| match e {
+                    Executor::Continuous(c) => u64::from(c.scheduler.kv_total()),
+                    Executor::Dynamic(_) => 0,
+                })
+                .sum(),
+            ..LlmState::default()
+        };
+        let uplink = Link::new(
+            NetworkPath::uplink(&scenario.network),
+            stream(seed, Component::NetworkUp, 0),
+            LANE_UPLINK,
+        );
+        let downlink = Link::new(
+            NetworkPath::downlink(&scenario.network),
+            stream(seed, Component::NetworkDown, 0),
+            LANE_DOWNLINK,
+        );
+        let closed_loop = scenario.load.mode == LoadMode::Closed;
+        if closed_loop {
+            // A client past the trace's length would find nothing to send.
+            let clients = u64::from(scenario.load.concurrency).min(trace.len() as u64) as u32;
+            for client in 0..clients {
+                events.push_in_order(LANE_CLIENT, 0, EventKind::ClientSend, client, 0);
+            }
+        }
+        let interval_ns = scenario.timeseries.interval.0;
+        let summary = {
+            let slo = scenario.slo.as_ref();
+            let builder = SummaryBuilder::new(
+                slo.and_then(|s| s.latency).map(|d| d.0),
+                modeled_stages(scenario, uplink.instant, downlink.instant).flags(),
+            );
+            if has_llm {
+                builder.with_token_metrics(
+                    slo.and_then(|s| s.ttft).map(|d| d.0),
+                    slo.and_then(|s| s.tpot).map(|d| d.0),
+                )
+            } else {
+                builder
+            }
+        };
+        Engine {
+            ctx: Ctx {
+                now: SimTime::ZERO,
+                events,
+                tickets: Tickets::with_capacity(1024),
+                counters: Counters::default(),
+                interval: IntervalCounters::default(),
+                summary,
+                llm_state,
+            },
+            clients: Clients {
+                arrival_ns: trace.arrival_ns(),
+                input_tokens: trace.input_tokens(),
+                output_tokens: trace.output_tokens(),
+                class: trace.class(),
+                warmup: options.warmup,
+                closed_loop,
+                think_time_ns: scenario.load.think_time.0,
+                retry: RetryPolicy {
+                    max_attempts: scenario.retry.max_attempts,
+                    backoff_ns: scenario.retry.backoff.0,
+                    multiplier: scenario.retry.backoff_multiplier,
+                    on_rejected: scenario.retry.on.contains(&RetryOn::Rejected),
+                    on_timed_out: scenario.retry.on.contains(&RetryOn::TimedOut),
+                },
+                uplink,
+                downlink,
+                next_request: 0,
+                first_attempts: 0,
+                backing_off: 0,
+            },
+            gateway: Gateway {
+                admission: Admission::new(&scenario.gateway),
+                overhead_ns: scenario.gateway.overhead.0,
+                cache_hit_probability: scenario.cache.hit_probability,
+                cache_latency_ns: scenario.cache.latency.0,
+                cache_rng: stream(seed, Component::Cache, 0),
+                model: trace.model(),
+                class: trace.class(),
+                model_pool,
+                class_pool,
+                pools: routes,
+            },
+            preprocess: Preprocess {
+                specs: scenario
+                    .pools()
+                    .iter()
+                    .map(|p| p.preprocess.clone())
+                    .collect(),
+            },
+            queues,
+            fleet: Fleet {
+                instances,
+                model_instances,
+            },
+            executors,
+            executions,
+            continuous: Continuous {
+                prefix_blocks: trace.prefix_blocks(),
+                token_buf: Vec::with_capacity(256),
+                completed_tokens: 0,
+            },
+            postprocess: Postprocess {
+                specs: scenario
+                    .pools()
+                    .iter()
+                    .map(|p| p.postprocess.clone())
+                    .collect(),
+                instant: scenario
+                    .pools()
+                    .iter()
+                    .map(|p| postprocess::is_instant(&p.postprocess))
+                    .collect(),
+            },
+            observe: Observer {
+                interval_ns,
+                configured_interval_ns: interval_ns,
+                max_rows: (scenario.timeseries.max_rows & !1).max(2) as usize,
+                next_sample: SimTime(interval_ns),
+                last_sample: SimTime::ZERO,
+                timeseries: Timeseries::default(),
+                in_system_area: 0,
+                has_llm,
+                scenario_name: scenario.name.clone(),
+                pool_names: scenario.pools().iter().map(|p| p.name.clone()).collect(),
+                seed,
+            },
+            past_horizon: None,
+        }
+    }
+}

@@ -1,0 +1,626 @@
+//! The engine's tests: golden timelines of Triton's dynamic batcher replayed request by
+//! request, and the accounting of every stage.
+
+use super::*;
+use capsim_trace::Columns;
+
+use crate::rng::SimRng;
+use crate::service::BatchShape;
+
+const MS: u64 = 1_000_000;
+
+fn trace_ms(arrivals_ms: &[u64], class: Option<Vec<u32>>) -> Trace {
+    Trace::from_columns(Columns {
+        arrival_ns: arrivals_ms.iter().map(|a| a * MS).collect(),
+        input_tokens: vec![10; arrivals_ms.len()],
+        class,
+        ..Columns::default()
+    })
+    .unwrap()
+}
+
+/// (request, batch formed ms, exec end ms, batch size, outcome) of one request.
+type Step = (u32, Option<u64>, Option<u64>, u32, &'static str);
+
+fn timeline(scenario: &str, trace: &Trace) -> Vec<Step> {
+    let scenario = Scenario::from_toml_str(scenario).unwrap();
+    let (_, log) = simulate_with_requests(&scenario, trace, &RunOptions::default()).unwrap();
+    let ms = |ns: u64| (ns != crate::record::NONE).then_some(ns / MS);
+    log.records()
+        .iter()
+        .map(|r| {
+            (
+                r.request,
+                ms(r.batch_formed_ns),
+                ms(r.exec_end_ns),
+                r.batch_size,
+                r.outcome.as_str(),
+            )
+        })
+        .collect()
+}
+
+const DONE: &str = "completed";
+
+#[test]
+fn a_slowdown_window_delays_only_the_work_inside_it() {
+    let s = "[service]\nkind = \"constant\"\ntime = \"10ms\"\n\
+             [execution]\nslowdowns = [{ from = \"5ms\", to = \"15ms\", factor = 3.0 }]\n";
+    let got = timeline(s, &trace_ms(&[0, 30], None));
+    // r0: 5 ms of work before the window, 10/3 ms of work in its 10 ms at a third of the
+    // speed, the last 5/3 ms after it: done at 16.67 ms. r1 starts after the window.
+    assert_eq!(
+        got,
+        vec![
+            (0, Some(0), Some(16), 1, DONE),
+            (1, Some(30), Some(40), 1, DONE)
+        ]
+    );
+}
+
+#[test]
+fn golden_an_expired_delay_sends_everything_queued_not_the_preferred_size() {
+    let s = "[batcher]\nmax_batch_size = 8\npreferred_batch_size = [4]\nmax_queue_delay = \"2ms\"\n\
+             [service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+    let got = timeline(s, &trace_ms(&[0, 3, 4, 5, 6, 7, 8], None));
+    // r0 alone at 2 ms (its delay); at 12 ms six are queued and r1 has waited 9 ms: Triton
+    // sends all six, where a preferred size of 4 would leave two behind.
+    let mut expected = vec![(0, Some(2), Some(12), 1, DONE)];
+    expected.extend((1..=6).map(|r| (r, Some(12), Some(22), 6, DONE)));
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn golden_doc_timeline_payloads_form_ahead_and_arrivals_below_the_next_preferred_size_wait() {
+    let s = "[batcher]\nmax_batch_size = 8\npreferred_batch_size = [4]\nmax_queue_delay = \"2ms\"\n\
+             [service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+    let trace = Trace::from_columns(Columns {
+        arrival_ns: [0, 1_000, 2_500, 3_000, 4_000, 5_000, 15_000]
+            .iter()
+            .map(|us| us * 1_000)
+            .collect(),
+        input_tokens: vec![10; 7],
+        ..Columns::default()
+    })
+    .unwrap();
+    let got = timeline(s, &trace);
+    // The timeline of the batcher module's documentation: [r2 r3 r4] is formed at 4.5 ms
+    // while the instance is busy, r5 does not join it, and r6 joins [r5] at once.
+    let expected = vec![
+        (0, Some(2), Some(12), 2, DONE),
+        (1, Some(2), Some(12), 2, DONE),
+        (2, Some(12), Some(22), 3, DONE),
+        (3, Some(12), Some(22), 3, DONE),
+        (4, Some(12), Some(22), 3, DONE),
+        (5, Some(22), Some(32), 2, DONE),
+        (6, Some(22), Some(32), 2, DONE),
+    ];
+    assert_eq!(got, expected);
+    let prefetch_off = s.replace("max_queue_delay", "prefetch = false\nmax_queue_delay");
+    let got = timeline(&prefetch_off, &trace);
+    let expected = vec![
+        (0, Some(2), Some(12), 2, DONE),
+        (1, Some(2), Some(12), 2, DONE),
+        (2, Some(12), Some(22), 4, DONE),
+        (3, Some(12), Some(22), 4, DONE),
+        (4, Some(12), Some(22), 4, DONE),
+        (5, Some(12), Some(22), 4, DONE),
+        (6, Some(22), Some(32), 1, DONE),
+    ];
+    assert_eq!(
+        got, expected,
+        "without prefetching a batch is formed when the instance frees up"
+    );
+}
+
+#[test]
+fn golden_a_request_the_batcher_was_not_woken_for_joins_at_its_500_ms_poll() {
+    let s = "[batcher]\nmax_batch_size = 8\npreferred_batch_size = [4]\nmax_queue_delay = \"2ms\"\n\
+             [service]\nkind = \"constant\"\ntime = \"2s\"\n";
+    let got = timeline(s, &trace_ms(&[0, 1, 3, 6], None));
+    // [r0 r1] run from 2 ms; [r2] is formed at 5 ms and waits for the instance; r3 (6 ms)
+    // does not wake the thread (1 < 4 waiting), which polls at 5 + 500 ms and adds r3 to
+    // [r2] before the instance takes it at 2002 ms.
+    let expected = vec![
+        (0, Some(2), Some(2002), 2, DONE),
+        (1, Some(2), Some(2002), 2, DONE),
+        (2, Some(2002), Some(4002), 2, DONE),
+        (3, Some(2002), Some(4002), 2, DONE),
+    ];
+    assert_eq!(got, expected);
+    // An arrival long after the thread went idle waits for the next of its polls (every
+    // 500 ms from 5 ms: 10.005 s), not one in the past.
+    let slow = s.replace("2s", "100s");
+    let got = timeline(&slow, &trace_ms(&[0, 3, 10_000], None));
+    assert_eq!(got[2], (2, Some(100_002), Some(200_002), 2, DONE));
+}
+
+#[test]
+fn golden_full_batch_goes_at_once_and_partial_batch_waits_the_delay() {
+    let s = "[batcher]\nmax_batch_size = 4\nmax_queue_delay = \"5ms\"\n\
+             [service]\nkind = \"constant\"\ntime = \"3ms\"\n";
+    let got = timeline(s, &trace_ms(&[0, 1, 2, 3, 10, 11], None));
+    let expected = vec![
+        (0, Some(3), Some(6), 4, DONE),
+        (1, Some(3), Some(6), 4, DONE),
+        (2, Some(3), Some(6), 4, DONE),
+        (3, Some(3), Some(6), 4, DONE),
+        (4, Some(15), Some(18), 2, DONE),
+        (5, Some(15), Some(18), 2, DONE),
+    ];
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn golden_no_batching_uses_every_model_instance() {
+    let s = "[execution]\ninstance_count = 2\n[service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+    let got = timeline(s, &trace_ms(&[0, 0, 0, 5], None));
+    let expected = vec![
+        (0, Some(0), Some(10), 1, DONE),
+        (1, Some(0), Some(10), 1, DONE),
+        (2, Some(10), Some(20), 1, DONE),
+        (3, Some(10), Some(20), 1, DONE),
+    ];
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn golden_zero_delay_sends_what_is_queued_when_an_instance_frees() {
+    let s = "[batcher]\nmax_batch_size = 4\n[service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+    let got = timeline(s, &trace_ms(&[0, 1, 2, 3, 4, 5], None));
+    let expected = vec![
+        (0, Some(0), Some(10), 1, DONE),
+        (1, Some(10), Some(20), 4, DONE),
+        (2, Some(10), Some(20), 4, DONE),
+        (3, Some(10), Some(20), 4, DONE),
+        (4, Some(10), Some(20), 4, DONE),
+        (5, Some(20), Some(30), 1, DONE),
+    ];
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn golden_queue_timeout_reject_and_delay() {
+    let reject = "[queue]\ntimeout = \"5ms\"\n[service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+    let got = timeline(reject, &trace_ms(&[0, 1, 2, 8], None));
+    let expected = vec![
+        (0, Some(0), Some(10), 1, DONE),
+        (1, None, None, 0, "timed_out"),
+        (2, None, None, 0, "timed_out"),
+        (3, Some(10), Some(20), 1, DONE),
+    ];
+    assert_eq!(got, expected);
+    let delay = "[queue]\ntimeout = \"5ms\"\ntimeout_action = \"DELAY\"\n\
+                 [service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+    let got = timeline(delay, &trace_ms(&[0, 1, 8], None));
+    let expected = vec![
+        (0, Some(0), Some(10), 1, DONE),
+        (1, Some(20), Some(30), 1, DONE),
+        (2, Some(10), Some(20), 1, DONE),
+    ];
+    assert_eq!(
+        got, expected,
+        "a delayed request goes behind those that did not time out"
+    );
+}
+
+#[test]
+fn golden_priority_levels_serve_urgent_classes_first() {
+    let s = "[queue]\npriority_levels = 2\n[service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+    let got = timeline(s, &trace_ms(&[0, 1, 2], Some(vec![1, 1, 0])));
+    let expected = vec![
+        (0, Some(0), Some(10), 1, DONE),
+        (1, Some(20), Some(30), 1, DONE),
+        (2, Some(10), Some(20), 1, DONE),
+    ];
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn golden_cold_start_delays_the_first_batch() {
+    let s = "[execution]\ncold_start = \"5ms\"\n[service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+    let got = timeline(s, &trace_ms(&[0, 1], None));
+    assert_eq!(
+        got,
+        vec![
+            (0, Some(5), Some(15), 1, DONE),
+            (1, Some(15), Some(25), 1, DONE)
+        ]
+    );
+}
+
+#[test]
+fn full_queue_rejects_at_once_with_its_reason() {
+    let s = "[queue]\nmax_queue_size = 1\n[service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+    let got = timeline(s, &trace_ms(&[0, 1, 2, 12], None));
+    assert_eq!(got[2], (2, None, None, 0, "rejected"));
+    assert_eq!(got[3], (3, Some(20), Some(30), 1, DONE));
+    let scenario = Scenario::from_toml_str(s).unwrap();
+    let summary = simulate(
+        &scenario,
+        &trace_ms(&[0, 1, 2, 12], None),
+        &RunOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(summary.rejected(RejectReason::QueueFull), 1);
+    assert!(summary.requests.adds_up());
+}
+
+#[test]
+fn closed_loop_clients_send_after_each_response_and_think_time() {
+    let s = "[load]\nmode = \"closed\"\nconcurrency = 2\nthink_time = \"1ms\"\n\
+             [execution]\ninstance_count = 2\n[service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+    let scenario = Scenario::from_toml_str(s).unwrap();
+    let trace = trace_ms(&[0; 5], None);
+    let (_, log) = simulate_with_requests(&scenario, &trace, &RunOptions::default()).unwrap();
+    let sends: Vec<u64> = log.records().iter().map(|r| r.arrival_ns / MS).collect();
+    assert_eq!(sends, vec![0, 0, 11, 11, 22]);
+    assert_eq!(log.records()[4].latency_ns(), 10 * MS);
+}
+
+#[test]
+fn the_run_ends_at_its_last_response_not_at_a_later_cold_start_think_time_or_timer() {
+    // Found by tests/swarm.rs (seeds 189, 104, 146 of 0..200): each of these outlived the
+    // last response and stretched `end_s` (and the utilization measured over it).
+    let cases = [
+        // A cold start finishing after every request timed out waiting for it.
+        "[queue]\ntimeout = \"5ms\"\n[execution]\ncold_start = \"1s\"\n\
+         [service]\nkind = \"constant\"\ntime = \"10ms\"\n",
+        // A closed-loop client's think time after its last response.
+        "[load]\nmode = \"closed\"\nconcurrency = 2\nthink_time = \"1s\"\n\
+         [service]\nkind = \"constant\"\ntime = \"10ms\"\n",
+        // The batcher's timer for a batch whose requests timed out first.
+        "[queue]\ntimeout = \"5ms\"\n[batcher]\nmax_batch_size = 8\nmax_queue_delay = \"1s\"\n\
+         [service]\nkind = \"constant\"\ntime = \"10ms\"\n",
+    ];
+    for s in cases {
+        let scenario = Scenario::from_toml_str(s).unwrap();
+        let trace = trace_ms(&[0, 1, 2], None);
+        let (run, log) = simulate_with_requests(&scenario, &trace, &RunOptions::default()).unwrap();
+        let last_ns = log.records().iter().map(|r| r.response_ns).max().unwrap();
+        assert!(
+            (run.summary.end_s - last_ns as f64 / 1e9).abs() < 1e-12,
+            "end {} s, last response {} s:\n{s}",
+            run.summary.end_s,
+            last_ns as f64 / 1e9
+        );
+    }
+}
+
+#[test]
+fn timed_out_requests_are_retried_after_backoff_and_each_attempt_recorded() {
+    let s = "[queue]\ntimeout = \"5ms\"\n[retry]\nmax_attempts = 3\nbackoff = \"10ms\"\n\
+             [service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+    let scenario = Scenario::from_toml_str(s).unwrap();
+    let (run, log) = simulate_with_requests(
+        &scenario,
+        &trace_ms(&[0, 1, 2], None),
+        &RunOptions::default(),
+    )
+    .unwrap();
+    let got: Vec<(u32, u16, u64, &str)> = log
+        .records()
+        .iter()
+        .map(|r| (r.request, r.attempt, r.arrival_ns / MS, r.outcome.as_str()))
+        .collect();
+    // r1 times out at 6 and retries at 16 (runs 16..26); r2 times out at 7, retries at 17,
+    // times out again at 22 and retries at 22 + 20 = 42, when the instance is free.
+    let expected = vec![
+        (0, 1, 0, "completed"),
+        (1, 1, 1, "timed_out"),
+        (1, 2, 16, "completed"),
+        (2, 1, 2, "timed_out"),
+        (2, 2, 17, "timed_out"),
+        (2, 3, 42, "completed"),
+    ];
+    assert_eq!(got, expected);
+    let c = &run.summary.requests;
+    assert_eq!((c.total, c.retries, c.completed, c.timed_out), (6, 3, 3, 3));
+}
+
+#[test]
+fn standby_instance_activates_under_load_and_starts_cold() {
+    let s = "[gateway]\nload_balancing = \"least_outstanding\"\n\
+             [standby]\ninstances = 1\nactivate_at_outstanding = 2\n\
+             [execution]\ncold_start = \"5ms\"\n[service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+    // The active instance loads until 5ms; r0 runs 5..15. At 6, r1 finds one outstanding
+    // (< 2) and queues there; at 7, r2 finds two outstanding: the standby instance is
+    // activated, the balancer sends r2 to it (least outstanding), and it runs r2 after its
+    // own cold start, 12..22.
+    let scenario = Scenario::from_toml_str(s).unwrap();
+    let (_, log) = simulate_with_requests(
+        &scenario,
+        &trace_ms(&[0, 6, 7], None),
+        &RunOptions::default(),
+    )
+    .unwrap();
+    let got: Vec<(u32, u32, u64)> = log
+        .records()
+        .iter()
+        .map(|r| (r.request, r.instance, r.exec_start_ns / MS))
+        .collect();
+    assert_eq!(got, vec![(0, 0, 5), (1, 0, 15), (2, 1, 12)]);
+}
+
+#[test]
+fn gateway_refusals_are_counted_by_reason_and_everything_adds_up() {
+    let s = "[gateway]\nrate_limit = \"100rps\"\nburst = 5\nmax_in_flight = 3\n\
+             [network.latency]\nkind = \"lognormal\"\nmedian = \"1ms\"\np99 = \"4ms\"\n\
+             [service]\nkind = \"exponential\"\nmean = \"20ms\"\n";
+    let scenario = Scenario::from_toml_str(s).unwrap();
+    let trace = trace_ms(&(0..2_000).collect::<Vec<u64>>(), None);
+    let summary = simulate(
+        &scenario,
+        &trace,
+        &RunOptions {
+            seed: 3,
+            ..RunOptions::default()
+        },
+    )
+    .unwrap();
+    assert!(summary.requests.adds_up(), "{:?}", summary.requests);
+    assert_eq!(summary.requests.total, 2_000);
+    assert!(
+        summary.rejected(RejectReason::RateLimited) > 0,
+        "{:?}",
+        summary.requests
+    );
+    assert!(
+        summary.rejected(RejectReason::MaxInFlight) > 0,
+        "{:?}",
+        summary.requests
+    );
+}
+
+#[test]
+fn cache_hits_answer_without_a_model() {
+    let s = "[cache]\nhit_probability = 0.5\nlatency = \"1ms\"\n[service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+    let scenario = Scenario::from_toml_str(s).unwrap();
+    let trace = trace_ms(&(0..1_000).map(|i| i * 20).collect::<Vec<u64>>(), None);
+    let (run, log) = simulate_with_requests(&scenario, &trace, &RunOptions::default()).unwrap();
+    let hits = run.summary.requests.cache_hits;
+    assert!((400..600).contains(&hits), "{hits} hits of 1000 at p = 0.5");
+    assert_eq!(run.summary.batches, 1_000 - hits);
+    for r in log.records().iter().filter(|r| r.cache_hit) {
+        assert_eq!(r.latency_ns(), MS);
+        assert_eq!(r.batch_size, 0);
+    }
+}
+
+#[test]
+fn requests_route_to_pools_by_class() {
+    let s = "[service]\nkind = \"constant\"\ntime = \"10ms\"\n\
+             [pools.fast]\nclasses = [1]\n[pools.fast.service]\nkind = \"constant\"\ntime = \"1ms\"\n";
+    let scenario = Scenario::from_toml_str(s).unwrap();
+    let trace = trace_ms(&[0, 100], Some(vec![0, 1]));
+    let (_, log) = simulate_with_requests(&scenario, &trace, &RunOptions::default()).unwrap();
+    assert_eq!(
+        (log.records()[0].pool, log.records()[0].latency_ns()),
+        (0, 10 * MS)
+    );
+    assert_eq!(
+        (log.records()[1].pool, log.records()[1].latency_ns()),
+        (1, MS)
+    );
+}
+
+#[test]
+fn preprocess_workers_queue_requests_fifo() {
+    let s = "[preprocess]\nworkers = 1\nbase = \"1ms\"\nper_input_token = \"100us\"\n\
+             [execution]\ninstance_count = 4\n[service]\nkind = \"constant\"\ntime = \"1ms\"\n";
+    let got = timeline(s, &trace_ms(&[0, 0, 0], None));
+    // Each request takes 1ms + 10 tokens * 0.1ms = 2ms of the single worker.
+    let starts: Vec<Option<u64>> = got.iter().map(|g| g.1).collect();
+    assert_eq!(starts, vec![Some(2), Some(4), Some(6)]);
+}
+
+/// A calibrated-looking model whose grid ends at batch 4: larger batches are extrapolated.
+#[derive(Debug)]
+struct GridUpToBatch4;
+
+impl ServiceTime for GridUpToBatch4 {
+    fn sample_ns(&self, _batch: &BatchShape, _rng: &mut SimRng) -> u64 {
+        10 * MS
+    }
+
+    fn mean_ns(&self, _batch: &BatchShape) -> f64 {
+        (10 * MS) as f64
+    }
+
+    fn is_extrapolated(&self, batch: &BatchShape) -> bool {
+        batch.size > 4
+    }
+}
+
+#[test]
+fn batches_outside_the_calibrated_grid_are_counted_and_reported() {
+    let s = "[batcher]\nmax_batch_size = 8\n[service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+    let scenario = Scenario::from_toml_str(s).unwrap();
+    // r0 runs alone 0..10; r1..r6 queue meanwhile and run as one batch of 6 (extrapolated)
+    // 10..20; r7..r9 arrive at 12 and run as a batch of 3 at 20.
+    let trace = trace_ms(&[0, 1, 1, 1, 1, 1, 1, 12, 12, 12], None);
+    let options = RunOptions {
+        service_override: Some(Arc::new(GridUpToBatch4)),
+        ..RunOptions::default()
+    };
+    let summary = simulate(&scenario, &trace, &options).unwrap();
+    assert_eq!(summary.batch_size_counts, vec![0, 1, 0, 1, 0, 0, 1]);
+    assert_eq!(summary.extrapolated_batches, 1);
+    assert_eq!(
+        summary.extrapolated_batches_by_pool,
+        [("default".to_string(), 1)].into_iter().collect()
+    );
+    let human = summary.human();
+    assert!(
+        human.contains("1 of 3 batches outside the calibrated grid; their times are extrapolated"),
+        "{human}"
+    );
+    let analytic = simulate(&scenario, &trace, &RunOptions::default()).unwrap();
+    assert_eq!(analytic.batch_size_counts, summary.batch_size_counts);
+    assert_eq!(analytic.extrapolated_batches, 0);
+    assert!(!analytic.human().contains("extrapolated"));
+}
+
+/// Runs 1 ms plus the idle time before the batch: shows the engine's idle times.
+#[derive(Debug)]
+struct SlowerAfterIdle;
+
+impl ServiceTime for SlowerAfterIdle {
+    fn sample_ns(&self, batch: &BatchShape, _rng: &mut SimRng) -> u64 {
+        MS + batch.idle_ns
+    }
+
+    fn mean_ns(&self, batch: &BatchShape) -> f64 {
+        (MS + batch.idle_ns) as f64
+    }
+}
+
+#[test]
+fn each_batch_sees_how_long_its_model_instance_idled() {
+    let scenario =
+        Scenario::from_toml_str("[service]\nkind = \"constant\"\ntime = \"1ms\"\n").unwrap();
+    // r0 at 2 ms: idle since the start, 2 ms, runs 3 ms (ends 5). r1 at 4 ms waits and starts
+    // at 5 back to back: 1 ms (ends 6). r2 at 10 ms: idle 4 ms, runs 5 ms (ends 15).
+    let trace = trace_ms(&[2, 4, 10], None);
+    let options = RunOptions {
+        service_override: Some(Arc::new(SlowerAfterIdle)),
+        ..RunOptions::default()
+    };
+    let (_, log) = simulate_with_requests(&scenario, &trace, &options).unwrap();
+    let ends: Vec<u64> = log.records().iter().map(|r| r.exec_end_ns / MS).collect();
+    assert_eq!(ends, vec![5, 6, 15]);
+}
+
+#[test]
+fn warmup_by_count_excludes_the_first_requests_from_statistics() {
+    let s = "[service]\nkind = \"constant\"\ntime = \"1ms\"\n";
+    let scenario = Scenario::from_toml_str(s).unwrap();
+    let trace = trace_ms(&(0..100).map(|i| i * 10).collect::<Vec<u64>>(), None);
+    let options = RunOptions {
+        warmup: Warmup::Count(30),
+        ..RunOptions::default()
+    };
+    let summary = simulate(&scenario, &trace, &options).unwrap();
+    assert_eq!(
+        (
+            summary.requests.total,
+            summary.measured.total,
+            summary.warmup_excluded
+        ),
+        (100, 70, 30)
+    );
+    assert_eq!(summary.latency_ms["end_to_end"].count, 70);
+}
+
+/// Poisson-ish arrivals over `span_ms`, deterministic.
+fn spread_trace(requests: u64, span_ms: u64) -> Trace {
+    let arrivals: Vec<u64> = (0..requests)
+        .map(|i| (i * i * 7919 % (span_ms * 1_000)) / 1_000)
+        .collect::<std::collections::BTreeSet<u64>>()
+        .into_iter()
+        .collect();
+    trace_ms(&arrivals, None)
+}
+
+#[test]
+fn a_capped_timeseries_equals_the_series_sampled_at_the_doubled_interval() {
+    let base = "instances = 2\n[batcher]\nmax_batch_size = 4\nmax_queue_delay = \"3ms\"\n\
+                [service]\nkind = \"exponential\"\nmean = \"7ms\"\n";
+    let trace = spread_trace(4_000, 60_000);
+    let run = |extra: &str| {
+        let scenario = Scenario::from_toml_str(&format!("{base}{extra}")).unwrap();
+        run_with_sink(&scenario, &trace, &RunOptions::default(), &mut NoRecords).unwrap()
+    };
+    // 60 s at 10 ms is 6,000 rows; a cap of 1,000 doubles the interval three times (80 ms).
+    let capped = run("[timeseries]\ninterval = \"10ms\"\nmax_rows = 1000\n");
+    let direct = run("[timeseries]\ninterval = \"80ms\"\n");
+    assert!(capped.summary.timeseries_coarsened);
+    assert!(!direct.summary.timeseries_coarsened);
+    assert_eq!(capped.summary.timeseries_interval_s, 0.08);
+    assert!(
+        capped.timeseries.len() <= 1000,
+        "{} rows",
+        capped.timeseries.len()
+    );
+    let (a, b) = (&capped.timeseries, &direct.timeseries);
+    assert_eq!(a.time_ns, b.time_ns);
+    assert_eq!(a.queued, b.queued);
+    assert_eq!(a.in_system, b.in_system);
+    assert_eq!(a.busy_model_instances, b.busy_model_instances);
+    assert_eq!(a.arrivals, b.arrivals);
+    assert_eq!(a.finished, b.finished);
+    assert_eq!(a.batches, b.batches);
+    for (i, (x, y)) in a.utilization.iter().zip(&b.utilization).enumerate() {
+        assert!(
+            (x - y).abs() < 1e-12,
+            "row {i}: utilization {x} merged, {y} direct"
+        );
+    }
+    for (i, (x, y)) in a.batch_size_mean.iter().zip(&b.batch_size_mean).enumerate() {
+        assert!(
+            (x - y).abs() < 1e-12,
+            "row {i}: batch size {x} merged, {y} direct"
+        );
+    }
+    assert_eq!(capped.summary.requests, direct.summary.requests);
+}
+
+#[test]
+fn a_long_quiet_gap_keeps_the_timeseries_within_its_cap() {
+    // 1 us rows over 1000 days of simulated time.
+    let s = "[execution]\ncold_start = \"1000d\"\n[service]\nkind = \"constant\"\ntime = \"1ms\"\n\
+             [timeseries]\ninterval = \"1us\"\nmax_rows = 5000\n";
+    let scenario = Scenario::from_toml_str(s).unwrap();
+    let trace = trace_ms(&[0, 1, 2], None);
+    let run = run_with_sink(&scenario, &trace, &RunOptions::default(), &mut NoRecords).unwrap();
+    assert!(
+        run.timeseries.len() <= 5000,
+        "{} rows",
+        run.timeseries.len()
+    );
+    assert!(run.summary.timeseries_coarsened);
+    let day_ms = 86_400_000.0;
+    let e2e = &run.summary.latency_ms["end_to_end"];
+    assert_eq!(e2e.count, 3);
+    assert!(
+        (e2e.p50_ms / day_ms - 1000.0).abs() < 1.0,
+        "p50 {} days, expected 1000 (no clamp)",
+        e2e.p50_ms / day_ms
+    );
+}
+
+#[test]
+fn stale_queue_timeouts_do_not_stretch_the_run_past_its_last_response() {
+    let s = "[queue]\ntimeout = \"1000d\"\n[service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+    let scenario = Scenario::from_toml_str(s).unwrap();
+    let trace = trace_ms(&[0, 1, 2], None);
+    let run = run_with_sink(&scenario, &trace, &RunOptions::default(), &mut NoRecords).unwrap();
+    assert_eq!(run.summary.requests.completed, 3);
+    // The last of three 10 ms batches back to back ends at 30 ms.
+    assert!(
+        (run.summary.end_s - 0.030).abs() < 1e-9,
+        "end {} s, expected 0.030 s",
+        run.summary.end_s
+    );
+    assert!(!run.summary.timeseries_coarsened);
+}
+
+#[test]
+fn a_batch_ending_past_the_horizon_stops_the_run_with_an_error_naming_the_stage() {
+    // 50,000 days per token of a 10-token request: 1,370 years.
+    let s = "[service]\nkind = \"affine\"\na = \"1ms\"\nc = \"50000d\"\n";
+    let scenario = Scenario::from_toml_str(s).unwrap();
+    let err = run_with_sink(
+        &scenario,
+        &trace_ms(&[0, 5], None),
+        &RunOptions::default(),
+        &mut NoRecords,
+    )
+    .unwrap_err();
+    assert!(matches!(err, SimError::PastHorizon { .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(
+        message.contains("[service]") && message.contains("292 years"),
+        "{message}"
+    );
+}
