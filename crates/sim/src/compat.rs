@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::summary::LatencyStats;
+use crate::latency::LatencyStats;
 
 /// The summary under other tools' names (`summary.json`'s `compat`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

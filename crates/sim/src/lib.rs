@@ -40,6 +40,7 @@ mod engine;
 mod event;
 mod gateway;
 mod instance;
+mod latency;
 pub mod llm;
 mod network;
 mod observe;
