@@ -30,6 +30,7 @@
 
 pub mod aiperf;
 pub mod dynamic;
+pub mod format;
 pub mod inference_perf;
 pub mod log;
 pub mod mapped;
@@ -47,7 +48,8 @@ use capsim_trace::{Columns, Trace};
 use rand::{RngExt, SeedableRng};
 use rayon::prelude::*;
 
-pub use log::{Excluded, LogError, LogFormat, MeasuredLog, detect_format, read_log, read_log_as};
+pub use format::{detect_format, read_log, read_log_as};
+pub use log::{Excluded, LogError, LogFormat, MeasuredLog};
 pub use mapped::LogMap;
 pub use metrics::{Figures, LatencyMetrics, METRIC_NAMES};
 

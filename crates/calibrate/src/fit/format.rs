@@ -1,0 +1,91 @@
+//! Which layout a measured log has, and reading it in that layout: the one place that knows
+//! every reader ([`super::log`]'s vLLM and capsim readers, [`super::inference_perf`],
+//! [`super::aiperf`], [`super::mapped`]), so the readers depend on the log's types and not on
+//! each other.
+
+use std::path::Path;
+
+use super::aiperf::read_aiperf;
+use super::inference_perf::read_inference_perf;
+use super::log::{
+    LogError, LogFormat, MIN_REQUESTS, MeasuredLog, is_parquet, read_capsim_parquet, read_text,
+    read_vllm_jsonl,
+};
+use super::mapped::{LogMap, read_mapped};
+
+/// Tells a log's format from its content: Parquet's magic bytes (capsim's requests.parquet), a
+/// JSON array (inference-perf's report), or the keys of the first JSON line: `metadata` and
+/// `metrics` for AIPerf, anything else for vLLM (whose reader names any key that is missing).
+/// Content that is neither Parquet nor JSON is [`LogError::UnknownFormat`].
+pub fn detect_format(path: &Path) -> Result<LogFormat, LogError> {
+    if is_parquet(path)? {
+        return Ok(LogFormat::CapsimParquet);
+    }
+    let text = read_text(path)?;
+    let unknown = || LogError::UnknownFormat {
+        path: path.to_path_buf(),
+    };
+    match text.trim_start().as_bytes().first() {
+        Some(b'[') => Ok(LogFormat::InferencePerf),
+        Some(b'{') => {
+            let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+            let value: serde_json::Value = serde_json::from_str(first).unwrap_or_default();
+            let aiperf = value
+                .get("metadata")
+                .is_some_and(serde_json::Value::is_object)
+                && value.get("metrics").is_some();
+            Ok(if aiperf {
+                LogFormat::Aiperf
+            } else {
+                LogFormat::Vllm
+            })
+        }
+        _ => Err(unknown()),
+    }
+}
+
+/// Reads a measured log: through `map` when given (CSV, JSON lines or Parquet, see
+/// [`super::mapped`]), else in the format its content shows ([`detect_format`]). Requests come
+/// back sorted by arrival.
+pub fn read_log(path: &Path, map: Option<&LogMap>) -> Result<MeasuredLog, LogError> {
+    read_log_as(path, map, None)
+}
+
+/// [`read_log`] with the format given (`--format`) instead of detected. A format together with
+/// a map is an error: the map says where everything is.
+pub fn read_log_as(
+    path: &Path,
+    map: Option<&LogMap>,
+    format: Option<LogFormat>,
+) -> Result<MeasuredLog, LogError> {
+    let log = match (map, format) {
+        (Some(_), Some(format)) => {
+            return Err(LogError::Format {
+                given: LogFormat::NAMES[format as usize].to_string(),
+                message: "--map reads its own columns (of a CSV, JSON-lines or Parquet file); \
+                          drop --format, or drop --map to read the tool's own layout"
+                    .into(),
+            });
+        }
+        (Some(map), None) => read_mapped(path, map)?,
+        (None, format) => match format.map_or_else(|| detect_format(path), Ok)? {
+            LogFormat::Vllm => read_vllm_jsonl(path)?,
+            LogFormat::CapsimParquet => read_capsim_parquet(path)?,
+            LogFormat::InferencePerf => read_inference_perf(path)?,
+            LogFormat::Aiperf => read_aiperf(path)?,
+        },
+    };
+    if log.len() < MIN_REQUESTS {
+        let path = path.to_path_buf();
+        let count = log.len();
+        return Err(match log.excluded_summary() {
+            None => LogError::TooFewRequests { path, count },
+            Some(excluded) => LogError::TooFewKept {
+                path,
+                count,
+                excluded,
+            },
+        });
+    }
+    Ok(log)
+}
