@@ -151,7 +151,7 @@ impl Balancer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scenario::RateRps;
+    use crate::quantity::RateRps;
     use rand::SeedableRng;
 
     #[test]

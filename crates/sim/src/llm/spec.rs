@@ -23,7 +23,8 @@ use serde::Deserialize;
 
 use super::scheduler::{SchedulerConfig, Scheduling};
 use super::step_time::{StepTime, StepTimeSpec};
-use crate::scenario::{DurationNs, ScenarioError};
+use crate::quantity::DurationNs;
+use crate::scenario::ScenarioError;
 
 /// Which batcher a pool runs.
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]

@@ -10,7 +10,7 @@ use super::roofline::{MODEL_PRESET_NAMES, ModelShape, Roofline, dtype_bytes, mod
 use super::step_profile::{ProfileStepTime, StepProfileError};
 use crate::quantity::{QuantityError, parse_duration_ns_f64};
 use crate::rng::SimRng;
-use crate::scenario::SizeBytes;
+use crate::quantity::SizeBytes;
 
 /// The composition of one scheduler step, as a step-time model sees it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
