@@ -8,9 +8,9 @@ mod common;
 use std::path::PathBuf;
 use std::process::Command;
 
-use capsim_sim::llm::step_profile::StepProfile;
-use capsim_sim::llm::step_time::{StepBatch, StepTimeSpec};
 use capsim_sim::rng::{Component, stream};
+use capsim_sim::timing::step_profile::StepProfile;
+use capsim_sim::timing::step_time::{StepBatch, StepTimeSpec};
 use common::{assert_user_error, capsim};
 
 fn root() -> PathBuf {

@@ -14,10 +14,10 @@ use capsim_calibrate::live::{LiveRequest, LiveRun, replay};
 use capsim_calibrate::probe::SpeedProbe;
 use capsim_report::validation::CalibratedCapacity;
 use capsim_sim::output::write_requests_parquet;
-use capsim_sim::profile::{Profile, ProfileServiceTime};
 use capsim_sim::quantity::parse_duration_ns;
-use capsim_sim::service::ScaledService;
 use capsim_sim::summary::LatencyStats;
+use capsim_sim::timing::profile::{Profile, ProfileServiceTime};
+use capsim_sim::timing::service::ScaledService;
 use capsim_sim::{
     BatchShape, RunOptions, Scenario, ServiceTime, Summary, simulate, simulate_with_requests,
 };

@@ -226,7 +226,7 @@ fn service_words(scenario: &Scenario, path: &Path) -> (ServiceSource, String) {
         ),
         Some(ServiceSpec::Profile { path: profile }) => {
             let full = path.parent().map_or(profile.clone(), |d| d.join(profile));
-            match capsim_sim::profile::Profile::read(&full) {
+            match capsim_sim::timing::profile::Profile::read(&full) {
                 Ok(p) => (
                     ServiceSource::Calibrated,
                     format!(

@@ -23,7 +23,6 @@ use crate::event::{Event, EventKind, EventQueue};
 use crate::gateway::{Admission, Balancer, Refusal};
 use crate::instance::{FreeSet, Instance, ModelInstance};
 use crate::llm::scheduler::{NewSeq, Scheduler, Token, Unservable};
-use crate::llm::step_time::StepTime;
 use crate::network::NetworkPath;
 use crate::postprocess;
 use crate::preprocess::{self, WorkerPool};
@@ -33,10 +32,11 @@ use crate::rng::{Component, SimRng, stream};
 use crate::scenario::{
     LoadMode, PostprocessSpec, PreprocessSpec, RetryOn, Scenario, TimeoutAction,
 };
-use crate::service::{BatchShape, ServiceTime};
 use crate::summary::{InstanceUtilization, LlmSummary, Summary, SummaryBuilder};
 use crate::time::SimTime;
 use crate::timeseries::{IntervalCounters, LlmState, State, Timeseries};
+use crate::timing::service::{BatchShape, ServiceTime};
+use crate::timing::step_time::StepTime;
 
 /// Which requests are excluded from statistics as warm-up (they are still simulated and counted).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -42,7 +42,6 @@ mod network;
 pub mod output;
 mod postprocess;
 mod preprocess;
-pub mod profile;
 /// Durations, rates, bandwidths and sizes with units, parsed once at the edge (from the trace
 /// crate, which parses the same durations in its transforms).
 pub use capsim_trace::quantity;
@@ -50,18 +49,18 @@ mod queue;
 pub mod record;
 pub mod rng;
 pub mod scenario;
-pub mod service;
 pub mod summary;
 pub mod theory;
 pub mod time;
 pub mod timeline;
 pub mod timeseries;
+pub mod timing;
 
 pub use engine::{
     Run, RunOptions, SimError, Warmup, run_with_sink, simulate, simulate_with_requests,
 };
 pub use record::{Outcome, RecordSink, RejectReason, RequestLog, RequestRecord};
 pub use scenario::{Scenario, ScenarioError};
-pub use service::{BatchShape, ServiceTime};
 pub use summary::Summary;
 pub use time::SimTime;
+pub use timing::service::{BatchShape, ServiceTime};

@@ -29,13 +29,13 @@ use serde::Deserialize;
 
 use crate::llm::scheduler::Scheduling;
 use crate::llm::spec::{BatcherKind, ContinuousKeys, KvCacheSpec, LlmPool, build_llm_pool};
-use crate::llm::step_time::{ScaledStepTime, StepTimeSpec};
-use crate::profile::ProfileServiceTime;
 use crate::quantity::{BandwidthBytesPerS, DurationNs, RateRps, SizeBytes};
-use crate::service::{
+use crate::timeseries::{DEFAULT_MAX_ROWS, MAX_ROWS_LIMIT};
+use crate::timing::profile::ProfileServiceTime;
+use crate::timing::service::{
     AffineService, ConstantService, ExponentialService, Residuals, ScaledService, ServiceTime,
 };
-use crate::timeseries::{DEFAULT_MAX_ROWS, MAX_ROWS_LIMIT};
+use crate::timing::step_time::{ScaledStepTime, StepTimeSpec};
 
 /// Why a scenario could not be read or changed. Messages name the file or key and quote the value.
 #[derive(Debug, thiserror::Error)]
@@ -1225,15 +1225,14 @@ mod tests {
         assert_eq!(s.load.mode, LoadMode::Open);
         assert_eq!(s.timeseries.interval, DurationNs(1_000_000_000));
         assert_eq!(
-            p.service
-                .as_ref()
-                .expect("a dynamic pool")
-                .mean_ns(&crate::service::BatchShape {
+            p.service.as_ref().expect("a dynamic pool").mean_ns(
+                &crate::timing::service::BatchShape {
                     size: 1,
                     max_input_tokens: 1,
                     total_input_tokens: 1,
                     idle_ns: 0,
-                }),
+                }
+            ),
             5e6
         );
     }
@@ -1310,8 +1309,8 @@ mod tests {
 
     #[test]
     fn time_scale_multiplies_batch_and_step_times_and_bad_values_are_refused_naming_the_key() {
-        use crate::llm::step_time::StepBatch;
         use crate::rng::SimRng;
+        use crate::timing::step_time::StepBatch;
         use rand::SeedableRng;
         let shape = crate::BatchShape {
             size: 1,

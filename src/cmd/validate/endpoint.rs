@@ -19,9 +19,9 @@ use capsim_report::validation::{
 };
 use capsim_sim::llm::spec::BatcherKind;
 use capsim_sim::output::write_requests_parquet;
-use capsim_sim::profile::{Profile, ProfileServiceTime};
 use capsim_sim::quantity::parse_duration_ns;
 use capsim_sim::scenario::Pool;
+use capsim_sim::timing::profile::{Profile, ProfileServiceTime};
 use capsim_sim::{RequestRecord, RunOptions, Scenario, ServiceTime, simulate_with_requests};
 use capsim_trace::{Columns, Trace};
 

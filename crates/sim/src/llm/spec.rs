@@ -22,9 +22,9 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use super::scheduler::{SchedulerConfig, Scheduling};
-use super::step_time::{StepTime, StepTimeSpec};
 use crate::quantity::DurationNs;
 use crate::scenario::ScenarioError;
+use crate::timing::step_time::{StepTime, StepTimeSpec};
 
 /// Which batcher a pool runs.
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]

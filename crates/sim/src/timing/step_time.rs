@@ -8,9 +8,9 @@ use serde::Deserialize;
 use super::hardware::{self, Hardware};
 use super::roofline::{MODEL_PRESET_NAMES, ModelShape, Roofline, dtype_bytes, model_preset};
 use super::step_profile::{ProfileStepTime, StepProfileError};
+use crate::quantity::SizeBytes;
 use crate::quantity::{QuantityError, parse_duration_ns_f64};
 use crate::rng::SimRng;
-use crate::quantity::SizeBytes;
 
 /// The composition of one scheduler step, as a step-time model sees it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -18,7 +18,7 @@ use rand::RngExt;
 use serde::{Deserialize, Serialize};
 
 use crate::rng::SimRng;
-use crate::service::{BatchShape, ServiceTime};
+use crate::timing::service::{BatchShape, ServiceTime};
 
 /// The profile format this build reads and writes.
 pub const PROFILE_FORMAT_VERSION: u32 = 1;
@@ -561,7 +561,7 @@ fn solve(m: &mut [[f64; 4]; 3], n: usize) -> Option<[f64; 3]> {
 }
 
 /// Where a coordinate falls on one axis of a measured grid (also used by the decoder step
-/// profile, [`crate::llm::step_profile`]).
+/// profile, [`crate::timing::step_profile`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum AxisPosition {
     /// Between grid values `lo` and `lo + 1`, at fraction `t` (`t = 0` on or below the first).
