@@ -151,6 +151,7 @@ pub fn run(args: ValidateArgs) -> Result<()> {
     super::apply_sets(&mut scenario, &args.sets)?;
     // capsim's own live server forms a batch when a model instance frees up: no payloads ahead.
     scenario.set("batcher.prefetch", "false")?;
+    let built = super::build_scenario(&scenario, &mut capsim_sim::Profiles::default())?;
     check_loads(&args.loads)?;
     let duration_ns =
         parse_duration_ns(&args.duration).map_err(|e| BadInput(format!("--duration: {e}")))?;
@@ -220,7 +221,7 @@ pub fn run(args: ValidateArgs) -> Result<()> {
             service_override: Some(service.clone() as Arc<dyn ServiceTime>),
             ..RunOptions::default()
         };
-        let (simulated_run, simulated_log) = simulate_with_requests(&scenario, &scaled, &options)?;
+        let (simulated_run, simulated_log) = simulate_with_requests(&built, &scaled, &options)?;
         let simulated: Summary = simulated_run.summary;
         let before = probe.slowdown(PROBE_RUNS).map_err(user_facing)?;
         let live = replay(&runtime, pool, &requests, &config).map_err(user_facing)?;
@@ -257,7 +258,7 @@ pub fn run(args: ValidateArgs) -> Result<()> {
             let leveled = ScaledService::new(service.clone(), level)
                 .context("the live batches' level of the profile's times")?;
             options.service_override = Some(Arc::new(leveled));
-            let leveled_summary = simulate(&scenario, &scaled, &options)?;
+            let leveled_summary = simulate(&built, &scaled, &options)?;
             print_leveled(load, level, &leveled_summary, &measured);
         }
         print_machine_speed(load, &probe, before, after);

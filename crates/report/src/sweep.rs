@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use capsim_sim::record::{Outcome as RecordOutcome, RecordSink, RequestRecord};
 use capsim_sim::summary::{LatencyStats, STAGES};
-use capsim_sim::{RunOptions, Scenario, run_with_sink};
+use capsim_sim::{Profiles, RunOptions, Scenario, run_with_sink};
 use capsim_trace::{IngestReport, Transforms};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -28,6 +28,9 @@ use crate::slo::Slo;
 pub struct SweepSpec {
     /// The scenario every configuration starts from.
     pub base: Scenario,
+    /// Profiles already read (the base scenario's, when the caller built it); the sweep reads
+    /// the rest its configurations name, each file once, before any run.
+    pub profiles: Profiles,
     /// Configurations.
     pub grid: Grid,
     /// Loads each configuration's curve is run at.
@@ -284,6 +287,16 @@ pub fn run_sweep(
         .filter(|(i, _)| spec.shard.contains(*i))
         .map(|(i, c)| configure(&spec.base, &c).map(|s| (i, c, s)))
         .collect::<Result<_, _>>()?;
+    let mut profiles = spec.profiles.clone();
+    for (_, configuration, scenario) in &configurations {
+        profiles
+            .load(scenario)
+            .map_err(|source| RunError::Configure {
+                configuration: configuration.to_string(),
+                source: Box::new(source),
+            })?;
+    }
+    let profiles = &profiles;
     let by_index: BTreeMap<usize, usize> = configurations
         .iter()
         .enumerate()
@@ -320,6 +333,7 @@ pub fn run_sweep(
                     spec,
                     workload,
                     &configurations,
+                    profiles,
                     &by_index,
                     &search,
                     seen,
@@ -429,6 +443,7 @@ fn run_job(
     spec: &SweepSpec,
     workload: &Workload<'_>,
     configurations: &[(usize, Configuration, Scenario)],
+    profiles: &Profiles,
     by_index: &BTreeMap<usize, usize>,
     search: &SearchOptions,
     seen_by_run: &SeenByRun,
@@ -439,7 +454,7 @@ fn run_job(
         Job::Point { config, load, seed } => {
             let (index, configuration, scenario) = entry(config);
             let load = spec.load.values[load];
-            let run = workload.run(scenario, load, seed)?;
+            let run = workload.run(scenario, profiles, load, seed)?;
             let outcome = run.outcome(&spec.slo);
             let s = &run.summary;
             let seen = Seen {
@@ -477,7 +492,7 @@ fn run_job(
                 seen.push((point.load, point.throughput_rps, point.latency_ms));
             }
             let capacity = search_capacity_from(search, &known, |load| {
-                let run = workload.run(scenario, load, seed)?;
+                let run = workload.run(scenario, profiles, load, seed)?;
                 seen.push((
                     load,
                     run.summary.throughput_rps,
@@ -514,7 +529,7 @@ fn run_job(
             let load = spec
                 .detail_load
                 .unwrap_or(spec.load.values[spec.load.values.len() / 2]);
-            detail_run(spec, workload, *index, scenario, load)
+            detail_run(spec, workload, *index, scenario, profiles, load)
                 .map(|d| JobOutput::Detail(Box::new(d)))
         }
     }
@@ -547,6 +562,7 @@ fn detail_run(
     workload: &Workload<'_>,
     config_index: usize,
     scenario: &Scenario,
+    profiles: &Profiles,
     load: f64,
 ) -> Result<ConfigDetail, SweepError> {
     let options = RunOptions {
@@ -569,7 +585,8 @@ fn detail_run(
                         source: Box::new(source),
                     })?;
             }
-            run_with_sink(&closed, workload.trace, &options, &mut sink).map_err(RunError::from)?
+            let built = profiles.build(&closed).map_err(RunError::from)?;
+            run_with_sink(&built, workload.trace, &options, &mut sink).map_err(RunError::from)?
         }
         _ => {
             let factor = match workload.load_kind {
@@ -587,7 +604,8 @@ fn detail_run(
                 factor,
                 source: Box::new(source),
             })?;
-            run_with_sink(scenario, &scaled, &options, &mut sink).map_err(RunError::from)?
+            let built = profiles.build(scenario).map_err(RunError::from)?;
+            run_with_sink(&built, &scaled, &options, &mut sink).map_err(RunError::from)?
         }
     };
     let mut latencies = sink.0;

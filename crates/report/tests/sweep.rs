@@ -10,7 +10,7 @@ use capsim_report::plot::PlotSize;
 use capsim_report::report::write_report;
 use capsim_report::shard::Shard;
 use capsim_report::sweep::{SweepSpec, job_count, run_sweep};
-use capsim_sim::{Scenario, Warmup};
+use capsim_sim::{Profiles, Scenario, Warmup};
 use capsim_trace::{Columns, Trace};
 
 fn trace() -> Trace {
@@ -42,6 +42,7 @@ fn spec(shard: Shard) -> SweepSpec {
     .unwrap();
     SweepSpec {
         base,
+        profiles: Profiles::default(),
         grid: Grid::new(vec![
             "batcher.max_batch_size=1,8".parse().unwrap(),
             "instances=1..2".parse().unwrap(),

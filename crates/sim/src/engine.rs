@@ -19,6 +19,7 @@ use rand::RngExt;
 use capsim_trace::Trace;
 
 use crate::batcher::{Batcher, BatcherThread, Decision, IDLE_POLL_NS};
+use crate::build::BuiltScenario;
 use crate::event::{Event, EventKind, EventQueue};
 use crate::gateway::{Admission, Balancer, Refusal};
 use crate::instance::{FreeSet, Instance, ModelInstance};
@@ -156,32 +157,33 @@ fn horizon_cause(kind: EventKind) -> &'static str {
 /// Simulates `trace` through `scenario` and returns the summary only (no per-request records;
 /// memory stays bounded). This is the entry point for sweeps and capacity searches.
 pub fn simulate(
-    scenario: &Scenario,
+    built: &BuiltScenario,
     trace: &Trace,
     options: &RunOptions,
 ) -> Result<Summary, SimError> {
-    run_with_sink(scenario, trace, options, &mut NoRecords).map(|run| run.summary)
+    run_with_sink(built, trace, options, &mut NoRecords).map(|run| run.summary)
 }
 
 /// Simulates and keeps every request's record, sorted by trace row then attempt.
 pub fn simulate_with_requests(
-    scenario: &Scenario,
+    built: &BuiltScenario,
     trace: &Trace,
     options: &RunOptions,
 ) -> Result<(Run, RequestLog), SimError> {
     let mut log = RequestLog::with_capacity(trace.len());
-    let run = run_with_sink(scenario, trace, options, &mut log)?;
+    let run = run_with_sink(built, trace, options, &mut log)?;
     log.sort_by_request();
     Ok((run, log))
 }
 
 /// Simulates, handing every finished request to `sink`.
 pub fn run_with_sink<S: RecordSink>(
-    scenario: &Scenario,
+    built: &BuiltScenario,
     trace: &Trace,
     options: &RunOptions,
     sink: &mut S,
 ) -> Result<Run, SimError> {
+    let scenario = &built.scenario;
     if trace.len() >= u32::MAX as usize {
         return Err(SimError::TooManyRequests { rows: trace.len() });
     }
@@ -200,7 +202,7 @@ pub fn run_with_sink<S: RecordSink>(
             cause: "the trace's last arrival (`--rate-scale` or the arrival column)",
         });
     }
-    let mut engine = Engine::new(scenario, trace, options);
+    let mut engine = Engine::new(built, trace, options);
     engine.run(sink);
     if let Some(kind) = engine.past_horizon {
         return Err(SimError::PastHorizon {
@@ -396,7 +398,8 @@ fn queued_entry_is_live(tickets: &[Ticket], e: Entry, part: Part) -> bool {
 }
 
 impl<'a> Engine<'a> {
-    fn new(scenario: &'a Scenario, trace: &'a Trace, options: &RunOptions) -> Engine<'a> {
+    fn new(built: &'a BuiltScenario, trace: &'a Trace, options: &RunOptions) -> Engine<'a> {
+        let scenario = &built.scenario;
         let seed = options.seed;
         let mut pools = Vec::new();
         let mut instances = Vec::new();
@@ -406,6 +409,7 @@ impl<'a> Engine<'a> {
         let mut model_pool = HashMap::new();
         let mut class_pool = HashMap::new();
         for (p, pool) in scenario.pools().iter().enumerate() {
+            let models = &built.pools[p];
             let p16 = p as u16;
             for m in &pool.models {
                 model_pool.entry(m.clone()).or_insert(p16);
@@ -459,7 +463,7 @@ impl<'a> Engine<'a> {
                     ));
                 }
             }
-            let service = pool.service.as_ref().map(|s| {
+            let service = models.service.as_ref().map(|s| {
                 options
                     .service_override
                     .clone()
@@ -483,13 +487,13 @@ impl<'a> Engine<'a> {
                 postprocess: pool.postprocess.clone(),
                 postprocess_instant: postprocess::is_instant(&pool.postprocess),
                 may_extrapolate: service.as_ref().is_some_and(|s| s.may_extrapolate())
-                    || pool
-                        .llm
+                    || models
+                        .step_time
                         .as_ref()
-                        .is_some_and(|l| l.step_time.may_extrapolate()),
+                        .is_some_and(|s| s.may_extrapolate()),
                 extrapolated_batches: 0,
                 service,
-                step_time: pool.llm.as_ref().map(|l| l.step_time.clone()),
+                step_time: models.step_time.clone(),
                 first_instance,
                 instances: pool.instances,
                 standby_left: pool.standby.instances,
@@ -1729,6 +1733,7 @@ impl<'a> Engine<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::build::scenario_runs::{run_with_sink, simulate, simulate_with_requests};
     use capsim_trace::Columns;
 
     const MS: u64 = 1_000_000;

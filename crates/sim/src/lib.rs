@@ -2,12 +2,14 @@
 //!
 //! A [`Scenario`] (read from TOML) describes a serving system: client network, gateway
 //! (admission control, load balancing), pre-processing workers, instance queues, Triton's
-//! dynamic batcher, model execution with a [`ServiceTime`] model, and post-processing.
-//! [`simulate`] replays a [`capsim_trace::Trace`] through it, deterministically for a given seed,
+//! dynamic batcher, model execution with a [`ServiceTime`] model, and post-processing. It is
+//! plain data; [`build::build`] turns it into a [`BuiltScenario`], its time models built (the one
+//! step that reads profile files, through a [`Profiles`] cache). [`simulate`] replays a [`capsim_trace::Trace`] through it, deterministically for a given seed,
 //! and returns a [`Summary`]; [`simulate_with_requests`] also keeps one [`RequestRecord`] per
 //! request, and [`output`] writes `summary.json`, `requests.parquet` and `timeseries.parquet`.
 //!
 //! ```
+//! use capsim_sim::build::{Profiles, build};
 //! use capsim_sim::{RunOptions, Scenario, simulate};
 //! use capsim_trace::{Columns, Trace};
 //!
@@ -25,13 +27,15 @@
 //!     input_tokens: vec![16; 100],
 //!     ..Columns::default()
 //! }).unwrap();
-//! let summary = simulate(&scenario, &trace, &RunOptions { seed: 7, ..RunOptions::default() }).unwrap();
+//! let built = build(&scenario, &mut Profiles::default()).unwrap();
+//! let summary = simulate(&built, &trace, &RunOptions { seed: 7, ..RunOptions::default() }).unwrap();
 //! assert_eq!(summary.requests.completed, 100);
 //! ```
 
 #![warn(missing_docs)]
 
 pub mod batcher;
+pub mod build;
 pub mod compat;
 mod engine;
 mod event;
@@ -56,6 +60,7 @@ pub mod timeline;
 pub mod timeseries;
 pub mod timing;
 
+pub use build::{BuiltScenario, Profiles};
 pub use engine::{
     Run, RunOptions, SimError, Warmup, run_with_sink, simulate, simulate_with_requests,
 };

@@ -12,4 +12,3 @@
 pub(crate) mod kv;
 pub(crate) mod prefix;
 pub mod scheduler;
-pub mod spec;

@@ -1,13 +1,13 @@
 //! Step-time models: how long one iteration of a continuous batcher takes, from what is in it.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde::Deserialize;
 
 use super::hardware::{self, Hardware};
 use super::roofline::{MODEL_PRESET_NAMES, ModelShape, Roofline, dtype_bytes, model_preset};
-use super::step_profile::{ProfileStepTime, StepProfileError};
+use super::step_profile::StepProfileError;
 use crate::quantity::SizeBytes;
 use crate::quantity::{QuantityError, parse_duration_ns_f64};
 use crate::rng::SimRng;
@@ -305,9 +305,9 @@ pub enum StepTimeError {
 }
 
 impl StepTimeSpec {
-    /// Builds the model. `base_dir` is the folder a relative profile path is resolved against
-    /// (the scenario file's folder).
-    pub fn build(&self, base_dir: &Path) -> Result<Arc<dyn StepTime>, StepTimeError> {
+    /// Builds a `linear` or `roofline` model, which needs no file; `None` for `profile`, whose
+    /// file only the build step (`crate::build`) reads. The scenario calls this to validate.
+    pub fn analytic(&self) -> Result<Option<Arc<dyn StepTime>>, StepTimeError> {
         match self {
             StepTimeSpec::Linear {
                 base,
@@ -338,7 +338,7 @@ impl StepTimeSpec {
                               (for example base = \"5ms\", per_decode_seq = \"50us\")",
                     });
                 }
-                Ok(Arc::new(model))
+                Ok(Some(Arc::new(model)))
             }
             StepTimeSpec::Roofline(spec) => {
                 let sized = spec.resolve()?;
@@ -350,14 +350,9 @@ impl StepTimeSpec {
                         gpus: r.tensor_parallel,
                     });
                 }
-                Ok(Arc::new(sized.roofline))
+                Ok(Some(Arc::new(sized.roofline)))
             }
-            StepTimeSpec::Profile { path } => {
-                let path = base_dir.join(path);
-                let model = ProfileStepTime::from_file(&path)
-                    .map_err(|source| StepTimeError::Profile { path, source })?;
-                Ok(Arc::new(model))
-            }
+            StepTimeSpec::Profile { .. } => Ok(None),
         }
     }
 
@@ -678,7 +673,7 @@ mod tests {
              per_decode_seq = \"50us\"\nper_kv_token = \"2.5ns\"\nper_prefill_attention_token2 = \"0.5ns\"",
         )
         .unwrap();
-        let model = s.build(Path::new(".")).unwrap();
+        let model = s.analytic().map(|m| m.expect("an analytic spec")).unwrap();
         let step = StepBatch {
             prefill_tokens: 100,
             prefill_attention_tokens2: 10_000,
@@ -712,7 +707,8 @@ mod tests {
         assert!(e.contains("cubic"), "{e}");
         let free = spec("kind = \"linear\"\nbase = \"0ms\"").unwrap();
         let e = free
-            .build(Path::new("."))
+            .analytic()
+            .map(|m| m.expect("an analytic spec"))
             .map(|_| ())
             .unwrap_err()
             .to_string();
@@ -722,7 +718,7 @@ mod tests {
     #[test]
     fn roofline_preset_8b_on_h200_decodes_in_weights_over_bandwidth() {
         let s = spec("kind = \"roofline\"\nmodel = \"llama-3-8b\"\nhardware = \"h200\"").unwrap();
-        let model = s.build(Path::new(".")).unwrap();
+        let model = s.analytic().map(|m| m.expect("an analytic spec")).unwrap();
         let step = StepBatch {
             decode_seqs: 1,
             decode_kv_tokens: 100,
@@ -767,7 +763,12 @@ mod tests {
              head_dim = 128\nflops = \"100TFLOPS\"\nmemory_bandwidth = \"1000GB/s\"\nmemory = \"24GB\"",
         )
         .unwrap();
-        assert!(explicit.build(Path::new(".")).is_ok());
+        assert!(
+            explicit
+                .analytic()
+                .map(|m| m.expect("an analytic spec"))
+                .is_ok()
+        );
         assert!(explicit.kv_capacity_tokens().unwrap() > 0);
     }
 
@@ -807,7 +808,12 @@ mod tests {
         ];
         for (body, expected) in cases {
             let s = spec(&format!("kind = \"roofline\"\n{body}")).unwrap();
-            let e = s.build(Path::new(".")).map(|_| ()).unwrap_err().to_string();
+            let e = s
+                .analytic()
+                .map(|m| m.expect("an analytic spec"))
+                .map(|_| ())
+                .unwrap_err()
+                .to_string();
             assert!(
                 e.contains(expected),
                 "for {body:?}: expected {expected:?} in {e:?}"
@@ -820,29 +826,10 @@ mod tests {
     }
 
     #[test]
-    fn profile_spec_loads_relative_to_the_base_dir_and_names_a_missing_file() {
-        let dir = tempfile::tempdir().unwrap();
-        super::super::step_profile::tests::synthetic()
-            .write(&dir.path().join("steps.json"))
-            .unwrap();
+    fn a_profile_spec_is_not_analytic_and_knows_no_kv_capacity() {
         let s = spec("kind = \"profile\"\npath = \"steps.json\"").unwrap();
-        let model = s.build(dir.path()).unwrap();
-        let step = StepBatch {
-            decode_seqs: 4,
-            decode_kv_tokens: 4 * 256,
-            ..StepBatch::default()
-        };
-        assert_eq!(model.mean_ns(&step), 2e6 + 4e5 + 1024.0);
+        assert!(s.analytic().unwrap().is_none());
         assert_eq!(s.kv_capacity_tokens(), None);
-        let e = s
-            .build(Path::new("/nonexistent"))
-            .map(|_| ())
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("step_time.path") && e.contains("/nonexistent/steps.json"),
-            "{e}"
-        );
     }
 
     #[test]
