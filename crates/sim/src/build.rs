@@ -24,7 +24,8 @@ use crate::timing::service::{
     AffineService, ConstantService, ExponentialService, ScaledService, ServiceTime,
 };
 use crate::timing::step_profile::ProfileStepTime;
-use crate::timing::step_time::{ScaledStepTime, StepTime, StepTimeError, StepTimeSpec};
+use crate::timing::step_spec::{StepTimeError, StepTimeSpec};
+use crate::timing::step_time::{ScaledStepTime, StepTime};
 
 /// A scenario with every pool's time model built: what [`crate::simulate`] runs.
 #[derive(Debug, Clone)]

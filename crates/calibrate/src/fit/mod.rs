@@ -39,7 +39,7 @@ pub mod metrics;
 use argmin::core::{CostFunction, Executor, State, TerminationReason, TerminationStatus};
 use argmin::solver::neldermead::NelderMead;
 use capsim_sim::rng::{SimRng, splitmix64};
-use capsim_sim::timing::step_time::{
+use capsim_sim::timing::step_spec::{
     DEFAULT_BANDWIDTH_EFFICIENCY, DEFAULT_COMPUTE_EFFICIENCY, StepTimeSpec,
 };
 use capsim_sim::{Outcome, RunOptions, Scenario};

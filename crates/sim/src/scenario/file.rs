@@ -9,7 +9,7 @@ use serde::Deserialize;
 use crate::llm::scheduler::Scheduling;
 use crate::quantity::{BandwidthBytesPerS, DurationNs, RateRps, SizeBytes};
 use crate::timeseries::DEFAULT_MAX_ROWS;
-use crate::timing::step_time::StepTimeSpec;
+use crate::timing::step_spec::StepTimeSpec;
 
 /// How load is offered.
 #[derive(Debug, Clone, Deserialize, PartialEq)]

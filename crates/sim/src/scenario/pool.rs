@@ -2,7 +2,7 @@
 
 use crate::llm::scheduler::{SchedulerConfig, Scheduling};
 use crate::timing::service::Residuals;
-use crate::timing::step_time::StepTimeSpec;
+use crate::timing::step_spec::StepTimeSpec;
 
 use super::file::{BatcherKind, ContinuousKeys, KvCacheSpec, PoolFile};
 use super::{

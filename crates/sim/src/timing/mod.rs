@@ -12,4 +12,5 @@ pub mod profile;
 pub mod roofline;
 pub mod service;
 pub mod step_profile;
+pub mod step_spec;
 pub mod step_time;

@@ -1,11 +1,13 @@
+// Over 800 lines: the profile format, its validation and the model sampling it share one
+// grid layout; half the file is their tests.
 //! Calibration profiles and the service-time model fitted to them.
 //!
 //! `capsim calibrate` measures a real model through ONNX Runtime on a grid of batch sizes and
 //! input lengths and writes a [`Profile`] (JSON). [`ProfileServiceTime`] turns a profile into a
 //! [`ServiceTime`]: inside the grid, a batch's execution time is drawn from the measured quantiles,
 //! interpolated between grid points, so the tail survives, plus the measured mean host time to
-//! build the batch's inputs; outside the grid, times are extrapolated conservatively and every
-//! such batch is counted.
+//! build the batch's inputs; outside the grid, times are extrapolated conservatively and such a
+//! batch is flagged ([`ServiceTime::is_extrapolated`]; the engine counts them).
 //!
 //! Inputs are padded to the longest input of the batch, so the length coordinate of a batch is
 //! [`BatchShape::max_input_tokens`].

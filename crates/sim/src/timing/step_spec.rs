@@ -1,0 +1,724 @@
+//! The `[step_time]` table of a continuous-batching pool as written, its checks, and the
+//! roofline's resolution of presets and explicit keys into a model with its memory facts.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use super::hardware::{self, Hardware};
+use super::roofline::{MODEL_PRESET_NAMES, ModelShape, Roofline, dtype_bytes, model_preset};
+use super::step_profile::StepProfileError;
+use super::step_time::{LinearStepTime, StepTime};
+use crate::quantity::SizeBytes;
+use crate::quantity::{QuantityError, parse_duration_ns_f64};
+
+/// How a pool's step time is modelled: the `[step_time]` table of a continuous-batching pool.
+///
+/// ```toml
+/// [step_time]
+/// kind = "roofline"          # or "linear", "profile"
+/// model = "llama-3-8b"
+/// hardware = "h200"
+/// ```
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum StepTimeSpec {
+    /// `base + per_prefill_token * prefill_tokens + per_prefill_attention_token2 *
+    /// prefill_attention_tokens2 + per_decode_seq * decode_seqs + per_kv_token *
+    /// decode_kv_tokens`, every coefficient a duration (`"0.1ms"`, `"30ns"`; fractions of a
+    /// nanosecond are kept). Deterministic: every step of one composition takes the same time.
+    Linear {
+        /// Fixed time of every step.
+        #[serde(default)]
+        base: FineDurationNs,
+        /// Time per prefill token.
+        #[serde(default)]
+        per_prefill_token: FineDurationNs,
+        /// Time per unit of `prefill_attention_tokens2` (attention's quadratic term).
+        #[serde(default)]
+        per_prefill_attention_token2: FineDurationNs,
+        /// Time per decoding sequence.
+        #[serde(default)]
+        per_decode_seq: FineDurationNs,
+        /// Time per KV-cache token read by decodes.
+        #[serde(default)]
+        per_kv_token: FineDurationNs,
+    },
+    /// The analytic roofline of [`super::roofline`], from a model and a GPU.
+    Roofline(Box<RooflineSpec>),
+    /// Drawn from a decoder step profile written by `capsim calibrate --decoder` (see
+    /// [`super::step_profile`]); a relative path is relative to the scenario file's folder.
+    Profile {
+        /// The step profile (JSON).
+        path: PathBuf,
+    },
+}
+
+/// A duration that keeps fractions of a nanosecond (`"0.25ns"`, `"30ns"`, `"0.1ms"`), for
+/// per-token coefficients far below a nanosecond's resolution when summed over many tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct FineDurationNs(pub f64);
+
+impl FineDurationNs {
+    /// Parses a non-negative duration with a unit (see [`parse_duration_ns_f64`]), or a bare `0`.
+    pub fn parse(text: &str) -> Result<FineDurationNs, QuantityError> {
+        parse_duration_ns_f64(text).map(FineDurationNs)
+    }
+}
+
+impl<'de> Deserialize<'de> for FineDurationNs {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Text(String),
+            Int(i64),
+            Float(f64),
+        }
+        let text = match Raw::deserialize(d)? {
+            Raw::Text(t) => t,
+            Raw::Int(0) => "0".to_string(),
+            Raw::Int(n) => return Err(bare_number::<D>(&n.to_string())),
+            Raw::Float(x) => {
+                if x != 0.0 {
+                    return Err(bare_number::<D>(&x.to_string()));
+                }
+                "0".to_string()
+            }
+        };
+        FineDurationNs::parse(&text).map_err(<D::Error as serde::de::Error>::custom)
+    }
+}
+
+fn bare_number<'de, D: serde::Deserializer<'de>>(n: &str) -> D::Error {
+    <D::Error as serde::de::Error>::custom(format!(
+        "duration {n} has no unit: write it as a string with one, for example \"{n}ns\""
+    ))
+}
+
+/// The `kind = "roofline"` table: a model (preset or explicit shape), a GPU (preset or explicit
+/// figures), tensor parallelism and efficiency factors. Explicit keys override the preset's.
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RooflineSpec {
+    /// Model preset (`"llama-3-8b"`, `"llama-3-70b"`).
+    pub model: Option<String>,
+    /// Parameter count: a number (`8.03e9`) or a string with a suffix (`"8.03B"`, `"125M"`).
+    pub params: Option<ParamCount>,
+    /// Transformer layers.
+    pub layers: Option<u32>,
+    /// Hidden size (also query heads x head width).
+    pub hidden_size: Option<u32>,
+    /// Key/value heads.
+    pub num_kv_heads: Option<u32>,
+    /// Width of one attention head.
+    pub head_dim: Option<u32>,
+    /// Weight data type (`"bf16"`, `"fp16"`, `"fp8"`, `"int8"`, `"fp32"`). Default `"bf16"`.
+    pub dtype: Option<String>,
+    /// KV-cache data type, vLLM's `kv_cache_dtype`. Default: `dtype`.
+    pub kv_cache_dtype: Option<String>,
+    /// GPU preset (`"h100"`, `"h200"`, `"a100"`).
+    pub hardware: Option<String>,
+    /// Dense FLOP/s of one GPU (`"989TFLOPS"`).
+    pub flops: Option<String>,
+    /// HBM bandwidth of one GPU (`"4.8TB/s"`).
+    pub memory_bandwidth: Option<String>,
+    /// HBM capacity of one GPU (`"141GB"`).
+    pub memory: Option<SizeBytes>,
+    /// GPUs the model is split over. Default 1.
+    pub tensor_parallel: Option<u32>,
+    /// Fraction of peak FLOP/s reached, in (0, 1]. Default [`DEFAULT_COMPUTE_EFFICIENCY`].
+    pub compute_efficiency: Option<f64>,
+    /// Fraction of peak HBM bandwidth reached, in (0, 1]. Default
+    /// [`DEFAULT_BANDWIDTH_EFFICIENCY`].
+    pub bandwidth_efficiency: Option<f64>,
+    /// Fraction of each GPU's memory the server may use, vLLM's `gpu_memory_utilization`, in
+    /// (0, 1]. Default 0.9 (vLLM's default).
+    pub gpu_memory_utilization: Option<f64>,
+    /// Memory per GPU kept for activations, CUDA graphs and the runtime, outside the KV
+    /// cache. Default [`DEFAULT_ACTIVATION_RESERVE_BYTES`].
+    pub activation_reserve: Option<SizeBytes>,
+}
+
+/// Default `compute_efficiency`: large prefill GEMMs on Hopper reach about half to two thirds
+/// of dense peak in vLLM and TensorRT-LLM (model FLOPs utilisation); 0.6 sits in that range.
+pub const DEFAULT_COMPUTE_EFFICIENCY: f64 = 0.6;
+/// Default `bandwidth_efficiency`: memory-bound decode kernels sustain about 70-90% of peak
+/// HBM bandwidth (model bandwidth utilisation); 0.8 sits in that range.
+pub const DEFAULT_BANDWIDTH_EFFICIENCY: f64 = 0.8;
+/// Default `gpu_memory_utilization`, vLLM's default.
+pub const DEFAULT_GPU_MEMORY_UTILIZATION: f64 = 0.9;
+/// Default `activation_reserve` per GPU: 2 GiB, a round allowance for the activations of one
+/// step of a few thousand tokens, CUDA graphs and the CUDA context (vLLM measures this with a
+/// profiling forward pass; we cannot, so it is a stated parameter).
+pub const DEFAULT_ACTIVATION_RESERVE_BYTES: u64 = 2 * 1024 * 1024 * 1024;
+
+/// A parameter count read from a number or a string with a `K`, `M`, `B` or `T` suffix.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ParamCount(pub f64);
+
+impl ParamCount {
+    /// Parses `8.03B`, `125M`, `7e9` or `8030000000`.
+    pub fn parse(text: &str) -> Option<ParamCount> {
+        let text = text.trim();
+        let (number, scale) = match text.char_indices().last() {
+            Some((i, 'K' | 'k')) => (&text[..i], 1e3),
+            Some((i, 'M')) => (&text[..i], 1e6),
+            Some((i, 'B' | 'G')) => (&text[..i], 1e9),
+            Some((i, 'T')) => (&text[..i], 1e12),
+            _ => (text, 1.0),
+        };
+        let value: f64 = number.trim().parse().ok()?;
+        (value.is_finite() && value > 0.0).then_some(ParamCount(value * scale))
+    }
+}
+
+impl<'de> Deserialize<'de> for ParamCount {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Text(String),
+            Int(i64),
+            Float(f64),
+        }
+        let text = match Raw::deserialize(d)? {
+            Raw::Text(t) => t,
+            Raw::Int(n) => n.to_string(),
+            Raw::Float(x) => x.to_string(),
+        };
+        ParamCount::parse(&text).ok_or_else(|| {
+            <D::Error as serde::de::Error>::custom(format!(
+                "params {text:?} is not a parameter count: write a positive number, optionally \
+                 with K, M, B or T (for example \"8.03B\" or 8.03e9)"
+            ))
+        })
+    }
+}
+
+/// Why a step-time spec could not be built. Each names the key and quotes the value.
+#[derive(Debug, thiserror::Error)]
+pub enum StepTimeError {
+    /// A preset name that is not known.
+    #[error(
+        "step_time.{key} = {value:?} is not a known preset; use one of {known}, or give the explicit keys instead"
+    )]
+    UnknownPreset {
+        /// `model` or `hardware`.
+        key: &'static str,
+        /// The name as given.
+        value: String,
+        /// The presets, comma-separated.
+        known: String,
+    },
+    /// A key neither given nor supplied by a preset.
+    #[error("step_time.{key} is missing: {fix}")]
+    Missing {
+        /// The key.
+        key: &'static str,
+        /// What to write.
+        fix: &'static str,
+    },
+    /// A value out of its range or not parseable.
+    #[error("step_time.{key} = {value} is not valid: {fix}")]
+    Invalid {
+        /// The key.
+        key: &'static str,
+        /// The value as given (quoted when a string).
+        value: String,
+        /// What would be accepted.
+        fix: String,
+    },
+    /// The step profile could not be read or is not valid.
+    #[error("step_time.path = {path:?}: {source}")]
+    Profile {
+        /// The path as resolved.
+        path: PathBuf,
+        /// Why.
+        source: StepProfileError,
+    },
+    /// The weights and reserve leave no room for the KV cache.
+    #[error(
+        "step_time: the weights ({weights_gb:.1} GB over {gpus} GPU(s)) and activation_reserve leave no KV-cache room in {usable_gb:.1} GB usable (memory x gpu_memory_utilization x tensor_parallel); raise tensor_parallel or gpu_memory_utilization, or pick a larger GPU"
+    )]
+    DoesNotFit {
+        /// Weight bytes, GB.
+        weights_gb: f64,
+        /// Usable bytes over all GPUs, GB.
+        usable_gb: f64,
+        /// `tensor_parallel`.
+        gpus: u32,
+    },
+}
+
+impl StepTimeSpec {
+    /// Builds a `linear` or `roofline` model, which needs no file; `None` for `profile`, whose
+    /// file only the build step (`crate::build`) reads. The scenario calls this to validate.
+    pub fn analytic(&self) -> Result<Option<Arc<dyn StepTime>>, StepTimeError> {
+        match self {
+            StepTimeSpec::Linear {
+                base,
+                per_prefill_token,
+                per_prefill_attention_token2,
+                per_decode_seq,
+                per_kv_token,
+            } => {
+                let model = LinearStepTime {
+                    base_ns: base.0,
+                    per_prefill_token_ns: per_prefill_token.0,
+                    per_prefill_attention_token2_ns: per_prefill_attention_token2.0,
+                    per_decode_seq_ns: per_decode_seq.0,
+                    per_kv_token_ns: per_kv_token.0,
+                };
+                // Steps that take no time would let the simulated server serve any load.
+                let coefficients = [
+                    model.base_ns,
+                    model.per_prefill_token_ns,
+                    model.per_prefill_attention_token2_ns,
+                    model.per_decode_seq_ns,
+                    model.per_kv_token_ns,
+                ];
+                if coefficients.iter().all(|&c| c == 0.0) {
+                    return Err(StepTimeError::Missing {
+                        key: "base",
+                        fix: "a linear step time needs base or a per-token coefficient above 0 \
+                              (for example base = \"5ms\", per_decode_seq = \"50us\")",
+                    });
+                }
+                Ok(Some(Arc::new(model)))
+            }
+            StepTimeSpec::Roofline(spec) => {
+                let sized = spec.resolve()?;
+                if sized.kv_capacity_tokens() == 0 {
+                    let r = &sized.roofline;
+                    return Err(StepTimeError::DoesNotFit {
+                        weights_gb: r.weight_bytes() / 1e9,
+                        usable_gb: sized.usable_bytes() / 1e9,
+                        gpus: r.tensor_parallel,
+                    });
+                }
+                Ok(Some(Arc::new(sized.roofline)))
+            }
+            StepTimeSpec::Profile { .. } => Ok(None),
+        }
+    }
+
+    /// How many tokens of KV cache fit on the instance (all its GPUs together), or `None` when
+    /// the spec does not know the model and the hardware (`linear`, `profile`) or does not
+    /// resolve. Zero when the weights and reserve fill the memory.
+    pub fn kv_capacity_tokens(&self) -> Option<u64> {
+        match self {
+            StepTimeSpec::Linear { .. } | StepTimeSpec::Profile { .. } => None,
+            StepTimeSpec::Roofline(spec) => spec.resolve().ok().map(|s| s.kv_capacity_tokens()),
+        }
+    }
+}
+
+/// A roofline with the memory facts KV-cache sizing needs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SizedRoofline {
+    /// The step-time model.
+    pub roofline: Roofline,
+    /// `gpu_memory_utilization`.
+    pub gpu_memory_utilization: f64,
+    /// `activation_reserve`, bytes per GPU.
+    pub activation_reserve_bytes: u64,
+}
+
+impl SizedRoofline {
+    /// Memory the server may use over all GPUs, bytes: `tensor_parallel * memory *
+    /// gpu_memory_utilization`.
+    pub fn usable_bytes(&self) -> f64 {
+        let r = &self.roofline;
+        f64::from(r.tensor_parallel) * r.hardware.memory_bytes as f64 * self.gpu_memory_utilization
+    }
+
+    /// KV tokens that fit: `(usable - weights - tensor_parallel * activation_reserve) /
+    /// kv_bytes_per_token`, rounded down, 0 when negative.
+    pub fn kv_capacity_tokens(&self) -> u64 {
+        let r = &self.roofline;
+        let reserve = f64::from(r.tensor_parallel) * self.activation_reserve_bytes as f64;
+        let free = self.usable_bytes() - r.weight_bytes() - reserve;
+        (free.max(0.0) / r.kv_bytes_per_token()).floor() as u64
+    }
+}
+
+fn fraction(key: &'static str, value: Option<f64>, default: f64) -> Result<f64, StepTimeError> {
+    let v = value.unwrap_or(default);
+    if v.is_finite() && v > 0.0 && v <= 1.0 {
+        Ok(v)
+    } else {
+        Err(StepTimeError::Invalid {
+            key,
+            value: v.to_string(),
+            fix: "write a fraction in (0, 1], for example 0.8".into(),
+        })
+    }
+}
+
+fn positive(
+    key: &'static str,
+    value: Option<u32>,
+    preset: Option<u32>,
+    fix: &'static str,
+) -> Result<u32, StepTimeError> {
+    match value.or(preset) {
+        None => Err(StepTimeError::Missing { key, fix }),
+        Some(0) => Err(StepTimeError::Invalid {
+            key,
+            value: "0".into(),
+            fix: "write a positive integer".into(),
+        }),
+        Some(v) => Ok(v),
+    }
+}
+
+fn dtype(key: &'static str, name: &str) -> Result<f64, StepTimeError> {
+    dtype_bytes(name).ok_or_else(|| StepTimeError::Invalid {
+        key,
+        value: format!("{name:?}"),
+        fix: "write one of \"bf16\", \"fp16\", \"fp8\", \"int8\", \"int4\", \"fp32\"".into(),
+    })
+}
+
+impl RooflineSpec {
+    /// Resolves presets and explicit keys into a roofline with its memory facts.
+    pub fn resolve(&self) -> Result<SizedRoofline, StepTimeError> {
+        let model_preset = match &self.model {
+            None => None,
+            Some(name) => Some(
+                model_preset(name).ok_or_else(|| StepTimeError::UnknownPreset {
+                    key: "model",
+                    value: name.clone(),
+                    known: MODEL_PRESET_NAMES.join(", "),
+                })?,
+            ),
+        };
+        let hardware_preset = match &self.hardware {
+            None => None,
+            Some(name) => {
+                Some(
+                    hardware::preset(name).ok_or_else(|| StepTimeError::UnknownPreset {
+                        key: "hardware",
+                        value: name.clone(),
+                        known: hardware::PRESET_NAMES.join(", "),
+                    })?,
+                )
+            }
+        };
+        const MODEL_FIX: &str = "give model = \"llama-3-8b\" (a preset) or this key";
+        const HARDWARE_FIX: &str = "give hardware = \"h200\" (a preset) or this key";
+        let params = match (self.params, model_preset) {
+            (Some(p), _) => p.0,
+            (None, Some(m)) => m.params,
+            (None, None) => {
+                return Err(StepTimeError::Missing {
+                    key: "params",
+                    fix: MODEL_FIX,
+                });
+            }
+        };
+        let model = ModelShape {
+            params,
+            layers: positive(
+                "layers",
+                self.layers,
+                model_preset.map(|m| m.layers),
+                MODEL_FIX,
+            )?,
+            hidden_size: positive(
+                "hidden_size",
+                self.hidden_size,
+                model_preset.map(|m| m.hidden_size),
+                MODEL_FIX,
+            )?,
+            num_kv_heads: positive(
+                "num_kv_heads",
+                self.num_kv_heads,
+                model_preset.map(|m| m.num_kv_heads),
+                MODEL_FIX,
+            )?,
+            head_dim: positive(
+                "head_dim",
+                self.head_dim,
+                model_preset.map(|m| m.head_dim),
+                MODEL_FIX,
+            )?,
+        };
+        let flops_per_s = match (&self.flops, hardware_preset) {
+            (Some(text), _) => hardware::parse_flops_per_s(text).ok_or_else(|| StepTimeError::Invalid {
+                key: "flops",
+                value: format!("{text:?}"),
+                fix: "write a positive number with FLOPS, GFLOPS, TFLOPS or PFLOPS, for example \"989TFLOPS\"".into(),
+            })?,
+            (None, Some(h)) => h.flops_per_s,
+            (None, None) => return Err(StepTimeError::Missing { key: "flops", fix: HARDWARE_FIX }),
+        };
+        let memory_bandwidth_bytes_per_s = match (&self.memory_bandwidth, hardware_preset) {
+            (Some(text), _) => {
+                hardware::parse_memory_bandwidth_bytes_per_s(text).ok_or_else(|| {
+                    StepTimeError::Invalid {
+                        key: "memory_bandwidth",
+                        value: format!("{text:?}"),
+                        fix: "write a positive number with GB/s or TB/s, for example \"4.8TB/s\""
+                            .into(),
+                    }
+                })?
+            }
+            (None, Some(h)) => h.memory_bandwidth_bytes_per_s,
+            (None, None) => {
+                return Err(StepTimeError::Missing {
+                    key: "memory_bandwidth",
+                    fix: HARDWARE_FIX,
+                });
+            }
+        };
+        let memory_bytes = match (self.memory, hardware_preset) {
+            (Some(SizeBytes(0)), _) => {
+                return Err(StepTimeError::Invalid {
+                    key: "memory",
+                    value: "0".into(),
+                    fix: "write a positive size, for example \"141GB\"".into(),
+                });
+            }
+            (Some(m), _) => m.0,
+            (None, Some(h)) => h.memory_bytes,
+            (None, None) => {
+                return Err(StepTimeError::Missing {
+                    key: "memory",
+                    fix: HARDWARE_FIX,
+                });
+            }
+        };
+        let weight_dtype = self.dtype.as_deref().unwrap_or("bf16");
+        let weight_bytes_per_param = dtype("dtype", weight_dtype)?;
+        let kv_bytes_per_element = match &self.kv_cache_dtype {
+            Some(name) => dtype("kv_cache_dtype", name)?,
+            None => weight_bytes_per_param,
+        };
+        let tensor_parallel = positive("tensor_parallel", self.tensor_parallel, Some(1), "")?;
+        let roofline = Roofline {
+            model,
+            hardware: Hardware {
+                flops_per_s,
+                memory_bandwidth_bytes_per_s,
+                memory_bytes,
+            },
+            weight_bytes_per_param,
+            kv_bytes_per_element,
+            tensor_parallel,
+            compute_efficiency: fraction(
+                "compute_efficiency",
+                self.compute_efficiency,
+                DEFAULT_COMPUTE_EFFICIENCY,
+            )?,
+            bandwidth_efficiency: fraction(
+                "bandwidth_efficiency",
+                self.bandwidth_efficiency,
+                DEFAULT_BANDWIDTH_EFFICIENCY,
+            )?,
+        };
+        Ok(SizedRoofline {
+            roofline,
+            gpu_memory_utilization: fraction(
+                "gpu_memory_utilization",
+                self.gpu_memory_utilization,
+                DEFAULT_GPU_MEMORY_UTILIZATION,
+            )?,
+            activation_reserve_bytes: self
+                .activation_reserve
+                .map_or(DEFAULT_ACTIVATION_RESERVE_BYTES, |s| s.0),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::timing::step_time::StepBatch;
+    use rand::SeedableRng;
+
+    fn spec(text: &str) -> Result<StepTimeSpec, toml::de::Error> {
+        toml::from_str(text)
+    }
+
+    fn rng() -> SimRng {
+        SimRng::seed_from_u64(7)
+    }
+
+    #[test]
+    fn linear_spec_adds_its_terms_exactly() {
+        let s = spec(
+            "kind = \"linear\"\nbase = \"5ms\"\nper_prefill_token = \"0.1ms\"\n\
+             per_decode_seq = \"50us\"\nper_kv_token = \"2.5ns\"\nper_prefill_attention_token2 = \"0.5ns\"",
+        )
+        .unwrap();
+        let model = s.analytic().map(|m| m.expect("an analytic spec")).unwrap();
+        let step = StepBatch {
+            prefill_tokens: 100,
+            prefill_attention_tokens2: 10_000,
+            prefill_seqs: 1,
+            decode_seqs: 4,
+            decode_kv_tokens: 400,
+        };
+        let expected = 5e6 + 100.0 * 1e5 + 10_000.0 * 0.5 + 4.0 * 5e4 + 400.0 * 2.5;
+        assert_eq!(model.mean_ns(&step), expected);
+        assert_eq!(model.sample_ns(&step, &mut rng()), expected as u64);
+        assert_eq!(s.kv_capacity_tokens(), None);
+    }
+
+    #[test]
+    fn durations_without_units_and_unknown_keys_are_rejected_with_the_key() {
+        let e = spec("kind = \"linear\"\nbase = 5").unwrap_err().to_string();
+        assert!(e.contains("no unit") && e.contains("\"5ns\""), "{e}");
+        let e = spec("kind = \"linear\"\nbase = \"5 parsecs\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("5 parsecs"), "{e}");
+        let e = spec("kind = \"linear\"\nbsae = \"5ms\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("bsae"), "{e}");
+        let e = spec("kind = \"roofline\"\nmodle = \"llama-3-8b\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("modle"), "{e}");
+        let e = spec("kind = \"cubic\"").unwrap_err().to_string();
+        assert!(e.contains("cubic"), "{e}");
+        let free = spec("kind = \"linear\"\nbase = \"0ms\"").unwrap();
+        let e = free
+            .analytic()
+            .map(|m| m.expect("an analytic spec"))
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("step_time.base is missing"), "{e}");
+    }
+
+    #[test]
+    fn roofline_preset_8b_on_h200_decodes_in_weights_over_bandwidth() {
+        let s = spec("kind = \"roofline\"\nmodel = \"llama-3-8b\"\nhardware = \"h200\"").unwrap();
+        let model = s.analytic().map(|m| m.expect("an analytic spec")).unwrap();
+        let step = StepBatch {
+            decode_seqs: 1,
+            decode_kv_tokens: 100,
+            ..StepBatch::default()
+        };
+        let expected_ms = 16.06e9 / (4.8e12 * DEFAULT_BANDWIDTH_EFFICIENCY) * 1e3;
+        let got_ms = model.mean_ns(&step) / 1e6;
+        assert!(
+            (got_ms - expected_ms).abs() / expected_ms < 0.01,
+            "expected ~{expected_ms} ms, got {got_ms}"
+        );
+    }
+
+    #[test]
+    fn kv_capacity_of_8b_on_h200_is_usable_memory_over_128_kib() {
+        let s = spec("kind = \"roofline\"\nmodel = \"llama-3-8b\"\nhardware = \"h200\"").unwrap();
+        let expected = ((141e9 * 0.9 - 16.06e9 - 2.0 * 1024f64.powi(3)) / 131_072.0).floor() as u64;
+        assert_eq!(s.kv_capacity_tokens(), Some(expected));
+        assert_eq!(expected, 829_258, "docs/step-time.md quotes this figure");
+        let tp2 = spec(
+            "kind = \"roofline\"\nmodel = \"llama-3-8b\"\nhardware = \"h200\"\ntensor_parallel = 2",
+        )
+        .unwrap();
+        assert!(tp2.kv_capacity_tokens().unwrap() > 2 * expected);
+    }
+
+    #[test]
+    fn explicit_keys_override_the_presets() {
+        let s = spec(
+            "kind = \"roofline\"\nmodel = \"llama-3-8b\"\nhardware = \"h100\"\nmemory = \"141GB\"\n\
+             memory_bandwidth = \"4.8TB/s\"\ndtype = \"fp8\"",
+        )
+        .unwrap();
+        let StepTimeSpec::Roofline(r) = &s else {
+            panic!("not a roofline: {s:?}")
+        };
+        let sized = r.resolve().unwrap();
+        assert_eq!(sized.roofline.hardware, hardware::H200_SXM);
+        assert_eq!(sized.roofline.weight_bytes(), 8.03e9);
+        let explicit = spec(
+            "kind = \"roofline\"\nparams = \"1.5B\"\nlayers = 28\nhidden_size = 1536\nnum_kv_heads = 2\n\
+             head_dim = 128\nflops = \"100TFLOPS\"\nmemory_bandwidth = \"1000GB/s\"\nmemory = \"24GB\"",
+        )
+        .unwrap();
+        assert!(
+            explicit
+                .analytic()
+                .map(|m| m.expect("an analytic spec"))
+                .is_ok()
+        );
+        assert!(explicit.kv_capacity_tokens().unwrap() > 0);
+    }
+
+    #[test]
+    fn bad_roofline_values_name_the_key_and_quote_the_value() {
+        let cases = [
+            (
+                "model = \"gpt-9\"\nhardware = \"h200\"",
+                "step_time.model = \"gpt-9\"",
+            ),
+            (
+                "model = \"llama-3-8b\"\nhardware = \"tpu\"",
+                "step_time.hardware = \"tpu\"",
+            ),
+            ("model = \"llama-3-8b\"", "step_time.flops is missing"),
+            ("hardware = \"h200\"", "step_time.params is missing"),
+            (
+                "model = \"llama-3-8b\"\nhardware = \"h200\"\ncompute_efficiency = 1.5",
+                "compute_efficiency = 1.5",
+            ),
+            (
+                "model = \"llama-3-8b\"\nhardware = \"h200\"\ndtype = \"fp12\"",
+                "step_time.dtype = \"fp12\"",
+            ),
+            (
+                "model = \"llama-3-8b\"\nhardware = \"h200\"\nflops = \"lots\"",
+                "step_time.flops = \"lots\"",
+            ),
+            (
+                "model = \"llama-3-8b\"\nhardware = \"h200\"\ntensor_parallel = 0",
+                "tensor_parallel = 0",
+            ),
+            (
+                "model = \"llama-3-70b\"\nhardware = \"h100\"",
+                "leave no KV-cache room",
+            ),
+        ];
+        for (body, expected) in cases {
+            let s = spec(&format!("kind = \"roofline\"\n{body}")).unwrap();
+            let e = s
+                .analytic()
+                .map(|m| m.expect("an analytic spec"))
+                .map(|_| ())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(expected),
+                "for {body:?}: expected {expected:?} in {e:?}"
+            );
+        }
+        let e = spec("kind = \"roofline\"\nparams = \"lots\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("\"lots\""), "{e}");
+    }
+
+    #[test]
+    fn a_profile_spec_is_not_analytic_and_knows_no_kv_capacity() {
+        let s = spec("kind = \"profile\"\npath = \"steps.json\"").unwrap();
+        assert!(s.analytic().unwrap().is_none());
+        assert_eq!(s.kv_capacity_tokens(), None);
+    }
+
+    #[test]
+    fn param_counts_read_suffixes() {
+        let p = ParamCount::parse("8.03B").unwrap().0;
+        assert!((p - 8.03e9).abs() < 1.0, "8.03B read as {p}");
+        assert_eq!(ParamCount::parse("125M"), Some(ParamCount(125e6)));
+        assert_eq!(ParamCount::parse("7e9"), Some(ParamCount(7e9)));
+        assert_eq!(ParamCount::parse("-1B"), None);
+    }
+}
