@@ -321,7 +321,6 @@ pub fn run_sweep(
         }
         jobs.push(Job::Detail { config: *index });
     }
-    let search = search_options(spec);
     let run_jobs = |jobs: &[Job], seen: &SeenByRun| -> Vec<Option<Result<JobOutput, SweepError>>> {
         jobs.par_iter()
             .map(|job| {
@@ -335,7 +334,6 @@ pub fn run_sweep(
                     &configurations,
                     profiles,
                     &by_index,
-                    &search,
                     seen,
                 );
                 on_job_done();
@@ -445,7 +443,6 @@ fn run_job(
     configurations: &[(usize, Configuration, Scenario)],
     profiles: &Profiles,
     by_index: &BTreeMap<usize, usize>,
-    search: &SearchOptions,
     seen_by_run: &SeenByRun,
 ) -> Result<JobOutput, SweepError> {
     let entry = |config: usize| &configurations[by_index[&config]];
@@ -491,7 +488,7 @@ fn run_job(
                 known.push((point.load, point.outcome));
                 seen.push((point.load, point.throughput_rps, point.latency_ms));
             }
-            let capacity = search_capacity_from(search, &known, |load| {
+            let capacity = search_capacity_from(&search_options(spec), &known, |load| {
                 let run = workload.run(scenario, profiles, load, seed)?;
                 seen.push((
                     load,

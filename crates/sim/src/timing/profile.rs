@@ -1,5 +1,5 @@
 // Over 800 lines: the profile format, its validation and the model sampling it share one
-// grid layout; half the file is their tests.
+// grid layout; a third of the file is their tests.
 //! Calibration profiles and the service-time model fitted to them.
 //!
 //! `capsim calibrate` measures a real model through ONNX Runtime on a grid of batch sizes and

@@ -536,6 +536,7 @@ impl RooflineSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rng::SimRng;
     use crate::timing::step_time::StepBatch;
     use rand::SeedableRng;
 
