@@ -7,7 +7,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use capsim_sim::profile::{Profile, ProfileServiceTime};
+use capsim_sim::timing::profile::{Profile, ProfileServiceTime};
 use capsim_sim::{BatchShape, ServiceTime};
 use common::{assert_user_error, capsim, stderr};
 

@@ -8,9 +8,9 @@ mod common;
 use std::path::PathBuf;
 use std::process::Command;
 
-use capsim_sim::llm::step_profile::StepProfile;
-use capsim_sim::llm::step_time::{StepBatch, StepTimeSpec};
 use capsim_sim::rng::{Component, stream};
+use capsim_sim::timing::step_profile::{ProfileStepTime, StepProfile};
+use capsim_sim::timing::step_time::{StepBatch, StepTime};
 use common::{assert_user_error, capsim};
 
 fn root() -> PathBuf {
@@ -93,12 +93,7 @@ fn decoder_calibration_of_the_tiny_gpt_loads_as_a_step_time_profile() {
         assert!(p.iterations >= 20 && p.latency_mean_ns > 0.0, "{p:?}");
     }
 
-    // The scenario's folder resolves the relative path.
-    let spec = StepTimeSpec::Profile {
-        path: "profiles/tiny_gpt.cpu.json".into(),
-    };
-    let model = spec
-        .build(dir.path())
+    let model = ProfileStepTime::from_file(&dir.path().join("profiles/tiny_gpt.cpu.json"))
         .expect("the profile builds a step-time model");
     let decode_step = StepBatch {
         decode_seqs: 4,
@@ -242,11 +237,7 @@ fn batch_calibration_of_a_decoder_points_to_the_decoder_flag() {
 
 #[test]
 fn the_shipped_cpu_step_profile_loads_and_covers_its_grid() {
-    let spec = StepTimeSpec::Profile {
-        path: "tiny_gpt.cpu.json".into(),
-    };
-    let model = spec
-        .build(&root().join("traces/profiles"))
+    let model = ProfileStepTime::from_file(&root().join("traces/profiles/tiny_gpt.cpu.json"))
         .expect("the shipped step profile builds");
     let profile =
         StepProfile::read(&root().join("traces/profiles/tiny_gpt.cpu.json")).expect("valid");

@@ -168,7 +168,7 @@ pub(super) fn load_runtime(ort_lib: Option<&std::path::Path>) -> Result<Runtime>
 
 /// The share of the timed runs' time the measuring thread waited for a CPU, when every grid
 /// point recorded it.
-pub(super) fn cpu_wait_share(profile: &capsim_sim::profile::Profile) -> Option<f64> {
+pub(super) fn cpu_wait_share(profile: &capsim_sim::timing::profile::Profile) -> Option<f64> {
     let (mut waited_ns, mut ran_ns) = (0.0, 0.0);
     for point in &profile.points {
         let runs = f64::from(point.iterations);

@@ -38,6 +38,15 @@ pub fn apply_sets(scenario: &mut capsim_sim::Scenario, sets: &[String]) -> anyho
     Ok(())
 }
 
+/// `scenario` built, reading the profiles it names into `profiles`; an unreadable profile is bad
+/// input, with the message naming the key and the file.
+pub fn build_scenario(
+    scenario: &capsim_sim::Scenario,
+    profiles: &mut capsim_sim::Profiles,
+) -> anyhow::Result<capsim_sim::BuiltScenario> {
+    capsim_sim::build::build(scenario, profiles).map_err(|e| BadInput(e.to_string()).into())
+}
+
 /// Exit code for an error: 2 when any cause in its chain is bad input, 1 otherwise.
 pub fn exit_code(err: &anyhow::Error) -> u8 {
     let bad_input = err.chain().any(|cause| {

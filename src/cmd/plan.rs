@@ -44,7 +44,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
                 .map_err(|e| BadInput(e.to_string()))?,
         ]
     };
-    let (scenario, grid, slo) = parse_grid_args(&args.grid, extra)?;
+    let (scenario, profiles, grid, slo) = parse_grid_args(&args.grid, extra)?;
     let warmup = parse_warmup(args.grid.warmup.as_deref())?;
     let loaded = args.grid.input.load()?;
     eprintln!("{}", loaded.report_line());
@@ -59,6 +59,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
     let workload = Workload::new(&loaded.trace, LoadKind::RateScale, warmup);
     let spec = SweepSpec {
         base: scenario,
+        profiles,
         grid,
         load: LoadAxis::parse(&format!("{growth}x"), LoadKind::RateScale)
             .map_err(|e| BadInput(e.to_string()))?,

@@ -79,6 +79,7 @@ fn parse_timeline_window(text: &str) -> Result<TimelineWindow> {
 pub fn run(args: SimulateArgs) -> Result<()> {
     let mut scenario = Scenario::from_path(&args.scenario).map_err(|e| BadInput(e.to_string()))?;
     super::apply_sets(&mut scenario, &args.sets)?;
+    let built = super::build_scenario(&scenario, &mut capsim_sim::Profiles::default())?;
     let warmup = args
         .warmup
         .as_deref()
@@ -97,13 +98,13 @@ pub fn run(args: SimulateArgs) -> Result<()> {
     let window = parse_timeline_window(&args.timeline_window)?;
     let run = if args.no_requests && args.timeline.is_none() {
         run_with_sink(
-            &scenario,
+            &built,
             &loaded.trace,
             &options,
             &mut capsim_sim::record::NoRecords,
         )?
     } else {
-        let (run, log) = simulate_with_requests(&scenario, &loaded.trace, &options)?;
+        let (run, log) = simulate_with_requests(&built, &loaded.trace, &options)?;
         let pool_names: Vec<String> = scenario.pools().iter().map(|p| p.name.clone()).collect();
         if !args.no_requests {
             write_requests_parquet(

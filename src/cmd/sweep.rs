@@ -16,7 +16,7 @@ use capsim_report::shard::Shard;
 use capsim_report::slo::Slo;
 use capsim_report::sweep::{SweepResult, SweepSpec, job_count, run_sweep};
 use capsim_sim::quantity::parse_duration_ns;
-use capsim_sim::{Scenario, Warmup};
+use capsim_sim::{Profiles, Scenario, Warmup};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -140,12 +140,14 @@ pub fn parse_warmup(text: Option<&str>) -> Result<Warmup> {
         .map_err(|e| bad(format!("--warmup: {e}, or a request count such as 1000")))
 }
 
-/// The scenario, the grid and the SLO of `args`, checked.
+/// The scenario (with the profiles it names, read), the grid and the SLO of `args`, checked.
 pub fn parse_grid_args(
     args: &GridArgs,
     extra_axes: Vec<GridAxis>,
-) -> Result<(Scenario, Grid, Slo)> {
+) -> Result<(Scenario, Profiles, Grid, Slo)> {
     let scenario = Scenario::from_path(&args.scenario).map_err(bad)?;
+    let mut profiles = Profiles::default();
+    profiles.load(&scenario).map_err(bad)?;
     let mut axes: Vec<GridAxis> = args
         .grids
         .iter()
@@ -166,7 +168,7 @@ pub fn parse_grid_args(
             args.max_lost
         )));
     }
-    Ok((scenario, grid, slo))
+    Ok((scenario, profiles, grid, slo))
 }
 
 /// Parses `--growth`: a positive multiplier, `3x` or `3`.
@@ -262,7 +264,7 @@ mod interrupt {
 }
 
 pub fn run(args: SweepArgs) -> Result<()> {
-    let (scenario, grid, slo) = parse_grid_args(&args.grid, Vec::new())?;
+    let (scenario, profiles, grid, slo) = parse_grid_args(&args.grid, Vec::new())?;
     let load = match (&args.load, &args.rate, &args.concurrency) {
         (_, Some(rate), _) => LoadAxis::parse(rate, LoadKind::TargetRate),
         (_, _, Some(concurrency)) => LoadAxis::parse(concurrency, LoadKind::Concurrency),
@@ -285,6 +287,7 @@ pub fn run(args: SweepArgs) -> Result<()> {
     }
     let spec = SweepSpec {
         base: scenario,
+        profiles,
         grid,
         load,
         seeds: args.grid.seeds,

@@ -16,9 +16,9 @@ use capsim_report::validation::live::{
     BatchReport, Leveled, figure_rows, figures_header, figures_text,
 };
 use capsim_sim::output::write_requests_parquet;
-use capsim_sim::profile::{Profile, ProfileServiceTime};
 use capsim_sim::quantity::parse_duration_ns;
-use capsim_sim::service::ScaledService;
+use capsim_sim::timing::profile::{Profile, ProfileServiceTime};
+use capsim_sim::timing::service::ScaledService;
 use capsim_sim::{RunOptions, Scenario, ServiceTime, Summary, simulate, simulate_with_requests};
 use capsim_trace::{Columns, Trace};
 use clap::Args;
@@ -142,6 +142,7 @@ pub fn run(args: ValidateArgs) -> Result<()> {
     super::apply_sets(&mut scenario, &args.sets)?;
     // capsim's own live server forms a batch when a model instance frees up: no payloads ahead.
     scenario.set("batcher.prefetch", "false")?;
+    let built = super::build_scenario(&scenario, &mut capsim_sim::Profiles::default())?;
     check_loads(&args.loads)?;
     let duration_ns =
         parse_duration_ns(&args.duration).map_err(|e| BadInput(format!("--duration: {e}")))?;
@@ -208,7 +209,7 @@ pub fn run(args: ValidateArgs) -> Result<()> {
             service_override: Some(service.clone() as Arc<dyn ServiceTime>),
             ..RunOptions::default()
         };
-        let (simulated_run, simulated_log) = simulate_with_requests(&scenario, &scaled, &options)?;
+        let (simulated_run, simulated_log) = simulate_with_requests(&built, &scaled, &options)?;
         let simulated: Summary = simulated_run.summary;
         let before = probe.slowdown(PROBE_RUNS).map_err(user_facing)?;
         let live = replay(&runtime, pool, &requests, &config).map_err(user_facing)?;
@@ -247,7 +248,7 @@ pub fn run(args: ValidateArgs) -> Result<()> {
             let leveled = ScaledService::new(service.clone(), level)
                 .context("the live batches' level of the profile's times")?;
             options.service_override = Some(Arc::new(leveled));
-            let leveled_summary = simulate(&scenario, &scaled, &options)?;
+            let leveled_summary = simulate(&built, &scaled, &options)?;
             print!(
                 "{}",
                 Leveled::of(level, &leveled_summary, &measured).text(load)

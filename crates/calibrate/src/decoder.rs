@@ -1,6 +1,6 @@
 //! Decoder calibration: measures the step times of a generative (decoder-only) ONNX model with
 //! KV-cache inputs, and writes a [`StepProfile`] that the simulator's
-//! [`ProfileStepTime`](capsim_sim::llm::step_profile::ProfileStepTime) samples from.
+//! [`ProfileStepTime`](capsim_sim::timing::step_profile::ProfileStepTime) samples from.
 //!
 //! A decoder is recognised by its inputs: one integer token input `[batch, seq]` and pairs of
 //! float past key/value inputs `[batch, kv_heads, past_len, head_dim]` whose names start with
@@ -20,12 +20,12 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use capsim_sim::llm::step_profile::{
+use capsim_sim::rng::SimRng;
+use capsim_sim::timing::profile::QUANTILE_LEVELS;
+use capsim_sim::timing::step_profile::{
     DecodePoint, DecoderDescription, PrefillPoint, STEP_PROFILE_FORMAT_VERSION, STEP_PROFILE_KIND,
     StepCalibrationSettings, StepProfile,
 };
-use capsim_sim::profile::QUANTILE_LEVELS;
-use capsim_sim::rng::SimRng;
 use ort::session::Session;
 use ort::value::{DynValue, Tensor, ValueType};
 use rand::{RngExt, SeedableRng};

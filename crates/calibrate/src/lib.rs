@@ -1,6 +1,6 @@
 //! capsim's calibration: measures how long an ONNX model takes per batch through ONNX Runtime,
 //! and writes a [`Profile`] that the simulator's
-//! [`ProfileServiceTime`](capsim_sim::profile::ProfileServiceTime) samples from.
+//! [`ProfileServiceTime`](capsim_sim::timing::profile::ProfileServiceTime) samples from.
 //!
 //! ONNX Runtime is loaded at run time from a shared library ([`library::locate`] finds one);
 //! [`Runtime::open_session`] puts the model on the CPU or CUDA provider. [`calibrate`] then runs
@@ -41,11 +41,11 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use capsim_sim::profile::{
+use capsim_sim::rng::SimRng;
+use capsim_sim::timing::profile::{
     AffineFit, CalibrationSettings, Environment, Grid, GridPoint, IdleCurve, IdleSlowdown,
     InputDescription, ModelDescription, PROFILE_FORMAT_VERSION, Profile, QUANTILE_LEVELS,
 };
-use capsim_sim::rng::SimRng;
 use rand::SeedableRng;
 
 pub use runtime::{Provider, ProviderChoice, ProviderDecision, Runtime};

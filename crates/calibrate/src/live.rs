@@ -14,9 +14,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use capsim_sim::batcher::{Batcher, Decision};
-use capsim_sim::llm::spec::BatcherKind;
 use capsim_sim::record::{Outcome, RequestRecord};
 use capsim_sim::rng::SimRng;
+use capsim_sim::scenario::BatcherKind;
 use capsim_sim::scenario::Pool;
 use capsim_sim::summary::InstanceUtilization;
 use capsim_sim::timeseries::{Timeseries, sample_records};

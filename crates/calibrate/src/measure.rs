@@ -1,6 +1,6 @@
 //! Latency samples of one grid point, their quantiles, and when they have converged.
 
-use capsim_sim::profile::QUANTILE_LEVELS;
+use capsim_sim::timing::profile::QUANTILE_LEVELS;
 
 /// The `level` quantile (in `[0, 1]`) of sorted samples, interpolating between order statistics.
 /// Empty samples give 0.

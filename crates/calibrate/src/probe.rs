@@ -7,9 +7,9 @@
 
 use std::path::Path;
 
-use capsim_sim::profile::{Profile, ProfileServiceTime};
 use capsim_sim::rng::SimRng;
-use capsim_sim::service::BatchShape;
+use capsim_sim::timing::profile::{Profile, ProfileServiceTime};
+use capsim_sim::timing::service::BatchShape;
 use rand::SeedableRng;
 
 use crate::runtime::{ProviderChoice, Runtime};

@@ -7,13 +7,19 @@
 
 use capsim_sim::record::NoRecords;
 use capsim_sim::summary::{LatencyStats, Summary};
-use capsim_sim::{RunOptions, Scenario, Warmup, run_with_sink};
+use capsim_sim::{Profiles, RunOptions, Scenario, Warmup, run_with_sink};
 use capsim_trace::{IngestReport, Trace, Transforms};
 
 use crate::capacity::{Outcome, QueueGrowth};
 use crate::grid::Configuration;
 use crate::load::LoadKind;
 use crate::slo::{LatencyStat, Metric, Slo};
+
+impl From<capsim_sim::ScenarioError> for RunError {
+    fn from(source: capsim_sim::ScenarioError) -> RunError {
+        RunError::Build(Box::new(source))
+    }
+}
 
 /// Why a run could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +45,9 @@ pub enum RunError {
     /// A target rate was asked of a trace with no measurable rate.
     #[error("a target rate needs a trace with at least two requests over a nonzero span")]
     NoTraceRate,
+    /// The scenario could not be built (a profile it names was not loaded).
+    #[error(transparent)]
+    Build(Box<capsim_sim::ScenarioError>),
     /// The simulator refused the run.
     #[error(transparent)]
     Sim(#[from] capsim_sim::SimError),
@@ -93,8 +102,15 @@ impl<'a> Workload<'a> {
         }
     }
 
-    /// Runs `scenario` at `load` with `seed`.
-    pub fn run(&self, scenario: &Scenario, load: f64, seed: u64) -> Result<RunResult, RunError> {
+    /// Runs `scenario` at `load` with `seed`, its models built from `profiles` (which must hold
+    /// the profiles it names: see [`Profiles::load`]).
+    pub fn run(
+        &self,
+        scenario: &Scenario,
+        profiles: &Profiles,
+        load: f64,
+        seed: u64,
+    ) -> Result<RunResult, RunError> {
         let options = RunOptions {
             seed,
             warmup: self.warmup,
@@ -119,7 +135,12 @@ impl<'a> Workload<'a> {
                         source: Box::new(source),
                     })?;
                 arrivals_end_ns = scaled.arrival_ns().last().copied().unwrap_or(0);
-                run_with_sink(scenario, &scaled, &options, &mut NoRecords)?
+                run_with_sink(
+                    &profiles.build(scenario)?,
+                    &scaled,
+                    &options,
+                    &mut NoRecords,
+                )?
             }
             None => {
                 let mut closed = scenario.clone();
@@ -135,7 +156,12 @@ impl<'a> Workload<'a> {
                     "load.concurrency",
                     format!("{}", load.round() as u64),
                 )?;
-                run_with_sink(&closed, self.trace, &options, &mut NoRecords)?
+                run_with_sink(
+                    &profiles.build(&closed)?,
+                    self.trace,
+                    &options,
+                    &mut NoRecords,
+                )?
             }
         };
         // Only samples while requests still arrive: after the last arrival the queue drains, and

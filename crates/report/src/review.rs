@@ -230,7 +230,7 @@ fn service_words(scenario: &Scenario, path: &Path) -> (ServiceSource, String) {
         ),
         Some(ServiceSpec::Profile { path: profile }) => {
             let full = path.parent().map_or(profile.clone(), |d| d.join(profile));
-            match capsim_sim::profile::Profile::read(&full) {
+            match capsim_sim::timing::profile::Profile::read(&full) {
                 Ok(p) => (
                     ServiceSource::Calibrated,
                     format!(
@@ -1209,7 +1209,8 @@ mod tests {
             total_input_tokens: 0,
             idle_ns: 0,
         };
-        let big = slow.pools()[1].service.as_ref().unwrap();
+        let built = capsim_sim::build::build(&slow, &mut capsim_sim::Profiles::default()).unwrap();
+        let big = built.pools[1].service.as_ref().unwrap();
         assert!((big.mean_ns(&shape) - 12e6).abs() < 1e-3, "5 ms x 2 x 1.2");
     }
 }

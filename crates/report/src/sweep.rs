@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use capsim_sim::record::{Outcome as RecordOutcome, RecordSink, RequestRecord};
 use capsim_sim::summary::{LatencyStats, STAGES};
-use capsim_sim::{RunOptions, Scenario, run_with_sink};
+use capsim_sim::{Profiles, RunOptions, Scenario, run_with_sink};
 use capsim_trace::{IngestReport, Transforms};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -28,6 +28,9 @@ use crate::slo::{Metric, Slo};
 pub struct SweepSpec {
     /// The scenario every configuration starts from.
     pub base: Scenario,
+    /// Profiles already read (the base scenario's, when the caller built it); the sweep reads
+    /// the rest its configurations name, each file once, before any run.
+    pub profiles: Profiles,
     /// Configurations.
     pub grid: Grid,
     /// Loads each configuration's curve is run at.
@@ -312,6 +315,21 @@ pub fn run_sweep(
             })
         })
         .collect::<Result<_, _>>()?;
+    let mut profiles = spec.profiles.clone();
+    for Configured {
+        configuration,
+        scenario,
+        ..
+    } in &configurations
+    {
+        profiles
+            .load(scenario)
+            .map_err(|source| RunError::Configure {
+                configuration: configuration.to_string(),
+                source: Box::new(source),
+            })?;
+    }
+    let profiles = &profiles;
     let by_index: BTreeMap<usize, usize> = configurations
         .iter()
         .enumerate()
@@ -333,7 +351,6 @@ pub fn run_sweep(
         }
         jobs.push(Job::Detail { config });
     }
-    let search = search_options(spec);
     let run_jobs = |jobs: &[Job], seen: &SeenByRun| -> Vec<Option<Result<JobOutput, SweepError>>> {
         jobs.par_iter()
             .map(|job| {
@@ -345,8 +362,8 @@ pub fn run_sweep(
                     spec,
                     workload,
                     &configurations,
+                    profiles,
                     &by_index,
-                    &search,
                     seen,
                 );
                 on_job_done();
@@ -443,8 +460,8 @@ fn run_job(
     spec: &SweepSpec,
     workload: &Workload<'_>,
     configurations: &[Configured],
+    profiles: &Profiles,
     by_index: &BTreeMap<usize, usize>,
-    search: &SearchOptions,
     seen_by_run: &SeenByRun,
 ) -> Result<JobOutput, SweepError> {
     let entry = |config: usize| &configurations[by_index[&config]];
@@ -457,7 +474,7 @@ fn run_job(
                 scenario,
             } = entry(config);
             let load = spec.load.values[load];
-            let run = workload.run(scenario, load, seed)?;
+            let run = workload.run(scenario, profiles, load, seed)?;
             let outcome = run.outcome(&spec.slo);
             let s = &run.summary;
             let seen = Seen {
@@ -498,8 +515,8 @@ fn run_job(
             };
             let mut seen: Vec<Seen> = seen_by_run.get(&key).cloned().unwrap_or_default();
             let known: Vec<(f64, Outcome)> = seen.iter().map(|p| (p.load, p.outcome)).collect();
-            let capacity = search_capacity_from(search, &known, |load| {
-                let run = workload.run(scenario, load, seed)?;
+            let capacity = search_capacity_from(&search_options(spec), &known, |load| {
+                let run = workload.run(scenario, profiles, load, seed)?;
                 let outcome = run.outcome(&spec.slo);
                 seen.push(Seen {
                     load,
@@ -540,7 +557,7 @@ fn run_job(
             let load = spec
                 .detail_load
                 .unwrap_or(spec.load.values[spec.load.values.len() / 2]);
-            detail_run(spec, workload, *index, scenario, load)
+            detail_run(spec, workload, *index, scenario, profiles, load)
                 .map(|d| JobOutput::Detail(Box::new(d)))
         }
     }
@@ -573,6 +590,7 @@ fn detail_run(
     workload: &Workload<'_>,
     config_index: usize,
     scenario: &Scenario,
+    profiles: &Profiles,
     load: f64,
 ) -> Result<ConfigDetail, SweepError> {
     let options = RunOptions {
@@ -595,7 +613,8 @@ fn detail_run(
                         source: Box::new(source),
                     })?;
             }
-            run_with_sink(&closed, workload.trace, &options, &mut sink).map_err(RunError::from)?
+            let built = profiles.build(&closed).map_err(RunError::from)?;
+            run_with_sink(&built, workload.trace, &options, &mut sink).map_err(RunError::from)?
         }
         _ => {
             let factor = match workload.load_kind {
@@ -613,7 +632,8 @@ fn detail_run(
                 factor,
                 source: Box::new(source),
             })?;
-            run_with_sink(scenario, &scaled, &options, &mut sink).map_err(RunError::from)?
+            let built = profiles.build(scenario).map_err(RunError::from)?;
+            run_with_sink(&built, &scaled, &options, &mut sink).map_err(RunError::from)?
         }
     };
     let mut latencies = sink.0;

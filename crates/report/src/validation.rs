@@ -681,7 +681,9 @@ mod tests {
         )
         .unwrap();
         let pool = &scenario.pools()[0];
-        let service = pool.service.clone().expect("a service model");
+        let built =
+            capsim_sim::build::build(&scenario, &mut capsim_sim::Profiles::default()).unwrap();
+        let service = built.pools[0].service.clone().expect("a service model");
         let capacity = CalibratedCapacity::of(pool, service.as_ref(), &[10, 20, 31]).unwrap();
         // Mean 20.33 -> 21 tokens; a batch of 8: 2 + 4 + 8 x 21 x 0.001 = 6.168 ms.
         assert_eq!(capacity.mean_input_tokens, 21);

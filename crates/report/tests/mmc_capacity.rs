@@ -5,7 +5,7 @@ use capsim_report::capacity::{Bracket, SearchOptions, search_capacity};
 use capsim_report::experiment::Workload;
 use capsim_report::load::LoadKind;
 use capsim_report::slo::Slo;
-use capsim_sim::{Scenario, Warmup, theory};
+use capsim_sim::{Profiles, Scenario, Warmup, theory};
 use capsim_trace::{Columns, Trace};
 
 /// Poisson arrivals at `rate_rps`: exponential gaps by inversion of a fixed-seed SplitMix64
@@ -72,7 +72,7 @@ fn mmc_capacity_search_matches_inverted_erlang_c() {
         };
         let capacity = search_capacity(&options, |load| {
             workload
-                .run(&scenario, load, seed)
+                .run(&scenario, &Profiles::default(), load, seed)
                 .map(|run| run.outcome(&slo))
         })
         .expect("the search runs");

@@ -10,7 +10,7 @@ use capsim_report::plot::PlotSize;
 use capsim_report::report::write_report;
 use capsim_report::shard::Shard;
 use capsim_report::sweep::{SweepSpec, job_count, run_sweep};
-use capsim_sim::{Scenario, Warmup};
+use capsim_sim::{Profiles, Scenario, Warmup};
 use capsim_trace::{Columns, Trace};
 
 fn trace() -> Trace {
@@ -42,6 +42,7 @@ fn spec(shard: Shard) -> SweepSpec {
     .unwrap();
     SweepSpec {
         base,
+        profiles: Profiles::default(),
         grid: Grid::new(vec![
             "batcher.max_batch_size=1,8".parse().unwrap(),
             "instances=1..2".parse().unwrap(),
@@ -183,4 +184,37 @@ fn cancelled_sweep_keeps_nothing_started_and_says_so() {
     let result = run_sweep(&spec(Shard::WHOLE), &workload, &|| {}, &cancel).unwrap();
     assert!(!result.complete);
     assert!(result.curves.is_empty());
+}
+
+#[test]
+fn a_sweep_builds_every_run_from_the_profiles_read_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    std::fs::copy(
+        root.join("traces/profiles/text_classifier.cpu.json"),
+        dir.path().join("p.json"),
+    )
+    .unwrap();
+    let path = dir.path().join("s.toml");
+    std::fs::write(
+        &path,
+        "[batcher]\nmax_batch_size = 8\nmax_queue_delay = \"1ms\"\n\
+         [service]\nkind = \"profile\"\npath = \"p.json\"\n",
+    )
+    .unwrap();
+    let base = Scenario::from_path(&path).unwrap();
+    let mut profiles = Profiles::default();
+    profiles.load(&base).unwrap();
+    // Every configuration and load builds from the cache: without the file the sweep still runs.
+    std::fs::remove_file(dir.path().join("p.json")).unwrap();
+    let spec = SweepSpec {
+        base,
+        profiles,
+        ..spec(Shard::WHOLE)
+    };
+    let trace = trace();
+    let workload = Workload::new(&trace, LoadKind::RateScale, Warmup::None);
+    let result = run_sweep(&spec, &workload, &|| {}, &AtomicBool::new(false)).unwrap();
+    assert!(result.complete);
+    assert_eq!(result.capacities.len(), 4, "every configuration ran");
 }

@@ -15,6 +15,7 @@
 use std::hint::black_box;
 use std::time::Duration;
 
+use capsim_sim::build::{BuiltScenario, Profiles, build};
 use capsim_sim::rng::{Component, stream};
 use capsim_sim::{RunOptions, Scenario, simulate};
 use capsim_trace::{Columns, Trace};
@@ -24,6 +25,11 @@ use rand_distr::Distribution;
 
 mod reference {
     pub mod bare_heap;
+}
+
+/// `scenario` with its models built (it names no profile file).
+fn built(scenario: &Scenario) -> BuiltScenario {
+    build(scenario, &mut Profiles::default()).expect("the scenario builds")
 }
 
 /// `n` Poisson arrivals at `rate_rps`, input sizes uniform in 16..512 tokens.
@@ -59,7 +65,7 @@ const FULL_PIPELINE: &str = include_str!("full-pipeline.toml");
 fn engine(c: &mut Criterion) {
     let n = 1_000_000;
     let mm4_trace = poisson_trace(n, 3200.0, 1);
-    let mm4 = Scenario::from_toml_str(MM4).expect("valid scenario");
+    let mm4 = built(&Scenario::from_toml_str(MM4).expect("valid scenario"));
     let options = RunOptions {
         seed: 1,
         ..RunOptions::default()
@@ -85,11 +91,11 @@ fn engine(c: &mut Criterion) {
     // A batch of 16 with inputs up to 512 tokens takes about 2 + 3.2 + 16 * 480 * 0.00025 = 7.1 ms,
     // so 4 instances serve about 9000 rps: 6000 rps is a utilization near 0.67.
     let full_trace = poisson_trace(n, 6000.0, 2);
-    let gateway_batcher = Scenario::from_toml_str(GATEWAY_BATCHER).expect("valid scenario");
+    let gateway_batcher = built(&Scenario::from_toml_str(GATEWAY_BATCHER).expect("valid scenario"));
     group.bench_function("gateway_batcher_1M_requests", |b| {
         b.iter(|| black_box(simulate(&gateway_batcher, &full_trace, &options).expect("runs")))
     });
-    let full = Scenario::from_toml_str(FULL_PIPELINE).expect("valid scenario");
+    let full = built(&Scenario::from_toml_str(FULL_PIPELINE).expect("valid scenario"));
     group.bench_function("full_pipeline_1M_requests", |b| {
         b.iter(|| black_box(simulate(&full, &full_trace, &options).expect("runs")))
     });

@@ -6,9 +6,15 @@ use std::hint::black_box;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use capsim_sim::build::{BuiltScenario, Profiles, build};
 use capsim_sim::{RunOptions, Scenario, simulate};
 use capsim_trace::{IngestOptions, Transforms};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+
+/// `scenario` with its models built (it names no profile file).
+fn built(scenario: &Scenario) -> BuiltScenario {
+    build(scenario, &mut Profiles::default()).expect("the scenario builds")
+}
 
 fn llm(c: &mut Criterion) {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -18,8 +24,9 @@ fn llm(c: &mut Criterion) {
         &Transforms::default(),
     )
     .expect("traces/azure-conv.parquet loads");
-    let scenario =
-        Scenario::from_path(&root.join("scenarios/llm-8b-h200.toml")).expect("scenario parses");
+    let scenario = built(
+        &Scenario::from_path(&root.join("scenarios/llm-8b-h200.toml")).expect("scenario parses"),
+    );
     let options = RunOptions {
         seed: 1,
         ..RunOptions::default()

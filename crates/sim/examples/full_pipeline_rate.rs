@@ -7,11 +7,17 @@
 
 use std::time::Instant;
 
+use capsim_sim::build::{BuiltScenario, Profiles, build};
 use capsim_sim::rng::{Component, stream};
 use capsim_sim::{RunOptions, Scenario, simulate};
 use capsim_trace::{Columns, Trace};
 use rand::RngExt;
 use rand_distr::Distribution;
+
+/// `scenario` with its models built (it names no profile file).
+fn built(scenario: &Scenario) -> BuiltScenario {
+    build(scenario, &mut Profiles::default()).expect("the scenario builds")
+}
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -50,7 +56,7 @@ fn main() {
             ..RunOptions::default()
         };
         let start = Instant::now();
-        let summary = simulate(&scenario, &trace, &options).expect("runs");
+        let summary = simulate(&built(&scenario), &trace, &options).expect("runs");
         secs.push(start.elapsed().as_secs_f64());
         p99_ms = summary.latency_ms["end_to_end"].p99_ms;
     }

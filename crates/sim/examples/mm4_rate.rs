@@ -11,10 +11,16 @@ use std::time::Instant;
 #[path = "../benches/reference/bare_heap.rs"]
 mod bare_heap;
 
+use capsim_sim::build::{BuiltScenario, Profiles, build};
 use capsim_sim::rng::{Component, stream};
 use capsim_sim::{RunOptions, Scenario, simulate, theory};
 use capsim_trace::{Columns, Trace};
 use rand_distr::Distribution;
+
+/// `scenario` with its models built (it names no profile file).
+fn built(scenario: &Scenario) -> BuiltScenario {
+    build(scenario, &mut Profiles::default()).expect("the scenario builds")
+}
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -52,7 +58,7 @@ fn main() {
             ..RunOptions::default()
         };
         let start = Instant::now();
-        let summary = simulate(&scenario, &trace, &options).expect("runs");
+        let summary = simulate(&built(&scenario), &trace, &options).expect("runs");
         let rate = customers as f64 / start.elapsed().as_secs_f64();
         wait_ms = summary.latency_ms["queue"].mean_ms;
         let mut rng = stream(seed, Component::Execution, 0);

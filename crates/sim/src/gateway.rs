@@ -355,7 +355,7 @@ impl Gateway<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scenario::RateRps;
+    use crate::quantity::RateRps;
     use rand::SeedableRng;
 
     #[test]

@@ -7,13 +7,13 @@ use std::sync::Arc;
 
 use crate::context::{Ctx, InstanceId, PoolId};
 use crate::event::EventKind;
-use crate::llm::step_time::StepTime;
 use crate::preprocess::WorkerPool;
 use crate::queue::InstanceQueue;
 use crate::rng::SimRng;
-use crate::service::ServiceTime;
-use crate::slowdown::Slowdowns;
 use crate::time::SimTime;
+use crate::timing::service::ServiceTime;
+use crate::timing::slowdown::Slowdowns;
+use crate::timing::step_time::StepTime;
 
 /// One server of a pool.
 #[derive(Debug, Clone)]

@@ -2,12 +2,14 @@
 //!
 //! A [`Scenario`] (read from TOML) describes a serving system: client network, gateway
 //! (admission control, load balancing), pre-processing workers, instance queues, Triton's
-//! dynamic batcher, model execution with a [`ServiceTime`] model, and post-processing.
-//! [`simulate`] replays a [`capsim_trace::Trace`] through it, deterministically for a given seed,
+//! dynamic batcher, model execution with a [`ServiceTime`] model, and post-processing. It is
+//! plain data; [`build::build`] turns it into a [`BuiltScenario`], its time models built (the one
+//! step that reads profile files, through a [`Profiles`] cache). [`simulate`] replays a [`capsim_trace::Trace`] through it, deterministically for a given seed,
 //! and returns a [`Summary`]; [`simulate_with_requests`] also keeps one [`RequestRecord`] per
 //! request, and [`output`] writes `summary.json`, `requests.parquet` and `timeseries.parquet`.
 //!
 //! ```
+//! use capsim_sim::build::{Profiles, build};
 //! use capsim_sim::{RunOptions, Scenario, simulate};
 //! use capsim_trace::{Columns, Trace};
 //!
@@ -25,13 +27,15 @@
 //!     input_tokens: vec![16; 100],
 //!     ..Columns::default()
 //! }).unwrap();
-//! let summary = simulate(&scenario, &trace, &RunOptions { seed: 7, ..RunOptions::default() }).unwrap();
+//! let built = build(&scenario, &mut Profiles::default()).unwrap();
+//! let summary = simulate(&built, &trace, &RunOptions { seed: 7, ..RunOptions::default() }).unwrap();
 //! assert_eq!(summary.requests.completed, 100);
 //! ```
 
 #![warn(missing_docs)]
 
 pub mod batcher;
+pub mod build;
 mod client;
 pub mod compat;
 mod context;
@@ -47,7 +51,6 @@ mod observe;
 pub mod output;
 mod postprocess;
 mod preprocess;
-pub mod profile;
 /// Durations, rates, bandwidths and sizes with units, parsed once at the edge (from the trace
 /// crate, which parses the same durations in its transforms).
 pub use capsim_trace::quantity;
@@ -55,19 +58,19 @@ mod queue;
 pub mod record;
 pub mod rng;
 pub mod scenario;
-pub mod service;
-pub mod slowdown;
 pub mod summary;
 pub mod theory;
 pub mod time;
 pub mod timeline;
 pub mod timeseries;
+pub mod timing;
 
+pub use build::{BuiltScenario, Profiles};
 pub use engine::{
     Run, RunOptions, SimError, Warmup, run_with_sink, simulate, simulate_with_requests,
 };
 pub use record::{Outcome, RecordSink, RejectReason, RequestLog, RequestRecord};
 pub use scenario::{Scenario, ScenarioError};
-pub use service::{BatchShape, ServiceTime};
 pub use summary::Summary;
 pub use time::SimTime;
+pub use timing::service::{BatchShape, ServiceTime};

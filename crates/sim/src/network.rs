@@ -119,7 +119,7 @@ impl NetworkPath {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scenario::DurationNs;
+    use crate::quantity::DurationNs;
     use rand::SeedableRng;
 
     #[test]
@@ -143,8 +143,8 @@ mod tests {
             latency: Some(LatencySpec::Constant {
                 one_way: DurationNs(100),
             }),
-            bandwidth: Some(crate::scenario::BandwidthBytesPerS(1e9)),
-            request_bytes: crate::scenario::SizeBytes(1000),
+            bandwidth: Some(crate::quantity::BandwidthBytesPerS(1e9)),
+            request_bytes: crate::quantity::SizeBytes(1000),
             request_bytes_per_input_token: 4,
             ..NetworkSpec::default()
         };

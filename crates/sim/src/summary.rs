@@ -433,7 +433,7 @@ pub struct Summary {
     pub batch_size_counts: Vec<u64>,
     /// Batches (whole run) whose shape lies outside the grid the service-time model was
     /// calibrated on, so their execution time is extrapolated (see
-    /// [`crate::service::ServiceTime::is_extrapolated`]); 0 with analytic models.
+    /// [`crate::timing::service::ServiceTime::is_extrapolated`]); 0 with analytic models.
     #[serde(default)]
     pub extrapolated_batches: u64,
     /// [`Summary::extrapolated_batches`] by pool name; pools without any are left out.

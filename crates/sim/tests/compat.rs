@@ -3,10 +3,16 @@
 
 use std::path::PathBuf;
 
+use capsim_sim::build::{BuiltScenario, Profiles, build};
 use capsim_sim::summary::LatencyStats;
 use capsim_sim::{RunOptions, Scenario, Summary, simulate};
 use capsim_trace::{IngestOptions, Trace, Transforms};
 use serde_json::Value;
+
+/// `scenario` with its models built (it names no profile file).
+fn built(scenario: &Scenario) -> BuiltScenario {
+    build(scenario, &mut Profiles::default()).expect("the scenario builds")
+}
 
 fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -29,7 +35,7 @@ fn run(scenario: &str, trace: &str, limit: usize) -> Summary {
         seed: 3,
         ..RunOptions::default()
     };
-    simulate(&scenario, &trace, &options).expect("runs")
+    simulate(&built(&scenario), &trace, &options).expect("runs")
 }
 
 fn num(object: &serde_json::Map<String, Value>, key: &str) -> f64 {

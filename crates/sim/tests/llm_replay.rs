@@ -4,8 +4,14 @@
 
 use std::path::PathBuf;
 
+use capsim_sim::build::{BuiltScenario, Profiles, build};
 use capsim_sim::{Outcome, RunOptions, Scenario, Summary, simulate, simulate_with_requests};
 use capsim_trace::{IngestOptions, Trace, Transforms};
+
+/// `scenario` with its models built (it names no profile file).
+fn built(scenario: &Scenario) -> BuiltScenario {
+    build(scenario, &mut Profiles::default()).expect("the scenario builds")
+}
 
 fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -36,7 +42,7 @@ fn options() -> RunOptions {
 
 /// Checks the accounting every continuous-batching run must satisfy, from its records.
 fn check_replay(scenario: &Scenario, trace: &Trace) -> Summary {
-    let (run, log) = simulate_with_requests(scenario, trace, &options()).expect("runs");
+    let (run, log) = simulate_with_requests(&built(scenario), trace, &options()).expect("runs");
     let s = &run.summary;
     assert_eq!(
         s.requests.total,
@@ -132,8 +138,10 @@ fn mooncake_prefix_caching_hits_and_lowers_ttft() {
 fn same_seed_gives_identical_llm_summary() {
     let trace = trace("azure-code.parquet");
     let scenario = llm_scenario();
-    let a = serde_json::to_string(&simulate(&scenario, &trace, &options()).unwrap()).unwrap();
-    let b = serde_json::to_string(&simulate(&scenario, &trace, &options()).unwrap()).unwrap();
+    let a =
+        serde_json::to_string(&simulate(&built(&scenario), &trace, &options()).unwrap()).unwrap();
+    let b =
+        serde_json::to_string(&simulate(&built(&scenario), &trace, &options()).unwrap()).unwrap();
     assert_eq!(a, b);
 }
 
@@ -143,7 +151,7 @@ fn trace_without_output_tokens_is_an_error_naming_the_column() {
     let mut cols = t.into_columns();
     cols.output_tokens = None;
     let t = Trace::from_columns(cols).unwrap();
-    let err = simulate(&llm_scenario(), &t, &options()).unwrap_err();
+    let err = simulate(&built(&llm_scenario()), &t, &options()).unwrap_err();
     assert!(err.to_string().contains("output_tokens"), "{err}");
 }
 

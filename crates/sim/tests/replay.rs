@@ -3,9 +3,15 @@
 
 use std::path::PathBuf;
 
+use capsim_sim::build::{BuiltScenario, Profiles, build};
 use capsim_sim::output::{write_requests_parquet, write_summary_json};
 use capsim_sim::{RunOptions, Scenario, simulate_with_requests};
 use capsim_trace::{IngestOptions, Trace, Transforms};
+
+/// `scenario` with its models built (it names no profile file).
+fn built(scenario: &Scenario) -> BuiltScenario {
+    build(scenario, &mut Profiles::default()).expect("the scenario builds")
+}
 
 fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -42,7 +48,7 @@ fn same_seed_gives_byte_identical_requests_parquet() {
     };
     let mut bytes = Vec::new();
     for run in 0..2 {
-        let (result, log) = simulate_with_requests(&scenario, &trace, &options).unwrap();
+        let (result, log) = simulate_with_requests(&built(&scenario), &trace, &options).unwrap();
         let requests = dir.path().join(format!("requests-{run}.parquet"));
         let summary = dir.path().join(format!("summary-{run}.json"));
         write_requests_parquet(&requests, log.records(), &["default".to_string()]).unwrap();
@@ -66,7 +72,7 @@ fn same_seed_gives_byte_identical_requests_parquet() {
         "summary.json differs between two runs with the same seed"
     );
     let (other, _) = simulate_with_requests(
-        &scenario,
+        &built(&scenario),
         &trace,
         &RunOptions {
             seed: 43,
@@ -110,7 +116,8 @@ fn azure_conv_through_a_multi_instance_scenario_accounts_for_every_request() {
     ] {
         scenario.set(key, value).unwrap();
     }
-    let (run, log) = simulate_with_requests(&scenario, &trace, &RunOptions::default()).unwrap();
+    let (run, log) =
+        simulate_with_requests(&built(&scenario), &trace, &RunOptions::default()).unwrap();
     let c = &run.summary.requests;
     assert_eq!(c.total, rows);
     assert_eq!(log.len() as u64, rows);

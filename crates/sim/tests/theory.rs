@@ -5,10 +5,16 @@
 //! `--ignored`, prints the error over twenty), with enough customers that the 2% bound is several
 //! standard errors wide.
 
+use capsim_sim::build::{BuiltScenario, Profiles, build};
 use capsim_sim::rng::{Component, stream};
 use capsim_sim::{RunOptions, Scenario, Warmup, simulate, simulate_with_requests, theory};
 use capsim_trace::{Columns, Trace};
 use rand_distr::Distribution;
+
+/// `scenario` with its models built (it names no profile file).
+fn built(scenario: &Scenario) -> BuiltScenario {
+    build(scenario, &mut Profiles::default()).expect("the scenario builds")
+}
 
 /// A Poisson arrival stream of `n` requests at `rate_rps`, from `seed`.
 fn poisson_trace(n: usize, rate_rps: f64, seed: u64) -> Trace {
@@ -36,7 +42,7 @@ fn simulated_mean_wait_s(scenario: &str, trace: &Trace, seed: u64, warmup: u64) 
         warmup: Warmup::Count(warmup),
         ..RunOptions::default()
     };
-    let summary = simulate(&scenario, trace, &options).expect("runs");
+    let summary = simulate(&built(&scenario), trace, &options).expect("runs");
     assert!(summary.requests.adds_up());
     assert_eq!(summary.requests.completed, trace.len() as u64);
     summary.latency_ms["queue"].mean_ms * 1e-3
@@ -144,7 +150,7 @@ fn littles_law_holds_on_the_full_pipeline() {
         seed: 5,
         ..RunOptions::default()
     };
-    let (run, log) = simulate_with_requests(&scenario, &trace, &options).unwrap();
+    let (run, log) = simulate_with_requests(&built(&scenario), &trace, &options).unwrap();
     let s = &run.summary;
     assert!(s.requests.adds_up(), "{:?}", s.requests);
     assert_eq!(s.requests.total, n as u64);

@@ -1,10 +1,16 @@
 //! A pool's `max_input_tokens` and `max_output_tokens`: a trace with sizes above the limits runs
 //! exactly as the same trace cut to them beforehand, and the summary counts the cut requests.
 
+use capsim_sim::build::{BuiltScenario, Profiles, build};
 use capsim_sim::{RequestRecord, RunOptions, Scenario, Summary, simulate_with_requests};
 use capsim_trace::{Columns, Trace};
 
 const MS: u64 = 1_000_000;
+
+/// `scenario` with its models built (it names no profile file).
+fn built(scenario: &Scenario) -> BuiltScenario {
+    build(scenario, &mut Profiles::default()).expect("the scenario builds")
+}
 
 /// 400 requests every 2 ms whose inputs cycle through 40..=1000 tokens (every third above 512)
 /// and outputs through 3..=300.
@@ -30,7 +36,7 @@ fn run(scenario: &str, trace: &Trace) -> (Summary, Vec<RequestRecord>) {
         seed: 11,
         ..RunOptions::default()
     };
-    let (run, mut log) = simulate_with_requests(&scenario, trace, &options).expect("runs");
+    let (run, mut log) = simulate_with_requests(&built(&scenario), trace, &options).expect("runs");
     log.sort_by_request();
     (run.summary, log.records().to_vec())
 }

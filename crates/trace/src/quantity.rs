@@ -5,6 +5,8 @@
 
 use std::fmt;
 
+use serde::Deserialize;
+
 /// Why a quantity string did not parse. The message quotes the value and lists accepted units.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{kind} {value:?} is not valid: {hint}")]
@@ -165,6 +167,90 @@ pub fn format_duration_ns(ns: u64) -> String {
         }
     }
     D(ns).to_string()
+}
+
+/// A duration read from a scenario file or flag, in nanoseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DurationNs(pub u64);
+
+impl<'de> Deserialize<'de> for DurationNs {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = quantity_text(d, "duration", "\"5ms\"")?;
+        parse_duration_ns(&text)
+            .map(DurationNs)
+            .map_err(de_err::<D>)
+    }
+}
+
+/// A request rate read from a scenario file or flag, in requests per second.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct RateRps(pub f64);
+
+impl<'de> Deserialize<'de> for RateRps {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = quantity_text(d, "rate", "\"120rps\"")?;
+        parse_rate_rps(&text).map(RateRps).map_err(de_err::<D>)
+    }
+}
+
+/// A bandwidth read from a scenario file or flag, in bytes per second.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct BandwidthBytesPerS(pub f64);
+
+impl<'de> Deserialize<'de> for BandwidthBytesPerS {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = quantity_text(d, "bandwidth", "\"10Gbps\"")?;
+        parse_bandwidth_bytes_per_s(&text)
+            .map(BandwidthBytesPerS)
+            .map_err(de_err::<D>)
+    }
+}
+
+/// A size read from a scenario file or flag, in bytes (a bare integer is bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SizeBytes(pub u64);
+
+impl<'de> Deserialize<'de> for SizeBytes {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Int(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Int(n) => Ok(SizeBytes(n)),
+            Raw::Text(t) => parse_size_bytes(&t).map(SizeBytes).map_err(de_err::<D>),
+        }
+    }
+}
+
+fn de_err<'de, D: serde::Deserializer<'de>>(e: QuantityError) -> D::Error {
+    <D::Error as serde::de::Error>::custom(e)
+}
+
+/// Reads a quantity that must be a string with a unit; a bare number gets an error saying so.
+fn quantity_text<'de, D: serde::Deserializer<'de>>(
+    d: D,
+    kind: &'static str,
+    example: &'static str,
+) -> Result<String, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Text(String),
+        Int(i64),
+        Float(f64),
+    }
+    let bare = match Raw::deserialize(d)? {
+        Raw::Text(t) => return Ok(t),
+        Raw::Int(0) => return Ok("0".to_string()),
+        Raw::Int(n) => n.to_string(),
+        Raw::Float(x) => x.to_string(),
+    };
+    Err(<D::Error as serde::de::Error>::custom(format!(
+        "{kind} {bare} has no unit: write it as a string with a unit, for example {example}"
+    )))
 }
 
 #[cfg(test)]

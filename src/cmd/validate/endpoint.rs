@@ -17,12 +17,14 @@ use capsim_report::validation::{
     BatchShares, CalibratedCapacity, ComputeDrift, EndpointValidation, Figures, LoadValidation,
     Measured, RunService, ServerBatchTime, Simulated,
 };
-use capsim_sim::llm::spec::BatcherKind;
 use capsim_sim::output::write_requests_parquet;
-use capsim_sim::profile::{Profile, ProfileServiceTime};
 use capsim_sim::quantity::parse_duration_ns;
+use capsim_sim::scenario::BatcherKind;
 use capsim_sim::scenario::Pool;
-use capsim_sim::{RequestRecord, RunOptions, Scenario, ServiceTime, simulate_with_requests};
+use capsim_sim::timing::profile::{Profile, ProfileServiceTime};
+use capsim_sim::{
+    BuiltScenario, RequestRecord, RunOptions, Scenario, ServiceTime, simulate_with_requests,
+};
 use capsim_trace::{Columns, Trace};
 
 use super::{ValidateArgs, check_loads, scaled_trace, served_lengths};
@@ -47,10 +49,11 @@ pub(super) fn run(args: &ValidateArgs, url: &str) -> Result<()> {
     let mut scenario = Scenario::from_path(scenario_path).map_err(|e| BadInput(e.to_string()))?;
     crate::cmd::apply_sets(&mut scenario, &args.sets)?;
     let pool = batched_pool(&scenario, scenario_path)?.clone();
+    let built = crate::cmd::build_scenario(&scenario, &mut capsim_sim::Profiles::default())?;
     check_loads(&args.loads)?;
     let duration_ns =
         parse_duration_ns(&args.duration).map_err(|e| BadInput(format!("--duration: {e}")))?;
-    let (service, service_model, model_label) = service_of(args, &pool)?;
+    let (service, service_model, model_label) = service_of(args, &built)?;
     let model = server.model.to_string_lossy().into_owned();
     let protocol = match args.protocol {
         ProtocolArg::Kserve => Protocol::Kserve,
@@ -140,7 +143,7 @@ pub(super) fn run(args: &ValidateArgs, url: &str) -> Result<()> {
             service_override: Some(service.clone()),
             ..RunOptions::default()
         };
-        let (sim_run, sim_log) = simulate_with_requests(&scenario, &scaled, &sim_options)?;
+        let (sim_run, sim_log) = simulate_with_requests(&built, &scaled, &sim_options)?;
         let stats = run.stats.as_ref();
         let server_shares = stats.map_or_else(BatchShares::default, |s| {
             BatchShares::from_counts(s.batch_stats.iter().map(|b| (b.batch_size, b.executions())))
@@ -171,7 +174,7 @@ pub(super) fn run(args: &ValidateArgs, url: &str) -> Result<()> {
                     service_override: Some(service.clone()),
                     ..sim_options.clone()
                 };
-                Some(simulate_with_requests(&scenario, &scaled, &options)?)
+                Some(simulate_with_requests(&built, &scaled, &options)?)
             }
             None => None,
         };
@@ -269,7 +272,7 @@ fn batched_pool<'a>(scenario: &'a Scenario, path: &Path) -> Result<&'a Pool> {
             pool.name
         )));
     }
-    if pool.service.is_none() {
+    if pool.service_spec.is_none() {
         return Err(bad(format!("pool {:?} has no [service] model", pool.name)));
     }
     Ok(pool)
@@ -277,7 +280,10 @@ fn batched_pool<'a>(scenario: &'a Scenario, path: &Path) -> Result<&'a Pool> {
 
 /// The service model of the scenario-driven simulation: the profile's (`--profile`) or the
 /// pool's own; with how the output names it.
-fn service_of(args: &ValidateArgs, pool: &Pool) -> Result<(Arc<dyn ServiceTime>, String, String)> {
+fn service_of(
+    args: &ValidateArgs,
+    built: &BuiltScenario,
+) -> Result<(Arc<dyn ServiceTime>, String, String)> {
     match &args.profile {
         Some(path) => {
             let profile = Profile::read(path).map_err(|e| BadInput(e.to_string()))?;
@@ -288,7 +294,10 @@ fn service_of(args: &ValidateArgs, pool: &Pool) -> Result<(Arc<dyn ServiceTime>,
             ))
         }
         None => Ok((
-            pool.service.clone().expect("checked by batched_pool"),
+            built.pools[0]
+                .service
+                .clone()
+                .expect("checked by batched_pool"),
             "scenario".to_string(),
             "scenario's".to_string(),
         )),

@@ -786,7 +786,10 @@ fn replay(
         seed,
         ..RunOptions::default()
     };
-    let (_, records) = capsim_sim::simulate_with_requests(scenario, &trace, &options)
+    // The fitted service or step time is affine, linear or a roofline: no profile is read.
+    let built = capsim_sim::build::build(scenario, &mut capsim_sim::Profiles::default())
+        .map_err(|e| FitError::Scenario(e.to_string()))?;
+    let (_, records) = capsim_sim::simulate_with_requests(&built, &trace, &options)
         .map_err(|e| FitError::Simulation(e.to_string()))?;
     let none = capsim_sim::record::NONE;
     let mut e2e = Vec::new();
@@ -939,8 +942,10 @@ mod tests {
             ..Columns::default()
         })
         .unwrap();
+        let built =
+            capsim_sim::build::build(&scenario, &mut capsim_sim::Profiles::default()).unwrap();
         let (_, records) =
-            capsim_sim::simulate_with_requests(&scenario, &trace, &RunOptions::default()).unwrap();
+            capsim_sim::simulate_with_requests(&built, &trace, &RunOptions::default()).unwrap();
         log.e2e_ns = records
             .records()
             .iter()

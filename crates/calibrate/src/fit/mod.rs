@@ -39,10 +39,10 @@ pub mod metrics;
 
 use argmin::core::{CostFunction, Executor, State, TerminationReason, TerminationStatus};
 use argmin::solver::neldermead::NelderMead;
-use capsim_sim::llm::step_time::{
+use capsim_sim::rng::{SimRng, splitmix64};
+use capsim_sim::timing::step_spec::{
     DEFAULT_BANDWIDTH_EFFICIENCY, DEFAULT_COMPUTE_EFFICIENCY, StepTimeSpec,
 };
-use capsim_sim::rng::{SimRng, splitmix64};
 use capsim_sim::{Outcome, RunOptions, Scenario};
 use capsim_trace::{Columns, Trace};
 use rand::{RngExt, SeedableRng};
@@ -341,7 +341,10 @@ impl Replay {
             seed: self.seed,
             ..RunOptions::default()
         };
-        let (_, records) = capsim_sim::simulate_with_requests(scenario, &self.trace, &options)
+        // The fitted service or step time is affine, linear or a roofline: no profile is read.
+        let built = capsim_sim::build::build(scenario, &mut capsim_sim::Profiles::default())
+            .map_err(|e| FitError::Scenario(e.to_string()))?;
+        let (_, records) = capsim_sim::simulate_with_requests(&built, &self.trace, &options)
             .map_err(|e| FitError::Simulation(e.to_string()))?;
         // Per trace row; NaN where the request did not complete.
         let rows = self.trace.len();

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use capsim_sim::profile::Profile;
+use capsim_sim::timing::profile::Profile;
 use plotters::prelude::*;
 
 use super::{

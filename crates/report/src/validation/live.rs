@@ -8,9 +8,9 @@
 
 use std::collections::BTreeMap;
 
-use capsim_sim::profile::ProfileServiceTime;
 use capsim_sim::record::RequestRecord;
 use capsim_sim::summary::LatencyStats;
+use capsim_sim::timing::profile::ProfileServiceTime;
 use capsim_sim::{BatchShape, Summary};
 
 /// `(simulated - measured) / measured`, and 0 when the measured value is 0 (the live table's

@@ -7,8 +7,8 @@ use crate::context::{Ctx, Place};
 use crate::event::{Event, EventKind};
 use crate::instance::{Site, begin_execution};
 use crate::queue::is_live;
-use crate::service::BatchShape;
 use crate::time::SimTime;
+use crate::timing::service::BatchShape;
 
 /// The dynamic batcher of one instance: Triton's batcher thread and its wake-ups.
 #[derive(Debug, Clone)]

@@ -298,7 +298,7 @@ impl BatcherThread {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scenario::DurationNs;
+    use crate::quantity::DurationNs;
 
     const MS: u64 = 1_000_000;
 

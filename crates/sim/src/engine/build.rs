@@ -8,6 +8,7 @@ use capsim_trace::Trace;
 use super::{Engine, Executor, RunOptions};
 use crate::batcher::Batcher;
 use crate::batcher::instance::DynamicInstance;
+use crate::build::BuiltScenario;
 use crate::client::{Clients, Link, RetryPolicy};
 use crate::context::{
     Counters, Ctx, InstanceId, LANE_CLIENT, LANE_DOWNLINK, LANE_UPLINK, LANES, PoolId, Tickets,
@@ -56,10 +57,11 @@ fn modeled_stages(scenario: &Scenario, uplink_instant: bool, downlink_instant: b
 impl<'a> Engine<'a> {
     /// Builds every stage from the scenario: the one place that reads it.
     pub(super) fn new(
-        scenario: &'a Scenario,
+        built: &'a BuiltScenario,
         trace: &'a Trace,
         options: &RunOptions,
     ) -> Engine<'a> {
+        let scenario = &built.scenario;
         let seed = options.seed;
         let mut routes = Vec::new();
         let mut queues = Vec::new();
@@ -71,6 +73,7 @@ impl<'a> Engine<'a> {
         let mut model_pool = HashMap::new();
         let mut class_pool = HashMap::new();
         for (p, pool) in scenario.pools().iter().enumerate() {
+            let models = &built.pools[p];
             let pool_id = PoolId(p as u16);
             for m in &pool.models {
                 model_pool.entry(m.clone()).or_insert(pool_id);
@@ -127,7 +130,7 @@ impl<'a> Engine<'a> {
                     ));
                 }
             }
-            let service = pool.service.as_ref().map(|s| {
+            let service = models.service.as_ref().map(|s| {
                 options
                     .service_override
                     .clone()
@@ -135,14 +138,14 @@ impl<'a> Engine<'a> {
             });
             executions.push(Execution {
                 may_extrapolate: service.as_ref().is_some_and(|s| s.may_extrapolate())
-                    || pool
-                        .llm
+                    || models
+                        .step_time
                         .as_ref()
-                        .is_some_and(|l| l.step_time.may_extrapolate()),
+                        .is_some_and(|s| s.may_extrapolate()),
                 extrapolated_batches: 0,
                 slowdowns: pool.slowdowns.clone(),
                 service,
-                step_time: pool.llm.as_ref().map(|l| l.step_time.clone()),
+                step_time: models.step_time.clone(),
                 rng: stream(seed, Component::Execution, p as u32),
             });
             queues.push(QueuePolicy {

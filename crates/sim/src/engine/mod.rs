@@ -1,4 +1,4 @@
-//! The discrete-event engine's kernel: replays a trace through a [`Scenario`] and accounts for
+//! The discrete-event engine's kernel: replays a trace through a [`Scenario`](crate::Scenario) and accounts for
 //! every request.
 //!
 //! Time is an integer count of nanoseconds. Pending events sit in an
@@ -23,6 +23,7 @@ use std::sync::Arc;
 use capsim_trace::Trace;
 
 use crate::batcher::instance::DynamicInstance;
+use crate::build::BuiltScenario;
 use crate::client::Clients;
 use crate::context::{ClientId, Ctx, InstanceId, Place, RequestId};
 use crate::continuous::{Continuous, ContinuousInstance};
@@ -34,10 +35,9 @@ use crate::postprocess::Postprocess;
 use crate::preprocess::Preprocess;
 use crate::queue::{QueuePolicy, is_stale_timeout};
 use crate::record::{NoRecords, Outcome, RecordSink, RejectReason, RequestLog};
-use crate::scenario::Scenario;
-use crate::service::ServiceTime;
 use crate::summary::Summary;
 use crate::time::SimTime;
+use crate::timing::service::ServiceTime;
 
 pub use crate::client::Warmup;
 pub use crate::observe::Run;
@@ -117,32 +117,33 @@ fn horizon_cause(kind: EventKind) -> &'static str {
 /// Simulates `trace` through `scenario` and returns the summary only (no per-request records;
 /// memory stays bounded). This is the entry point for sweeps and capacity searches.
 pub fn simulate(
-    scenario: &Scenario,
+    built: &BuiltScenario,
     trace: &Trace,
     options: &RunOptions,
 ) -> Result<Summary, SimError> {
-    run_with_sink(scenario, trace, options, &mut NoRecords).map(|run| run.summary)
+    run_with_sink(built, trace, options, &mut NoRecords).map(|run| run.summary)
 }
 
 /// Simulates and keeps every request's record, sorted by trace row then attempt.
 pub fn simulate_with_requests(
-    scenario: &Scenario,
+    built: &BuiltScenario,
     trace: &Trace,
     options: &RunOptions,
 ) -> Result<(Run, RequestLog), SimError> {
     let mut log = RequestLog::with_capacity(trace.len());
-    let run = run_with_sink(scenario, trace, options, &mut log)?;
+    let run = run_with_sink(built, trace, options, &mut log)?;
     log.sort_by_request();
     Ok((run, log))
 }
 
 /// Simulates, handing every finished request to `sink`.
 pub fn run_with_sink<S: RecordSink>(
-    scenario: &Scenario,
+    built: &BuiltScenario,
     trace: &Trace,
     options: &RunOptions,
     sink: &mut S,
 ) -> Result<Run, SimError> {
+    let scenario = &built.scenario;
     if trace.len() >= u32::MAX as usize {
         return Err(SimError::TooManyRequests { rows: trace.len() });
     }
@@ -161,7 +162,7 @@ pub fn run_with_sink<S: RecordSink>(
             cause: "the trace's last arrival (`--rate-scale` or the arrival column)",
         });
     }
-    let mut engine = Engine::new(scenario, trace, options);
+    let mut engine = Engine::new(built, trace, options);
     engine.run(sink);
     if let Some(kind) = engine.past_horizon {
         return Err(SimError::PastHorizon {

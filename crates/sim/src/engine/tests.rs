@@ -2,10 +2,12 @@
 //! request, and the accounting of every stage.
 
 use super::*;
+use crate::build::scenario_runs::{run_with_sink, simulate, simulate_with_requests};
+use crate::scenario::Scenario;
 use capsim_trace::Columns;
 
 use crate::rng::SimRng;
-use crate::service::BatchShape;
+use crate::timing::service::BatchShape;
 
 const MS: u64 = 1_000_000;
 

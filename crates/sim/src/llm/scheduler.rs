@@ -25,7 +25,7 @@ use std::collections::VecDeque;
 
 use super::kv::{BlockId, KvCache};
 use super::prefix::{PrefixKeys, PrefixStats};
-use super::step_time::StepBatch;
+use crate::timing::step_time::StepBatch;
 
 /// How the waiting line is ordered (the instance queue does the ordering).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]

@@ -1,69 +1,17 @@
-//! Step-time models: how long one iteration of a continuous batcher takes, from what is in it.
+//! The `[step_time]` table of a continuous-batching pool as written, its checks, and the
+//! roofline's resolution of presets and explicit keys into a model with its memory facts.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde::Deserialize;
 
 use super::hardware::{self, Hardware};
 use super::roofline::{MODEL_PRESET_NAMES, ModelShape, Roofline, dtype_bytes, model_preset};
-use super::step_profile::{ProfileStepTime, StepProfileError};
+use super::step_profile::StepProfileError;
+use super::step_time::{LinearStepTime, StepTime};
+use crate::quantity::SizeBytes;
 use crate::quantity::{QuantityError, parse_duration_ns_f64};
-use crate::rng::SimRng;
-use crate::scenario::SizeBytes;
-
-/// The composition of one scheduler step, as a step-time model sees it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct StepBatch {
-    /// Prompt tokens computed this step (new prefill tokens, after prefix-cache hits, summed over
-    /// the prefill chunks of the step).
-    pub prefill_tokens: u64,
-    /// Sum over the step's prefill chunks of chunk length times the context it attends to
-    /// (chunk length squared for a chunk that starts at position 0): attention's quadratic term.
-    pub prefill_attention_tokens2: u64,
-    /// Sequences with a prefill chunk in this step.
-    pub prefill_seqs: u32,
-    /// Sequences decoding one token in this step.
-    pub decode_seqs: u32,
-    /// KV-cache tokens read by the step's decodes (sum of their context lengths).
-    pub decode_kv_tokens: u64,
-}
-
-impl StepBatch {
-    /// Sequences in the step.
-    pub fn seqs(&self) -> u32 {
-        self.prefill_seqs + self.decode_seqs
-    }
-
-    /// Tokens computed in the step (prefill tokens plus one per decode): what
-    /// `max_num_batched_tokens` bounds.
-    pub fn batched_tokens(&self) -> u64 {
-        self.prefill_tokens + u64::from(self.decode_seqs)
-    }
-}
-
-/// A model of step execution time. Implementations are immutable and shared between instances;
-/// all randomness comes from the caller's generator so runs stay deterministic.
-pub trait StepTime: Send + Sync + std::fmt::Debug {
-    /// Draws the GPU time of one step, in nanoseconds (per-step CPU overhead excluded: the
-    /// scheduler adds it).
-    fn sample_ns(&self, step: &StepBatch, rng: &mut SimRng) -> u64;
-
-    /// The mean GPU time of such a step, in nanoseconds.
-    fn mean_ns(&self, step: &StepBatch) -> f64;
-
-    /// Whether this step lies outside the measurements the model was fitted to.
-    fn is_extrapolated(&self, _step: &StepBatch) -> bool {
-        false
-    }
-
-    /// Whether [`StepTime::is_extrapolated`] can ever be true. The engine asks once per pool and
-    /// skips the per-step question when it is false. Default: true (ask every step); models that
-    /// never extrapolate return false.
-    fn may_extrapolate(&self) -> bool {
-        true
-    }
-}
 
 /// How a pool's step time is modelled: the `[step_time]` table of a continuous-batching pool.
 ///
@@ -305,9 +253,9 @@ pub enum StepTimeError {
 }
 
 impl StepTimeSpec {
-    /// Builds the model. `base_dir` is the folder a relative profile path is resolved against
-    /// (the scenario file's folder).
-    pub fn build(&self, base_dir: &Path) -> Result<Arc<dyn StepTime>, StepTimeError> {
+    /// Builds a `linear` or `roofline` model, which needs no file; `None` for `profile`, whose
+    /// file only the build step (`crate::build`) reads. The scenario calls this to validate.
+    pub fn analytic(&self) -> Result<Option<Arc<dyn StepTime>>, StepTimeError> {
         match self {
             StepTimeSpec::Linear {
                 base,
@@ -338,7 +286,7 @@ impl StepTimeSpec {
                               (for example base = \"5ms\", per_decode_seq = \"50us\")",
                     });
                 }
-                Ok(Arc::new(model))
+                Ok(Some(Arc::new(model)))
             }
             StepTimeSpec::Roofline(spec) => {
                 let sized = spec.resolve()?;
@@ -350,14 +298,9 @@ impl StepTimeSpec {
                         gpus: r.tensor_parallel,
                     });
                 }
-                Ok(Arc::new(sized.roofline))
+                Ok(Some(Arc::new(sized.roofline)))
             }
-            StepTimeSpec::Profile { path } => {
-                let path = base_dir.join(path);
-                let model = ProfileStepTime::from_file(&path)
-                    .map_err(|source| StepTimeError::Profile { path, source })?;
-                Ok(Arc::new(model))
-            }
+            StepTimeSpec::Profile { .. } => Ok(None),
         }
     }
 
@@ -590,77 +533,11 @@ impl RooflineSpec {
     }
 }
 
-/// The `kind = "linear"` model, built: every coefficient in (fractional) nanoseconds.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct LinearStepTime {
-    /// Fixed time of every step, ns.
-    pub base_ns: f64,
-    /// Per prefill token, ns.
-    pub per_prefill_token_ns: f64,
-    /// Per unit of `prefill_attention_tokens2`, ns.
-    pub per_prefill_attention_token2_ns: f64,
-    /// Per decoding sequence, ns.
-    pub per_decode_seq_ns: f64,
-    /// Per KV token read by decodes, ns.
-    pub per_kv_token_ns: f64,
-}
-
-impl StepTime for LinearStepTime {
-    fn sample_ns(&self, step: &StepBatch, _rng: &mut SimRng) -> u64 {
-        self.mean_ns(step).round().max(1.0) as u64
-    }
-
-    fn mean_ns(&self, step: &StepBatch) -> f64 {
-        self.base_ns
-            + self.per_prefill_token_ns * step.prefill_tokens as f64
-            + self.per_prefill_attention_token2_ns * step.prefill_attention_tokens2 as f64
-            + self.per_decode_seq_ns * f64::from(step.decode_seqs)
-            + self.per_kv_token_ns * step.decode_kv_tokens as f64
-    }
-
-    fn may_extrapolate(&self) -> bool {
-        false
-    }
-}
-
-/// Another model's step GPU times multiplied by a constant factor (`execution.time_scale`); the
-/// scheduler's CPU overhead per step is not scaled.
-#[derive(Debug)]
-pub struct ScaledStepTime {
-    inner: Arc<dyn StepTime>,
-    /// The factor (finite, above 0).
-    scale: f64,
-}
-
-impl ScaledStepTime {
-    /// `inner`'s times times `scale` (finite and above 0; the scenario checks it).
-    pub fn new(inner: Arc<dyn StepTime>, scale: f64) -> ScaledStepTime {
-        debug_assert!(scale.is_finite() && scale > 0.0, "scale {scale}");
-        ScaledStepTime { inner, scale }
-    }
-}
-
-impl StepTime for ScaledStepTime {
-    fn sample_ns(&self, step: &StepBatch, rng: &mut SimRng) -> u64 {
-        crate::time::round_ns(self.inner.sample_ns(step, rng) as f64 * self.scale)
-    }
-
-    fn mean_ns(&self, step: &StepBatch) -> f64 {
-        self.inner.mean_ns(step) * self.scale
-    }
-
-    fn is_extrapolated(&self, step: &StepBatch) -> bool {
-        self.inner.is_extrapolated(step)
-    }
-
-    fn may_extrapolate(&self) -> bool {
-        self.inner.may_extrapolate()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rng::SimRng;
+    use crate::timing::step_time::StepBatch;
     use rand::SeedableRng;
 
     fn spec(text: &str) -> Result<StepTimeSpec, toml::de::Error> {
@@ -678,7 +555,7 @@ mod tests {
              per_decode_seq = \"50us\"\nper_kv_token = \"2.5ns\"\nper_prefill_attention_token2 = \"0.5ns\"",
         )
         .unwrap();
-        let model = s.build(Path::new(".")).unwrap();
+        let model = s.analytic().map(|m| m.expect("an analytic spec")).unwrap();
         let step = StepBatch {
             prefill_tokens: 100,
             prefill_attention_tokens2: 10_000,
@@ -712,7 +589,8 @@ mod tests {
         assert!(e.contains("cubic"), "{e}");
         let free = spec("kind = \"linear\"\nbase = \"0ms\"").unwrap();
         let e = free
-            .build(Path::new("."))
+            .analytic()
+            .map(|m| m.expect("an analytic spec"))
             .map(|_| ())
             .unwrap_err()
             .to_string();
@@ -722,7 +600,7 @@ mod tests {
     #[test]
     fn roofline_preset_8b_on_h200_decodes_in_weights_over_bandwidth() {
         let s = spec("kind = \"roofline\"\nmodel = \"llama-3-8b\"\nhardware = \"h200\"").unwrap();
-        let model = s.build(Path::new(".")).unwrap();
+        let model = s.analytic().map(|m| m.expect("an analytic spec")).unwrap();
         let step = StepBatch {
             decode_seqs: 1,
             decode_kv_tokens: 100,
@@ -767,7 +645,12 @@ mod tests {
              head_dim = 128\nflops = \"100TFLOPS\"\nmemory_bandwidth = \"1000GB/s\"\nmemory = \"24GB\"",
         )
         .unwrap();
-        assert!(explicit.build(Path::new(".")).is_ok());
+        assert!(
+            explicit
+                .analytic()
+                .map(|m| m.expect("an analytic spec"))
+                .is_ok()
+        );
         assert!(explicit.kv_capacity_tokens().unwrap() > 0);
     }
 
@@ -807,7 +690,12 @@ mod tests {
         ];
         for (body, expected) in cases {
             let s = spec(&format!("kind = \"roofline\"\n{body}")).unwrap();
-            let e = s.build(Path::new(".")).map(|_| ()).unwrap_err().to_string();
+            let e = s
+                .analytic()
+                .map(|m| m.expect("an analytic spec"))
+                .map(|_| ())
+                .unwrap_err()
+                .to_string();
             assert!(
                 e.contains(expected),
                 "for {body:?}: expected {expected:?} in {e:?}"
@@ -820,29 +708,10 @@ mod tests {
     }
 
     #[test]
-    fn profile_spec_loads_relative_to_the_base_dir_and_names_a_missing_file() {
-        let dir = tempfile::tempdir().unwrap();
-        super::super::step_profile::tests::synthetic()
-            .write(&dir.path().join("steps.json"))
-            .unwrap();
+    fn a_profile_spec_is_not_analytic_and_knows_no_kv_capacity() {
         let s = spec("kind = \"profile\"\npath = \"steps.json\"").unwrap();
-        let model = s.build(dir.path()).unwrap();
-        let step = StepBatch {
-            decode_seqs: 4,
-            decode_kv_tokens: 4 * 256,
-            ..StepBatch::default()
-        };
-        assert_eq!(model.mean_ns(&step), 2e6 + 4e5 + 1024.0);
+        assert!(s.analytic().unwrap().is_none());
         assert_eq!(s.kv_capacity_tokens(), None);
-        let e = s
-            .build(Path::new("/nonexistent"))
-            .map(|_| ())
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("step_time.path") && e.contains("/nonexistent/steps.json"),
-            "{e}"
-        );
     }
 
     #[test]

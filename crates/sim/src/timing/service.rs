@@ -1,7 +1,7 @@
 //! Service-time models: how long one batch takes on a model instance.
 //!
 //! The engine asks a [`ServiceTime`] for the execution time of every batch it starts. Analytic
-//! models live here; the calibrated, profile-driven model lives in [`crate::profile`].
+//! models live here; the calibrated, profile-driven model lives in [`crate::timing::profile`].
 
 use crate::rng::SimRng;
 

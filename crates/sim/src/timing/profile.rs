@@ -1,24 +1,25 @@
+// Over 800 lines: the profile format, its validation and the model sampling it share one
+// grid layout; a third of the file is their tests.
 //! Calibration profiles and the service-time model fitted to them.
 //!
 //! `capsim calibrate` measures a real model through ONNX Runtime on a grid of batch sizes and
 //! input lengths and writes a [`Profile`] (JSON). [`ProfileServiceTime`] turns a profile into a
 //! [`ServiceTime`]: inside the grid, a batch's execution time is drawn from the measured quantiles,
 //! interpolated between grid points, so the tail survives, plus the measured mean host time to
-//! build the batch's inputs; outside the grid, times are extrapolated conservatively and every
-//! such batch is counted.
+//! build the batch's inputs; outside the grid, times are extrapolated conservatively and such a
+//! batch is flagged ([`ServiceTime::is_extrapolated`]; the engine counts them).
 //!
 //! Inputs are padded to the longest input of the batch, so the length coordinate of a batch is
 //! [`BatchShape::max_input_tokens`].
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use rand::RngExt;
 use serde::{Deserialize, Serialize};
 
 use crate::rng::SimRng;
-use crate::service::{BatchShape, ServiceTime};
+use crate::timing::service::{BatchShape, ServiceTime};
 
 /// The profile format this build reads and writes.
 pub const PROFILE_FORMAT_VERSION: u32 = 1;
@@ -561,7 +562,7 @@ fn solve(m: &mut [[f64; 4]; 3], n: usize) -> Option<[f64; 3]> {
 }
 
 /// Where a coordinate falls on one axis of a measured grid (also used by the decoder step
-/// profile, [`crate::llm::step_profile`]).
+/// profile, [`crate::timing::step_profile`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum AxisPosition {
     /// Between grid values `lo` and `lo + 1`, at fraction `t` (`t = 0` on or below the first).
@@ -639,7 +640,6 @@ pub struct ProfileServiceTime {
     means_ns: Vec<f64>,
     /// Monotone mean host times to build a batch's inputs, ns, indexed like `means_ns`.
     input_build_means_ns: Vec<f64>,
-    extrapolated_batches: AtomicU64,
     fit: AffineFit,
     /// The idle slowdown and the idle wait the grid was measured after, when the profile has one.
     idle: Option<(IdleSlowdown, u64)>,
@@ -719,20 +719,12 @@ impl ProfileServiceTime {
             quantiles_ns,
             means_ns,
             input_build_means_ns,
-            extrapolated_batches: AtomicU64::new(0),
             fit: profile.fit,
             idle: profile
                 .idle_slowdown
                 .as_ref()
                 .map(|idle| (idle.clone(), profile.settings.idle_gap_ns)),
         }
-    }
-
-    /// Batches timed so far whose size or longest input lay beyond the calibrated grid (their
-    /// times were extrapolated). Batches below the grid's smallest point are not counted: they
-    /// take the smallest point's time, as if padded up to it.
-    pub fn extrapolated_batches(&self) -> u64 {
-        self.extrapolated_batches.load(Ordering::Relaxed)
     }
 
     /// The profile's affine fit of mean latency.
@@ -809,9 +801,6 @@ impl ProfileServiceTime {
 
 impl ServiceTime for ProfileServiceTime {
     fn sample_ns(&self, batch: &BatchShape, rng: &mut SimRng) -> u64 {
-        if self.beyond_grid(batch) {
-            self.extrapolated_batches.fetch_add(1, Ordering::Relaxed);
-        }
         let u: f64 = rng.random();
         let run_ns = self.quantile_ns(batch, u);
         (run_ns + self.input_build_mean_ns(batch)).round().max(1.0) as u64
@@ -1081,7 +1070,7 @@ mod tests {
     }
 
     #[test]
-    fn beyond_the_grid_times_grow_at_least_in_proportion_and_are_counted() {
+    fn beyond_the_grid_times_grow_at_least_in_proportion_and_are_flagged_extrapolated() {
         let p = profile(&[1, 2, 4, 8], &[16, 32, 64], affine);
         let model = ProfileServiceTime::new(&p);
         let at_edge = model.quantile_ns(&shape(8, 64), 0.5);
@@ -1101,13 +1090,12 @@ mod tests {
             "length 128: {longer} < 2 x {at_edge}"
         );
 
-        let mut rng = SimRng::seed_from_u64(7);
-        for size in [1, 8, 9, 16] {
-            model.sample_ns(&shape(size, 64), &mut rng);
-        }
-        model.sample_ns(&shape(4, 65), &mut rng);
-        model.sample_ns(&shape(4, 8), &mut rng); // below the grid: clamped, not counted
-        assert_eq!(model.extrapolated_batches(), 3);
+        // Below the grid a batch is clamped to the smallest point, not extrapolated.
+        let beyond: Vec<bool> = [(1, 64), (8, 64), (9, 64), (16, 64), (4, 65), (4, 8)]
+            .iter()
+            .map(|&(size, length)| model.is_extrapolated(&shape(size, length)))
+            .collect();
+        assert_eq!(beyond, [false, false, true, true, true, false]);
     }
 
     #[test]
@@ -1241,10 +1229,8 @@ mod tests {
         let toml = "[batcher]\nmax_batch_size = 4\nmax_queue_delay = \"1ms\"\n[service]\nkind = \"profile\"\npath = \"p.json\"\n";
         std::fs::write(&scenario_path, toml).expect("write");
         let scenario = crate::Scenario::from_path(&scenario_path).expect("scenario");
-        let service = scenario.pools()[0]
-            .service
-            .as_ref()
-            .expect("a dynamic pool");
+        let built = crate::build::build(&scenario, &mut crate::Profiles::default()).expect("build");
+        let service = built.pools[0].service.as_ref().expect("a dynamic pool");
         let expected = affine(2, 40) * 1.5;
         let got = service.mean_ns(&shape(2, 40));
         assert!(
@@ -1254,7 +1240,9 @@ mod tests {
         assert!(service.is_extrapolated(&shape(8, 16)) && !service.is_extrapolated(&shape(4, 64)));
 
         std::fs::write(&scenario_path, toml.replace("p.json", "absent.json")).expect("write");
-        let err = crate::Scenario::from_path(&scenario_path)
+        // The scenario is plain data; the build step reads the file and names it.
+        let scenario = crate::Scenario::from_path(&scenario_path).expect("scenario");
+        let err = crate::build::build(&scenario, &mut crate::Profiles::default())
             .unwrap_err()
             .to_string();
         assert!(

@@ -28,10 +28,10 @@ use rand::RngExt;
 use serde::{Deserialize, Serialize};
 
 use super::step_time::{StepBatch, StepTime};
-use crate::profile::{
+use crate::rng::SimRng;
+use crate::timing::profile::{
     Axis, AxisPosition, Environment, JsonFileError, ModelDescription, read_json, write_json,
 };
-use crate::rng::SimRng;
 
 /// The step-profile format this build reads and writes.
 pub const STEP_PROFILE_FORMAT_VERSION: u32 = 1;
@@ -528,7 +528,7 @@ impl StepTime for ProfileStepTime {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::profile::QUANTILE_LEVELS;
+    use crate::timing::profile::QUANTILE_LEVELS;
     use rand::SeedableRng;
 
     fn quantiles(mean_ns: f64) -> Vec<u64> {

@@ -164,7 +164,7 @@ impl StepTime for Roofline {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::llm::hardware::{H100_SXM, H200_SXM};
+    use crate::timing::hardware::{H100_SXM, H200_SXM};
 
     fn llama8b_on(hardware: Hardware) -> Roofline {
         Roofline {

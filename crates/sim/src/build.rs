@@ -1,0 +1,331 @@
+//! The build step: a validated [`Scenario`] (plain data) into what the engine runs, its pools'
+//! service- and step-time models built. This is the one place that reads profile files.
+//!
+//! [`Profiles`] caches the profiles read, by path, so a sweep reads each file once whatever the
+//! number of configurations and loads: [`Profiles::load`] reads what a scenario names and the
+//! cache lacks, and [`Profiles::build`] reads nothing, so a loaded cache is shared read-only
+//! across threads. [`build`] does both for one scenario.
+//!
+//! ```
+//! use capsim_sim::Scenario;
+//! use capsim_sim::build::{Profiles, build};
+//! let scenario = Scenario::from_toml_str("[service]\nkind = \"constant\"\ntime = \"5ms\"\n").unwrap();
+//! let built = build(&scenario, &mut Profiles::default()).unwrap();
+//! assert!(built.pools[0].service.is_some());
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::scenario::{Scenario, ScenarioError, ServiceSpec, invalid, residuals_of};
+use crate::timing::profile::ProfileServiceTime;
+use crate::timing::service::{
+    AffineService, ConstantService, ExponentialService, ScaledService, ServiceTime,
+};
+use crate::timing::step_profile::ProfileStepTime;
+use crate::timing::step_spec::{StepTimeError, StepTimeSpec};
+use crate::timing::step_time::{ScaledStepTime, StepTime};
+
+/// A scenario with every pool's time model built: what [`crate::simulate`] runs.
+#[derive(Debug, Clone)]
+pub struct BuiltScenario {
+    /// The scenario as validated.
+    pub scenario: Scenario,
+    /// The built models of each pool, in the order of [`Scenario::pools`].
+    pub pools: Vec<PoolModels>,
+}
+
+/// The built time models of one pool (each already scaled by `execution.time_scale`).
+#[derive(Debug, Clone)]
+pub struct PoolModels {
+    /// The batch service time (dynamic batcher; `None` with a continuous batcher).
+    pub service: Option<Arc<dyn ServiceTime>>,
+    /// The step time (continuous batcher; `None` with a dynamic batcher).
+    pub step_time: Option<Arc<dyn StepTime>>,
+}
+
+/// Profiles read from disk, by path as resolved against the scenario's folder.
+#[derive(Debug, Clone, Default)]
+pub struct Profiles {
+    services: BTreeMap<PathBuf, Arc<ProfileServiceTime>>,
+    steps: BTreeMap<PathBuf, Arc<ProfileStepTime>>,
+    files_read: u64,
+}
+
+/// A profile a pool names: which key, and the file.
+enum ProfileFile {
+    Service { key: String, path: PathBuf },
+    Step { key: String, path: PathBuf },
+}
+
+/// A service profile's file: against the scenario's folder, as written when it has none.
+fn service_profile_path(base: Option<&Path>, path: &Path) -> PathBuf {
+    base.map_or_else(|| path.to_path_buf(), |dir| dir.join(path))
+}
+
+/// A step profile's file: against the scenario's folder, or `.` when it has none.
+fn step_profile_path(base: Option<&Path>, path: &Path) -> PathBuf {
+    base.unwrap_or_else(|| Path::new(".")).join(path)
+}
+
+/// The profile files `scenario`'s pools name, resolved.
+fn profile_files(scenario: &Scenario) -> Vec<ProfileFile> {
+    let base = scenario.base_dir();
+    let mut files = Vec::new();
+    for (index, pool) in scenario.pools().iter().enumerate() {
+        let prefix = scenario.key_prefix(index);
+        if let Some(ServiceSpec::Profile { path }) = &pool.service_spec {
+            files.push(ProfileFile::Service {
+                key: format!("{prefix}service.path"),
+                path: service_profile_path(base, path),
+            });
+        }
+        if let Some(StepTimeSpec::Profile { path }) = pool.llm.as_ref().map(|l| &l.step_time_spec) {
+            files.push(ProfileFile::Step {
+                key: format!("{prefix}step_time"),
+                path: step_profile_path(base, path),
+            });
+        }
+    }
+    files
+}
+
+impl Profiles {
+    /// Reads every profile `scenario` names that is not cached yet. An unreadable or invalid
+    /// file is an error naming the key and the file.
+    pub fn load(&mut self, scenario: &Scenario) -> Result<(), ScenarioError> {
+        for file in profile_files(scenario) {
+            match file {
+                ProfileFile::Service { key, path } => {
+                    if !self.services.contains_key(&path) {
+                        let model = ProfileServiceTime::from_file(&path)
+                            .map_err(|e| invalid(&key, e.to_string()))?;
+                        self.files_read += 1;
+                        self.services.insert(path, Arc::new(model));
+                    }
+                }
+                ProfileFile::Step { key, path } => {
+                    if !self.steps.contains_key(&path) {
+                        let model = ProfileStepTime::from_file(&path).map_err(|source| {
+                            let path = path.clone();
+                            invalid(&key, StepTimeError::Profile { path, source }.to_string())
+                        })?;
+                        self.files_read += 1;
+                        self.steps.insert(path, Arc::new(model));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// How many profile files this cache has read.
+    pub fn files_read(&self) -> u64 {
+        self.files_read
+    }
+
+    /// Builds `scenario`'s models from this cache, reading nothing: a profile not loaded (see
+    /// [`Profiles::load`]) is an error naming its key and file.
+    pub fn build(&self, scenario: &Scenario) -> Result<BuiltScenario, ScenarioError> {
+        let mut pools = Vec::with_capacity(scenario.pools().len());
+        for (index, pool) in scenario.pools().iter().enumerate() {
+            let prefix = scenario.key_prefix(index);
+            let key = |k: &str| format!("{prefix}{k}");
+            let scale = pool.execution.time_scale;
+            let service = match &pool.service_spec {
+                None => None,
+                Some(spec) => {
+                    let service = match spec {
+                        ServiceSpec::Profile { path } => {
+                            let path = service_profile_path(scenario.base_dir(), path);
+                            let model = self
+                                .services
+                                .get(&path)
+                                .ok_or_else(|| not_loaded(&key("service.path"), &path))?;
+                            Arc::clone(model) as Arc<dyn ServiceTime>
+                        }
+                        _ => analytic_service(&key, spec)?,
+                    };
+                    Some(if scale == 1.0 {
+                        service
+                    } else {
+                        let scaled = ScaledService::new(service, scale).ok_or_else(|| {
+                            invalid(&key("execution.time_scale"), "must be above 0")
+                        })?;
+                        Arc::new(scaled) as Arc<dyn ServiceTime>
+                    })
+                }
+            };
+            let step_time = match pool.llm.as_ref().map(|l| &l.step_time_spec) {
+                None => None,
+                Some(spec) => {
+                    let model = match spec {
+                        StepTimeSpec::Profile { path } => {
+                            let path = step_profile_path(scenario.base_dir(), path);
+                            let model = self
+                                .steps
+                                .get(&path)
+                                .ok_or_else(|| not_loaded(&key("step_time"), &path))?;
+                            Arc::clone(model) as Arc<dyn StepTime>
+                        }
+                        _ => spec
+                            .analytic()
+                            .map_err(|e| invalid(&key("step_time"), e.to_string()))?
+                            .ok_or_else(|| invalid(&key("step_time"), "is not analytic"))?,
+                    };
+                    Some(if scale == 1.0 {
+                        model
+                    } else {
+                        Arc::new(ScaledStepTime::new(model, scale)) as Arc<dyn StepTime>
+                    })
+                }
+            };
+            pools.push(PoolModels { service, step_time });
+        }
+        Ok(BuiltScenario {
+            scenario: scenario.clone(),
+            pools,
+        })
+    }
+}
+
+/// Loads into `profiles` what `scenario` needs, then builds it.
+pub fn build(scenario: &Scenario, profiles: &mut Profiles) -> Result<BuiltScenario, ScenarioError> {
+    profiles.load(scenario)?;
+    profiles.build(scenario)
+}
+
+fn not_loaded(key: &str, path: &Path) -> ScenarioError {
+    invalid(
+        key,
+        format!(
+            "profile {} was not loaded before the build (Profiles::load reads it)",
+            path.display()
+        ),
+    )
+}
+
+/// A service model that needs no file (`profile` is built from the cache).
+fn analytic_service(
+    key: &dyn Fn(&str) -> String,
+    spec: &ServiceSpec,
+) -> Result<Arc<dyn ServiceTime>, ScenarioError> {
+    Ok(match spec {
+        ServiceSpec::Constant { time, residuals } => Arc::new(ConstantService {
+            time_ns: time.0,
+            residuals: residuals_of(&key("service.residuals"), residuals)?,
+        }),
+        ServiceSpec::Exponential { mean } => {
+            if mean.0 == 0 {
+                return Err(invalid(&key("service.mean"), "must be above 0"));
+            }
+            Arc::new(ExponentialService {
+                mean_ns: mean.0 as f64,
+            })
+        }
+        ServiceSpec::Affine { a, b, c, residuals } => Arc::new(AffineService {
+            a_ns: a.0 as f64,
+            b_ns: b.0 as f64,
+            c_ns: c.0 as f64,
+            residuals: residuals_of(&key("service.residuals"), residuals)?,
+        }),
+        ServiceSpec::Profile { .. } => unreachable!("a profile is built from the cache"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::timing::step_time::StepBatch;
+
+    const STEPS: &str = "[batcher]\nkind = \"continuous\"\n[kv_cache]\nnum_gpu_blocks = 100\n[step_time]\nkind = \"profile\"\npath = \"steps.json\"\n";
+
+    fn steps_scenario(dir: &Path) -> Scenario {
+        crate::timing::step_profile::tests::synthetic()
+            .write(&dir.join("steps.json"))
+            .unwrap();
+        std::fs::write(dir.join("s.toml"), STEPS).unwrap();
+        Scenario::from_path(&dir.join("s.toml")).unwrap()
+    }
+
+    #[test]
+    fn a_step_profile_is_read_beside_the_scenario_once_for_every_build() {
+        let dir = tempfile::tempdir().unwrap();
+        let scenario = steps_scenario(dir.path());
+        let mut profiles = Profiles::default();
+        let built = build(&scenario, &mut profiles).unwrap();
+        let step = StepBatch {
+            decode_seqs: 4,
+            decode_kv_tokens: 4 * 256,
+            ..StepBatch::default()
+        };
+        let model = built.pools[0].step_time.as_ref().unwrap();
+        assert_eq!(model.mean_ns(&step), 2e6 + 4e5 + 1024.0);
+        let mut larger = scenario.clone();
+        larger.set("instances", "4").unwrap();
+        larger.set("batcher.max_num_seqs", "8").unwrap();
+        build(&larger, &mut profiles).unwrap();
+        profiles.build(&scenario).unwrap();
+        assert_eq!(profiles.files_read(), 1, "one file, read once");
+    }
+
+    #[test]
+    fn a_missing_step_profile_is_an_error_of_the_build_naming_the_key_and_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let scenario = steps_scenario(dir.path());
+        std::fs::remove_file(dir.path().join("steps.json")).unwrap();
+        let e = build(&scenario, &mut Profiles::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`step_time`") && e.contains("step_time.path") && e.contains("steps.json"),
+            "{e}"
+        );
+        let e = Profiles::default()
+            .build(&scenario)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not loaded") && e.contains("steps.json"), "{e}");
+    }
+}
+
+/// The engine's entry points for a scenario that reads no profile, built first: the unit tests
+/// of the engine and its stages write scenarios inline and run them as they are.
+#[cfg(test)]
+pub(crate) mod scenario_runs {
+    use capsim_trace::Trace;
+
+    use super::{Profiles, build};
+    use crate::record::{RecordSink, RequestLog};
+    use crate::{Run, RunOptions, Scenario, SimError, Summary};
+
+    fn built(scenario: &Scenario) -> super::BuiltScenario {
+        build(scenario, &mut Profiles::default()).expect("the scenario builds")
+    }
+
+    pub(crate) fn simulate(
+        scenario: &Scenario,
+        trace: &Trace,
+        options: &RunOptions,
+    ) -> Result<Summary, SimError> {
+        crate::simulate(&built(scenario), trace, options)
+    }
+
+    pub(crate) fn simulate_with_requests(
+        scenario: &Scenario,
+        trace: &Trace,
+        options: &RunOptions,
+    ) -> Result<(Run, RequestLog), SimError> {
+        crate::simulate_with_requests(&built(scenario), trace, options)
+    }
+
+    pub(crate) fn run_with_sink<S: RecordSink>(
+        scenario: &Scenario,
+        trace: &Trace,
+        options: &RunOptions,
+        sink: &mut S,
+    ) -> Result<Run, SimError> {
+        crate::run_with_sink(&built(scenario), trace, options, sink)
+    }
+}

@@ -1,0 +1,669 @@
+//! Scenarios: the serving system to simulate, written in TOML.
+//!
+//! A scenario describes the path of a request (client network, gateway, pre-processing, instance
+//! queue, dynamic batcher, model execution, post-processing) and how load is offered. Durations,
+//! rates, bandwidths and sizes are human strings with units (`"5ms"`, `"120rps"`, `"10Gbps"`,
+//! `"4KiB"`), parsed once when the scenario is read. Every key, its unit and its default is
+//! documented in `docs/scenario.md`.
+//!
+//! A scenario is plain data: the file as written (with `set` overrides) and its validated
+//! tables. It reads no profile and builds no model; [`crate::build`] does both.
+//!
+//! ```
+//! use capsim_sim::Scenario;
+//! let mut s = Scenario::from_toml_str(r#"
+//!     instances = 2
+//!     [batcher]
+//!     max_batch_size = 8
+//!     max_queue_delay = "2ms"
+//!     [service]
+//!     kind = "constant"
+//!     time = "5ms"
+//! "#).unwrap();
+//! s.set("batcher.max_batch_size", "16").unwrap();
+//! assert_eq!(s.pools()[0].batcher.max_batch_size, 16);
+//! ```
+
+mod file;
+mod pool;
+
+use std::path::{Path, PathBuf};
+
+pub use file::{
+    BatcherKind, BatcherSpec, CacheSpec, ContinuousKeys, ExecutionSpec, GatewaySpec, KvCacheSpec,
+    LatencySpec, LoadBalancing, LoadMode, LoadSpec, NetworkSpec, PoolFile, PostprocessSpec,
+    PreprocessSpec, QueueSpec, RetryOn, RetrySpec, ServiceSpec, SloSpec, SlowdownSpec, StandbySpec,
+    TimeoutAction, TimeseriesSpec,
+};
+pub use pool::{LlmPool, MAX_MODEL_INSTANCES, MAX_SERVERS, Pool};
+
+use crate::quantity::DurationNs;
+use crate::timeseries::MAX_ROWS_LIMIT;
+use file::ScenarioFile;
+pub(crate) use pool::residuals_of;
+use pool::{check_size, validate_pool};
+
+/// Why a scenario could not be read or changed. Messages name the file or key and quote the value.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    /// The file could not be read.
+    #[error("cannot read scenario {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The TOML is malformed, has an unknown key, or a value of the wrong type or unit.
+    #[error("invalid scenario{}: {message}", origin.as_ref().map(|p| format!(" {}", p.display())).unwrap_or_default())]
+    Parse {
+        /// The file, when read from one.
+        origin: Option<PathBuf>,
+        /// The TOML parser's message, which shows the line and key.
+        message: String,
+    },
+    /// A value parsed but is out of range or inconsistent with another.
+    #[error("invalid scenario: key `{key}`: {message}")]
+    Invalid {
+        /// Dotted path of the offending key.
+        key: String,
+        /// What is wrong and what would fix it.
+        message: String,
+    },
+    /// An override (`key=value`) could not be applied.
+    #[error("cannot set `{key}` to {value:?}: {message}")]
+    Override {
+        /// Dotted path given.
+        key: String,
+        /// Value given.
+        value: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// A validated scenario. Build with [`Scenario::from_toml_str`] or [`Scenario::from_path`]; change
+/// one key with [`Scenario::set`].
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    raw: toml::Table,
+    origin: Option<PathBuf>,
+    /// Scenario name (the file stem when not given).
+    pub name: String,
+    /// Free text.
+    pub description: Option<String>,
+    /// How load is offered.
+    pub load: LoadSpec,
+    /// Client network.
+    pub network: NetworkSpec,
+    /// Gateway.
+    pub gateway: GatewaySpec,
+    /// Result cache.
+    pub cache: CacheSpec,
+    /// Client retries.
+    pub retry: RetrySpec,
+    /// Service-level objective.
+    pub slo: Option<SloSpec>,
+    /// Timeseries sampling.
+    pub timeseries: TimeseriesSpec,
+    pools: Vec<Pool>,
+}
+
+impl Scenario {
+    /// Parses and validates a scenario from TOML text.
+    pub fn from_toml_str(text: &str) -> Result<Scenario, ScenarioError> {
+        let raw: toml::Table = toml::from_str(text).map_err(|e| ScenarioError::Parse {
+            origin: None,
+            message: e.to_string(),
+        })?;
+        Scenario::from_table(raw, None)
+    }
+
+    /// Reads, parses and validates a scenario file.
+    pub fn from_path(path: &Path) -> Result<Scenario, ScenarioError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let raw: toml::Table = toml::from_str(&text).map_err(|e| ScenarioError::Parse {
+            origin: Some(path.to_path_buf()),
+            message: e.to_string(),
+        })?;
+        let mut s = Scenario::from_table(raw, Some(path.to_path_buf()))?;
+        if s.raw.get("name").is_none()
+            && let Some(stem) = path.file_stem()
+        {
+            s.name = stem.to_string_lossy().into_owned();
+        }
+        Ok(s)
+    }
+
+    fn from_table(raw: toml::Table, origin: Option<PathBuf>) -> Result<Scenario, ScenarioError> {
+        let file: ScenarioFile =
+            raw.clone()
+                .try_into()
+                .map_err(|e: toml::de::Error| ScenarioError::Parse {
+                    origin: origin.clone(),
+                    message: e.to_string(),
+                })?;
+        let default_pool = PoolFile {
+            models: Vec::new(),
+            classes: Vec::new(),
+            instances: file.instances,
+            max_input_tokens: file.max_input_tokens,
+            max_output_tokens: file.max_output_tokens,
+            standby: file.standby,
+            preprocess: file.preprocess,
+            queue: file.queue,
+            batcher: file.batcher,
+            execution: file.execution,
+            service: file.service,
+            kv_cache: file.kv_cache,
+            step_time: file.step_time,
+            postprocess: file.postprocess,
+        };
+        let mut pools = vec![validate_pool("default", "", default_pool)?];
+        for (name, pool) in file.pools {
+            let prefix = format!("pools.{name}.");
+            pools.push(validate_pool(&name, &prefix, pool)?);
+        }
+        check_size(&pools)?;
+        validate_network(&file.network)?;
+        if let Some(rate) = file.gateway.rate_limit
+            && rate.0 <= 0.0
+        {
+            return Err(invalid("gateway.rate_limit", "must be above 0rps"));
+        }
+        if file.gateway.burst == Some(0) {
+            return Err(invalid("gateway.burst", "must be at least 1"));
+        }
+        if file.gateway.max_in_flight == Some(0) {
+            return Err(invalid("gateway.max_in_flight", "must be at least 1"));
+        }
+        if !(0.0..=1.0).contains(&file.cache.hit_probability) {
+            return Err(invalid(
+                "cache.hit_probability",
+                format!(
+                    "{} is not a probability in [0, 1]",
+                    file.cache.hit_probability
+                ),
+            ));
+        }
+        if file.retry.max_attempts == 0 || file.retry.max_attempts > 100 {
+            return Err(invalid("retry.max_attempts", "must be between 1 and 100"));
+        }
+        if !(file.retry.backoff_multiplier.is_finite() && file.retry.backoff_multiplier >= 1.0) {
+            return Err(invalid(
+                "retry.backoff_multiplier",
+                format!("{} must be a number >= 1", file.retry.backoff_multiplier),
+            ));
+        }
+        if file.load.concurrency == 0 {
+            return Err(invalid("load.concurrency", "must be at least 1"));
+        }
+        if let Some(slo) = &file.slo
+            && slo.latency.is_none()
+            && slo.ttft.is_none()
+            && slo.tpot.is_none()
+        {
+            return Err(invalid(
+                "slo",
+                "sets no bound: give `latency`, `ttft` or `tpot` (or drop [slo])",
+            ));
+        }
+        let continuous = pools.iter().any(|p| p.llm.is_some());
+        if let Some(slo) = &file.slo
+            && !continuous
+            && (slo.ttft.is_some() || slo.tpot.is_some())
+        {
+            return Err(invalid(
+                "slo",
+                "`ttft` and `tpot` bound token latencies, which only a continuous batcher (`batcher.kind = \"continuous\"`) produces",
+            ));
+        }
+        if file.timeseries.interval.0 == 0 {
+            return Err(invalid("timeseries.interval", "must be above 0"));
+        }
+        if !(2..=MAX_ROWS_LIMIT).contains(&file.timeseries.max_rows) {
+            return Err(invalid(
+                "timeseries.max_rows",
+                format!(
+                    "must be between 2 and {MAX_ROWS_LIMIT} (the interval doubles as needed to stay within it)"
+                ),
+            ));
+        }
+        Ok(Scenario {
+            raw,
+            origin,
+            name: file.name.unwrap_or_else(|| "scenario".to_string()),
+            description: file.description,
+            load: file.load,
+            network: file.network,
+            gateway: file.gateway,
+            cache: file.cache,
+            retry: file.retry,
+            slo: file.slo,
+            timeseries: file.timeseries,
+            pools,
+        })
+    }
+
+    /// The folder a relative profile path (`service.path`, `step_time.path`) is resolved
+    /// against: the scenario file's; `None` for a scenario read from text.
+    pub fn base_dir(&self) -> Option<&Path> {
+        self.origin.as_deref().and_then(Path::parent)
+    }
+
+    /// The key prefix of pool `index` of [`Scenario::pools`]: `""` for the default pool,
+    /// `"pools.NAME."` for a named one.
+    pub fn key_prefix(&self, index: usize) -> String {
+        match index {
+            0 => String::new(),
+            _ => format!("pools.{}.", self.pools[index].name),
+        }
+    }
+
+    /// The pools: `pools()[0]` is the default (top-level) pool, then named pools in name order.
+    pub fn pools(&self) -> &[Pool] {
+        &self.pools
+    }
+
+    /// Sets the key at dotted `path` (for example `batcher.max_batch_size` or `instances`) to
+    /// `value`, written as in TOML (`8`, `"5ms"`, `[4, 8]`); a value that is not valid TOML is
+    /// taken as a string, so `5ms` works unquoted. The whole scenario is validated again.
+    pub fn set(&mut self, path: &str, value: &str) -> Result<(), ScenarioError> {
+        let override_err = |message: String| ScenarioError::Override {
+            key: path.to_string(),
+            value: value.to_string(),
+            message,
+        };
+        let parsed = match toml::from_str::<toml::Table>(&format!("v = {value}")) {
+            Ok(mut t) => t
+                .remove("v")
+                .unwrap_or(toml::Value::String(value.to_string())),
+            Err(_) => toml::Value::String(value.to_string()),
+        };
+        let parts: Vec<&str> = path.split('.').collect();
+        if parts.iter().any(|p| p.is_empty()) {
+            return Err(override_err("the key path has an empty part".to_string()));
+        }
+        let mut raw = self.raw.clone();
+        let mut table = &mut raw;
+        for part in &parts[..parts.len() - 1] {
+            let entry = table
+                .entry(part.to_string())
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            table = entry
+                .as_table_mut()
+                .ok_or_else(|| override_err(format!("`{part}` is not a table")))?;
+        }
+        table.insert(parts[parts.len() - 1].to_string(), parsed);
+        let mut next = Scenario::from_table(raw, self.origin.clone())
+            .map_err(|e| override_err(e.to_string()))?;
+        if self.raw.get("name").is_none() && path != "name" {
+            next.name = self.name.clone();
+        }
+        *self = next;
+        Ok(())
+    }
+
+    /// The value written at dotted `path` (the file as read, with overrides applied); `None`
+    /// when the file does not set it (a default applies).
+    pub fn get(&self, path: &str) -> Option<&toml::Value> {
+        let (last, tables) = path
+            .split('.')
+            .collect::<Vec<_>>()
+            .split_last()
+            .map(|(l, t)| (*l, t.to_vec()))?;
+        let mut table = &self.raw;
+        for part in tables {
+            table = table.get(part)?.as_table()?;
+        }
+        table.get(last)
+    }
+
+    /// The scenario as TOML (the file as read, with overrides applied).
+    pub fn to_toml_string(&self) -> String {
+        toml::to_string(&self.raw).unwrap_or_default()
+    }
+}
+
+pub(crate) fn invalid(key: &str, message: impl Into<String>) -> ScenarioError {
+    ScenarioError::Invalid {
+        key: key.to_string(),
+        message: message.into(),
+    }
+}
+
+fn validate_network(n: &NetworkSpec) -> Result<(), ScenarioError> {
+    match &n.latency {
+        Some(LatencySpec::Lognormal { median, p99 }) if p99.0 <= median.0 || median.0 == 0 => Err(
+            invalid("network.latency.p99", "must exceed a median above 0"),
+        ),
+        Some(LatencySpec::Empirical { samples }) if samples.is_empty() => Err(invalid(
+            "network.latency.samples",
+            "needs at least one sample",
+        )),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The scenario's models, built (none of these scenarios names a profile).
+    fn models(s: &Scenario) -> crate::BuiltScenario {
+        crate::build::build(s, &mut crate::Profiles::default()).unwrap()
+    }
+
+    const MINIMAL: &str = "[service]\nkind = \"constant\"\ntime = \"5ms\"\n";
+
+    #[test]
+    fn minimal_scenario_gets_documented_defaults() {
+        let s = Scenario::from_toml_str(MINIMAL).unwrap();
+        let p = &s.pools()[0];
+        assert_eq!(p.instances, 1);
+        assert_eq!(p.batcher.max_batch_size, 1);
+        assert_eq!(p.execution.gpus * p.execution.instance_count, 1);
+        assert_eq!(p.queue, QueueSpec::default());
+        assert_eq!(s.load.mode, LoadMode::Open);
+        assert_eq!(s.timeseries.interval, DurationNs(1_000_000_000));
+        assert_eq!(
+            models(&s).pools[0]
+                .service
+                .as_ref()
+                .expect("a dynamic pool")
+                .mean_ns(&crate::timing::service::BatchShape {
+                    size: 1,
+                    max_input_tokens: 1,
+                    total_input_tokens: 1,
+                    idle_ns: 0,
+                }),
+            5e6
+        );
+    }
+
+    #[test]
+    fn unknown_key_is_rejected_naming_it() {
+        let err = Scenario::from_toml_str(&format!("{MINIMAL}[batcher]\nmax_batchsize = 4\n"))
+            .unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("max_batchsize"), "{msg}");
+        let err = Scenario::from_toml_str(&format!("instancez = 3\n{MINIMAL}")).unwrap_err();
+        assert!(err.to_string().contains("instancez"), "{err}");
+    }
+
+    #[test]
+    fn bad_duration_is_rejected_quoting_value_and_key() {
+        let err = Scenario::from_toml_str(&format!(
+            "{MINIMAL}[batcher]\nmax_queue_delay = \"5 fortnights\"\n"
+        ))
+        .unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("\"5 fortnights\"") && msg.contains("max_queue_delay"),
+            "{msg}"
+        );
+        let err = Scenario::from_toml_str(&format!("{MINIMAL}[batcher]\nmax_queue_delay = 5\n"))
+            .unwrap_err();
+        assert!(err.to_string().contains("has no unit"), "{err}");
+    }
+
+    #[test]
+    fn out_of_range_values_name_the_key() {
+        let err = Scenario::from_toml_str(&format!(
+            "{MINIMAL}[batcher]\nmax_batch_size = 4\npreferred_batch_size = [2, 8]\n"
+        ))
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("batcher.preferred_batch_size"),
+            "{err}"
+        );
+        let err = Scenario::from_toml_str(&format!("instances = 0\n{MINIMAL}")).unwrap_err();
+        assert!(err.to_string().contains("`instances`"), "{err}");
+    }
+
+    #[test]
+    fn set_changes_one_key_by_dotted_path() {
+        let mut s = Scenario::from_toml_str(MINIMAL).unwrap();
+        s.set("instances", "4").unwrap();
+        s.set("batcher.max_batch_size", "8").unwrap();
+        s.set("batcher.max_queue_delay", "2ms").unwrap();
+        s.set("gateway.load_balancing", "power_of_two").unwrap();
+        s.set("batcher.preferred_batch_size", "[4, 8]").unwrap();
+        assert_eq!(
+            s.get("batcher.max_batch_size").and_then(|v| v.as_integer()),
+            Some(8)
+        );
+        assert_eq!(s.get("batcher.no_such_key"), None);
+        let p = &s.pools()[0];
+        assert_eq!(p.instances, 4);
+        assert_eq!(p.batcher.max_batch_size, 8);
+        assert_eq!(p.batcher.max_queue_delay, DurationNs(2_000_000));
+        assert_eq!(p.batcher.preferred_batch_size, vec![4, 8]);
+        assert_eq!(s.gateway.load_balancing, LoadBalancing::PowerOfTwo);
+        let err = s.set("batcher.max_batch", "8").unwrap_err();
+        assert!(err.to_string().contains("batcher.max_batch"), "{err}");
+        assert_eq!(
+            s.pools()[0].batcher.max_batch_size,
+            8,
+            "a failed set leaves the scenario unchanged"
+        );
+    }
+
+    const CONTINUOUS: &str = "[batcher]\nkind = \"continuous\"\n[kv_cache]\nnum_gpu_blocks = 1000\n[step_time]\nkind = \"linear\"\nbase = \"5ms\"\n";
+
+    #[test]
+    fn overlapping_or_empty_slowdown_windows_are_refused_naming_the_window() {
+        let mut s = Scenario::from_toml_str(MINIMAL).unwrap();
+        let err = s
+            .set(
+                "execution.slowdowns",
+                r#"[{ from = "0s", to = "2s", factor = 2.0 }, { from = "1s", to = "3s", factor = 2.0 }]"#,
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("execution.slowdowns[1]") && err.contains("overlap"),
+            "{err}"
+        );
+        let err = s
+            .set(
+                "execution.slowdowns",
+                r#"[{ from = "2s", to = "2s", factor = 2.0 }]"#,
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("execution.slowdowns[0]"), "{err}");
+        s.set(
+            "execution.slowdowns",
+            r#"[{ from = "1s", to = "2s", factor = 2.0 }]"#,
+        )
+        .unwrap();
+        assert_eq!(s.pools()[0].slowdowns.windows().len(), 1);
+    }
+
+    #[test]
+    fn time_scale_multiplies_batch_and_step_times_and_bad_values_are_refused_naming_the_key() {
+        use crate::rng::SimRng;
+        use crate::timing::step_time::StepBatch;
+        use rand::SeedableRng;
+        let shape = crate::BatchShape {
+            size: 1,
+            max_input_tokens: 16,
+            total_input_tokens: 16,
+            idle_ns: 0,
+        };
+        let mut s = Scenario::from_toml_str(MINIMAL).unwrap();
+        s.set("execution.time_scale", "1.2").unwrap();
+        let built = models(&s);
+        let service = built.pools[0].service.as_ref().unwrap();
+        let mut rng = SimRng::seed_from_u64(1);
+        assert_eq!(service.sample_ns(&shape, &mut rng), 6_000_000, "5 ms x 1.2");
+        assert_eq!(service.mean_ns(&shape), 6e6);
+
+        let mut c = Scenario::from_toml_str(CONTINUOUS).unwrap();
+        c.set("execution.time_scale", "0.5").unwrap();
+        let step = StepBatch {
+            decode_seqs: 1,
+            ..StepBatch::default()
+        };
+        let built = models(&c);
+        assert_eq!(
+            built.pools[0]
+                .step_time
+                .as_ref()
+                .unwrap()
+                .sample_ns(&step, &mut rng),
+            2_500_000,
+            "5 ms x 0.5"
+        );
+
+        for bad in ["0", "-1", "1001", "nan"] {
+            let err = s.set("execution.time_scale", bad).unwrap_err().to_string();
+            assert!(err.contains("execution.time_scale"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn continuous_keys_under_the_dynamic_batcher_are_rejected_naming_the_key() {
+        let err = Scenario::from_toml_str(&format!("{MINIMAL}[batcher]\nmax_num_seqs = 8\n"))
+            .unwrap_err();
+        assert!(err.to_string().contains("batcher.max_num_seqs"), "{err}");
+        let err = Scenario::from_toml_str(&format!("{MINIMAL}[kv_cache]\nblock_size = 16\n"))
+            .unwrap_err();
+        assert!(err.to_string().contains("`kv_cache`"), "{err}");
+    }
+
+    #[test]
+    fn continuous_pool_needs_step_time_instead_of_service() {
+        let both = format!("{MINIMAL}{CONTINUOUS}");
+        let err = Scenario::from_toml_str(&both).unwrap_err();
+        assert!(err.to_string().contains("`service`"), "{err}");
+        let err = Scenario::from_toml_str(&format!("{MINIMAL}[batcher]\nkind = \"continuous\"\n"))
+            .unwrap_err();
+        assert!(err.to_string().contains("`step_time`"), "{err}");
+        let err = Scenario::from_toml_str("[batcher]\nkind = \"continuous\"\n").unwrap_err();
+        assert!(err.to_string().contains("`step_time`"), "{err}");
+        let err = Scenario::from_toml_str(&format!(
+            "{CONTINUOUS}[batcher]\nkind = \"continuous\"\nmax_batch_size = 4\n"
+        ));
+        assert!(err.is_err(), "a duplicate [batcher] table is a TOML error");
+    }
+
+    #[test]
+    fn continuous_pool_without_kv_capacity_names_num_gpu_blocks() {
+        let text =
+            "[batcher]\nkind = \"continuous\"\n[step_time]\nkind = \"linear\"\nbase = \"5ms\"\n";
+        let err = Scenario::from_toml_str(text).unwrap_err();
+        assert!(err.to_string().contains("kv_cache.num_gpu_blocks"), "{err}");
+    }
+
+    #[test]
+    fn continuous_pool_rejects_several_model_instances_and_dynamic_keys() {
+        let err =
+            Scenario::from_toml_str(&format!("{CONTINUOUS}[execution]\ngpus = 2\n")).unwrap_err();
+        assert!(err.to_string().contains("`execution`"), "{err}");
+        let text = CONTINUOUS.replace(
+            "kind = \"continuous\"\n",
+            "kind = \"continuous\"\nmax_queue_delay = \"1ms\"\n",
+        );
+        let err = Scenario::from_toml_str(&text).unwrap_err();
+        assert!(err.to_string().contains("batcher.max_queue_delay"), "{err}");
+        let text = CONTINUOUS.replace("[kv_cache]\n", "[kv_cache]\nprefix_block_tokens = 500\n");
+        let err = Scenario::from_toml_str(&text).unwrap_err();
+        assert!(
+            err.to_string().contains("kv_cache.prefix_block_tokens"),
+            "{err}"
+        );
+        let text = CONTINUOUS.replace(
+            "kind = \"continuous\"\n",
+            "kind = \"continuous\"\nscheduling = \"priority\"\n",
+        );
+        let err = Scenario::from_toml_str(&text).unwrap_err();
+        assert!(err.to_string().contains("batcher.scheduling"), "{err}");
+    }
+
+    #[test]
+    fn continuous_pool_gets_vllm_defaults_and_set_changes_its_keys() {
+        let mut s = Scenario::from_toml_str(CONTINUOUS).unwrap();
+        let pool = &s.pools()[0];
+        assert!(pool.service_spec.is_none());
+        let c = &pool.llm.as_ref().expect("a continuous pool").scheduler;
+        assert_eq!(
+            (
+                c.max_num_seqs,
+                c.max_num_batched_tokens,
+                c.enable_chunked_prefill
+            ),
+            (256, 8192, true)
+        );
+        assert_eq!(
+            (c.block_size, c.num_gpu_blocks, c.prefix_block_tokens),
+            (16, 1000, 512)
+        );
+        assert!(!c.enable_prefix_caching);
+        s.set("batcher.max_num_seqs", "32").unwrap();
+        s.set("batcher.step_overhead", "3ms").unwrap();
+        s.set("kv_cache.enable_prefix_caching", "true").unwrap();
+        s.set("kv_cache.num_gpu_blocks", "500").unwrap();
+        let c = &s.pools()[0].llm.as_ref().unwrap().scheduler;
+        assert_eq!(
+            (c.max_num_seqs, c.step_overhead_ns, c.num_gpu_blocks),
+            (32, 3_000_000, 500)
+        );
+        assert!(c.enable_prefix_caching);
+    }
+
+    #[test]
+    fn roofline_step_time_sizes_the_kv_cache_from_gpu_memory() {
+        let s = Scenario::from_toml_str(
+            "[batcher]\nkind = \"continuous\"\n[step_time]\nkind = \"roofline\"\nmodel = \"llama-3-8b\"\nhardware = \"h200\"\n",
+        )
+        .unwrap();
+        let llm = s.pools()[0].llm.as_ref().unwrap();
+        let tokens = llm
+            .step_time_spec
+            .kv_capacity_tokens()
+            .expect("roofline knows memory");
+        assert_eq!(u64::from(llm.scheduler.num_gpu_blocks), tokens / 16);
+        assert!(
+            llm.scheduler.num_gpu_blocks > 10_000,
+            "{}",
+            llm.scheduler.num_gpu_blocks
+        );
+    }
+
+    #[test]
+    fn slo_needs_a_bound_and_token_bounds_need_a_continuous_pool() {
+        let err = Scenario::from_toml_str(&format!("{MINIMAL}[slo]\n")).unwrap_err();
+        assert!(err.to_string().contains("`slo`"), "{err}");
+        let err = Scenario::from_toml_str(&format!("{MINIMAL}[slo]\nttft = \"2s\"\n")).unwrap_err();
+        assert!(err.to_string().contains("continuous"), "{err}");
+        let s = Scenario::from_toml_str(&format!(
+            "{CONTINUOUS}[slo]\nttft = \"2s\"\ntpot = \"100ms\"\n"
+        ))
+        .unwrap();
+        let slo = s.slo.unwrap();
+        assert_eq!(
+            (slo.latency, slo.ttft, slo.tpot),
+            (
+                None,
+                Some(DurationNs(2_000_000_000)),
+                Some(DurationNs(100_000_000))
+            )
+        );
+    }
+
+    #[test]
+    fn named_pools_are_parsed_after_the_default_pool() {
+        let s = Scenario::from_toml_str(&format!(
+            "{MINIMAL}[pools.large]\nmodels = [\"llama\"]\ninstances = 2\n[pools.large.service]\nkind = \"exponential\"\nmean = \"10ms\"\n"
+        ))
+        .unwrap();
+        assert_eq!(s.pools().len(), 2);
+        assert_eq!(s.pools()[1].name, "large");
+        assert_eq!(s.pools()[1].models, vec!["llama".to_string()]);
+    }
+}

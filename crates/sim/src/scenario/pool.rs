@@ -1,0 +1,454 @@
+//! One pool of instances: its tables validated, each key checked against the others.
+
+use crate::llm::scheduler::{SchedulerConfig, Scheduling};
+use crate::timing::service::Residuals;
+use crate::timing::slowdown::{SlowdownWindow, Slowdowns};
+use crate::timing::step_spec::StepTimeSpec;
+
+use super::file::{BatcherKind, ContinuousKeys, KvCacheSpec, PoolFile};
+use super::{
+    BatcherSpec, DurationNs, ExecutionSpec, PostprocessSpec, PreprocessSpec, QueueSpec,
+    ScenarioError, ServiceSpec, StandbySpec, invalid,
+};
+
+/// One pool of instances, validated.
+#[derive(Debug, Clone)]
+pub struct Pool {
+    /// `default` for the top-level pool, else the `[pools.NAME]` name.
+    pub name: String,
+    /// Trace models routed here (empty for the default pool).
+    pub models: Vec<String>,
+    /// Trace classes routed here.
+    pub classes: Vec<u32>,
+    /// Instances (servers) behind the gateway, active from the start.
+    pub instances: u32,
+    /// Longest input the model takes, in tokens (at least 1): a longer request is truncated to
+    /// it after pre-processing, as a tokenizer's `max_length` does. `None`: no limit.
+    pub max_input_tokens: Option<u32>,
+    /// Most output tokens a response has, at least 1 (vLLM's `max_tokens`): a longer request's
+    /// output is truncated to it after pre-processing. `None`: no limit.
+    pub max_output_tokens: Option<u32>,
+    /// Standby instances.
+    pub standby: StandbySpec,
+    /// Pre-processing workers, if any.
+    pub preprocess: Option<PreprocessSpec>,
+    /// Queue policy.
+    pub queue: QueueSpec,
+    /// Dynamic batcher, with `preferred_batch_size` sorted ascending.
+    pub batcher: BatcherSpec,
+    /// Execution resources.
+    pub execution: ExecutionSpec,
+    /// `execution.slowdowns`, validated.
+    pub slowdowns: Slowdowns,
+    /// The service-time model as written (dynamic batcher; `None` with a continuous batcher).
+    pub service_spec: Option<ServiceSpec>,
+    /// The continuous batcher's settings and step-time model as written, when `batcher.kind` is
+    /// `continuous`.
+    pub llm: Option<LlmPool>,
+    /// Post-processing.
+    pub postprocess: PostprocessSpec,
+}
+
+/// A continuous-batching pool's settings, validated (its step-time model is built by
+/// [`crate::build`]).
+#[derive(Debug, Clone)]
+pub struct LlmPool {
+    /// The scheduler of each instance.
+    pub scheduler: SchedulerConfig,
+    /// Waiting-line order.
+    pub scheduling: Scheduling,
+    /// The step-time model as written.
+    pub step_time_spec: StepTimeSpec,
+}
+
+/// The residual factors written at `key`, validated.
+pub(crate) fn residuals_of(
+    key: &str,
+    ratios: &Option<Vec<f64>>,
+) -> Result<Option<Residuals>, ScenarioError> {
+    match ratios {
+        None => Ok(None),
+        Some(r) => Residuals::from_ratios(r)
+            .map(Some)
+            .ok_or_else(|| invalid(key, "needs at least one ratio, each finite and above 0")),
+    }
+}
+
+/// The most servers (`instances` plus `standby.instances`, over all pools) a scenario may have:
+/// each costs memory and, with load balancing that compares servers, time per request.
+pub const MAX_SERVERS: u32 = 100_000;
+
+/// The most model instances (servers times `gpus * instance_count`, over all pools).
+pub const MAX_MODEL_INSTANCES: u64 = 1_000_000;
+
+/// Checks the whole scenario's size against [`MAX_SERVERS`] and [`MAX_MODEL_INSTANCES`], before
+/// anything is allocated for it.
+pub(super) fn check_size(pools: &[Pool]) -> Result<(), ScenarioError> {
+    let servers = |p: &Pool| u64::from(p.instances) + u64::from(p.standby.instances);
+    let total_servers: u64 = pools.iter().map(servers).sum();
+    if total_servers > u64::from(MAX_SERVERS) {
+        return Err(invalid(
+            "instances",
+            format!(
+                "the pools have {total_servers} servers (instances plus standby instances) in all; at most {MAX_SERVERS} are simulated"
+            ),
+        ));
+    }
+    let model_instances: u64 = pools
+        .iter()
+        .map(|p| servers(p) * u64::from(p.execution.gpus) * u64::from(p.execution.instance_count))
+        .sum();
+    if model_instances > MAX_MODEL_INSTANCES {
+        return Err(invalid(
+            "execution",
+            format!(
+                "the pools have {model_instances} model instances (servers x gpus x instance_count) in all; at most {MAX_MODEL_INSTANCES} are simulated"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Validates one pool's tables. `prefix` is the pool's key prefix (`""` or `"pools.NAME."`).
+pub(super) fn validate_pool(name: &str, prefix: &str, p: PoolFile) -> Result<Pool, ScenarioError> {
+    let key = |k: &str| format!("{prefix}{k}");
+    if p.instances == 0 {
+        return Err(invalid(&key("instances"), "must be at least 1"));
+    }
+    if p.standby.activate_at_outstanding == 0 {
+        return Err(invalid(
+            &key("standby.activate_at_outstanding"),
+            "must be at least 1",
+        ));
+    }
+    for (limit, value) in [
+        ("max_input_tokens", p.max_input_tokens),
+        ("max_output_tokens", p.max_output_tokens),
+    ] {
+        if value == Some(0) {
+            return Err(invalid(
+                &key(limit),
+                "must be at least 1 token (omit it for no limit)",
+            ));
+        }
+    }
+    if p.instances > MAX_SERVERS {
+        return Err(invalid(
+            &key("instances"),
+            format!("must be at most {MAX_SERVERS}"),
+        ));
+    }
+    if u64::from(p.instances) + u64::from(p.standby.instances) > u64::from(MAX_SERVERS) {
+        return Err(invalid(
+            &key("standby.instances"),
+            format!("instances plus standby instances must be at most {MAX_SERVERS}"),
+        ));
+    }
+    if let Some(pre) = &p.preprocess
+        && pre.workers == 0
+    {
+        return Err(invalid(
+            &key("preprocess.workers"),
+            "must be at least 1 (omit [preprocess] for none)",
+        ));
+    }
+    if p.queue.priority_levels == 0 || p.queue.priority_levels > 64 {
+        return Err(invalid(
+            &key("queue.priority_levels"),
+            "must be between 1 and 64",
+        ));
+    }
+    if p.queue.timeout == Some(DurationNs(0)) {
+        return Err(invalid(
+            &key("queue.timeout"),
+            "must be above 0 (omit it for no timeout)",
+        ));
+    }
+    let mut batcher = p.batcher;
+    let llm = match batcher.kind {
+        BatcherKind::Dynamic => {
+            if let Some(k) = batcher.continuous_keys().set_keys().next() {
+                return Err(invalid(
+                    &key(&format!("batcher.{k}")),
+                    "is a continuous-batcher key: set `batcher.kind = \"continuous\"` or drop it",
+                ));
+            }
+            for (table, set) in [
+                ("kv_cache", p.kv_cache.is_some()),
+                ("step_time", p.step_time.is_some()),
+            ] {
+                if set {
+                    return Err(invalid(
+                        &key(table),
+                        format!(
+                            "[{table}] belongs to a continuous batcher: set `batcher.kind = \"continuous\"` or drop it"
+                        ),
+                    ));
+                }
+            }
+            None
+        }
+        BatcherKind::Continuous => {
+            let dynamic_keys = [
+                ("max_batch_size", batcher.max_batch_size != 1),
+                (
+                    "preferred_batch_size",
+                    !batcher.preferred_batch_size.is_empty(),
+                ),
+                ("max_queue_delay", batcher.max_queue_delay.0 != 0),
+                ("prefetch", batcher.prefetch.is_some()),
+            ];
+            if let Some((k, _)) = dynamic_keys.iter().find(|(_, set)| *set) {
+                return Err(invalid(
+                    &key(&format!("batcher.{k}")),
+                    "is a dynamic-batcher key; a continuous batcher uses max_num_seqs and max_num_batched_tokens",
+                ));
+            }
+            let step_time = match (&p.service, &p.step_time) {
+                (Some(_), Some(_)) => {
+                    return Err(invalid(
+                        &key("service"),
+                        "a continuous batcher takes its time from [step_time]; drop [service]",
+                    ));
+                }
+                (Some(_), None) => {
+                    return Err(invalid(
+                        &key("step_time"),
+                        "is required with a continuous batcher (instead of [service]): for example `kind = \"roofline\"`, `model = \"llama-3-8b\"`, `hardware = \"h200\"`",
+                    ));
+                }
+                (None, None) => {
+                    return Err(invalid(
+                        &key("step_time"),
+                        "is required with a continuous batcher: for example `kind = \"roofline\"`, `model = \"llama-3-8b\"`, `hardware = \"h200\"`",
+                    ));
+                }
+                (None, Some(st)) => st,
+            };
+            let slots = u64::from(p.execution.gpus) * u64::from(p.execution.instance_count);
+            Some(validate_llm_pool(
+                prefix,
+                &batcher.continuous_keys(),
+                &p.kv_cache.clone().unwrap_or_default(),
+                step_time,
+                slots,
+                p.queue.priority_levels,
+            )?)
+        }
+    };
+    if batcher.max_batch_size == 0 || batcher.max_batch_size > 65_536 {
+        return Err(invalid(
+            &key("batcher.max_batch_size"),
+            "must be between 1 and 65536",
+        ));
+    }
+    batcher.preferred_batch_size.sort_unstable();
+    batcher.preferred_batch_size.dedup();
+    if let Some(bad) = batcher
+        .preferred_batch_size
+        .iter()
+        .find(|&&s| s == 0 || s > batcher.max_batch_size)
+    {
+        return Err(invalid(
+            &key("batcher.preferred_batch_size"),
+            format!(
+                "{bad} is not between 1 and max_batch_size ({})",
+                batcher.max_batch_size
+            ),
+        ));
+    }
+    let slots = u64::from(p.execution.gpus) * u64::from(p.execution.instance_count);
+    if slots == 0 || slots > 4096 {
+        return Err(invalid(
+            &key("execution"),
+            "gpus * instance_count must be between 1 and 4096",
+        ));
+    }
+    let scale = p.execution.time_scale;
+    if !(scale.is_finite() && scale > 0.0 && scale <= 1000.0) {
+        return Err(invalid(
+            &key("execution.time_scale"),
+            format!("is {scale}; it must be above 0 and at most 1000 (1 leaves times as they are)"),
+        ));
+    }
+    let windows: Vec<SlowdownWindow> = p
+        .execution
+        .slowdowns
+        .iter()
+        .map(|w| SlowdownWindow {
+            from_ns: w.from.0,
+            to_ns: w.to.0,
+            factor: w.factor,
+        })
+        .collect();
+    let slowdowns = Slowdowns::new(&windows).map_err(|e| {
+        invalid(
+            &key(&format!("execution.slowdowns[{}]", e.index)),
+            e.message,
+        )
+    })?;
+    match (&p.service, &llm) {
+        (_, Some(_)) => {}
+        (None, None) => {
+            return Err(invalid(
+                &key("service"),
+                "is required: add a [service] table (for example `kind = \"constant\"`, `time = \"5ms\"`)",
+            ));
+        }
+        (Some(spec), None) => validate_service(&key, spec)?,
+    }
+    Ok(Pool {
+        name: name.to_string(),
+        models: p.models,
+        classes: p.classes,
+        instances: p.instances,
+        max_input_tokens: p.max_input_tokens,
+        max_output_tokens: p.max_output_tokens,
+        standby: p.standby,
+        preprocess: p.preprocess,
+        queue: p.queue,
+        batcher,
+        execution: p.execution,
+        slowdowns,
+        service_spec: if llm.is_some() { None } else { p.service },
+        llm,
+        postprocess: p.postprocess,
+    })
+}
+
+/// Checks a service model's values; a `profile` is checked when its file is read, by the build
+/// step.
+fn validate_service(key: &dyn Fn(&str) -> String, spec: &ServiceSpec) -> Result<(), ScenarioError> {
+    match spec {
+        ServiceSpec::Constant { residuals, .. } | ServiceSpec::Affine { residuals, .. } => {
+            residuals_of(&key("service.residuals"), residuals).map(|_| ())
+        }
+        ServiceSpec::Exponential { mean } if mean.0 == 0 => {
+            Err(invalid(&key("service.mean"), "must be above 0"))
+        }
+        ServiceSpec::Exponential { .. } | ServiceSpec::Profile { .. } => Ok(()),
+    }
+}
+
+/// Validates a continuous pool's keys. `prefix` is the pool's key prefix (`""` or
+/// `"pools.NAME."`), `model_instances` its `gpus * instance_count`, `priority_levels` its queue's.
+fn validate_llm_pool(
+    prefix: &str,
+    keys: &ContinuousKeys,
+    kv_cache: &KvCacheSpec,
+    step_time: &StepTimeSpec,
+    model_instances: u64,
+    priority_levels: u32,
+) -> Result<LlmPool, ScenarioError> {
+    let key = |k: &str| format!("{prefix}{k}");
+    if model_instances != 1 {
+        return Err(invalid(
+            &key("execution"),
+            format!(
+                "a continuous batcher runs one model replica per instance (vLLM's engine), but \
+                 gpus * instance_count is {model_instances}; use `instances` for more replicas \
+                 and `step_time.tensor_parallel` for GPUs per replica"
+            ),
+        ));
+    }
+    let max_num_seqs = keys.max_num_seqs.unwrap_or(256);
+    if !(1..=65_536).contains(&max_num_seqs) {
+        return Err(invalid(
+            &key("batcher.max_num_seqs"),
+            format!("{max_num_seqs} is not between 1 and 65536"),
+        ));
+    }
+    let max_num_batched_tokens = keys.max_num_batched_tokens.unwrap_or(8192);
+    if max_num_batched_tokens == 0 {
+        return Err(invalid(
+            &key("batcher.max_num_batched_tokens"),
+            "must be at least 1",
+        ));
+    }
+    let scheduling = keys.scheduling.unwrap_or_default();
+    match (scheduling, priority_levels) {
+        (Scheduling::Priority, 1) => {
+            return Err(invalid(
+                &key("batcher.scheduling"),
+                "\"priority\" orders the waiting line by request class through the instance \
+                 queue: also set `queue.priority_levels` (2 to 64)",
+            ));
+        }
+        (Scheduling::Fcfs, levels) if levels > 1 => {
+            return Err(invalid(
+                &key("queue.priority_levels"),
+                format!(
+                    "{levels} levels with `batcher.scheduling = \"fcfs\"`: set \
+                     `batcher.scheduling = \"priority\"` to order by class, or drop the levels"
+                ),
+            ));
+        }
+        _ => {}
+    }
+    let block_size = kv_cache.block_size;
+    if !(1..=4096).contains(&block_size) {
+        return Err(invalid(
+            &key("kv_cache.block_size"),
+            format!("{block_size} is not between 1 and 4096"),
+        ));
+    }
+    let prefix_block_tokens = kv_cache.prefix_block_tokens;
+    if prefix_block_tokens == 0 || !prefix_block_tokens.is_multiple_of(block_size) {
+        return Err(invalid(
+            &key("kv_cache.prefix_block_tokens"),
+            format!(
+                "{prefix_block_tokens} is not a positive multiple of block_size ({block_size})"
+            ),
+        ));
+    }
+    let num_gpu_blocks = match kv_cache.num_gpu_blocks {
+        Some(0) => {
+            return Err(invalid(
+                &key("kv_cache.num_gpu_blocks"),
+                "must be at least 1",
+            ));
+        }
+        Some(n) => n,
+        None => match step_time.kv_capacity_tokens() {
+            Some(tokens) => {
+                let blocks = tokens / u64::from(block_size);
+                if blocks == 0 {
+                    return Err(invalid(
+                        &key("kv_cache.num_gpu_blocks"),
+                        "the step-time model's GPU memory leaves no room for one KV block after \
+                         the weights: use a larger GPU, more tensor_parallel, or set \
+                         `kv_cache.num_gpu_blocks`",
+                    ));
+                }
+                u32::try_from(blocks).unwrap_or(u32::MAX)
+            }
+            None => {
+                return Err(invalid(
+                    &key("kv_cache.num_gpu_blocks"),
+                    "is needed: this `step_time` does not know the GPU memory and the model, so \
+                     the KV capacity cannot be derived; set `kv_cache.num_gpu_blocks` (blocks \
+                     of block_size tokens per instance) or use `step_time.kind = \"roofline\"`",
+                ));
+            }
+        },
+    };
+    // A `profile` step time is checked when its file is read, by the build step.
+    step_time
+        .analytic()
+        .map_err(|e| invalid(&key("step_time"), e.to_string()))?;
+    Ok(LlmPool {
+        scheduler: SchedulerConfig {
+            max_num_seqs,
+            max_num_batched_tokens,
+            enable_chunked_prefill: keys.enable_chunked_prefill.unwrap_or(true),
+            block_size,
+            num_gpu_blocks,
+            enable_prefix_caching: kv_cache.enable_prefix_caching,
+            prefix_block_tokens,
+            step_overhead_ns: keys.step_overhead.map_or(0, |d| d.0),
+            step_overhead_per_seq_ns: keys.step_overhead_per_seq.map_or(0, |d| d.0),
+        },
+        scheduling,
+        step_time_spec: step_time.clone(),
+    })
+}

@@ -1,0 +1,17 @@
+//! How long execution takes: the models of a dynamic batch's service time and of a continuous
+//! batcher's step time, side by side with the profile formats they read and the hardware and
+//! model presets of the roofline.
+//!
+//! A dynamic-batcher pool's batch takes a [`service::ServiceTime`] (constant, exponential,
+//! affine, or drawn from a calibrated batch [`profile`]); a continuous-batcher pool's step takes a
+//! [`step_time::StepTime`] (linear, the analytic [`roofline`] with [`hardware`] presets, or drawn
+//! from a decoder [`step_profile`]). The scenario names a model; `crate::build` builds it.
+
+pub mod hardware;
+pub mod profile;
+pub mod roofline;
+pub mod service;
+pub mod slowdown;
+pub mod step_profile;
+pub mod step_spec;
+pub mod step_time;
