@@ -175,8 +175,11 @@ pub fn run(args: ValidateArgs) -> Result<()> {
         .ok_or_else(|| BadInput("the profile times a full batch at 0 ns".into()))?;
     let capacity_rps = capacity.rate_rps;
     println!(
-        "calibrated capacity: {capacity_rps:.1} rps ({} model instances, batches of {} at {} tokens)",
-        capacity.model_instances, capacity.max_batch_size, capacity.mean_input_tokens
+        "calibrated capacity: {capacity_rps:.1} rps ({} model instances, batches of {} padded to {} tokens on average, inputs {} tokens on average)",
+        capacity.model_instances,
+        capacity.max_batch_size,
+        capacity.padded_input_tokens,
+        capacity.mean_input_tokens
     );
 
     let runtime = load_runtime(server.ort_lib.as_deref())?;

@@ -1,4 +1,8 @@
-//! The errors of this crate's parsers.
+//! The errors of this crate's parsers, and of writing a report.
+
+use std::path::PathBuf;
+
+use crate::plot::PlotError;
 
 /// A flag or key value that could not be parsed. The message quotes the bad value and says what
 /// would fix it.
@@ -21,4 +25,27 @@ impl ParseError {
             reason: reason.into(),
         }
     }
+}
+
+/// Why a report could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    /// A plot failed.
+    #[error(transparent)]
+    Plot(#[from] PlotError),
+    /// The SLO stored in the sweep does not parse.
+    #[error("sweep.json holds an unreadable SLO: {0}")]
+    Slo(#[from] ParseError),
+    /// Writing report.md failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file being written.
+        path: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Nothing to report.
+    #[error("the sweep has no capacity rows to report (did every run get interrupted?)")]
+    Empty,
 }

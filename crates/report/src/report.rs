@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::plot::{
-    CapacityHeatmap, CdfPlot, CdfSeries, PlotError, PlotSize, StageBars, StageBreakdownPlot,
-    TimeSeriesPanel, TimeSeriesPlot, draw_capacity_heatmap, draw_latency_cdf, draw_stage_breakdown,
+    CapacityHeatmap, CdfPlot, CdfSeries, PlotSize, StageBars, StageBreakdownPlot, TimeSeriesPanel,
+    TimeSeriesPlot, draw_capacity_heatmap, draw_latency_cdf, draw_stage_breakdown,
     draw_time_series,
 };
 use crate::slo::{LatencyStat, Metric, Slo};
@@ -14,40 +14,8 @@ use crate::sweep::{CapacityRow, CurveRow, SweepResult, stage_stat};
 /// Most configurations drawn in one curve or bar plot (the best by capacity per instance).
 pub const MAX_PLOTTED_CONFIGURATIONS: usize = 8;
 
-/// Why a report could not be written.
-#[derive(Debug, thiserror::Error)]
-pub enum ReportError {
-    /// A plot failed.
-    #[error(transparent)]
-    Plot(#[from] PlotError),
-    /// The SLO stored in the sweep does not parse.
-    #[error("sweep.json holds an unreadable SLO: {0}")]
-    Slo(#[from] crate::error::ParseError),
-    /// Writing report.md failed.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file being written.
-        path: PathBuf,
-        /// The operating system's error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// Nothing to report.
-    #[error("the sweep has no capacity rows to report (did every run get interrupted?)")]
-    Empty,
-}
-
-/// Configurations ranked by mean capacity per instance, best first (ties by index).
-pub fn ranked(result: &SweepResult) -> Vec<&CapacityRow> {
-    let mut rows: Vec<&CapacityRow> = result.capacities.iter().collect();
-    rows.sort_by(|a, b| {
-        let key = |r: &CapacityRow| r.capacity_per_instance_rps.unwrap_or(0.0);
-        key(b)
-            .total_cmp(&key(a))
-            .then(a.config_index.cmp(&b.config_index))
-    });
-    rows
-}
+pub use crate::error::ReportError;
+pub use crate::sweep::ranked;
 
 /// Draws every plot into `dir` and writes `dir/report.md`; returns the files written.
 pub fn write_report(

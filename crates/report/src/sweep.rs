@@ -809,3 +809,15 @@ fn knees(spec: &SweepSpec, rows: &[&CurveRow]) -> Knees {
 pub fn stages() -> &'static [&'static str] {
     &STAGES
 }
+
+/// Configurations ranked by mean capacity per instance, best first (ties by index).
+pub fn ranked(result: &SweepResult) -> Vec<&CapacityRow> {
+    let mut rows: Vec<&CapacityRow> = result.capacities.iter().collect();
+    rows.sort_by(|a, b| {
+        let key = |r: &CapacityRow| r.capacity_per_instance_rps.unwrap_or(0.0);
+        key(b)
+            .total_cmp(&key(a))
+            .then(a.config_index.cmp(&b.config_index))
+    });
+    rows
+}

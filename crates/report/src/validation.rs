@@ -25,9 +25,11 @@ pub fn relative_error(simulated: f64, measured: f64) -> Option<f64> {
         .then(|| (simulated - measured) / measured)
 }
 
-/// The rate that saturates a pool: every model instance running full batches back to back, each
-/// of requests of the mean input length, `model instances x max_batch_size / time of a full
-/// batch` ("calibrated capacity").
+/// The rate that saturates a pool: every model instance running full batches back to back,
+/// `model instances x max_batch_size / mean time of a full batch` ("calibrated capacity"). A full
+/// batch is `max_batch_size` consecutive requests of the trace, padded to the longest of them, as
+/// the server pads them: with inputs of uneven length a batch costs what its longest input
+/// costs, far more than a batch at the mean length.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct CalibratedCapacity {
     /// Requests per second.
@@ -36,15 +38,19 @@ pub struct CalibratedCapacity {
     pub model_instances: u32,
     /// The batcher's `max_batch_size`.
     pub max_batch_size: u32,
-    /// The mean input length the full batch is timed at, in tokens (rounded up).
+    /// The trace's mean input length, in tokens (rounded up).
     pub mean_input_tokens: u32,
-    /// The service model's mean time of that batch, in milliseconds.
+    /// The mean longest input of a full batch (what it is padded to), in tokens (rounded up).
+    pub padded_input_tokens: u32,
+    /// The service model's mean time of a full batch, in milliseconds.
     pub full_batch_ms: f64,
 }
 
 impl CalibratedCapacity {
     /// The capacity of `pool` with `service`'s times for requests of `input_tokens` (the
-    /// trace's, as the server sees them). `None` for an empty trace or a batch timed at 0.
+    /// trace's, as the server sees them, in arrival order): the full batches are the trace's
+    /// consecutive runs of `max_batch_size` requests (wrapping around at its end, so a trace
+    /// shorter than a batch still fills one). `None` for an empty trace or a batch timed at 0.
     pub fn of(
         pool: &Pool,
         service: &dyn ServiceTime,
@@ -54,24 +60,33 @@ impl CalibratedCapacity {
             return None;
         }
         let model_instances = pool.instances * pool.execution.gpus * pool.execution.instance_count;
-        let mean =
-            input_tokens.iter().map(|&t| f64::from(t)).sum::<f64>() / input_tokens.len() as f64;
-        let mean_input_tokens = mean.ceil() as u32;
+        let n = input_tokens.len();
+        let mean = input_tokens.iter().map(|&t| f64::from(t)).sum::<f64>() / n as f64;
         let max_batch_size = pool.batcher.max_batch_size.max(1);
-        let full_batch = BatchShape {
-            size: max_batch_size,
-            max_input_tokens: mean_input_tokens,
-            total_input_tokens: u64::from(max_batch_size) * u64::from(mean_input_tokens),
-            // At capacity a model instance runs batches back to back.
-            idle_ns: 0,
-        };
-        let full_batch_ns = service.mean_ns(&full_batch);
+        let batch = max_batch_size as usize;
+        let (mut time_ns, mut padded, mut batches) = (0.0, 0.0, 0usize);
+        for start in (0..n).step_by(batch) {
+            let lengths = (start..start + batch).map(|i| input_tokens[i % n]);
+            let longest = lengths.clone().max().unwrap_or(0);
+            let shape = BatchShape {
+                size: max_batch_size,
+                max_input_tokens: longest,
+                total_input_tokens: lengths.map(u64::from).sum(),
+                // At capacity a model instance runs batches back to back.
+                idle_ns: 0,
+            };
+            time_ns += service.mean_ns(&shape);
+            padded += f64::from(longest);
+            batches += 1;
+        }
+        let full_batch_ns = time_ns / batches as f64;
         (full_batch_ns > 0.0 && full_batch_ns.is_finite()).then(|| CalibratedCapacity {
             rate_rps: f64::from(model_instances) * f64::from(max_batch_size)
                 / (full_batch_ns * 1e-9),
             model_instances,
             max_batch_size,
-            mean_input_tokens,
+            mean_input_tokens: mean.ceil() as u32,
+            padded_input_tokens: (padded / batches as f64).ceil() as u32,
             full_batch_ms: full_batch_ns * 1e-6,
         })
     }
@@ -614,6 +629,7 @@ mod tests {
             model_instances: 2,
             max_batch_size: 8,
             mean_input_tokens: 32,
+            padded_input_tokens: 40,
             full_batch_ms: 4.0,
         };
         let report = EndpointValidation {
@@ -685,14 +701,17 @@ mod tests {
             capsim_sim::build::build(&scenario, &mut capsim_sim::Profiles::default()).unwrap();
         let service = built.pools[0].service.clone().expect("a service model");
         let capacity = CalibratedCapacity::of(pool, service.as_ref(), &[10, 20, 31]).unwrap();
-        // Mean 20.33 -> 21 tokens; a batch of 8: 2 + 4 + 8 x 21 x 0.001 = 6.168 ms.
+        // Mean 20.33 -> 21 tokens; the one batch of 8 (the three inputs, wrapped around) is
+        // padded to the longest, 31: 2 + 4 + 8 x 31 x 0.001 = 6.248 ms, not the 6.168 ms of a
+        // batch at the mean length.
         assert_eq!(capacity.mean_input_tokens, 21);
+        assert_eq!(capacity.padded_input_tokens, 31);
         assert_eq!(capacity.model_instances, 4);
         assert!(
-            (capacity.full_batch_ms - 6.168).abs() < 1e-9,
+            (capacity.full_batch_ms - 6.248).abs() < 1e-9,
             "{capacity:?}"
         );
-        assert!((capacity.rate_rps - 4.0 * 8.0 / 6.168e-3).abs() < 1e-6);
+        assert!((capacity.rate_rps - 4.0 * 8.0 / 6.248e-3).abs() < 1e-6);
         assert_eq!(CalibratedCapacity::of(pool, service.as_ref(), &[]), None);
     }
 

@@ -86,10 +86,11 @@ pub(super) fn run(args: &ValidateArgs, url: &str) -> Result<()> {
         ))
     })?;
     println!(
-        "calibrated capacity: {:.1} rps ({} model instances, batches of {} at {} tokens taking {:.3} ms with the {model_label} service model)",
+        "calibrated capacity: {:.1} rps ({} model instances, batches of {} padded to {} tokens on average (inputs {} on average) taking {:.3} ms with the {model_label} service model)",
         capacity.rate_rps,
         capacity.model_instances,
         capacity.max_batch_size,
+        capacity.padded_input_tokens,
         capacity.mean_input_tokens,
         capacity.full_batch_ms
     );
