@@ -1,3 +1,4 @@
+// Over 800 lines: the case generator and the audit of every record against its scenario are one harness, each rule next to the others.
 //! Swarm tests, as TigerBeetle runs them: each case draws a random but valid and realistic
 //! scenario (whole features switched on or off with skewed weights) and a random trace, runs
 //! `capsim simulate` on them, and audits every record of `requests.parquet` and the counts of

@@ -1,3 +1,4 @@
+// Over 800 lines: the sweep's jobs, its capacity searches and the rows they add up to share one job table and its results.
 //! The sweep: every (configuration, load, seed) run of a grid, a capacity search for every
 //! (configuration, seed), and what they add up to per configuration.
 //!

@@ -1,3 +1,4 @@
+// Over 800 lines: reading the batches, the weighted fit and the fit by simulation share one batch table; 160 of them are tests.
 //! Fits a dynamic batcher's affine service time to the execution times a log measured.
 //!
 //! capsim's own `requests.parquet` (from `simulate` or `replay --live`) says, per request, which

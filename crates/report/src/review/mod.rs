@@ -1,3 +1,4 @@
+// Over 800 lines: the review's blocks and their two renderings (Markdown, HTML) are one document; 200 of them are its tests.
 //! The capacity review: `report.md` and a self-contained `report.html` that open with the
 //! question (trace, rate, peak, SLO, growth) and the answer (configuration, instances, headroom,
 //! cost), then the evidence (figures and the ranked capacities), then what the answer rests on

@@ -1,3 +1,4 @@
+// Over 800 lines: one reader (canonical and mapped schemas share the column decoding); 100 of them are its tests.
 //! Parquet: the canonical schema, or any schema through a [`ColumnMap`].
 //!
 //! Only the mapped columns are decoded. Canonical files (`arrival` Int64 ns, sizes UInt32, no
