@@ -510,9 +510,10 @@ pub struct TimeseriesSpec {
     /// Sampling interval of timeseries.parquet. Default 1s.
     #[serde(default = "one_second")]
     pub interval: DurationNs,
-    /// The most rows timeseries.parquet keeps (2 to [`MAX_ROWS_LIMIT`], default
-    /// [`DEFAULT_MAX_ROWS`]): a run whose simulated time needs more doubles the interval as
-    /// often as it takes (the summary's `timeseries_interval_s` says what was used).
+    /// The most rows timeseries.parquet keeps (2 to
+    /// [`MAX_ROWS_LIMIT`](crate::timeseries::MAX_ROWS_LIMIT), default [`DEFAULT_MAX_ROWS`]): a
+    /// run whose simulated time needs more doubles the interval as often as it takes (the
+    /// summary's `timeseries_interval_s` says what was used).
     #[serde(default = "default_max_rows")]
     pub max_rows: u32,
 }
@@ -587,7 +588,7 @@ pub enum BatcherKind {
     /// Triton's dynamic batcher: whole requests in batches (see [`crate::batcher`]).
     #[default]
     Dynamic,
-    /// vLLM's iteration-level batcher (see [`super::scheduler`]).
+    /// vLLM's iteration-level batcher (see [`crate::llm::scheduler`]).
     Continuous,
 }
 
