@@ -139,7 +139,9 @@ impl ContinuousInstance {
         }
         let (seqs, done_ns) = (
             step.batch.seqs(),
-            execution.end_ns(now, gpu_ns.saturating_add(step.overhead_ns)),
+            execution
+                .slowdowns
+                .end_ns(now, gpu_ns.saturating_add(step.overhead_ns)),
         );
         begin_execution(ctx, instance, mi, mi_index, seqs, done_ns);
     }

@@ -72,22 +72,9 @@ pub(crate) struct Execution {
     pub may_extrapolate: bool,
     /// Batches started whose execution time the model extrapolated.
     pub extrapolated_batches: u64,
-    /// `execution.slowdowns` (empty: none, and nothing to compute per batch).
+    /// `execution.slowdowns` (empty: none).
     pub slowdowns: Slowdowns,
     pub rng: SimRng,
-}
-
-impl Execution {
-    /// When work that takes `work_ns` at normal speed, started `now_ns`, ends: stretched by the
-    /// pool's slowdown windows, if any.
-    #[inline]
-    pub fn end_ns(&self, now_ns: u64, work_ns: u64) -> u64 {
-        if self.slowdowns.is_empty() {
-            now_ns.saturating_add(work_ns)
-        } else {
-            self.slowdowns.end_ns(now_ns, work_ns)
-        }
-    }
 }
 
 /// Marks model instance `mi_index` (of `instance`) busy with a batch (or step) of `size`

@@ -271,6 +271,6 @@ fn start_batch(ctx: &mut Ctx, site: &mut Site<'_>, rule: &Batcher, mi_index: u32
     if execution.may_extrapolate && service.is_extrapolated(&shape) {
         execution.extrapolated_batches += 1;
     }
-    let done_ns = execution.end_ns(now, duration_ns);
+    let done_ns = execution.slowdowns.end_ns(now, duration_ns);
     begin_execution(ctx, instance, mi, mi_index, size, done_ns);
 }

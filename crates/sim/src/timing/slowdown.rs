@@ -98,10 +98,22 @@ impl Slowdowns {
     }
 
     /// When work that takes `work_ns` at normal speed, started at `start_ns`, ends. Saturates at
-    /// `u64::MAX`.
+    /// `u64::MAX`. Work that no window touches (always, without windows) takes exactly its
+    /// normal time.
+    #[inline]
     pub fn end_ns(&self, start_ns: u64, work_ns: u64) -> u64 {
         // The first window that ends after the start; earlier ones cannot touch this work.
         let first = self.windows.partition_point(|w| w.to_ns <= start_ns);
+        let end_ns = start_ns.saturating_add(work_ns);
+        match self.windows.get(first) {
+            Some(w) if end_ns > w.from_ns => self.stretched_end_ns(first, start_ns, work_ns),
+            _ => end_ns,
+        }
+    }
+
+    /// [`Slowdowns::end_ns`] of work that reaches window `first`, the first to end after
+    /// `start_ns`.
+    fn stretched_end_ns(&self, first: usize, start_ns: u64, work_ns: u64) -> u64 {
         let mut t = start_ns;
         let mut left = work_ns as f64;
         for w in &self.windows[first..] {
