@@ -63,9 +63,8 @@ def timeline_scenario(fit: dict, windows: list) -> str:
         lines += [f"{k} = {toml_value(v)}" for k, v in s.get(table, {}).items()]
     lines += ["[execution]",
               f"instance_count = {s.get('execution', {}).get('instance_count', 1)}",
-              "slowdowns = ["]
-    lines += [f'  {{ from = "{a}ns", to = "{b}ns", factor = {f:.6f} }},' for a, b, f in windows]
-    lines += ["]", "[service]", 'kind = "affine"', f'a = "{fit["a_ms"]:.6f}ms"',
+              *tc.slowdowns_toml(windows)]
+    lines += ["[service]", 'kind = "affine"', f'a = "{fit["a_ms"]:.6f}ms"',
               f'b = "{fit["b_ms"]:.6f}ms"', f'c = "{fit["c_ms"]:.8f}ms"']
     return "\n".join(lines) + "\n"
 
@@ -128,16 +127,13 @@ def compare(out: Path, load: float) -> str:
                                          measured["outcome"]) if o == "completed"}
     requests = [r for r in tc.server_requests(out / "trace.json")
                 if int(r["request_id"]) in tokens]
-    groups: dict = {}
-    for r in requests:
-        groups.setdefault((r["COMPUTE_START"], r["COMPUTE_END"]), []).append(r)
     batches = [(len(m), max(tokens[int(r["request_id"])] for r in m), (end - start) / 1e6)
-               for (start, end), m in groups.items()]
+               for (start, end), m in tc.traced_batches(requests).items()]
     fit = fit_batches(batches)
     batcher = tomllib.loads(SCENARIO.read_text()).get("batcher", {})
-    readiness = {"delay_ns": tc.parse_ms(batcher.get("max_queue_delay", "0ms")) * 1e6,
-                 "ready_sizes": {*batcher.get("preferred_batch_size", []),
-                                 batcher.get("max_batch_size", 1)}}
+    readiness = tc.setting_readiness({"delay": batcher.get("max_queue_delay", "0ms"),
+                                      "preferred": batcher.get("preferred_batch_size", []),
+                                      "max_batch_size": batcher.get("max_batch_size", 1)})
     timings = tc.request_timings(requests, 1, readiness)
     fit["turnaround_ms"] = timings["turnaround_ms"]
     (out / "timeline-fit.json").write_text(json.dumps(fit, indent=1))

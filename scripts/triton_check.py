@@ -60,26 +60,45 @@ def scenario_toml(name: str, s: dict, a_ms: float = A_MS, b_ms: float = B_MS,
         lines.append(f"preferred_batch_size = {s['preferred']}")
     lines += ["[execution]", f"instance_count = {s['instances']}"]
     if slowdowns:
-        lines.append("slowdowns = [")
-        lines += [f'  {{ from = "{a}ns", to = "{b}ns", factor = {f:.6f} }},'
-                  for a, b, f in slowdowns]
-        lines.append("]")
+        lines += slowdowns_toml(slowdowns)
     lines += ["[service]", 'kind = "affine"', f'a = "{a_ms:.4f}ms"', f'b = "{b_ms:.4f}ms"']
     if residuals:
         lines.append(f"residuals = [{', '.join(f'{r:.4f}' for r in residuals)}]")
     return "\n".join(lines) + "\n"
 
 
+def slowdowns_toml(windows: list) -> list:
+    """`execution.slowdowns = [...]` lines of (from ns, to ns, factor) windows."""
+    return (["slowdowns = ["]
+            + [f'  {{ from = "{a}ns", to = "{b}ns", factor = {f:.6f} }},' for a, b, f in windows]
+            + ["]"])
+
+
+def traced_batches(requests: list) -> dict:
+    """Traced requests grouped into Triton's batches (the requests that share a compute start
+    and end), by (compute start, compute end)."""
+    batches: dict = {}
+    for r in requests:
+        batches.setdefault((r["COMPUTE_START"], r["COMPUTE_END"]), []).append(r)
+    return batches
+
+
+def ready_at(queued: list, readiness: dict | None) -> float:
+    """When a batch whose requests were queued at `queued` (ns) could run: its oldest request's
+    queue delay over, or the moment it reached a preferred or the largest size
+    (`setting_readiness`; without it, at once)."""
+    ready = min(queued) + (readiness["delay_ns"] if readiness else 0.0)
+    if readiness and len(queued) in readiness["ready_sizes"]:
+        ready = min(ready, max(queued))
+    return ready
+
+
 def batch_residuals(path: Path, a_ms: float, b_ms: float) -> list:
     """Each traced batch's compute time (Triton's compute start to end) over a + b * size: the
     server's own variability (sleep overshoot, stalls), as `capsim calibrate` records it."""
-    batches: dict = {}
-    for r in read_trace(path).values():
-        if "COMPUTE_START" in r and "COMPUTE_END" in r:
-            key = (r["COMPUTE_START"], r["COMPUTE_END"])
-            batches[key] = batches.get(key, 0) + 1
-    return sorted((end - start) / 1e6 / (a_ms + b_ms * size)
-                  for (start, end), size in batches.items())
+    requests = [r for r in read_trace(path).values() if "COMPUTE_START" in r and "COMPUTE_END" in r]
+    return sorted((end - start) / 1e6 / (a_ms + b_ms * len(members))
+                  for (start, end), members in traced_batches(requests).items())
 
 
 CLIENT_CPUS: list = []
@@ -273,19 +292,12 @@ def run_slowdowns(requests: list, nominal_ms, t0: int, readiness: dict | None = 
     dispatch stalls: where a batch was ready to run (`readiness`, as `request_timings` judges it)
     but started more than `turnaround_ns` + 1 ms later, the rest of that wait as a window in
     which nothing progresses (factor 1000), since the batcher thread, not the model, was held."""
-    batches: dict = {}
-    for r in requests:
-        batches.setdefault((r["COMPUTE_START"], r["COMPUTE_END"]), []).append(r)
+    batches = traced_batches(requests)
     stalls = []
     if model_instances == 1:
-        delay_ns = readiness["delay_ns"] if readiness else 0.0
-        ready_sizes = readiness["ready_sizes"] if readiness else set()
         free_at = None
         for (start, end), members in sorted(batches.items()):
-            queued = [r["QUEUE_START"] for r in members]
-            ready = min(queued) + delay_ns
-            if len(queued) in ready_sizes:
-                ready = min(ready, max(queued))
+            ready = ready_at([r["QUEUE_START"] for r in members], readiness)
             could = max(ready, free_at + turnaround_ns) if free_at is not None else ready
             if start - could > STALL_NS:
                 stalls.append((int(could), start, 1000.0))
@@ -426,18 +438,12 @@ def trace_timings(path: Path, model_instances: int, readiness: dict | None = Non
 def request_timings(requests: list, model_instances: int, readiness: dict | None = None) -> dict:
     """`trace_timings` of traced requests already read (each with QUEUE_START, COMPUTE_START
     and COMPUTE_END)."""
-    delay_ns = readiness["delay_ns"] if readiness else 0.0
-    ready_sizes = readiness["ready_sizes"] if readiness else set()
-    batches: dict = {}
-    for r in requests:
-        batches.setdefault((r["COMPUTE_START"], r["COMPUTE_END"]), []).append(r["QUEUE_START"])
+    batches = traced_batches(requests)
     free_at = [0] * model_instances
     turnaround = []
-    for (start, end), queued in sorted(batches.items()):
+    for (start, end), members in sorted(batches.items()):
         k = min(range(model_instances), key=lambda i: (free_at[i] > start, free_at[i]))
-        ready = min(queued) + delay_ns
-        if len(queued) in ready_sizes:
-            ready = min(ready, max(queued))
+        ready = ready_at([r["QUEUE_START"] for r in members], readiness)
         if 0 < free_at[k] <= start and ready < free_at[k]:
             turnaround.append(start - free_at[k])
         free_at[k] = max(free_at[k], end)
