@@ -11,7 +11,7 @@
 //! `max_num_seqs`, `max_num_batched_tokens`, chunked prefill on 80%, a KV cache small enough to
 //! preempt and reject, prefix caching 30%, per-step overheads) or Triton's dynamic batcher (65%:
 //! `max_batch_size` 1..64, preferred sizes 30%, `max_queue_delay` 70%, prefetch explicitly off
-//! 20%, constant, affine or exponential service time); per pool several instances, 1..2 GPUs x
+//! 20%, a dispatch latency 20%, constant, affine or exponential service time); per pool several instances, 1..2 GPUs x
 //! 1..2 model instances (dynamic), standby instances 15%, cold start 15%, pre-processing 25%,
 //! post-processing 30%, priority levels 20%, `max_queue_size` 20%, queue timeout 25% (half with
 //! `timeout_action = delay`), `max_input_tokens` and `max_output_tokens` 15% each. Gateway: constant network latency 30%, overhead 30%, rate limit
@@ -42,8 +42,9 @@
 //! - routing: the pool follows the request's model, else class, else default; instance and
 //!   model instance indices exist, standby instances only where configured;
 //! - batches (dynamic): members of one `batch_id` share pool, instance, model instance and
-//!   times, number `batch_size`, which is within `max_batch_size`; batches of one model instance
-//!   never overlap, none starts before the cold start; constant and affine batch times are
+//!   times, number `batch_size`, which is within `max_batch_size`; compute starts exactly the
+//!   dispatch latency after the batch formed; batches of one model instance never overlap
+//!   (from formation to compute end), none starts before the cold start; constant and affine batch times are
 //!   exactly the model's; post-processing takes exactly its time, pre-processing at least its;
 //! - continuous batching: the steps' sizes (`summary.json`) within `max_num_seqs`, no request
 //!   completed that the KV cache or (without chunked prefill) the token budget cannot hold;
@@ -124,6 +125,7 @@ struct Dynamic {
     preferred: Vec<u32>,
     max_queue_delay_ns: u64,
     prefetch_off: bool,
+    dispatch_latency_ns: u64,
     service: Service,
 }
 
@@ -290,11 +292,18 @@ fn draw_dynamic(rng: &mut StdRng) -> Dynamic {
             mean_ns: duration(rng, 5e5, 3e7),
         },
     };
+    let prefetch_off = rng.random_bool(0.2);
+    let dispatch_latency_ns = if rng.random_bool(0.2) {
+        duration(rng, 1e4, 2e6)
+    } else {
+        0
+    };
     Dynamic {
         max_batch_size,
         preferred,
         max_queue_delay_ns,
-        prefetch_off: rng.random_bool(0.2),
+        prefetch_off,
+        dispatch_latency_ns,
         service,
     }
 }
@@ -501,7 +510,9 @@ fn capacity_rps(spec: &Spec, mean_input: f64, mean_output: f64) -> f64 {
             match &p.batching {
                 Batching::Dynamic(d) => {
                     let b = u64::from(d.max_batch_size);
-                    let batch_ns = d.service.mean_ns(b, mean_input as u64).max(1.0);
+                    let batch_ns = (d.service.mean_ns(b, mean_input as u64)
+                        + d.dispatch_latency_ns as f64)
+                        .max(1.0);
                     servers * f64::from(p.model_instances()) * b as f64 / batch_ns * 1e9
                 }
                 Batching::Continuous(c) => {
@@ -752,6 +763,9 @@ fn pool_toml(s: &mut String, prefix: &str, pool: &Pool) {
             }
             if d.prefetch_off {
                 writeln!(s, "prefetch = false").unwrap();
+            }
+            if d.dispatch_latency_ns > 0 {
+                writeln!(s, "dispatch_latency = {}", ns(d.dispatch_latency_ns)).unwrap();
             }
             match d.service {
                 Service::Constant { time_ns } => writeln!(
@@ -1298,20 +1312,23 @@ fn audit(case: &Case, records: &[Rec], summary: &serde_json::Value) -> Vec<Strin
                 );
             }
             match &p.batching {
-                Batching::Dynamic(_) => {
+                Batching::Dynamic(d) => {
                     a.check(!present(r.first_token_ns), || {
                         format!("shape: {}: a first token outside an LLM pool", id())
                     });
                     if present(r.exec_start_ns) {
                         a.check(
-                            r.exec_start_ns == r.batch_formed_ns && present(r.batch_id),
+                            r.exec_start_ns
+                                == r.batch_formed_ns.wrapping_add(d.dispatch_latency_ns)
+                                && present(r.batch_id),
                             || {
                                 format!(
-                                    "batch: {}: batch {} formed at {} ns, started at {} ns",
+                                    "batch: {}: batch {} formed at {} ns, started at {} ns, dispatch latency {} ns",
                                     id(),
                                     r.batch_id,
                                     r.batch_formed_ns,
-                                    r.exec_start_ns
+                                    r.exec_start_ns,
+                                    d.dispatch_latency_ns
                                 )
                             },
                         );
@@ -1675,7 +1692,8 @@ fn audit(case: &Case, records: &[Rec], summary: &serde_json::Value) -> Vec<Strin
                 first.model_instance,
             ))
             .or_default()
-            .push((first.exec_start_ns, first.exec_end_ns, batch));
+            // The model instance is held from the batch's formation (its dispatch latency).
+            .push((first.batch_formed_ns, first.exec_end_ns, batch));
     }
     for ((pool, instance, mi), runs) in &mut per_model_instance {
         runs.sort_unstable();

@@ -225,10 +225,12 @@ fn start_singles(ctx: &mut Ctx, site: &mut Site<'_>, rule: &Batcher) {
     }
 }
 
-/// Model instance `mi_index` starts a batch of the `size` oldest queued requests.
+/// Model instance `mi_index` takes a batch of the `size` oldest queued requests; its compute
+/// starts after the dispatch latency.
 #[inline]
 fn start_batch(ctx: &mut Ctx, site: &mut Site<'_>, rule: &Batcher, mi_index: u32, size: u32) {
     let now = ctx.now.ns();
+    let compute_start_ns = now.saturating_add(rule.dispatch_latency_ns);
     let batch_id = ctx.counters.next_batch_id;
     ctx.counters.next_batch_id += 1;
     let instance = &mut *site.instance;
@@ -254,7 +256,7 @@ fn start_batch(ctx: &mut Ctx, site: &mut Site<'_>, rule: &Batcher, mi_index: u32
         let t = &mut tickets[entry.ticket];
         t.place = Place::Executing;
         t.record.batch_formed_ns = now;
-        t.record.exec_start_ns = now;
+        t.record.exec_start_ns = compute_start_ns;
         t.record.batch_id = batch_id;
         t.record.batch_size = size;
         t.record.model_instance = mi.index_in_instance;
@@ -271,6 +273,6 @@ fn start_batch(ctx: &mut Ctx, site: &mut Site<'_>, rule: &Batcher, mi_index: u32
     if execution.may_extrapolate && service.is_extrapolated(&shape) {
         execution.extrapolated_batches += 1;
     }
-    let done_ns = execution.slowdowns.end_ns(now, duration_ns);
+    let done_ns = execution.slowdowns.end_ns(compute_start_ns, duration_ns);
     begin_execution(ctx, instance, mi, mi_index, size, done_ns);
 }

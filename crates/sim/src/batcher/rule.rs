@@ -31,6 +31,8 @@ pub struct Batcher {
     pub max_queue_delay_ns: u64,
     /// Whether payloads may be formed ahead of a free model instance (`batcher.prefetch`).
     pub prefetch: bool,
+    /// From a model instance taking a batch to its compute start (`batcher.dispatch_latency`).
+    pub dispatch_latency_ns: u64,
 }
 
 /// Where the thread is in Triton's payload life cycle.
@@ -97,6 +99,7 @@ impl Batcher {
             preferred_ascending: preferred,
             max_queue_delay_ns: spec.max_queue_delay.0,
             prefetch: queue_allows_prefetch && spec.prefetch.unwrap_or(true),
+            dispatch_latency_ns: spec.dispatch_latency.0,
         }
     }
 

@@ -103,7 +103,7 @@ fn horizon_cause(kind: EventKind) -> &'static str {
         EventKind::BatcherTimer => "the batcher's timer (`batcher.max_queue_delay`)",
         EventKind::BatcherPoll => "the batcher's 500 ms poll",
         EventKind::BatchDone => {
-            "a batch or step executing (`[service]` or `[step_time]` and the batcher's step overheads, with the trace's token counts)"
+            "a batch or step executing (`[service]` or `[step_time]`, `batcher.dispatch_latency` and the batcher's step overheads, with the trace's token counts)"
         }
         EventKind::ModelInstanceReady => "a model instance loading (`execution.cold_start`)",
         EventKind::PostprocessDone => {

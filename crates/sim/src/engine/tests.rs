@@ -45,6 +45,29 @@ fn timeline(scenario: &str, trace: &Trace) -> Vec<Step> {
 const DONE: &str = "completed";
 
 #[test]
+fn dispatch_latency_holds_the_model_instance_before_compute() {
+    let s =
+        "[batcher]\ndispatch_latency = \"2ms\"\n[service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+    let scenario = Scenario::from_toml_str(s).unwrap();
+    let trace = trace_ms(&[0, 5], None);
+    let (_, log) = simulate_with_requests(&scenario, &trace, &RunOptions::default()).unwrap();
+    let got: Vec<_> = log
+        .records()
+        .iter()
+        .map(|r| {
+            (
+                r.queued_ns / MS,
+                r.batch_formed_ns / MS,
+                r.exec_start_ns / MS,
+                r.exec_end_ns / MS,
+            )
+        })
+        .collect();
+    // r1 waits for the instance r0 holds from 0 (dispatch) to 12 (compute end).
+    assert_eq!(got, vec![(0, 0, 2, 12), (5, 12, 14, 24)]);
+}
+
+#[test]
 fn a_slowdown_window_delays_only_the_work_inside_it() {
     let s = "[service]\nkind = \"constant\"\ntime = \"10ms\"\n\
              [execution]\nslowdowns = [{ from = \"5ms\", to = \"15ms\", factor = 3.0 }]\n";

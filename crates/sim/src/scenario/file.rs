@@ -207,6 +207,12 @@ pub struct BatcherSpec {
     /// no timeout, no `max_queue_size` and one priority level (see [`crate::batcher`]); `false`
     /// forms a batch only when a model instance frees up. Default true.
     pub prefetch: Option<bool>,
+    /// Dynamic: time from a model instance taking a batch to the batch's compute start (Triton
+    /// handing the payload to the backend's instance thread; for the Python backend, the call
+    /// into its stub process). The model instance is held through it, and it counts as queue
+    /// time, as in Triton's statistics and traces. Default 0.
+    #[serde(default)]
+    pub dispatch_latency: DurationNs,
     /// Continuous: most sequences running at once. Default 256.
     pub max_num_seqs: Option<u32>,
     /// Continuous: most tokens computed in one step. Default 8192.
@@ -243,6 +249,7 @@ impl Default for BatcherSpec {
             preferred_batch_size: Vec::new(),
             max_queue_delay: DurationNs(0),
             prefetch: None,
+            dispatch_latency: DurationNs(0),
             max_num_seqs: None,
             max_num_batched_tokens: None,
             enable_chunked_prefill: None,

@@ -571,6 +571,15 @@ mod tests {
         );
         let err = Scenario::from_toml_str(&text).unwrap_err();
         assert!(err.to_string().contains("batcher.max_queue_delay"), "{err}");
+        let text = CONTINUOUS.replace(
+            "kind = \"continuous\"\n",
+            "kind = \"continuous\"\ndispatch_latency = \"100us\"\n",
+        );
+        let err = Scenario::from_toml_str(&text).unwrap_err();
+        assert!(
+            err.to_string().contains("batcher.dispatch_latency"),
+            "{err}"
+        );
         let text = CONTINUOUS.replace("[kv_cache]\n", "[kv_cache]\nprefix_block_tokens = 500\n");
         let err = Scenario::from_toml_str(&text).unwrap_err();
         assert!(
