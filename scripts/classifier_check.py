@@ -9,7 +9,8 @@ traces/models/text_classifier.onnx with ONNX Runtime inside the Python backend, 
 batch size), and stops Triton. Then it simulates the run a third way, timeline-sim
 (`triton_check.timeline_sim`): arrivals at Triton's own queue start of each request; batch times
 from the run itself, its traced batches fitted as a + b * n + c * n * L (n requests padded to
-the longest, L tokens), plus the model instance's turnaround between batches; and the run's
+the longest, L tokens), after the model instance's turnaround between batches as the dispatch
+latency (`batcher.dispatch_latency`); and the run's
 speed, each batch's measured over fitted time, as `execution.slowdowns`. That leaves the queue
 and the batcher alone to compare, whatever this machine was doing.
 
@@ -61,6 +62,8 @@ def timeline_scenario(fit: dict, windows: list) -> str:
     for table in ("queue", "batcher"):
         lines.append(f"[{table}]")
         lines += [f"{k} = {toml_value(v)}" for k, v in s.get(table, {}).items()]
+    if fit.get("turnaround_ms", 0.0) > 0:
+        lines.append(f'dispatch_latency = "{fit["turnaround_ms"] * 1e3:.1f}us"')
     lines += ["[execution]",
               f"instance_count = {s.get('execution', {}).get('instance_count', 1)}",
               *tc.slowdowns_toml(windows)]
@@ -142,9 +145,8 @@ def compare(out: Path, load: float) -> str:
         longest = max(tokens[int(r["request_id"])] for r in members)
         return fit["a_ms"] + fit["b_ms"] * len(members) + fit["c_ms"] * len(members) * longest
 
-    simulated = dict(fit, a_ms=fit["a_ms"] + fit["turnaround_ms"])
     result = tc.timeline_sim(out, requests, tokens, latency, nominal,
-                             lambda windows: timeline_scenario(simulated, windows), readiness,
+                             lambda windows: timeline_scenario(fit, windows), readiness,
                              fit["turnaround_ms"] * 1e6, 1)
     validation = json.loads((out / "validate" / "validation.json").read_text())
     v = validation["loads"][0]

@@ -83,6 +83,27 @@ def duration_us(text: str) -> float:
     raise SystemExit(f"cannot read duration {text!r}: write it as 2ms, 500us or 1s")
 
 
+def queue_policy(queue: dict) -> str:
+    """The scenario's `[queue]` as Triton's dynamic_batching fields: priority levels and the
+    default queue policy (size bound, timeout and its action). Any of them turns Triton's payload
+    prefetching off, as it does capsim's, so a server without them batches differently."""
+    fields = ""
+    levels = int(queue.get("priority_levels", 1))
+    if levels > 1:
+        # `replay --endpoint` sends no priority, so every request waits at the default level;
+        # the levels are there for what they do to the batcher (no prefetching).
+        fields += f" priority_levels: {levels} default_priority_level: {levels}"
+    policy = []
+    if int(queue.get("max_queue_size", 0)) > 0:
+        policy.append(f"max_queue_size: {int(queue['max_queue_size'])}")
+    if "timeout" in queue:
+        policy.append(f"default_timeout_microseconds: {int(round(duration_us(queue['timeout'])))}")
+        policy.append(f"timeout_action: {str(queue.get('timeout_action', 'reject')).upper()}")
+    if policy:
+        fields += f" default_queue_policy {{ {' '.join(policy)} }}"
+    return fields
+
+
 def config_pbtxt(scenario: dict, name: str, backend_inputs: str, outputs: str) -> str:
     batcher = scenario.get("batcher", {})
     execution = scenario.get("execution", {})
@@ -96,7 +117,7 @@ def config_pbtxt(scenario: dict, name: str, backend_inputs: str, outputs: str) -
         dyn = f"dynamic_batching {{ max_queue_delay_microseconds: {delay}"
         if preferred:
             dyn += f" preferred_batch_size: [ {', '.join(str(p) for p in preferred)} ]"
-        lines.append(dyn + " }")
+        lines.append(dyn + queue_policy(scenario.get("queue", {})) + " }")
     lines.append(f"instance_group [ {{ count: {count} kind: KIND_CPU }} ]")
     return "\n".join(lines) + "\n"
 

@@ -50,14 +50,18 @@ TRACE = False
 
 
 def scenario_toml(name: str, s: dict, a_ms: float = A_MS, b_ms: float = B_MS,
-                  residuals: list | None = None, slowdowns: list | None = None) -> str:
+                  residuals: list | None = None, slowdowns: list | None = None,
+                  dispatch_ms: float = 0.0) -> str:
     """The setting as a capsim scenario whose batches take a + b * batch_size, times a factor
     drawn from `residuals` (measured over predicted batch times) when given, and stretched by
-    `slowdowns` ((from ns, to ns, factor) windows of `execution.slowdowns`) when given."""
+    `slowdowns` ((from ns, to ns, factor) windows of `execution.slowdowns`) when given, each
+    after a dispatch latency of `dispatch_ms` (the model instance's turnaround)."""
     lines = [f'name = "{name}"', "instances = 1", "[batcher]",
              f"max_batch_size = {s['max_batch_size']}", f'max_queue_delay = "{s["delay"]}"']
     if s["preferred"]:
         lines.append(f"preferred_batch_size = {s['preferred']}")
+    if dispatch_ms > 0:
+        lines.append(f'dispatch_latency = "{dispatch_ms * 1e3:.1f}us"')
     lines += ["[execution]", f"instance_count = {s['instances']}"]
     if slowdowns:
         lines += slowdowns_toml(slowdowns)
@@ -169,8 +173,7 @@ def calibrate(out: Path, setting: dict) -> dict:
     timings = (trace_timings(out / "trace.json", instances, setting_readiness(setting))
                if TRACE else None)
     turnaround_ms = timings["turnaround_ms"] if timings else 0.0
-    calibration = {"a_ms": a_ms + turnaround_ms, "b_ms": b_ms, "compute_a_ms": a_ms,
-                   "turnaround_ms": turnaround_ms,
+    calibration = {"a_ms": a_ms, "b_ms": b_ms, "turnaround_ms": turnaround_ms,
                    "residuals": batch_residuals(out / "trace.json", a_ms, b_ms) if TRACE else None}
     (out / "calibration.json").write_text(json.dumps(calibration, indent=1))
     return calibration
@@ -179,7 +182,8 @@ def calibrate(out: Path, setting: dict) -> dict:
 def run_one(out: Path, label: str, setting: dict, load: float, duration: str,
             calibration: dict) -> str:
     out.mkdir(parents=True, exist_ok=True)
-    rate = load * capacity_rps(setting, calibration["a_ms"], calibration["b_ms"])
+    rate = load * capacity_rps(setting, calibration["a_ms"] + calibration["turnaround_ms"],
+                               calibration["b_ms"])
     trace = out / "trace.parquet"
     capsim("trace", "synth", "--arrivals", "poisson", "--rate", f"{rate:.3f}", "--duration",
            duration, "--input-tokens", "const:16", "--output-tokens", "none", "--seed", "1",
@@ -199,11 +203,12 @@ def compare(out: Path, label: str, setting: dict, load: float, rate: float) -> s
     cal = json.loads(cal_path.read_text()) if cal_path.exists() else {"a_ms": A_MS, "b_ms": B_MS}
     planned = out / "scenario-calibrated.toml"
     planned.write_text(scenario_toml(label, setting, cal["a_ms"], cal["b_ms"],
-                                     cal.get("residuals")))
+                                     cal.get("residuals"), None, cal.get("turnaround_ms", 0.0)))
     capsim("simulate", "--scenario", str(planned), str(trace), "-o", str(out / "simulated"))
     # The run-driven simulation: the service time Triton itself measured per batch size
-    # (compute input + infer + output), fitted as a + b * batch_size, plus, when the run was
-    # traced, each model instance's turnaround between batches (Triton's own timestamps).
+    # (compute input + infer + output), fitted as a + b * batch_size, after, when the run was
+    # traced, each model instance's turnaround between batches (Triton's own timestamps) as
+    # the dispatch latency.
     a_ms, b_ms = fit_affine(stats["batch_stats"])
     traced = any(out.glob("trace.json*"))
     timings = (trace_timings(out / "trace.json", setting["instances"], setting_readiness(setting))
@@ -211,7 +216,7 @@ def compare(out: Path, label: str, setting: dict, load: float, rate: float) -> s
     turnaround_ms = timings["turnaround_ms"] if timings else 0.0
     fitted = out / "scenario-run.toml"
     residuals = batch_residuals(out / "trace.json", a_ms, b_ms) if traced else None
-    fitted.write_text(scenario_toml(label, setting, a_ms + turnaround_ms, b_ms, residuals))
+    fitted.write_text(scenario_toml(label, setting, a_ms, b_ms, residuals, None, turnaround_ms))
     capsim("simulate", "--scenario", str(fitted), str(trace), "-o", str(out / "simulated-run"))
     measured = json.loads((out / "measured" / "summary.json").read_text())
     sims = [json.loads((out / d / "summary.json").read_text())
@@ -254,6 +259,8 @@ def compare(out: Path, label: str, setting: dict, load: float, rate: float) -> s
             f"| {pair(q[2], q[3])} | {pair(e[0], e[1])} | {pair(e[2], e[3])} "
             f"| {timeline['stalls']} ({timeline['stall_ms']:.0f} ms) "
             f"| {timeline['dispatch_stalls']} ({timeline['dispatch_stall_ms']:.0f} ms) "
+            f"| {turnaround_ms * 1e3:.0f} / {timings['idle_dispatch_p50_ms'] * 1e3:.0f} / "
+            f"{timings['idle_dispatch_mean_ms'] * 1e3:.0f} "
             f"| {timeline['joined']} of {timeline['requests']} |")
     keys = sorted(set(t_sh) | set(sim_shares[0]), key=lambda k: -t_sh.get(k, 0))[:3]
     top = ", ".join(f"{k}: {t_sh.get(k, 0) * 100:.0f}/{sim_shares[0].get(k, 0) * 100:.0f}/"
@@ -392,7 +399,7 @@ def timeline_sim(out: Path, requests: list, tokens: dict, latency_ns: dict, nomi
 def fixed_timeline_sim(out: Path, label: str, setting: dict, a_ms: float, b_ms: float,
                        turnaround_ms: float) -> dict | None:
     """`timeline_sim` of a fixed-time run: every batch's nominal time a + b * size, the
-    simulated batches a + turnaround + b * size."""
+    simulated batches a + b * size after the turnaround as dispatch latency."""
     import pyarrow.parquet as pq
     requests = server_requests(out / "trace.json")
     client = pq.read_table(out / "measured" / "requests.parquet").to_pydict()
@@ -400,7 +407,7 @@ def fixed_timeline_sim(out: Path, label: str, setting: dict, a_ms: float, b_ms: 
         out, requests, {int(r["request_id"]): 16 for r in requests},
         dict(zip(client["request"], client["latency_ns"])),
         lambda members: a_ms + b_ms * len(members),
-        lambda windows: scenario_toml(label, setting, a_ms + turnaround_ms, b_ms, None, windows),
+        lambda windows: scenario_toml(label, setting, a_ms, b_ms, None, windows, turnaround_ms),
         setting_readiness(setting), turnaround_ms * 1e6, setting["instances"])
 
 
@@ -440,12 +447,15 @@ def request_timings(requests: list, model_instances: int, readiness: dict | None
     and COMPUTE_END)."""
     batches = traced_batches(requests)
     free_at = [0] * model_instances
-    turnaround = []
+    turnaround, idle_dispatch = [], []
     for (start, end), members in sorted(batches.items()):
         k = min(range(model_instances), key=lambda i: (free_at[i] > start, free_at[i]))
         ready = ready_at([r["QUEUE_START"] for r in members], readiness)
         if 0 < free_at[k] <= start and ready < free_at[k]:
             turnaround.append(start - free_at[k])
+        elif free_at[k] <= ready <= start:
+            # The instance was idle when the batch became ready: the wait is the dispatch alone.
+            idle_dispatch.append((start - ready) / 1e6)
         free_at[k] = max(free_at[k], end)
     queue = [(r["COMPUTE_START"] - r["QUEUE_START"]) / 1e6 for r in requests]
     return {
@@ -453,6 +463,9 @@ def request_timings(requests: list, model_instances: int, readiness: dict | None
         "queue_mean_ms": sum(queue) / max(len(queue), 1),
         "turnaround_ms": sum(turnaround) / len(turnaround) / 1e6 if turnaround else 0.0,
         "turnarounds": len(turnaround), "batches": len(batches),
+        "idle_dispatch_p50_ms": percentile(idle_dispatch, 0.5),
+        "idle_dispatch_mean_ms": sum(idle_dispatch) / max(len(idle_dispatch), 1),
+        "idle_dispatches": len(idle_dispatch),
     }
 
 
@@ -510,7 +523,8 @@ def main() -> None:
                 cal_path = out / "calibration.json"
                 cal = (json.loads(cal_path.read_text()) if cal_path.exists()
                        else {"a_ms": A_MS, "b_ms": B_MS})
-                rate = load * capacity_rps(setting, cal["a_ms"], cal["b_ms"])
+                rate = load * capacity_rps(setting, cal["a_ms"] + cal.get("turnaround_ms", 0.0),
+                                           cal["b_ms"])
                 row = compare(out, labels[i], setting, load, rate)
             else:
                 if calibration is None:
@@ -522,8 +536,9 @@ def main() -> None:
         print("| setting | load | worst share gap pp | queue p50 ms: Triton / timeline-sim "
               "| queue p99 ms: Triton / timeline-sim | e2e p50 ms: measured / timeline-sim "
               "| e2e p99 ms: measured / timeline-sim | compute stalls > 3x (their time) "
-              "| dispatch stalls > 1 ms (their time) | requests joined |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+              "| dispatch stalls > 1 ms (their time) "
+              "| dispatch us: simulated (turnaround) / Triton idle p50 / mean | requests joined |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         print("\n".join(TIMELINE_ROWS))
 
 

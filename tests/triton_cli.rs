@@ -291,41 +291,52 @@ fn batch_counts(pairs: impl Iterator<Item = (u64, u64)>) -> Vec<(u64, u64)> {
     counts
 }
 
-#[test]
-fn tritons_batches_of_the_batcher_doc_timeline_are_the_ones_capsim_forms_ahead_of_the_instance() {
-    // The timeline of crates/sim/src/batcher/mod.rs, four times slower (margins of 2 ms or more
-    // for the HTTP path): preferred 4, an 8 ms delay, 40 ms batches; r2-r4 form a payload while
-    // the instance is busy, r5 does not wake the batcher, r6 joins r5's payload. Forming batches
-    // when the instance frees up would run 2, then 4, then 1.
-    let _one = ONE_TRITON.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::tempdir().expect("tempdir");
-    let scenario = dir.path().join("timeline.toml");
-    std::fs::write(
-        &scenario,
-        "name = \"timeline\"\n[batcher]\nmax_batch_size = 8\npreferred_batch_size = [4]\n\
-         max_queue_delay = \"8ms\"\n[service]\nkind = \"constant\"\ntime = \"40ms\"\n",
-    )
-    .expect("write scenario");
-    let trace = dir.path().join("timeline.csv");
-    std::fs::write(
-        &trace,
-        "t,i\n0,16\n4,16\n10,16\n12,16\n16,16\n20,16\n60,16\n",
-    )
-    .expect("write trace");
-    let (scenario, trace) = (
-        scenario.to_str().expect("utf-8"),
-        trace.to_str().expect("utf-8"),
-    );
-    let map = "arrival=t:ms,input_tokens=i";
-    let simulated = |prefetch: &str| {
-        let out = dir.path().join(format!("sim-{prefetch}"));
+/// The timeline of crates/sim/src/batcher/mod.rs, four times slower (margins of 2 ms or more
+/// for the HTTP path): preferred 4, an 8 ms delay, 40 ms batches, with `queue` as the scenario's
+/// `[queue]` table; the scenario and the trace written in `dir`.
+struct DocTimeline {
+    scenario: String,
+    trace: String,
+    dir: PathBuf,
+}
+
+impl DocTimeline {
+    const MAP: &'static str = "arrival=t:ms,input_tokens=i";
+
+    fn new(dir: &Path, queue: &str) -> DocTimeline {
+        let scenario = dir.join("timeline.toml");
+        std::fs::write(
+            &scenario,
+            format!(
+                "name = \"timeline\"\n{queue}[batcher]\nmax_batch_size = 8\n\
+                 preferred_batch_size = [4]\nmax_queue_delay = \"8ms\"\n\
+                 [service]\nkind = \"constant\"\ntime = \"40ms\"\n"
+            ),
+        )
+        .expect("write scenario");
+        let trace = dir.join("timeline.csv");
+        std::fs::write(
+            &trace,
+            "t,i\n0,16\n4,16\n10,16\n12,16\n16,16\n20,16\n60,16\n",
+        )
+        .expect("write trace");
+        DocTimeline {
+            scenario: scenario.to_str().expect("utf-8").to_string(),
+            trace: trace.to_str().expect("utf-8").to_string(),
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    /// capsim's batches of the timeline, with `batcher.prefetch` set to `prefetch`.
+    fn simulated(&self, prefetch: &str) -> Vec<(u64, u64)> {
+        let out = self.dir.join(format!("sim-{prefetch}"));
         let output = capsim(&[
             "simulate",
             "--scenario",
-            scenario,
-            trace,
+            &self.scenario,
+            &self.trace,
             "--map",
-            map,
+            Self::MAP,
             "--set",
             &format!("batcher.prefetch={prefetch}"),
             "-o",
@@ -333,20 +344,18 @@ fn tritons_batches_of_the_batcher_doc_timeline_are_the_ones_capsim_forms_ahead_o
         ]);
         assert!(output.status.success(), "{}", text(&output));
         let summary: Value = common::summary(&out);
-        let counts = summary["batch_size_counts"]
-            .as_array()
-            .expect("counts")
-            .clone();
+        let counts = summary["batch_size_counts"].as_array().expect("counts");
         batch_counts(
             counts
                 .iter()
                 .enumerate()
                 .map(|(size, n)| (size as u64, n.as_u64().expect("count"))),
         )
-    };
-    let triton = Triton::start_fixed(Path::new(scenario), dir.path(), "40ms", "0ms");
-    let replay = |trace: &str, out: &str| {
-        let out = dir.path().join(out);
+    }
+
+    /// Replays `trace` against `triton` into `DIR/out`.
+    fn replay(&self, triton: &Triton, trace: &str, out: &str) {
+        let out = self.dir.join(out);
         let output = capsim(&[
             "replay",
             "--endpoint",
@@ -354,61 +363,86 @@ fn tritons_batches_of_the_batcher_doc_timeline_are_the_ones_capsim_forms_ahead_o
             "--model",
             "fixed",
             "--scenario",
-            scenario,
+            &self.scenario,
             "--trace",
             trace,
             "--map",
-            map,
+            Self::MAP,
             "-o",
             out.to_str().expect("utf-8"),
         ]);
         assert!(output.status.success(), "{}", text(&output));
-    };
-    let batches = |stats: &Value| -> Vec<(u64, u64)> {
-        let sizes = stats["batch_stats"].as_array().expect("batch_stats");
-        batch_counts(sizes.iter().map(|b| {
-            (
-                b["batch_size"].as_u64().expect("size"),
-                b["compute_infer"]["count"].as_u64().expect("count"),
-            )
-        }))
-    };
+    }
+
+    /// Starts a Triton for the scenario, sends one request alone (which warms up the Python
+    /// backend: a slow first batch would change the races below), then replays the timeline up
+    /// to `attempts` times, until `until` says the batches Triton ran are the ones sought; the
+    /// batches of each attempt, from Triton's statistics before and after it.
+    fn triton_batches(
+        &self,
+        attempts: usize,
+        until: impl Fn(&[(u64, u64)]) -> bool,
+    ) -> Vec<Vec<(u64, u64)>> {
+        let triton = Triton::start_fixed(Path::new(&self.scenario), &self.dir, "40ms", "0ms");
+        let batches = |stats: &Value| -> Vec<(u64, u64)> {
+            let sizes = stats["batch_stats"].as_array().expect("batch_stats");
+            batch_counts(sizes.iter().map(|b| {
+                (
+                    b["batch_size"].as_u64().expect("size"),
+                    b["compute_infer"]["count"].as_u64().expect("count"),
+                )
+            }))
+        };
+        let warm_up = self.dir.join("warm-up.csv");
+        std::fs::write(&warm_up, "t,i\n0,16\n").expect("write warm-up");
+        self.replay(&triton, warm_up.to_str().expect("utf-8"), "warm-up");
+        let mut before = triton.stats();
+        let mut seen = Vec::new();
+        for attempt in 0..attempts {
+            self.replay(&triton, &self.trace, &format!("measured-{attempt}"));
+            let after = triton.stats();
+            let (now, then) = (batches(&after), batches(&before));
+            let measured = batch_counts(now.iter().map(|&(size, n)| {
+                let earlier = then
+                    .iter()
+                    .find(|&&(s, _)| s == size)
+                    .map_or(0, |&(_, m)| m);
+                (size, n - earlier)
+            }));
+            let done = until(&measured);
+            seen.push(measured);
+            before = after;
+            if done {
+                break;
+            }
+        }
+        seen
+    }
+}
+
+#[test]
+fn tritons_batches_of_the_batcher_doc_timeline_are_the_ones_capsim_forms_ahead_of_the_instance() {
+    // r2-r4 form a payload while the instance is busy, r5 does not wake the batcher, r6 joins
+    // r5's payload. Forming batches when the instance frees up would run 2, then 4, then 1.
+    let _one = ONE_TRITON.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let timeline = DocTimeline::new(dir.path(), "");
     // When a batch completes, Triton wakes its batcher thread and the model instance takes the
     // next payload at once; which comes first is a race. If the thread wins at 48 ms it adds r5
     // to [r2 r3 r4] and r6 runs alone, the same batches as forming them when the instance frees
     // up. The instance won in most runs on this machine, and the batches it then runs are ones
     // only a batcher that forms payloads ahead can form: a few attempts must see them, and no
-    // attempt may see anything else. The first attempt follows a request alone, which warms up
-    // the Python backend (a slow first batch hands the race to the thread).
+    // attempt may see anything else.
     let prefetched = vec![(2, 2), (3, 1)];
     let thread_first = vec![(1, 1), (2, 1), (4, 1)];
     // The thread first, with the first batch slowed past r6's arrival at 60 ms: r5 and r6 join.
     let thread_first_late = vec![(2, 1), (5, 1)];
-    let warm_up = dir.path().join("warm-up.csv");
-    std::fs::write(&warm_up, "t,i\n0,16\n").expect("write warm-up");
-    replay(warm_up.to_str().expect("utf-8"), "warm-up");
-    let mut before = triton.stats();
-    let mut seen = Vec::new();
-    for attempt in 0..5 {
-        replay(trace, &format!("measured-{attempt}"));
-        let after = triton.stats();
-        let (now, then) = (batches(&after), batches(&before));
-        let measured = batch_counts(now.iter().map(|&(size, n)| {
-            let earlier = then
-                .iter()
-                .find(|&&(s, _)| s == size)
-                .map_or(0, |&(_, m)| m);
-            (size, n - earlier)
-        }));
+    let seen = timeline.triton_batches(5, |measured| measured == prefetched.as_slice());
+    for (attempt, measured) in seen.iter().enumerate() {
         assert!(
-            measured == prefetched || measured == thread_first || measured == thread_first_late,
-            "attempt {attempt}: Triton ran {measured:?}, neither outcome of its batcher: {after}"
+            *measured == prefetched || *measured == thread_first || *measured == thread_first_late,
+            "attempt {attempt}: Triton ran {measured:?}, neither outcome of its batcher"
         );
-        seen.push(measured);
-        before = after;
-        if seen.last() == Some(&prefetched) {
-            break;
-        }
     }
     assert_eq!(
         seen.last(),
@@ -417,13 +451,33 @@ fn tritons_batches_of_the_batcher_doc_timeline_are_the_ones_capsim_forms_ahead_o
         seen.len()
     );
     assert_eq!(
-        simulated("true"),
+        timeline.simulated("true"),
         prefetched,
         "capsim's batches (Triton's rule, the instance first)"
     );
     assert_eq!(
-        simulated("false"),
+        timeline.simulated("false"),
         thread_first,
         "forming batches when the instance frees up"
     );
+}
+
+#[test]
+fn with_a_queue_policy_triton_and_capsim_form_the_doc_timelines_batches_when_the_instance_frees() {
+    // A queue policy (here a bound on the queue) turns Triton's prefetching off: its batcher
+    // thread fills a payload only while a model instance is free, so at 48 ms [r2 r3 r4 r5]
+    // leave together whichever of the thread and the instance runs first, and r6 runs alone.
+    // capsim turns prefetching off for the same policies (`batcher.prefetch = true` cannot
+    // turn it back on).
+    let _one = ONE_TRITON.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let timeline = DocTimeline::new(dir.path(), "[queue]\nmax_queue_size = 100\n");
+    let at_instance_free = vec![(1, 1), (2, 1), (4, 1)];
+    let seen = timeline.triton_batches(3, |_| false);
+    assert!(
+        seen.iter().all(|measured| *measured == at_instance_free),
+        "Triton with a queue policy ran {seen:?}, where forming batches when the instance frees \
+         up runs {at_instance_free:?}"
+    );
+    assert_eq!(timeline.simulated("true"), at_instance_free);
 }

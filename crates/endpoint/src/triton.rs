@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use hyper::Uri;
 use serde::Deserialize;
 
-use capsim_sim::scenario::Pool;
+use capsim_sim::scenario::{Pool, QueueSpec, TimeoutAction};
 use capsim_sim::{Scenario, ScenarioError};
 
 use crate::EndpointError;
@@ -376,6 +376,34 @@ pub struct BatcherConfig {
     pub max_queue_delay_ns: Option<u64>,
     /// Model instances: the instance groups' counts summed.
     pub instances: u32,
+    /// The dynamic batcher's queue (the default when there is no dynamic batching).
+    pub queue: ServerQueue,
+}
+
+/// Triton's queue: `dynamic_batching.priority_levels` and `default_queue_policy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ServerQueue {
+    /// Priority levels (0 and 1 both mean one queue).
+    pub priority_levels: u32,
+    /// Requests the queue holds before rejecting new ones; 0 is unbounded.
+    pub max_queue_size: u32,
+    /// `default_timeout_microseconds`, in nanoseconds; 0 is none.
+    pub timeout_ns: u64,
+    /// `timeout_action = DELAY` (else REJECT).
+    pub timeout_delays: bool,
+    /// Requests may set their own timeout (`allow_timeout_override`).
+    pub timeout_override: bool,
+}
+
+impl ServerQueue {
+    /// Whether Triton forms payloads ahead of a free model instance with this queue: only
+    /// without a policy, as capsim's [`QueueSpec::allows_prefetch`](capsim_sim::scenario::QueueSpec::allows_prefetch).
+    pub fn allows_prefetch(&self) -> bool {
+        self.timeout_ns == 0
+            && !self.timeout_override
+            && self.max_queue_size == 0
+            && self.priority_levels <= 1
+    }
 }
 
 /// `name` and `max_batch_size` are always in Triton's answer: requiring them tells another
@@ -397,6 +425,22 @@ struct DynamicBatching {
     preferred_batch_size: Vec<u32>,
     #[serde(default)]
     max_queue_delay_microseconds: u64,
+    #[serde(default)]
+    priority_levels: u32,
+    #[serde(default)]
+    default_queue_policy: QueuePolicy,
+}
+
+#[derive(Deserialize, Default)]
+struct QueuePolicy {
+    #[serde(default)]
+    timeout_action: String,
+    #[serde(default)]
+    default_timeout_microseconds: u64,
+    #[serde(default)]
+    allow_timeout_override: bool,
+    #[serde(default)]
+    max_queue_size: u32,
 }
 
 #[derive(Deserialize)]
@@ -434,6 +478,20 @@ impl BatcherConfig {
                 .as_ref()
                 .map(|d| d.max_queue_delay_microseconds * 1_000),
             instances,
+            queue: config
+                .dynamic_batching
+                .as_ref()
+                .map(|d| {
+                    let policy = &d.default_queue_policy;
+                    ServerQueue {
+                        priority_levels: d.priority_levels,
+                        max_queue_size: policy.max_queue_size,
+                        timeout_ns: policy.default_timeout_microseconds.saturating_mul(1_000),
+                        timeout_delays: policy.timeout_action.eq_ignore_ascii_case("DELAY"),
+                        timeout_override: policy.allow_timeout_override,
+                    }
+                })
+                .unwrap_or_default(),
         })
     }
 }
@@ -441,8 +499,10 @@ impl BatcherConfig {
 impl BatcherConfig {
     /// Where `pool` (the scenario's default pool, as simulated) differs from this server's
     /// batcher, one sentence each: model instances (the scenario's instances x GPUs x
-    /// instance count), `max_batch_size`, `preferred_batch_size` and `max_queue_delay`. Empty
-    /// when they agree.
+    /// instance count), `max_batch_size`, `preferred_batch_size`, `max_queue_delay`, the queue
+    /// (priority levels, `max_queue_size`, `timeout`, `timeout_action`) and, when those decide it
+    /// differently, whether batches are formed ahead of a free model instance. Empty when they
+    /// agree.
     pub fn differences(&self, pool: &Pool) -> Vec<String> {
         let mut out = Vec::new();
         let simulated = pool.instances * pool.execution.gpus * pool.execution.instance_count;
@@ -473,6 +533,64 @@ impl BatcherConfig {
                 "the scenario's max_queue_delay is {} us where the server's is {} us",
                 batcher.max_queue_delay.0 as f64 / 1e3,
                 delay_ns as f64 / 1e3
+            ));
+        }
+        out.extend(self.queue_differences(&pool.queue));
+        out
+    }
+
+    fn queue_differences(&self, queue: &QueueSpec) -> Vec<String> {
+        let server = &self.queue;
+        let mut out = Vec::new();
+        if queue.priority_levels != server.priority_levels.max(1) {
+            out.push(format!(
+                "the scenario's queue.priority_levels is {} where the server's is {}",
+                queue.priority_levels,
+                server.priority_levels.max(1)
+            ));
+        }
+        if queue.max_queue_size != server.max_queue_size {
+            out.push(format!(
+                "the scenario's queue.max_queue_size is {} where the server's is {} (0: unbounded)",
+                queue.max_queue_size, server.max_queue_size
+            ));
+        }
+        let timeout_ns = queue.timeout.map_or(0, |t| t.0);
+        if timeout_ns.abs_diff(server.timeout_ns) >= 1_000 {
+            out.push(format!(
+                "the scenario's queue.timeout is {} us where the server's default_timeout_microseconds is {} (0: none)",
+                timeout_ns as f64 / 1e3,
+                server.timeout_ns / 1_000
+            ));
+        } else if timeout_ns > 0
+            && (queue.timeout_action == TimeoutAction::Delay) != server.timeout_delays
+        {
+            out.push(format!(
+                "the scenario's queue.timeout_action is {} where the server's is {}",
+                if queue.timeout_action == TimeoutAction::Delay {
+                    "delay"
+                } else {
+                    "reject"
+                },
+                if server.timeout_delays {
+                    "DELAY"
+                } else {
+                    "REJECT"
+                }
+            ));
+        }
+        if queue.allows_prefetch() != server.allows_prefetch() {
+            let (ahead, at_free) = (
+                "forms batches ahead of a free model instance",
+                "forms a batch only when a model instance is free",
+            );
+            let (scenario, server_does) = if queue.allows_prefetch() {
+                (ahead, at_free)
+            } else {
+                (at_free, ahead)
+            };
+            out.push(format!(
+                "so the simulation {scenario} where the server {server_does} (Triton prefetches only when its queue has no policy: no timeout, no max_queue_size, one priority level)"
             ));
         }
         out
@@ -663,8 +781,25 @@ mod tests {
                 preferred_batch_size: vec![4, 8],
                 max_queue_delay_ns: Some(2_000_000),
                 instances: 4,
+                queue: ServerQueue::default(),
             }
         );
+        let policy = br#"{"name":"m","max_batch_size":8,"dynamic_batching":{
+            "priority_levels":0,"default_queue_policy":{"timeout_action":"DELAY",
+            "default_timeout_microseconds":500000,"allow_timeout_override":false,
+            "max_queue_size":512}}}"#;
+        let queue = BatcherConfig::parse(policy, "u").unwrap().queue;
+        assert_eq!(
+            queue,
+            ServerQueue {
+                priority_levels: 0,
+                max_queue_size: 512,
+                timeout_ns: 500_000_000,
+                timeout_delays: true,
+                timeout_override: false,
+            }
+        );
+        assert!(!queue.allows_prefetch());
         let plain = BatcherConfig::parse(br#"{"name":"m","max_batch_size":0}"#, "u").unwrap();
         assert_eq!((plain.max_queue_delay_ns, plain.instances), (None, 1));
         let other = BatcherConfig::parse(br#"{"outputs":[]}"#, "u").unwrap_err();
@@ -678,6 +813,7 @@ mod tests {
             preferred_batch_size: vec![4, 8],
             max_queue_delay_ns: Some(2_000_000),
             instances: 2,
+            queue: ServerQueue::default(),
         };
         let scenario = |text: &str| capsim_sim::Scenario::from_toml_str(text).unwrap();
         let same = scenario(
@@ -698,6 +834,22 @@ mod tests {
         );
         assert!(differences[0].contains("server runs 2"), "{differences:?}");
         assert!(differences[3].contains("5000 us"), "{differences:?}");
+        // A queue policy the server lacks: named, and what it does to the batcher.
+        let bounded = scenario(
+            "[queue]\nmax_queue_size = 64\n[batcher]\nmax_batch_size = 8\n\
+             preferred_batch_size = [4, 8]\nmax_queue_delay = \"2ms\"\n\
+             [execution]\ninstance_count = 2\n[service]\nkind = \"affine\"\na = \"1ms\"\n",
+        );
+        let differences = config.differences(&bounded.pools()[0]);
+        assert_eq!(differences.len(), 2, "{differences:?}");
+        assert!(
+            differences[0].contains("max_queue_size is 64 where the server's is 0"),
+            "{differences:?}"
+        );
+        assert!(
+            differences[1].contains("simulation forms a batch only when a model instance is free where the server forms batches ahead"),
+            "{differences:?}"
+        );
     }
     #[test]
     fn request_times_from_counters_are_per_request_means_and_need_every_counter() {

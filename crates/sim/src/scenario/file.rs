@@ -162,6 +162,14 @@ pub struct QueueSpec {
     pub timeout_action: TimeoutAction,
 }
 
+impl QueueSpec {
+    /// Whether the dynamic batcher may form payloads ahead of a free model instance: Triton
+    /// prefetches only when the queue has no policy (no timeout, no bound, one priority level).
+    pub fn allows_prefetch(&self) -> bool {
+        self.timeout.is_none() && self.max_queue_size == 0 && self.priority_levels == 1
+    }
+}
+
 impl Default for QueueSpec {
     fn default() -> Self {
         QueueSpec {
