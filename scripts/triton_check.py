@@ -432,7 +432,7 @@ def setting_readiness(setting: dict) -> dict:
 
 def trace_timings(path: Path, model_instances: int, readiness: dict | None = None) -> dict:
     """What Triton's own timestamps say: the queue time of every request (queue start to compute
-    start), and each model instance's turnaround: the time from one batch's compute end to the
+    start), and each model instance's turnaround (the median): the time from one batch's compute end to the
     next one's compute start on the same instance, when the next batch was already ready to run
     (so the instance had work and was not idle): its oldest request had waited the queue delay,
     or it reached a preferred or the largest size, before the instance was free. Batches are the
@@ -461,7 +461,9 @@ def request_timings(requests: list, model_instances: int, readiness: dict | None
     return {
         "queue_p50_ms": percentile(queue, 0.5), "queue_p99_ms": percentile(queue, 0.99),
         "queue_mean_ms": sum(queue) / max(len(queue), 1),
-        "turnaround_ms": sum(turnaround) / len(turnaround) / 1e6 if turnaround else 0.0,
+        # The median: a stalled hand-over (this machine, not Triton) is a dispatch stall window
+        # of `run_slowdowns`, and would count twice in a mean.
+        "turnaround_ms": percentile(turnaround, 0.5) / 1e6 if turnaround else 0.0,
         "turnarounds": len(turnaround), "batches": len(batches),
         "idle_dispatch_p50_ms": percentile(idle_dispatch, 0.5),
         "idle_dispatch_mean_ms": sum(idle_dispatch) / max(len(idle_dispatch), 1),

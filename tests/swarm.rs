@@ -11,7 +11,8 @@
 //! `max_num_seqs`, `max_num_batched_tokens`, chunked prefill on 80%, a KV cache small enough to
 //! preempt and reject, prefix caching 30%, per-step overheads) or Triton's dynamic batcher (65%:
 //! `max_batch_size` 1..64, preferred sizes 30%, `max_queue_delay` 70%, prefetch explicitly off
-//! 20%, a dispatch latency 20%, constant, affine or exponential service time); per pool several instances, 1..2 GPUs x
+//! 20%, a dispatch latency 20%, pauses of dispatch 10%, constant, affine or exponential service
+//! time); per pool several instances, 1..2 GPUs x
 //! 1..2 model instances (dynamic), standby instances 15%, cold start 15%, pre-processing 25%,
 //! post-processing 30%, priority levels 20%, `max_queue_size` 20%, queue timeout 25% (half with
 //! `timeout_action = delay`), `max_input_tokens` and `max_output_tokens` 15% each. Gateway: constant network latency 30%, overhead 30%, rate limit
@@ -43,7 +44,7 @@
 //!   model instance indices exist, standby instances only where configured;
 //! - batches (dynamic): members of one `batch_id` share pool, instance, model instance and
 //!   times, number `batch_size`, which is within `max_batch_size`; compute starts exactly the
-//!   dispatch latency after the batch formed; batches of one model instance never overlap
+//!   dispatch latency after the batch formed, or at the end of the pause that holds that moment; batches of one model instance never overlap
 //!   (from formation to compute end), none starts before the cold start; constant and affine batch times are
 //!   exactly the model's; post-processing takes exactly its time, pre-processing at least its;
 //! - continuous batching: the steps' sizes (`summary.json`) within `max_num_seqs`, no request
@@ -126,7 +127,21 @@ struct Dynamic {
     max_queue_delay_ns: u64,
     prefetch_off: bool,
     dispatch_latency_ns: u64,
+    /// `execution.pauses`: sorted, disjoint `[from, to)` in ns.
+    pauses: Vec<(u64, u64)>,
     service: Service,
+}
+
+impl Dynamic {
+    /// When a batch formed at `formed_ns` starts computing: after the dispatch latency, or at
+    /// the end of the pause that holds that moment.
+    fn compute_start_ns(&self, formed_ns: u64) -> u64 {
+        let t = formed_ns.saturating_add(self.dispatch_latency_ns);
+        self.pauses
+            .iter()
+            .find(|&&(from, to)| from <= t && t < to)
+            .map_or(t, |&(_, to)| to)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -298,12 +313,23 @@ fn draw_dynamic(rng: &mut StdRng) -> Dynamic {
     } else {
         0
     };
+    let mut pauses = Vec::new();
+    if rng.random_bool(0.1) {
+        let mut at_ns = 0;
+        for _ in 0..rng.random_range(1..=5) {
+            let from = at_ns + duration(rng, 1e3, 1e9);
+            let to = from + duration(rng, 1e3, 5e7);
+            pauses.push((from, to));
+            at_ns = to;
+        }
+    }
     Dynamic {
         max_batch_size,
         preferred,
         max_queue_delay_ns,
         prefetch_off,
         dispatch_latency_ns,
+        pauses,
         service,
     }
 }
@@ -749,6 +775,16 @@ fn pool_toml(s: &mut String, prefix: &str, pool: &Pool) {
         ns(pool.cold_start_ns)
     )
     .unwrap();
+    if let Batching::Dynamic(d) = &pool.batching
+        && !d.pauses.is_empty()
+    {
+        let windows: Vec<String> = d
+            .pauses
+            .iter()
+            .map(|&(from, to)| format!("{{ from = {}, to = {} }}", ns(from), ns(to)))
+            .collect();
+        writeln!(s, "pauses = [{}]", windows.join(", ")).unwrap();
+    }
     match &pool.batching {
         Batching::Dynamic(d) => {
             writeln!(
@@ -1318,17 +1354,17 @@ fn audit(case: &Case, records: &[Rec], summary: &serde_json::Value) -> Vec<Strin
                     });
                     if present(r.exec_start_ns) {
                         a.check(
-                            r.exec_start_ns
-                                == r.batch_formed_ns.wrapping_add(d.dispatch_latency_ns)
+                            r.exec_start_ns == d.compute_start_ns(r.batch_formed_ns)
                                 && present(r.batch_id),
                             || {
                                 format!(
-                                    "batch: {}: batch {} formed at {} ns, started at {} ns, dispatch latency {} ns",
+                                    "batch: {}: batch {} formed at {} ns, started at {} ns, dispatch latency {} ns, pauses {:?}",
                                     id(),
                                     r.batch_id,
                                     r.batch_formed_ns,
                                     r.exec_start_ns,
-                                    d.dispatch_latency_ns
+                                    d.dispatch_latency_ns,
+                                    d.pauses
                                 )
                             },
                         );

@@ -12,7 +12,7 @@ use crate::queue::InstanceQueue;
 use crate::rng::SimRng;
 use crate::time::SimTime;
 use crate::timing::service::ServiceTime;
-use crate::timing::slowdown::Slowdowns;
+use crate::timing::slowdown::{Pauses, Slowdowns};
 use crate::timing::step_time::StepTime;
 
 /// One server of a pool.
@@ -74,6 +74,8 @@ pub(crate) struct Execution {
     pub extrapolated_batches: u64,
     /// `execution.slowdowns` (empty: none).
     pub slowdowns: Slowdowns,
+    /// `execution.pauses` (empty: none).
+    pub pauses: Pauses,
     pub rng: SimRng,
 }
 

@@ -226,15 +226,17 @@ fn start_singles(ctx: &mut Ctx, site: &mut Site<'_>, rule: &Batcher) {
 }
 
 /// Model instance `mi_index` takes a batch of the `size` oldest queued requests; its compute
-/// starts after the dispatch latency.
+/// starts after the dispatch latency (or at the end of a pause of dispatch that holds it).
 #[inline]
 fn start_batch(ctx: &mut Ctx, site: &mut Site<'_>, rule: &Batcher, mi_index: u32, size: u32) {
     let now = ctx.now.ns();
-    let compute_start_ns = now.saturating_add(rule.dispatch_latency_ns);
+    let execution = &mut *site.execution;
+    let compute_start_ns = execution
+        .pauses
+        .resume_ns(now.saturating_add(rule.dispatch_latency_ns));
     let batch_id = ctx.counters.next_batch_id;
     ctx.counters.next_batch_id += 1;
     let instance = &mut *site.instance;
-    let execution = &mut *site.execution;
     let mi = &mut site.model_instances[mi_index as usize];
     debug_assert!(mi.is_free() && mi.members.is_empty());
     assert!(

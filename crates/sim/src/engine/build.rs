@@ -138,6 +138,7 @@ impl<'a> Engine<'a> {
                         .is_some_and(|s| s.may_extrapolate()),
                 extrapolated_batches: 0,
                 slowdowns: pool.slowdowns.clone(),
+                pauses: pool.pauses.clone(),
                 service,
                 step_time: models.step_time.clone(),
                 rng: stream(seed, Component::Execution, p as u32),

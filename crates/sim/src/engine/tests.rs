@@ -68,6 +68,29 @@ fn dispatch_latency_holds_the_model_instance_before_compute() {
 }
 
 #[test]
+fn a_pause_holds_the_start_of_compute_and_not_the_work_in_flight() {
+    let s = "[service]\nkind = \"constant\"\ntime = \"10ms\"\n\
+             [execution]\npauses = [{ from = \"5ms\", to = \"20ms\" }]\n";
+    let scenario = Scenario::from_toml_str(s).unwrap();
+    let trace = trace_ms(&[0, 8], None);
+    let (_, log) = simulate_with_requests(&scenario, &trace, &RunOptions::default()).unwrap();
+    let got: Vec<_> = log
+        .records()
+        .iter()
+        .map(|r| {
+            (
+                r.queued_ns / MS,
+                r.batch_formed_ns / MS,
+                r.exec_start_ns / MS,
+                r.exec_end_ns / MS,
+            )
+        })
+        .collect();
+    // r0 runs through the pause; r1's batch, taken at 10 ms inside it, computes from 20 ms.
+    assert_eq!(got, vec![(0, 0, 0, 10), (8, 10, 20, 30)]);
+}
+
+#[test]
 fn a_slowdown_window_delays_only_the_work_inside_it() {
     let s = "[service]\nkind = \"constant\"\ntime = \"10ms\"\n\
              [execution]\nslowdowns = [{ from = \"5ms\", to = \"15ms\", factor = 3.0 }]\n";

@@ -292,6 +292,21 @@ pub struct ExecutionSpec {
     /// Default: none.
     #[serde(default)]
     pub slowdowns: Vec<SlowdownSpec>,
+    /// Windows of simulated time in which the dynamic batcher dispatches nothing: a batch whose
+    /// compute would start inside one starts at its end (see [`crate::timing::slowdown`]):
+    /// `pauses = [{ from = "12.07s", to = "12.09s" }]`. Default: none.
+    #[serde(default)]
+    pub pauses: Vec<PauseSpec>,
+}
+
+/// One window of [`ExecutionSpec::pauses`] as written.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PauseSpec {
+    /// Start of the pause, from the start of the simulation.
+    pub from: DurationNs,
+    /// End of the pause (exclusive).
+    pub to: DurationNs,
 }
 
 /// One window of [`ExecutionSpec::slowdowns`] as written.
@@ -318,6 +333,7 @@ impl Default for ExecutionSpec {
             cold_start: DurationNs(0),
             time_scale: 1.0,
             slowdowns: Vec::new(),
+            pauses: Vec::new(),
         }
     }
 }

@@ -580,6 +580,12 @@ mod tests {
             err.to_string().contains("batcher.dispatch_latency"),
             "{err}"
         );
+        let text = CONTINUOUS.replace(
+            "[kv_cache]\n",
+            "[execution]\npauses = [{ from = \"1ms\", to = \"2ms\" }]\n[kv_cache]\n",
+        );
+        let err = Scenario::from_toml_str(&text).unwrap_err();
+        assert!(err.to_string().contains("execution.pauses"), "{err}");
         let text = CONTINUOUS.replace("[kv_cache]\n", "[kv_cache]\nprefix_block_tokens = 500\n");
         let err = Scenario::from_toml_str(&text).unwrap_err();
         assert!(

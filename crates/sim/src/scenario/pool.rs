@@ -2,7 +2,7 @@
 
 use crate::llm::scheduler::{SchedulerConfig, Scheduling};
 use crate::timing::service::Residuals;
-use crate::timing::slowdown::{SlowdownWindow, Slowdowns};
+use crate::timing::slowdown::{Pauses, SlowdownWindow, Slowdowns};
 use crate::timing::step_spec::StepTimeSpec;
 
 use super::file::{BatcherKind, ContinuousKeys, KvCacheSpec, PoolFile};
@@ -40,6 +40,8 @@ pub struct Pool {
     pub execution: ExecutionSpec,
     /// `execution.slowdowns`, validated.
     pub slowdowns: Slowdowns,
+    /// `execution.pauses`, validated.
+    pub pauses: Pauses,
     /// The service-time model as written (dynamic batcher; `None` with a continuous batcher).
     pub service_spec: Option<ServiceSpec>,
     /// The continuous batcher's settings and step-time model as written, when `batcher.kind` is
@@ -288,6 +290,20 @@ pub(super) fn validate_pool(name: &str, prefix: &str, p: PoolFile) -> Result<Poo
             e.message,
         )
     })?;
+    let spans: Vec<(u64, u64)> = p
+        .execution
+        .pauses
+        .iter()
+        .map(|w| (w.from.0, w.to.0))
+        .collect();
+    let pauses = Pauses::new(&spans)
+        .map_err(|e| invalid(&key(&format!("execution.pauses[{}]", e.index)), e.message))?;
+    if llm.is_some() && !pauses.windows().is_empty() {
+        return Err(invalid(
+            &key("execution.pauses"),
+            "pauses the dynamic batcher's dispatch; a continuous batcher takes `slowdowns`",
+        ));
+    }
     match (&p.service, &llm) {
         (_, Some(_)) => {}
         (None, None) => {
@@ -311,6 +327,7 @@ pub(super) fn validate_pool(name: &str, prefix: &str, p: PoolFile) -> Result<Poo
         batcher,
         execution: p.execution,
         slowdowns,
+        pauses,
         service_spec: if llm.is_some() { None } else { p.service },
         llm,
         postprocess: p.postprocess,

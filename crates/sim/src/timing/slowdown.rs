@@ -7,6 +7,11 @@
 //! window takes `f` times as long, the rest runs at normal speed. So a batch that starts just
 //! before a 20 ms stall of factor 10 is delayed by about 18 ms, not multiplied by 10, which is
 //! what a stall of the machine does to work in flight.
+//!
+//! A *pause* `[from, to)` stops the dynamic batcher's dispatch instead: a batch whose compute
+//! would start inside it starts at its end, and work already running is not touched. It is what
+//! a server's stalled hand-over of a ready batch (its batcher thread or backend held up, not the
+//! model) does, and that wait is queue time, as the server counts it.
 
 use std::fmt;
 
@@ -43,20 +48,39 @@ impl fmt::Display for SlowdownError {
     }
 }
 
+/// The order that sorts `spans` (`[from, to)` in ns, in any order) by start, after checking that
+/// each has `from < to` and that no two overlap (they may touch).
+fn sorted_disjoint(spans: &[(u64, u64)]) -> Result<Vec<usize>, SlowdownError> {
+    for (index, &(from_ns, to_ns)) in spans.iter().enumerate() {
+        if to_ns <= from_ns {
+            return Err(SlowdownError {
+                index,
+                message: format!("ends at {to_ns} ns, not after its start at {from_ns} ns"),
+            });
+        }
+    }
+    let mut order: Vec<usize> = (0..spans.len()).collect();
+    order.sort_by_key(|&i| (spans[i].0, i));
+    for pair in order.windows(2) {
+        let (a, b) = (spans[pair[0]], spans[pair[1]]);
+        if b.0 < a.1 {
+            return Err(SlowdownError {
+                index: pair[1],
+                message: format!(
+                    "overlaps window {} ({}..{} ns); windows must not overlap",
+                    pair[0], a.0, a.1
+                ),
+            });
+        }
+    }
+    Ok(order)
+}
+
 impl Slowdowns {
     /// Validates windows given in any order: each must have `from < to` and a factor above 0 and
     /// at most 1000, and no two may overlap (they may touch).
     pub fn new(windows: &[SlowdownWindow]) -> Result<Slowdowns, SlowdownError> {
         for (index, w) in windows.iter().enumerate() {
-            if w.to_ns <= w.from_ns {
-                return Err(SlowdownError {
-                    index,
-                    message: format!(
-                        "ends at {} ns, not after its start at {} ns",
-                        w.to_ns, w.from_ns
-                    ),
-                });
-            }
             if !(w.factor.is_finite() && w.factor > 0.0 && w.factor <= 1000.0) {
                 return Err(SlowdownError {
                     index,
@@ -67,20 +91,8 @@ impl Slowdowns {
                 });
             }
         }
-        let mut order: Vec<usize> = (0..windows.len()).collect();
-        order.sort_by_key(|&i| (windows[i].from_ns, i));
-        for pair in order.windows(2) {
-            let (a, b) = (&windows[pair[0]], &windows[pair[1]]);
-            if b.from_ns < a.to_ns {
-                return Err(SlowdownError {
-                    index: pair[1],
-                    message: format!(
-                        "overlaps window {} ({}..{} ns); windows must not overlap",
-                        pair[0], a.from_ns, a.to_ns
-                    ),
-                });
-            }
-        }
+        let spans: Vec<(u64, u64)> = windows.iter().map(|w| (w.from_ns, w.to_ns)).collect();
+        let order = sorted_disjoint(&spans)?;
         Ok(Slowdowns {
             windows: order.into_iter().map(|i| windows[i]).collect(),
         })
@@ -136,6 +148,43 @@ impl Slowdowns {
     }
 }
 
+/// Sorted, non-overlapping pauses of the dynamic batcher's dispatch (`[from, to)` in ns).
+/// Empty: dispatch never pauses.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Pauses {
+    windows: Vec<(u64, u64)>,
+}
+
+impl Pauses {
+    /// Validates pauses given in any order: each must have `from < to`, and no two may overlap
+    /// (they may touch).
+    pub fn new(windows: &[(u64, u64)]) -> Result<Pauses, SlowdownError> {
+        let order = sorted_disjoint(windows)?;
+        Ok(Pauses {
+            windows: order.into_iter().map(|i| windows[i]).collect(),
+        })
+    }
+
+    /// The pauses, sorted by start.
+    pub fn windows(&self) -> &[(u64, u64)] {
+        &self.windows
+    }
+
+    /// When compute meant to start at `t_ns` starts: the end of the pause that holds `t_ns`, or
+    /// `t_ns` itself.
+    #[inline]
+    pub fn resume_ns(&self, t_ns: u64) -> u64 {
+        if self.windows.is_empty() {
+            return t_ns;
+        }
+        let first = self.windows.partition_point(|&(_, to)| to <= t_ns);
+        match self.windows.get(first) {
+            Some(&(from, to)) if from <= t_ns => to,
+            _ => t_ns,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,6 +228,22 @@ mod tests {
         // 400 ns of work from 0: 100 free, 50 in [100,200), 100 free to 300, 150 more needs
         // 75 ns in the double-speed window, ending at 375.
         assert_eq!(s.end_ns(0, 400), 375);
+    }
+
+    #[test]
+    fn a_start_inside_a_pause_waits_for_its_end_and_others_do_not() {
+        let p = Pauses::new(&[(300, 400), (100, 200)]).unwrap();
+        assert_eq!(p.windows(), &[(100, 200), (300, 400)], "sorted by start");
+        assert_eq!(p.resume_ns(99), 99);
+        assert_eq!(p.resume_ns(100), 200, "the start of a pause is inside it");
+        assert_eq!(p.resume_ns(199), 200);
+        assert_eq!(p.resume_ns(200), 200, "its end is not");
+        assert_eq!(p.resume_ns(350), 400);
+        assert_eq!(p.resume_ns(401), 401);
+        assert_eq!(Pauses::default().resume_ns(150), 150);
+        let e = Pauses::new(&[(0, 10), (5, 20)]).unwrap_err();
+        assert_eq!(e.index, 1, "{e}");
+        assert!(e.message.contains("overlaps"), "{e}");
     }
 
     #[test]
