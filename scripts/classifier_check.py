@@ -62,8 +62,8 @@ def timeline_scenario(fit: dict, windows: list) -> str:
     for table in ("queue", "batcher"):
         lines.append(f"[{table}]")
         lines += [f"{k} = {toml_value(v)}" for k, v in s.get(table, {}).items()]
-    if fit.get("turnaround_ms", 0.0) > 0:
-        lines.append(f'dispatch_latency = "{fit["turnaround_ms"] * 1e3:.1f}us"')
+    if fit.get("dispatch_ms", 0.0) > 0:
+        lines.append(f'dispatch_latency = "{fit["dispatch_ms"] * 1e3:.1f}us"')
     lines += ["[execution]",
               f"instance_count = {s.get('execution', {}).get('instance_count', 1)}",
               *tc.slowdowns_toml(windows)]
@@ -139,6 +139,7 @@ def compare(out: Path, load: float) -> str:
                                       "max_batch_size": batcher.get("max_batch_size", 1)})
     timings = tc.request_timings(requests, 1, readiness)
     fit["turnaround_ms"] = timings["turnaround_ms"]
+    fit["dispatch_ms"] = timings["idle_dispatch_quick_ms"]
     (out / "timeline-fit.json").write_text(json.dumps(fit, indent=1))
 
     def nominal(members: list) -> float:

@@ -72,9 +72,13 @@ def scenario_toml(name: str, s: dict, a_ms: float = A_MS, b_ms: float = B_MS,
 
 
 def slowdowns_toml(windows: list) -> list:
-    """`execution.slowdowns = [...]` lines of (from ns, to ns, factor) windows."""
+    """`execution.slowdowns = [...]` lines of (from ns, to ns, factor) windows, and
+    `execution.pauses = [...]` of the (from ns, to ns, None) ones."""
     return (["slowdowns = ["]
-            + [f'  {{ from = "{a}ns", to = "{b}ns", factor = {f:.6f} }},' for a, b, f in windows]
+            + [f'  {{ from = "{a}ns", to = "{b}ns", factor = {f:.6f} }},'
+               for a, b, f in windows if f is not None]
+            + ["]", "pauses = ["]
+            + [f'  {{ from = "{a}ns", to = "{b}ns" }},' for a, b, f in windows if f is None]
             + ["]"])
 
 
@@ -297,8 +301,9 @@ def run_slowdowns(requests: list, nominal_ms, t0: int, readiness: dict | None = 
     (the batch's requests' timestamps) as the factor; where the batches of several model
     instances overlap, the mean of their factors. With one model instance, also the server's
     dispatch stalls: where a batch was ready to run (`readiness`, as `request_timings` judges it)
-    but started more than `turnaround_ns` + 1 ms later, the rest of that wait as a window in
-    which nothing progresses (factor 1000), since the batcher thread, not the model, was held."""
+    but started more than `turnaround_ns` + 1 ms later, the rest of that wait as a pause of
+    dispatch (factor None: `execution.pauses`), since the batcher thread, not the model, was
+    held; the wait is queue time, as Triton counts it."""
     batches = traced_batches(requests)
     stalls = []
     if model_instances == 1:
@@ -307,7 +312,7 @@ def run_slowdowns(requests: list, nominal_ms, t0: int, readiness: dict | None = 
             ready = ready_at([r["QUEUE_START"] for r in members], readiness)
             could = max(ready, free_at + turnaround_ns) if free_at is not None else ready
             if start - could > STALL_NS:
-                stalls.append((int(could), start, 1000.0))
+                stalls.append((int(could), start, None))
             free_at = end
     edges = sorted({t for key in batches for t in key})
     starts = sorted((start, end, (end - start) / 1e6 / nominal_ms(members))
@@ -323,7 +328,7 @@ def run_slowdowns(requests: list, nominal_ms, t0: int, readiness: dict | None = 
             factor = min(max(sum(factors) / len(factors), 1e-3), 1000.0)
             windows.append((lo - t0, hi - t0, factor))
     windows += [(a - t0, b - t0, f) for a, b, f in stalls if a >= t0]
-    return sorted(windows)
+    return sorted(windows, key=lambda w: (w[0], w[1]))
 
 
 def server_requests(path: Path) -> list:
@@ -380,8 +385,8 @@ def timeline_sim(out: Path, requests: list, tokens: dict, latency_ns: dict, nomi
             outside = measured - (r["COMPUTE_END"] - r["QUEUE_START"])
             e2e_s.append((outside + sim["exec_end_ns"][row] - arrival) / 1e6)
     summary = json.loads((out / "simulated-timeline" / "summary.json").read_text())
-    stalls = [w for w in windows if 3 < w[2] < 1000.0]
-    dispatch = [w for w in windows if w[2] >= 1000.0]
+    stalls = [w for w in windows if w[2] is not None and w[2] > 3]
+    dispatch = [w for w in windows if w[2] is None]
     return {
         "dispatch_stalls": len(dispatch),
         "dispatch_stall_ms": sum(w[1] - w[0] for w in dispatch) / 1e6,
@@ -432,7 +437,7 @@ def setting_readiness(setting: dict) -> dict:
 
 def trace_timings(path: Path, model_instances: int, readiness: dict | None = None) -> dict:
     """What Triton's own timestamps say: the queue time of every request (queue start to compute
-    start), and each model instance's turnaround (the median): the time from one batch's compute end to the
+    start), and each model instance's turnaround (the mean, stalls apart): the time from one batch's compute end to the
     next one's compute start on the same instance, when the next batch was already ready to run
     (so the instance had work and was not idle): its oldest request had waited the queue delay,
     or it reached a preferred or the largest size, before the instance was free. Batches are the
@@ -461,12 +466,15 @@ def request_timings(requests: list, model_instances: int, readiness: dict | None
     return {
         "queue_p50_ms": percentile(queue, 0.5), "queue_p99_ms": percentile(queue, 0.99),
         "queue_mean_ms": sum(queue) / max(len(queue), 1),
-        # The median: a stalled hand-over (this machine, not Triton) is a dispatch stall window
-        # of `run_slowdowns`, and would count twice in a mean.
-        "turnaround_ms": percentile(turnaround, 0.5) / 1e6 if turnaround else 0.0,
+        # The mean of those under STALL_NS: a longer one is a stalled hand-over (this machine,
+        # not Triton), which `run_slowdowns` replays as a pause, and would count twice here.
+        "turnaround_ms": (sum(quick) / len(quick) / 1e6
+                          if (quick := [t for t in turnaround if t < STALL_NS]) else 0.0),
         "turnarounds": len(turnaround), "batches": len(batches),
         "idle_dispatch_p50_ms": percentile(idle_dispatch, 0.5),
         "idle_dispatch_mean_ms": sum(idle_dispatch) / max(len(idle_dispatch), 1),
+        "idle_dispatch_quick_ms": (sum(q) / len(q) if (q := [t for t in idle_dispatch
+                                                              if t < STALL_NS / 1e6]) else 0.0),
         "idle_dispatches": len(idle_dispatch),
     }
 

@@ -11,7 +11,7 @@
 //! `max_num_seqs`, `max_num_batched_tokens`, chunked prefill on 80%, a KV cache small enough to
 //! preempt and reject, prefix caching 30%, per-step overheads) or Triton's dynamic batcher (65%:
 //! `max_batch_size` 1..64, preferred sizes 30%, `max_queue_delay` 70%, prefetch explicitly off
-//! 20%, a dispatch latency 20%, pauses of dispatch 10%, constant, affine or exponential service
+//! 20%, a dispatch latency 20%, a release latency 20%, pauses of dispatch 10%, constant, affine or exponential service
 //! time); per pool several instances, 1..2 GPUs x
 //! 1..2 model instances (dynamic), standby instances 15%, cold start 15%, pre-processing 25%,
 //! post-processing 30%, priority levels 20%, `max_queue_size` 20%, queue timeout 25% (half with
@@ -44,9 +44,10 @@
 //!   model instance indices exist, standby instances only where configured;
 //! - batches (dynamic): members of one `batch_id` share pool, instance, model instance and
 //!   times, number `batch_size`, which is within `max_batch_size`; compute starts exactly the
-//!   dispatch latency after the batch formed, or at the end of the pause that holds that moment; batches of one model instance never overlap
-//!   (from formation to compute end), none starts before the cold start; constant and affine batch times are
-//!   exactly the model's; post-processing takes exactly its time, pre-processing at least its;
+//!   dispatch latency after the batch formed, or at the end of the pause that holds that
+//!   moment; batches of one model instance never overlap (from formation to compute end and
+//!   release), none starts before the cold start; constant and affine batch times are exactly
+//!   the model's; post-processing takes exactly its time, pre-processing at least its;
 //! - continuous batching: the steps' sizes (`summary.json`) within `max_num_seqs`, no request
 //!   completed that the KV cache or (without chunked prefill) the token budget cannot hold;
 //! - queues: a queue never holds more than `max_queue_size`; with `timeout_action = reject` a
@@ -127,6 +128,7 @@ struct Dynamic {
     max_queue_delay_ns: u64,
     prefetch_off: bool,
     dispatch_latency_ns: u64,
+    release_latency_ns: u64,
     /// `execution.pauses`: sorted, disjoint `[from, to)` in ns.
     pauses: Vec<(u64, u64)>,
     service: Service,
@@ -313,6 +315,11 @@ fn draw_dynamic(rng: &mut StdRng) -> Dynamic {
     } else {
         0
     };
+    let release_latency_ns = if rng.random_bool(0.2) {
+        duration(rng, 1e4, 2e6)
+    } else {
+        0
+    };
     let mut pauses = Vec::new();
     if rng.random_bool(0.1) {
         let mut at_ns = 0;
@@ -329,6 +336,7 @@ fn draw_dynamic(rng: &mut StdRng) -> Dynamic {
         max_queue_delay_ns,
         prefetch_off,
         dispatch_latency_ns,
+        release_latency_ns,
         pauses,
         service,
     }
@@ -537,7 +545,7 @@ fn capacity_rps(spec: &Spec, mean_input: f64, mean_output: f64) -> f64 {
                 Batching::Dynamic(d) => {
                     let b = u64::from(d.max_batch_size);
                     let batch_ns = (d.service.mean_ns(b, mean_input as u64)
-                        + d.dispatch_latency_ns as f64)
+                        + (d.dispatch_latency_ns + d.release_latency_ns) as f64)
                         .max(1.0);
                     servers * f64::from(p.model_instances()) * b as f64 / batch_ns * 1e9
                 }
@@ -802,6 +810,9 @@ fn pool_toml(s: &mut String, prefix: &str, pool: &Pool) {
             }
             if d.dispatch_latency_ns > 0 {
                 writeln!(s, "dispatch_latency = {}", ns(d.dispatch_latency_ns)).unwrap();
+            }
+            if d.release_latency_ns > 0 {
+                writeln!(s, "release_latency = {}", ns(d.release_latency_ns)).unwrap();
             }
             match d.service {
                 Service::Constant { time_ns } => writeln!(
@@ -1728,8 +1739,13 @@ fn audit(case: &Case, records: &[Rec], summary: &serde_json::Value) -> Vec<Strin
                 first.model_instance,
             ))
             .or_default()
-            // The model instance is held from the batch's formation (its dispatch latency).
-            .push((first.batch_formed_ns, first.exec_end_ns, batch));
+            // The model instance is held from the batch's formation (its dispatch latency) to its
+            // release.
+            .push((
+                first.batch_formed_ns,
+                first.exec_end_ns.saturating_add(d.release_latency_ns),
+                batch,
+            ));
     }
     for ((pool, instance, mi), runs) in &mut per_model_instance {
         runs.sort_unstable();

@@ -119,6 +119,24 @@ fn dispatch_latency_is_queue_time_and_holds_the_instance() {
     }
 }
 
+/// A release latency holds the model instance after compute and delays no response: M/D/1 with
+/// 0.1 ms of dispatch, 0.6 ms of compute and 0.3 ms of release waits as M/D/1 with 1 ms of
+/// service, plus the dispatch.
+#[test]
+fn release_latency_holds_the_instance_and_is_not_queue_time() {
+    const MD1_RELEASE: &str = "[batcher]\ndispatch_latency = \"100us\"\nrelease_latency = \"300us\"\n\
+                               [service]\nkind = \"constant\"\ntime = \"600us\"\n";
+    let expected = theory::md1_mean_wait_s(800.0, 1e-3).unwrap() + 0.1e-3;
+    for seed in [1, 2] {
+        let err = relative_error(MD1_RELEASE, 800.0, expected, seed);
+        assert!(
+            err.abs() < 0.02,
+            "M/D/1 rho 0.8 with 0.1 ms of dispatch and 0.3 ms of release, seed {seed}: expected \
+             {expected}s, relative error {err:+.4}"
+        );
+    }
+}
+
 /// Every stage modeled: network latency and transfer, gateway overhead and admission, 4
 /// instances with pre-processing workers, priority queue with timeouts, dynamic batching,
 /// post-processing.

@@ -43,6 +43,13 @@ impl DynamicInstance {
 }
 
 impl DynamicInstance {
+    /// How long a model instance stays taken after a batch's compute ends
+    /// (`batcher.release_latency`).
+    #[inline]
+    pub fn release_latency_ns(&self) -> u64 {
+        self.rule.release_latency_ns
+    }
+
     /// True for a batcher timer or poll whose deadline has moved on: its handler would do
     /// nothing.
     #[inline]

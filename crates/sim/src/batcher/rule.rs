@@ -33,6 +33,8 @@ pub struct Batcher {
     pub prefetch: bool,
     /// From a model instance taking a batch to its compute start (`batcher.dispatch_latency`).
     pub dispatch_latency_ns: u64,
+    /// From a batch's compute end to its model instance being free (`batcher.release_latency`).
+    pub release_latency_ns: u64,
 }
 
 /// Where the thread is in Triton's payload life cycle.
@@ -100,6 +102,7 @@ impl Batcher {
             max_queue_delay_ns: spec.max_queue_delay.0,
             prefetch: queue_allows_prefetch && spec.prefetch.unwrap_or(true),
             dispatch_latency_ns: spec.dispatch_latency.0,
+            release_latency_ns: spec.release_latency.0,
         }
     }
 

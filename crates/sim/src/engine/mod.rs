@@ -103,7 +103,7 @@ fn horizon_cause(kind: EventKind) -> &'static str {
         EventKind::BatcherTimer => "the batcher's timer (`batcher.max_queue_delay`)",
         EventKind::BatcherPoll => "the batcher's 500 ms poll",
         EventKind::BatchDone => {
-            "a batch or step executing (`[service]` or `[step_time]`, `batcher.dispatch_latency` and the batcher's step overheads, with the trace's token counts)"
+            "a batch or step executing (`[service]` or `[step_time]`, `batcher.dispatch_latency` and `release_latency` and the batcher's step overheads, with the trace's token counts)"
         }
         EventKind::ModelInstanceReady => "a model instance loading (`execution.cold_start`)",
         EventKind::PostprocessDone => {
@@ -193,6 +193,11 @@ fn site_of<'s>(
         },
     )
 }
+
+/// `aux` of a [`EventKind::BatchDone`]: the batch's compute is over.
+const COMPUTED: u32 = 0;
+/// `aux` of a [`EventKind::BatchDone`]: the model instance is free after its release latency.
+const RELEASED: u32 = 1;
 
 /// What executes an instance's requests: Triton's dynamic batcher, or a continuous batcher.
 // One per instance, reached on every event of it: a boxed scheduler would cost an indirection
@@ -362,7 +367,7 @@ impl<'a> Engine<'a> {
                     d.poll(&mut self.ctx, at);
                 }
             }
-            EventKind::BatchDone => self.batch_done(target, sink),
+            EventKind::BatchDone => self.batch_done(target, aux, sink),
             EventKind::ModelInstanceReady => {
                 let now = self.ctx.now;
                 let mi = &mut self.fleet.model_instances[target as usize];
@@ -511,13 +516,29 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// A model instance's batch (or step) is over.
+    /// A model instance's batch (or step) is over (`aux` = [`COMPUTED`]), or the model instance
+    /// is released after it (`aux` = [`RELEASED`], with a release latency).
     #[inline]
-    fn batch_done<S: RecordSink>(&mut self, mi_index: u32, sink: &mut S) {
-        let index = end_execution(&mut self.ctx, &mut self.fleet, mi_index);
+    fn batch_done<S: RecordSink>(&mut self, mi_index: u32, aux: u32, sink: &mut S) {
+        let index = self.fleet.model_instances[mi_index as usize].instance;
         match &mut self.executors[index.index()] {
-            Executor::Dynamic(_) => self.batch_executed(index, mi_index, sink),
+            Executor::Dynamic(d) => {
+                let release_ns = d.release_latency_ns();
+                if aux == COMPUTED {
+                    self.batch_executed(index, mi_index, sink);
+                    if release_ns > 0 {
+                        // The requests went on; the model instance is taken until its release.
+                        let at_ns = self.ctx.now.ns().saturating_add(release_ns);
+                        self.ctx
+                            .events
+                            .push(at_ns, EventKind::BatchDone, mi_index, RELEASED);
+                        return;
+                    }
+                }
+                end_execution(&mut self.ctx, &mut self.fleet, mi_index);
+            }
             Executor::Continuous(c) => {
+                end_execution(&mut self.ctx, &mut self.fleet, mi_index);
                 let mut tokens = std::mem::take(&mut self.continuous.token_buf);
                 c.complete_step(&mut self.ctx, &mut tokens);
                 for &token in &tokens {

@@ -68,6 +68,34 @@ fn dispatch_latency_holds_the_model_instance_before_compute() {
 }
 
 #[test]
+fn release_latency_holds_the_model_instance_after_compute_but_not_the_requests() {
+    let s =
+        "[batcher]\nrelease_latency = \"3ms\"\n[service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+    let scenario = Scenario::from_toml_str(s).unwrap();
+    let trace = trace_ms(&[0, 5], None);
+    let (run, log) = simulate_with_requests(&scenario, &trace, &RunOptions::default()).unwrap();
+    let got: Vec<_> = log
+        .records()
+        .iter()
+        .map(|r| {
+            (
+                r.batch_formed_ns / MS,
+                r.exec_end_ns / MS,
+                r.response_ns / MS,
+            )
+        })
+        .collect();
+    // r0 is answered at 10 ms; its model instance takes r1 at 13 ms.
+    assert_eq!(got, vec![(0, 10, 10), (13, 23, 23)]);
+    // The run ends with the last response, not the last release.
+    assert!(
+        (run.summary.end_s - 0.023).abs() < 1e-12,
+        "{}",
+        run.summary.end_s
+    );
+}
+
+#[test]
 fn a_pause_holds_the_start_of_compute_and_not_the_work_in_flight() {
     let s = "[service]\nkind = \"constant\"\ntime = \"10ms\"\n\
              [execution]\npauses = [{ from = \"5ms\", to = \"20ms\" }]\n";

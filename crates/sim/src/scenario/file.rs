@@ -221,6 +221,11 @@ pub struct BatcherSpec {
     /// time, as in Triton's statistics and traces. Default 0.
     #[serde(default)]
     pub dispatch_latency: DurationNs,
+    /// Dynamic: time from a batch's compute end until its model instance takes the next one
+    /// (Triton: the backend returning, the instance released, the batcher thread woken). The
+    /// batch's requests go on at compute end; only the instance waits. Default 0.
+    #[serde(default)]
+    pub release_latency: DurationNs,
     /// Continuous: most sequences running at once. Default 256.
     pub max_num_seqs: Option<u32>,
     /// Continuous: most tokens computed in one step. Default 8192.
@@ -258,6 +263,7 @@ impl Default for BatcherSpec {
             max_queue_delay: DurationNs(0),
             prefetch: None,
             dispatch_latency: DurationNs(0),
+            release_latency: DurationNs(0),
             max_num_seqs: None,
             max_num_batched_tokens: None,
             enable_chunked_prefill: None,

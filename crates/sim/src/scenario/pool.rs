@@ -200,6 +200,7 @@ pub(super) fn validate_pool(name: &str, prefix: &str, p: PoolFile) -> Result<Poo
                 ("max_queue_delay", batcher.max_queue_delay.0 != 0),
                 ("prefetch", batcher.prefetch.is_some()),
                 ("dispatch_latency", batcher.dispatch_latency.0 != 0),
+                ("release_latency", batcher.release_latency.0 != 0),
             ];
             if let Some((k, _)) = dynamic_keys.iter().find(|(_, set)| *set) {
                 return Err(invalid(
