@@ -10,7 +10,8 @@ batch size), and stops Triton. Then it simulates the run a third way, timeline-s
 (`triton_check.timeline_sim`): arrivals at Triton's own queue start of each request; batch times
 from the run itself, its traced batches fitted as a + b * n + c * n * L (n requests padded to
 the longest, L tokens), after the model instance's turnaround between batches as the dispatch
-latency (`batcher.dispatch_latency`); and the run's
+and release latencies (`batcher.dispatch_latency`, `release_latency`: `triton_check.handover`);
+and the run's
 speed, each batch's measured over fitted time, as `execution.slowdowns`. That leaves the queue
 and the batcher alone to compare, whatever this machine was doing.
 
@@ -64,6 +65,8 @@ def timeline_scenario(fit: dict, windows: list) -> str:
         lines += [f"{k} = {toml_value(v)}" for k, v in s.get(table, {}).items()]
     if fit.get("dispatch_ms", 0.0) > 0:
         lines.append(f'dispatch_latency = "{fit["dispatch_ms"] * 1e3:.1f}us"')
+    if fit.get("release_ms", 0.0) > 0:
+        lines.append(f'release_latency = "{fit["release_ms"] * 1e3:.1f}us"')
     lines += ["[execution]",
               f"instance_count = {s.get('execution', {}).get('instance_count', 1)}",
               *tc.slowdowns_toml(windows)]
@@ -139,7 +142,7 @@ def compare(out: Path, load: float) -> str:
                                       "max_batch_size": batcher.get("max_batch_size", 1)})
     timings = tc.request_timings(requests, 1, readiness)
     fit["turnaround_ms"] = timings["turnaround_ms"]
-    fit["dispatch_ms"] = timings["idle_dispatch_quick_ms"]
+    fit["dispatch_ms"], fit["release_ms"] = tc.handover(timings)
     (out / "timeline-fit.json").write_text(json.dumps(fit, indent=1))
 
     def nominal(members: list) -> float:

@@ -51,17 +51,20 @@ TRACE = False
 
 def scenario_toml(name: str, s: dict, a_ms: float = A_MS, b_ms: float = B_MS,
                   residuals: list | None = None, slowdowns: list | None = None,
-                  dispatch_ms: float = 0.0) -> str:
+                  dispatch_ms: float = 0.0, release_ms: float = 0.0) -> str:
     """The setting as a capsim scenario whose batches take a + b * batch_size, times a factor
     drawn from `residuals` (measured over predicted batch times) when given, and stretched by
     `slowdowns` ((from ns, to ns, factor) windows of `execution.slowdowns`) when given, each
-    after a dispatch latency of `dispatch_ms` (the model instance's turnaround)."""
+    after a dispatch latency of `dispatch_ms`, each model instance taken `release_ms` after
+    (`handover`)."""
     lines = [f'name = "{name}"', "instances = 1", "[batcher]",
              f"max_batch_size = {s['max_batch_size']}", f'max_queue_delay = "{s["delay"]}"']
     if s["preferred"]:
         lines.append(f"preferred_batch_size = {s['preferred']}")
     if dispatch_ms > 0:
         lines.append(f'dispatch_latency = "{dispatch_ms * 1e3:.1f}us"')
+    if release_ms > 0:
+        lines.append(f'release_latency = "{release_ms * 1e3:.1f}us"')
     lines += ["[execution]", f"instance_count = {s['instances']}"]
     if slowdowns:
         lines += slowdowns_toml(slowdowns)
@@ -69,6 +72,20 @@ def scenario_toml(name: str, s: dict, a_ms: float = A_MS, b_ms: float = B_MS,
     if residuals:
         lines.append(f"residuals = [{', '.join(f'{r:.4f}' for r in residuals)}]")
     return "\n".join(lines) + "\n"
+
+
+def handover(timings: dict | None) -> tuple:
+    """(dispatch, release) in ms of a traced run (`request_timings`), as
+    `batcher.dispatch_latency` and `release_latency`: the dispatch is the wait of a ready batch
+    for an idle model instance, the release the rest of the turnaround between back-to-back
+    batches (stalls apart in both). Without idle dispatches, all of the turnaround is dispatch."""
+    if not timings:
+        return 0.0, 0.0
+    turnaround = timings["turnaround_ms"]
+    if not timings["idle_dispatches"]:
+        return turnaround, 0.0
+    dispatch = timings["idle_dispatch_quick_ms"]
+    return dispatch, max(turnaround - dispatch, 0.0)
 
 
 def slowdowns_toml(windows: list) -> list:
@@ -177,7 +194,9 @@ def calibrate(out: Path, setting: dict) -> dict:
     timings = (trace_timings(out / "trace.json", instances, setting_readiness(setting))
                if TRACE else None)
     turnaround_ms = timings["turnaround_ms"] if timings else 0.0
+    dispatch_ms, release_ms = handover(timings)
     calibration = {"a_ms": a_ms, "b_ms": b_ms, "turnaround_ms": turnaround_ms,
+                   "dispatch_ms": dispatch_ms, "release_ms": release_ms,
                    "residuals": batch_residuals(out / "trace.json", a_ms, b_ms) if TRACE else None}
     (out / "calibration.json").write_text(json.dumps(calibration, indent=1))
     return calibration
@@ -206,13 +225,16 @@ def compare(out: Path, label: str, setting: dict, load: float, rate: float) -> s
     cal_path = out / "calibration.json"
     cal = json.loads(cal_path.read_text()) if cal_path.exists() else {"a_ms": A_MS, "b_ms": B_MS}
     planned = out / "scenario-calibrated.toml"
+    # Calibrations stored before the split of the turnaround: all of it as dispatch.
     planned.write_text(scenario_toml(label, setting, cal["a_ms"], cal["b_ms"],
-                                     cal.get("residuals"), None, cal.get("turnaround_ms", 0.0)))
+                                     cal.get("residuals"), None,
+                                     cal.get("dispatch_ms", cal.get("turnaround_ms", 0.0)),
+                                     cal.get("release_ms", 0.0)))
     capsim("simulate", "--scenario", str(planned), str(trace), "-o", str(out / "simulated"))
     # The run-driven simulation: the service time Triton itself measured per batch size
     # (compute input + infer + output), fitted as a + b * batch_size, after, when the run was
     # traced, each model instance's turnaround between batches (Triton's own timestamps) as
-    # the dispatch latency.
+    # the dispatch and release latencies (`handover`).
     a_ms, b_ms = fit_affine(stats["batch_stats"])
     traced = any(out.glob("trace.json*"))
     timings = (trace_timings(out / "trace.json", setting["instances"], setting_readiness(setting))
@@ -220,7 +242,8 @@ def compare(out: Path, label: str, setting: dict, load: float, rate: float) -> s
     turnaround_ms = timings["turnaround_ms"] if timings else 0.0
     fitted = out / "scenario-run.toml"
     residuals = batch_residuals(out / "trace.json", a_ms, b_ms) if traced else None
-    fitted.write_text(scenario_toml(label, setting, a_ms, b_ms, residuals, None, turnaround_ms))
+    fitted.write_text(scenario_toml(label, setting, a_ms, b_ms, residuals, None,
+                                    *handover(timings)))
     capsim("simulate", "--scenario", str(fitted), str(trace), "-o", str(out / "simulated-run"))
     measured = json.loads((out / "measured" / "summary.json").read_text())
     sims = [json.loads((out / d / "summary.json").read_text())
@@ -250,7 +273,7 @@ def compare(out: Path, label: str, setting: dict, load: float, rate: float) -> s
         # Untraced: Triton's statistics give the mean only.
         q = stats["inference_stats"]["queue"]
         queue = f"mean {three(q['ns'] / max(q['count'], 1) / 1e6, 'queue', 'mean_ms')} | –"
-    timeline = (fixed_timeline_sim(out, label, setting, a_ms, b_ms, turnaround_ms)
+    timeline = (fixed_timeline_sim(out, label, setting, a_ms, b_ms, timings)
                 if traced else None)
     if timeline:
         q, e = timeline["queue"], timeline["e2e"]
@@ -263,8 +286,8 @@ def compare(out: Path, label: str, setting: dict, load: float, rate: float) -> s
             f"| {pair(q[2], q[3])} | {pair(e[0], e[1])} | {pair(e[2], e[3])} "
             f"| {timeline['stalls']} ({timeline['stall_ms']:.0f} ms) "
             f"| {timeline['dispatch_stalls']} ({timeline['dispatch_stall_ms']:.0f} ms) "
-            f"| {turnaround_ms * 1e3:.0f} / {timings['idle_dispatch_p50_ms'] * 1e3:.0f} / "
-            f"{timings['idle_dispatch_mean_ms'] * 1e3:.0f} "
+            f"| {turnaround_ms * 1e3:.0f} / {handover(timings)[0] * 1e3:.0f} / "
+            f"{handover(timings)[1] * 1e3:.0f} "
             f"| {timeline['joined']} of {timeline['requests']} |")
     keys = sorted(set(t_sh) | set(sim_shares[0]), key=lambda k: -t_sh.get(k, 0))[:3]
     top = ", ".join(f"{k}: {t_sh.get(k, 0) * 100:.0f}/{sim_shares[0].get(k, 0) * 100:.0f}/"
@@ -402,9 +425,10 @@ def timeline_sim(out: Path, requests: list, tokens: dict, latency_ns: dict, nomi
 
 
 def fixed_timeline_sim(out: Path, label: str, setting: dict, a_ms: float, b_ms: float,
-                       turnaround_ms: float) -> dict | None:
+                       timings: dict) -> dict | None:
     """`timeline_sim` of a fixed-time run: every batch's nominal time a + b * size, the
-    simulated batches a + b * size after the turnaround as dispatch latency."""
+    simulated batches a + b * size with the run's dispatch and release latencies (`handover`
+    of its `timings`)."""
     import pyarrow.parquet as pq
     requests = server_requests(out / "trace.json")
     client = pq.read_table(out / "measured" / "requests.parquet").to_pydict()
@@ -412,8 +436,9 @@ def fixed_timeline_sim(out: Path, label: str, setting: dict, a_ms: float, b_ms: 
         out, requests, {int(r["request_id"]): 16 for r in requests},
         dict(zip(client["request"], client["latency_ns"])),
         lambda members: a_ms + b_ms * len(members),
-        lambda windows: scenario_toml(label, setting, a_ms, b_ms, None, windows, turnaround_ms),
-        setting_readiness(setting), turnaround_ms * 1e6, setting["instances"])
+        lambda windows: scenario_toml(label, setting, a_ms, b_ms, None, windows,
+                                      *handover(timings)),
+        setting_readiness(setting), timings["turnaround_ms"] * 1e6, setting["instances"])
 
 
 def percentile(values: list, q: float) -> float:
@@ -547,7 +572,7 @@ def main() -> None:
               "| queue p99 ms: Triton / timeline-sim | e2e p50 ms: measured / timeline-sim "
               "| e2e p99 ms: measured / timeline-sim | compute stalls > 3x (their time) "
               "| dispatch stalls > 1 ms (their time) "
-              "| dispatch us: simulated (turnaround) / Triton idle p50 / mean | requests joined |")
+              "| turnaround / dispatch / release us | requests joined |")
         print("|---|---|---|---|---|---|---|---|---|---|---|")
         print("\n".join(TIMELINE_ROWS))
 
