@@ -174,7 +174,8 @@ def compare(out: Path, load: float) -> str:
             f"| {q[0]:.2f} / {q[1]:.2f} ({err(q[0], q[1])}) | {q[2]:.2f} / {q[3]:.2f} "
             f"({err(q[2], q[3])}) | {gap:.1f} | {result['stalls']} ({result['stall_ms']:.0f} ms) "
             f"| {fit['a_ms']:.2f} + {fit['b_ms']:.3f}·n + {fit['c_ms'] * 1000:.2f} us·n·L "
-            f"+ {fit['turnaround_ms']:.3f} | {delay if delay is None else round(delay, 2)} |")
+            f"+ {fit['turnaround_ms']:.3f} | {timings['left_waiting']} "
+            f"({timings['left_waiting_ms']:.0f} ms) | {delay if delay is None else round(delay, 2)} |")
 
 
 def main() -> None:
@@ -190,8 +191,8 @@ def main() -> None:
           "| e2e p99 ms measured | timeline-sim | validate's run-sim "
           "| queue p50 ms: Triton / timeline-sim | queue p99 ms: Triton / timeline-sim "
           "| worst share gap pp (timeline-sim) | stalls > 3x | run's batch time fitted (ms) "
-          "| schedule delay p99 ms |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| left waiting for an arrival (their wait) | schedule delay p99 ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for repeat in range(1, args.repeats + 1):
         for load in (float(x) for x in args.loads.split(",")):
             out = Path(args.out) / f"run{repeat}-{load * 100:.0f}"

@@ -287,7 +287,8 @@ def compare(out: Path, label: str, setting: dict, load: float, rate: float) -> s
             f"| {timeline['stalls']} ({timeline['stall_ms']:.0f} ms) "
             f"| {timeline['dispatch_stalls']} ({timeline['dispatch_stall_ms']:.0f} ms) "
             f"| {turnaround_ms * 1e3:.0f} / {handover(timings)[0] * 1e3:.0f} / "
-            f"{handover(timings)[1] * 1e3:.0f} "
+            f"{handover(timings)[1] * 1e3:.0f} | {timings['left_waiting']} "
+            f"({timings['left_waiting_ms']:.0f} ms) "
             f"| {timeline['joined']} of {timeline['requests']} |")
     keys = sorted(set(t_sh) | set(sim_shares[0]), key=lambda k: -t_sh.get(k, 0))[:3]
     top = ", ".join(f"{k}: {t_sh.get(k, 0) * 100:.0f}/{sim_shares[0].get(k, 0) * 100:.0f}/"
@@ -477,10 +478,15 @@ def request_timings(requests: list, model_instances: int, readiness: dict | None
     and COMPUTE_END)."""
     batches = traced_batches(requests)
     free_at = [0] * model_instances
-    turnaround, idle_dispatch = [], []
+    turnaround, idle_dispatch, left_waiting = [], [], []
     for (start, end), members in sorted(batches.items()):
         k = min(range(model_instances), key=lambda i: (free_at[i] > start, free_at[i]))
-        ready = ready_at([r["QUEUE_START"] for r in members], readiness)
+        queued = [r["QUEUE_START"] for r in members]
+        ready = ready_at(queued, readiness)
+        could = max(ready, free_at[k])
+        if start - could > STALL_NS and start - max(queued) < STALL_NS / 2:
+            # Ready with its instance free, it started only as a later request arrived.
+            left_waiting.append((start - could) / 1e6)
         if 0 < free_at[k] <= start and ready < free_at[k]:
             turnaround.append(start - free_at[k])
         elif free_at[k] <= ready <= start:
@@ -501,6 +507,7 @@ def request_timings(requests: list, model_instances: int, readiness: dict | None
         "idle_dispatch_quick_ms": (sum(q) / len(q) if (q := [t for t in idle_dispatch
                                                               if t < STALL_NS / 1e6]) else 0.0),
         "idle_dispatches": len(idle_dispatch),
+        "left_waiting": len(left_waiting), "left_waiting_ms": sum(left_waiting),
     }
 
 
@@ -572,8 +579,9 @@ def main() -> None:
               "| queue p99 ms: Triton / timeline-sim | e2e p50 ms: measured / timeline-sim "
               "| e2e p99 ms: measured / timeline-sim | compute stalls > 3x (their time) "
               "| dispatch stalls > 1 ms (their time) "
-              "| turnaround / dispatch / release us | requests joined |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|")
+              "| turnaround / dispatch / release us | left waiting for an arrival (their wait) "
+              "| requests joined |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         print("\n".join(TIMELINE_ROWS))
 
 
