@@ -522,19 +522,16 @@ impl<'a> Engine<'a> {
     fn batch_done<S: RecordSink>(&mut self, mi_index: u32, aux: u32, sink: &mut S) {
         let index = self.fleet.model_instances[mi_index as usize].instance;
         match &mut self.executors[index.index()] {
-            Executor::Dynamic(d) => {
+            Executor::Dynamic(d) if aux == COMPUTED => {
                 let release_ns = d.release_latency_ns();
-                if aux == COMPUTED {
-                    self.batch_executed(index, mi_index, sink);
-                    if release_ns > 0 {
-                        // The requests went on; the model instance is taken until its release.
-                        let at_ns = self.ctx.now.ns().saturating_add(release_ns);
-                        self.ctx
-                            .events
-                            .push(at_ns, EventKind::BatchDone, mi_index, RELEASED);
-                        return;
-                    }
+                if release_ns > 0 {
+                    self.hold_for_release(index, mi_index, release_ns, sink);
+                    return;
                 }
+                end_execution(&mut self.ctx, &mut self.fleet, mi_index);
+                self.batch_executed(index, mi_index, sink);
+            }
+            Executor::Dynamic(_) => {
                 end_execution(&mut self.ctx, &mut self.fleet, mi_index);
             }
             Executor::Continuous(c) => {
@@ -551,6 +548,24 @@ impl<'a> Engine<'a> {
             }
         }
         self.dispatch(index);
+    }
+
+    /// A batch's compute is over with a release latency: its requests go on now, and the model
+    /// instance stays taken until `release_ns` from now.
+    #[cold]
+    #[inline(never)]
+    fn hold_for_release<S: RecordSink>(
+        &mut self,
+        index: InstanceId,
+        mi_index: u32,
+        release_ns: u64,
+        sink: &mut S,
+    ) {
+        let at_ns = self.ctx.now.ns().saturating_add(release_ns);
+        self.batch_executed(index, mi_index, sink);
+        self.ctx
+            .events
+            .push(at_ns, EventKind::BatchDone, mi_index, RELEASED);
     }
 
     /// Every request of model instance `mi_index`'s batch is done executing.
