@@ -44,49 +44,44 @@ fn timeline(scenario: &str, trace: &Trace) -> Vec<Step> {
 
 const DONE: &str = "completed";
 
+/// (queued, batch formed, compute start, compute end, response) of each request, in ms.
+fn stage_times_ms(scenario: &str, arrivals_ms: &[u64]) -> (Run, Vec<[u64; 5]>) {
+    let scenario = Scenario::from_toml_str(scenario).unwrap();
+    let trace = trace_ms(arrivals_ms, None);
+    let (run, log) = simulate_with_requests(&scenario, &trace, &RunOptions::default()).unwrap();
+    let times = log
+        .records()
+        .iter()
+        .map(|r| {
+            [
+                r.queued_ns,
+                r.batch_formed_ns,
+                r.exec_start_ns,
+                r.exec_end_ns,
+                r.response_ns,
+            ]
+            .map(|ns| ns / MS)
+        })
+        .collect();
+    (run, times)
+}
+
 #[test]
 fn dispatch_latency_holds_the_model_instance_before_compute() {
     let s =
         "[batcher]\ndispatch_latency = \"2ms\"\n[service]\nkind = \"constant\"\ntime = \"10ms\"\n";
-    let scenario = Scenario::from_toml_str(s).unwrap();
-    let trace = trace_ms(&[0, 5], None);
-    let (_, log) = simulate_with_requests(&scenario, &trace, &RunOptions::default()).unwrap();
-    let got: Vec<_> = log
-        .records()
-        .iter()
-        .map(|r| {
-            (
-                r.queued_ns / MS,
-                r.batch_formed_ns / MS,
-                r.exec_start_ns / MS,
-                r.exec_end_ns / MS,
-            )
-        })
-        .collect();
+    let (_, got) = stage_times_ms(s, &[0, 5]);
     // r1 waits for the instance r0 holds from 0 (dispatch) to 12 (compute end).
-    assert_eq!(got, vec![(0, 0, 2, 12), (5, 12, 14, 24)]);
+    assert_eq!(got, vec![[0, 0, 2, 12, 12], [5, 12, 14, 24, 24]]);
 }
 
 #[test]
 fn release_latency_holds_the_model_instance_after_compute_but_not_the_requests() {
     let s =
         "[batcher]\nrelease_latency = \"3ms\"\n[service]\nkind = \"constant\"\ntime = \"10ms\"\n";
-    let scenario = Scenario::from_toml_str(s).unwrap();
-    let trace = trace_ms(&[0, 5], None);
-    let (run, log) = simulate_with_requests(&scenario, &trace, &RunOptions::default()).unwrap();
-    let got: Vec<_> = log
-        .records()
-        .iter()
-        .map(|r| {
-            (
-                r.batch_formed_ns / MS,
-                r.exec_end_ns / MS,
-                r.response_ns / MS,
-            )
-        })
-        .collect();
+    let (run, got) = stage_times_ms(s, &[0, 5]);
     // r0 is answered at 10 ms; its model instance takes r1 at 13 ms.
-    assert_eq!(got, vec![(0, 10, 10), (13, 23, 23)]);
+    assert_eq!(got, vec![[0, 0, 0, 10, 10], [5, 13, 13, 23, 23]]);
     // The run ends with the last response, not the last release.
     assert!(
         (run.summary.end_s - 0.023).abs() < 1e-12,
@@ -99,23 +94,9 @@ fn release_latency_holds_the_model_instance_after_compute_but_not_the_requests()
 fn a_pause_holds_the_start_of_compute_and_not_the_work_in_flight() {
     let s = "[service]\nkind = \"constant\"\ntime = \"10ms\"\n\
              [execution]\npauses = [{ from = \"5ms\", to = \"20ms\" }]\n";
-    let scenario = Scenario::from_toml_str(s).unwrap();
-    let trace = trace_ms(&[0, 8], None);
-    let (_, log) = simulate_with_requests(&scenario, &trace, &RunOptions::default()).unwrap();
-    let got: Vec<_> = log
-        .records()
-        .iter()
-        .map(|r| {
-            (
-                r.queued_ns / MS,
-                r.batch_formed_ns / MS,
-                r.exec_start_ns / MS,
-                r.exec_end_ns / MS,
-            )
-        })
-        .collect();
+    let (_, got) = stage_times_ms(s, &[0, 8]);
     // r0 runs through the pause; r1's batch, taken at 10 ms inside it, computes from 20 ms.
-    assert_eq!(got, vec![(0, 0, 0, 10), (8, 10, 20, 30)]);
+    assert_eq!(got, vec![[0, 0, 0, 10, 10], [8, 10, 20, 30, 30]]);
 }
 
 #[test]
