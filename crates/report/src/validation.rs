@@ -368,6 +368,18 @@ pub struct RunService {
     /// The run-sim took the scenario's (or profile's) time of each batch, scaled per batch size
     /// to the server's mean; else the server's mean per size alone.
     pub leveled: bool,
+    /// The path outside the server the run-sim used, as measured (`None`: the scenario's own).
+    pub path: Option<MeasuredPath>,
+}
+
+/// The path outside a server's queue and model, measured in a run: the client's mean end to end
+/// against the server's mean time per request.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct MeasuredPath {
+    /// Half the client's time outside the server, in milliseconds.
+    pub one_way_ms: f64,
+    /// The server's time outside its queue and model, in milliseconds.
+    pub server_outside_ms: f64,
 }
 
 /// One load of a validation.
@@ -610,6 +622,13 @@ impl LoadValidation {
                     service.batch_sizes.len(),
                     service.fit_a_ms,
                     service.fit_b_ms
+                );
+            }
+            if let Some(path) = &service.path {
+                let _ = writeln!(
+                    out,
+                    "  run-sim's path: {:.3} ms each way between client and server and {:.3} ms in the server outside queue and model, as measured (the client's mean end to end against the {server} mean per request); the scenario's network, gateway, pre- and post-processing left out",
+                    path.one_way_ms, path.server_outside_ms
                 );
             }
         }

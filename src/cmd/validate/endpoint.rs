@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use capsim_endpoint::measured_service::{LeveledService, MeasuredService};
-use capsim_endpoint::triton::{self, ModelStats};
+use capsim_endpoint::triton::{self, ModelStats, ServerOverheads};
 use capsim_endpoint::{EndpointError, EndpointOptions, LoadMode, MeasuredRun, Protocol};
 use capsim_report::validation::{
     BatchShares, CalibratedCapacity, ComputeDrift, EndpointValidation, Figures, LoadValidation,
-    Measured, RunService, ServerBatchTime, Simulated,
+    Measured, MeasuredPath, RunService, ServerBatchTime, Simulated,
 };
 use capsim_sim::output::write_requests_parquet;
 use capsim_sim::quantity::parse_duration_ns;
@@ -23,7 +23,8 @@ use capsim_sim::scenario::BatcherKind;
 use capsim_sim::scenario::Pool;
 use capsim_sim::timing::profile::{Profile, ProfileServiceTime};
 use capsim_sim::{
-    BuiltScenario, RequestRecord, RunOptions, Scenario, ServiceTime, simulate_with_requests,
+    BuiltScenario, Outcome, RequestRecord, RunOptions, Scenario, ServiceTime,
+    simulate_with_requests,
 };
 use capsim_trace::{Columns, Trace};
 
@@ -169,17 +170,29 @@ pub(super) fn run(args: &ValidateArgs, url: &str) -> Result<()> {
             (None, Some(measured)) => Some(Arc::new(measured.clone())),
             (None, None) => None,
         };
+        let dir = out.join(format!("load-{:.0}", load * 100.0));
+        // The run-sim runs between the client and the server as they were: the path outside
+        // the server as measured, in place of the scenario's network, gateway and processing.
+        let overheads = measured_path(stats, &run.measured.records, &dir);
         let run_sim = match &run_sim_service {
             Some(service) => {
                 let options = RunOptions {
                     service_override: Some(service.clone()),
                     ..sim_options.clone()
                 };
-                Some(simulate_with_requests(&built, &scaled, &options)?)
+                let on_path = match &overheads {
+                    Some(o) => {
+                        let mut on_path = scenario.clone();
+                        o.apply_as_path(&mut on_path)
+                            .context("setting the measured path in the scenario")?;
+                        crate::cmd::build_scenario(&on_path, &mut capsim_sim::Profiles::default())?
+                    }
+                    None => built.clone(),
+                };
+                Some(simulate_with_requests(&on_path, &scaled, &options)?)
             }
             None => None,
         };
-        let dir = out.join(format!("load-{:.0}", load * 100.0));
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create output directory {}", dir.display()))?;
         let pools = std::slice::from_ref(&pool.name);
@@ -218,6 +231,10 @@ pub(super) fn run(args: &ValidateArgs, url: &str) -> Result<()> {
                 fit_a_ms: s.fit().a_ns * 1e-6,
                 fit_b_ms: s.fit().b_ns * 1e-6,
                 leveled: leveled.is_some(),
+                path: overheads.as_ref().map(|o| MeasuredPath {
+                    one_way_ms: o.one_way_ns() as f64 * 1e-6,
+                    server_outside_ms: o.outside_ns() as f64 * 1e-6,
+                }),
             }),
             compute_by_batch_size,
             server_batch_shares: server_shares,
@@ -375,6 +392,23 @@ fn measure(trace: &Trace, options: &EndpointOptions, scenario: &Scenario) -> Res
         stats,
         stats_missing,
     })
+}
+
+/// The path outside the server in a run: the client's completed requests' end to end against
+/// the server's mean time per request (Triton's statistics); `None` without statistics or
+/// completed requests. `dir` names the run in [`ServerOverheads::describe`].
+fn measured_path(
+    stats: Option<&ModelStats>,
+    records: &[RequestRecord],
+    dir: &Path,
+) -> Option<ServerOverheads> {
+    let times = stats?.request_times()?;
+    let e2e_ns: Vec<f64> = records
+        .iter()
+        .filter(|r| r.outcome == Outcome::Completed)
+        .map(|r| r.latency_ns() as f64)
+        .collect();
+    ServerOverheads::new(&e2e_ns, times, dir.join("measured.parquet"))
 }
 
 /// The server's mean compute per batch size beside the simulation's mean execution of its

@@ -336,6 +336,27 @@ impl ServerOverheads {
         scenario.set("postprocess.base", &format!("\"{}ns\"", self.outside_ns()))
     }
 
+    /// Makes `scenario`'s path outside the server the measured one: a constant one-way
+    /// `network.latency` and no transfer time (the whole `[network]` table), no gateway overhead
+    /// and no pre-processing, and the server's time outside queue and model as
+    /// `postprocess.base`. What is left to simulate is the server's queue, batcher and model,
+    /// between the client and the server as they were in the run.
+    pub fn apply_as_path(&self, scenario: &mut Scenario) -> Result<(), ScenarioError> {
+        scenario.set(
+            "network",
+            &format!(
+                "{{ latency = {{ kind = \"constant\", one_way = \"{}ns\" }} }}",
+                self.one_way_ns()
+            ),
+        )?;
+        scenario.set("gateway.overhead", "\"0ns\"")?;
+        scenario.set("preprocess", "{}")?;
+        scenario.set(
+            "postprocess",
+            &format!("{{ base = \"{}ns\" }}", self.outside_ns()),
+        )
+    }
+
     /// What was fitted and from what, for `fit.txt`; ends with a warning line when the server's
     /// counters cover more than 1% more or fewer requests than the log completed.
     pub fn describe(&self) -> String {
@@ -450,6 +471,35 @@ mod tests {
         o.apply(&mut scenario).expect("keys exist");
         assert_eq!(scenario.pools()[0].postprocess.base.0, 100_000);
         assert_eq!(ServerOverheads::new(&[], times(2.0), "s.json".into()), None);
+    }
+
+    #[test]
+    fn as_the_path_the_overheads_replace_every_stage_outside_the_server() {
+        // 0.2 ms each way and 0.1 ms in the server outside queue and compute, as above.
+        let o = ServerOverheads::new(&[7.2e6, 7.6e6], times(2.0), "s.json".into()).expect("a log");
+        let mut scenario = Scenario::from_toml_str(
+            "instances = 1\n[network]\nbandwidth = \"1Mbps\"\nrequest_bytes = \"1KB\"\n\
+             [network.latency]\nkind = \"lognormal\"\nmedian = \"1ms\"\np99 = \"5ms\"\n\
+             [gateway]\noverhead = \"1ms\"\n[preprocess]\nbase = \"1ms\"\n\
+             [postprocess]\nper_output_token = \"1ms\"\n\
+             [service]\nkind = \"constant\"\ntime = \"1ms\"\n",
+        )
+        .expect("scenario");
+        o.apply_as_path(&mut scenario).expect("keys exist");
+        let built = capsim_sim::build::build(&scenario, &mut capsim_sim::Profiles::default())
+            .expect("builds");
+        let trace = capsim_trace::Trace::from_columns(capsim_trace::Columns {
+            arrival_ns: vec![0],
+            input_tokens: vec![100],
+            output_tokens: Some(vec![10]),
+            ..capsim_trace::Columns::default()
+        })
+        .expect("trace");
+        let summary =
+            capsim_sim::simulate(&built, &trace, &capsim_sim::RunOptions::default()).expect("runs");
+        // 0.2 in, 1 ms of compute, 0.1 outside it in the server, 0.2 out: 1.5 ms.
+        let e2e_ms = summary.latency_ms["end_to_end"].mean_ms;
+        assert!((e2e_ms - 1.5).abs() < 1e-9, "{e2e_ms}");
     }
 
     #[test]
