@@ -84,7 +84,7 @@ def handover(timings: dict | None) -> tuple:
     turnaround = timings["turnaround_ms"]
     if not timings["idle_dispatches"]:
         return turnaround, 0.0
-    dispatch = timings["idle_dispatch_quick_ms"]
+    dispatch = timings["idle_dispatch_ms"]
     return dispatch, max(turnaround - dispatch, 0.0)
 
 
@@ -281,13 +281,14 @@ def compare(out: Path, label: str, setting: dict, load: float, rate: float) -> s
         def pair(m: float, x: float) -> str:
             return f"{m:.2f} / {x:.2f} ({err(m, x)})"
 
+        dispatch_ms, release_ms = handover(timings)
         TIMELINE_ROWS.append(
             f"| {label} | {load * 100:.0f}% | {gap(timeline['shares']):.1f} | {pair(q[0], q[1])} "
             f"| {pair(q[2], q[3])} | {pair(e[0], e[1])} | {pair(e[2], e[3])} "
             f"| {timeline['stalls']} ({timeline['stall_ms']:.0f} ms) "
             f"| {timeline['dispatch_stalls']} ({timeline['dispatch_stall_ms']:.0f} ms) "
-            f"| {turnaround_ms * 1e3:.0f} / {handover(timings)[0] * 1e3:.0f} / "
-            f"{handover(timings)[1] * 1e3:.0f} | {timings['left_waiting']} "
+            f"| {turnaround_ms * 1e3:.0f} / {dispatch_ms * 1e3:.0f} / "
+            f"{release_ms * 1e3:.0f} | {timings['left_waiting']} "
             f"({timings['left_waiting_ms']:.0f} ms) "
             f"| {timeline['joined']} of {timeline['requests']} |")
     keys = sorted(set(t_sh) | set(sim_shares[0]), key=lambda k: -t_sh.get(k, 0))[:3]
@@ -473,6 +474,14 @@ def trace_timings(path: Path, model_instances: int, readiness: dict | None = Non
     return request_timings(requests, model_instances, readiness)
 
 
+def quick_mean_ms(waits_ns: list) -> float:
+    """The mean in ms of the waits under STALL_NS (0 without any): a longer one is a stalled
+    hand-over (this machine, not Triton), which `run_slowdowns` replays as a pause, and would
+    count twice in a mean."""
+    quick = [t for t in waits_ns if t < STALL_NS]
+    return sum(quick) / len(quick) / 1e6 if quick else 0.0
+
+
 def request_timings(requests: list, model_instances: int, readiness: dict | None = None) -> dict:
     """`trace_timings` of traced requests already read (each with QUEUE_START, COMPUTE_START
     and COMPUTE_END)."""
@@ -491,21 +500,15 @@ def request_timings(requests: list, model_instances: int, readiness: dict | None
             turnaround.append(start - free_at[k])
         elif free_at[k] <= ready <= start:
             # The instance was idle when the batch became ready: the wait is the dispatch alone.
-            idle_dispatch.append((start - ready) / 1e6)
+            idle_dispatch.append(start - ready)
         free_at[k] = max(free_at[k], end)
     queue = [(r["COMPUTE_START"] - r["QUEUE_START"]) / 1e6 for r in requests]
     return {
         "queue_p50_ms": percentile(queue, 0.5), "queue_p99_ms": percentile(queue, 0.99),
         "queue_mean_ms": sum(queue) / max(len(queue), 1),
-        # The mean of those under STALL_NS: a longer one is a stalled hand-over (this machine,
-        # not Triton), which `run_slowdowns` replays as a pause, and would count twice here.
-        "turnaround_ms": (sum(quick) / len(quick) / 1e6
-                          if (quick := [t for t in turnaround if t < STALL_NS]) else 0.0),
+        "turnaround_ms": quick_mean_ms(turnaround),
         "turnarounds": len(turnaround), "batches": len(batches),
-        "idle_dispatch_p50_ms": percentile(idle_dispatch, 0.5),
-        "idle_dispatch_mean_ms": sum(idle_dispatch) / max(len(idle_dispatch), 1),
-        "idle_dispatch_quick_ms": (sum(q) / len(q) if (q := [t for t in idle_dispatch
-                                                              if t < STALL_NS / 1e6]) else 0.0),
+        "idle_dispatch_ms": quick_mean_ms(idle_dispatch),
         "idle_dispatches": len(idle_dispatch),
         "left_waiting": len(left_waiting), "left_waiting_ms": sum(left_waiting),
     }
