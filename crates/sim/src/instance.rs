@@ -101,10 +101,9 @@ pub(crate) fn begin_execution(
     ctx.events.push(done_ns, EventKind::BatchDone, mi_index, 0);
 }
 
-/// Marks model instance `mi_index` free again, its batch (or step) over now; returns its
-/// instance.
+/// Marks model instance `mi_index` free again, its batch (or step) over now.
 #[inline]
-pub(crate) fn end_execution(ctx: &mut Ctx, fleet: &mut Fleet, mi_index: u32) -> InstanceId {
+pub(crate) fn end_execution(ctx: &mut Ctx, fleet: &mut Fleet, mi_index: u32) {
     let now = ctx.now;
     let mi = &mut fleet.model_instances[mi_index as usize];
     mi.busy = false;
@@ -114,7 +113,6 @@ pub(crate) fn end_execution(ctx: &mut Ctx, fleet: &mut Fleet, mi_index: u32) -> 
         .free
         .insert(mi.index_in_instance);
     ctx.counters.busy_model_instances -= 1;
-    mi.instance
 }
 
 /// One model instance: runs one batch at a time.

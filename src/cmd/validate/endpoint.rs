@@ -50,7 +50,10 @@ pub(super) fn run(args: &ValidateArgs, url: &str) -> Result<()> {
     let mut scenario = Scenario::from_path(scenario_path).map_err(|e| BadInput(e.to_string()))?;
     crate::cmd::apply_sets(&mut scenario, &args.sets)?;
     let pool = batched_pool(&scenario, scenario_path)?.clone();
-    let built = crate::cmd::build_scenario(&scenario, &mut capsim_sim::Profiles::default())?;
+    // One cache for every build of this run (the scenario's, and each load's on the measured
+    // path), so a profile file is read once.
+    let mut profiles = capsim_sim::Profiles::default();
+    let built = crate::cmd::build_scenario(&scenario, &mut profiles)?;
     check_loads(&args.loads)?;
     let duration_ns =
         parse_duration_ns(&args.duration).map_err(|e| BadInput(format!("--duration: {e}")))?;
@@ -185,11 +188,12 @@ pub(super) fn run(args: &ValidateArgs, url: &str) -> Result<()> {
                         let mut on_path = scenario.clone();
                         o.apply_as_path(&mut on_path)
                             .context("setting the measured path in the scenario")?;
-                        crate::cmd::build_scenario(&on_path, &mut capsim_sim::Profiles::default())?
+                        Some(crate::cmd::build_scenario(&on_path, &mut profiles)?)
                     }
-                    None => built.clone(),
+                    None => None,
                 };
-                Some(simulate_with_requests(&on_path, &scaled, &options)?)
+                let run_built = on_path.as_ref().unwrap_or(&built);
+                Some(simulate_with_requests(run_built, &scaled, &options)?)
             }
             None => None,
         };
