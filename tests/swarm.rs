@@ -43,9 +43,9 @@
 //! - routing: the pool follows the request's model, else class, else default; instance and
 //!   model instance indices exist, standby instances only where configured;
 //! - batches (dynamic): members of one `batch_id` share pool, instance, model instance and
-//!   times, number `batch_size`, which is within `max_batch_size`; compute starts exactly the
-//!   dispatch latency after the batch formed, or at the end of the pause that holds that
-//!   moment; batches of one model instance never overlap (from formation to compute end and
+//!   times, number `batch_size`, which is within `max_batch_size`; no batcher forms a batch
+//!   inside a pause; compute starts exactly the dispatch latency after the batch formed, or at
+//!   the end of the pause that holds that moment; batches of one model instance never overlap (from formation to compute end and
 //!   release), none starts before the cold start; constant and affine batch times are exactly
 //!   the model's; post-processing takes exactly its time, pre-processing at least its;
 //! - continuous batching: the steps' sizes (`summary.json`) within `max_num_seqs`, no request
@@ -143,6 +143,16 @@ impl Dynamic {
             .iter()
             .find(|&&(from, to)| from <= t && t < to)
             .map_or(t, |&(_, to)| to)
+    }
+
+    /// Whether a batcher (`max_batch_size` above 1) forming a batch at `formed_ns` broke a
+    /// pause: it forms nothing inside one.
+    fn formed_in_pause(&self, formed_ns: u64) -> bool {
+        self.max_batch_size > 1
+            && self
+                .pauses
+                .iter()
+                .any(|&(from, to)| from <= formed_ns && formed_ns < to)
     }
 }
 
@@ -1364,6 +1374,15 @@ fn audit(case: &Case, records: &[Rec], summary: &serde_json::Value) -> Vec<Strin
                         format!("shape: {}: a first token outside an LLM pool", id())
                     });
                     if present(r.exec_start_ns) {
+                        a.check(!d.formed_in_pause(r.batch_formed_ns), || {
+                            format!(
+                                "batch: {}: batch {} formed at {} ns, inside a pause {:?}",
+                                id(),
+                                r.batch_id,
+                                r.batch_formed_ns,
+                                d.pauses
+                            )
+                        });
                         a.check(
                             r.exec_start_ns == d.compute_start_ns(r.batch_formed_ns)
                                 && present(r.batch_id),

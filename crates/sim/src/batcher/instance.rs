@@ -101,8 +101,28 @@ impl DynamicInstance {
             start_singles(ctx, &mut site, &self.rule);
             return;
         }
+        if self.held_by_pause(ctx, &site) {
+            return;
+        }
         self.start_payloads(ctx, &mut site);
         self.run_batcher(ctx, &mut site);
+    }
+
+    /// Whether the batcher is inside a pause (`execution.pauses`) now: it forms and hands out
+    /// nothing, and its timer is set to the pause's end, when it runs on what is queued then.
+    #[inline(always)]
+    fn held_by_pause(&mut self, ctx: &mut Ctx, site: &Site<'_>) -> bool {
+        let now = ctx.now.ns();
+        let resume_ns = site.execution.pauses.resume_ns(now);
+        if resume_ns == now {
+            return false;
+        }
+        if self.timer_at != SimTime(resume_ns) {
+            self.timer_at = SimTime(resume_ns);
+            ctx.events
+                .push(resume_ns, EventKind::BatcherTimer, site.index.0, 0);
+        }
+        true
     }
 
     /// A request was queued: the batcher runs if the arrival wakes it (Triton's `Enqueue`, see
@@ -110,11 +130,14 @@ impl DynamicInstance {
     /// is armed.
     #[inline]
     pub fn arrived(&mut self, ctx: &mut Ctx, mut site: Site<'_>) {
-        let batcher = &self.rule;
-        if batcher.max_batch_size == 1 {
-            start_singles(ctx, &mut site, batcher);
+        if self.rule.max_batch_size == 1 {
+            start_singles(ctx, &mut site, &self.rule);
             return;
         }
+        if self.held_by_pause(ctx, &site) {
+            return;
+        }
+        let batcher = &self.rule;
         let instance = &*site.instance;
         let thread = &self.thread;
         let waiting = instance.queue.len() - thread.in_payloads();
@@ -233,7 +256,8 @@ fn start_singles(ctx: &mut Ctx, site: &mut Site<'_>, rule: &Batcher) {
 }
 
 /// Model instance `mi_index` takes a batch of the `size` oldest queued requests; its compute
-/// starts after the dispatch latency (or at the end of a pause of dispatch that holds it).
+/// starts after the dispatch latency (or at the end of a pause that holds it: a batch formed
+/// just before one, or a request without batching).
 #[inline]
 fn start_batch(ctx: &mut Ctx, site: &mut Site<'_>, rule: &Batcher, mi_index: u32, size: u32) {
     let now = ctx.now.ns();

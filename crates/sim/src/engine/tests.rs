@@ -100,6 +100,19 @@ fn a_pause_holds_the_start_of_compute_and_not_the_work_in_flight() {
 }
 
 #[test]
+fn golden_a_paused_batcher_forms_nothing_until_the_pause_ends_then_batches_all_queued() {
+    let s = "[batcher]\nmax_batch_size = 8\n[service]\nkind = \"constant\"\ntime = \"10ms\"\n\
+             [execution]\npauses = [{ from = \"5ms\", to = \"20ms\" }]\n";
+    let got = timeline(s, &trace_ms(&[0, 8, 12, 15], None));
+    // r0 runs through the pause. r1, r2 and r3 arrive while the batcher is held (its thread
+    // stalled, as Triton's was when it missed a wake-up): nothing is formed, not even when r0's
+    // model instance frees at 10 ms; at 20 ms the three go in one batch.
+    let mut expected = vec![(0, Some(0), Some(10), 1, DONE)];
+    expected.extend((1..=3).map(|r| (r, Some(20), Some(30), 3, DONE)));
+    assert_eq!(got, expected);
+}
+
+#[test]
 fn a_slowdown_window_delays_only_the_work_inside_it() {
     let s = "[service]\nkind = \"constant\"\ntime = \"10ms\"\n\
              [execution]\nslowdowns = [{ from = \"5ms\", to = \"15ms\", factor = 3.0 }]\n";
