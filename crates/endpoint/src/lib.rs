@@ -192,6 +192,14 @@ pub enum EndpointError {
         /// What is wrong.
         message: String,
     },
+    /// A server's trace file cannot be read.
+    #[error("cannot read the server's trace {}: {message}", path.display())]
+    ServerTrace {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong.
+        message: String,
+    },
     /// The async runtime could not start.
     #[error("cannot start the load generator's runtime: {0}")]
     Runtime(#[from] std::io::Error),

@@ -19,6 +19,8 @@ use crate::http::HttpClient;
 use crate::measured_service::BatchTime;
 
 mod config;
+pub mod timeline;
+pub mod trace;
 
 pub use config::{BatcherConfig, ServerQueue, batcher_config};
 
@@ -398,6 +400,27 @@ pub fn model_stats(base_url: &str, model: &str) -> Result<ModelStats, EndpointEr
 
 /// `GET base_url + path`, answered with 200: the URL and the body.
 fn get(base_url: &str, path: &str, what: &str) -> Result<(String, bytes::Bytes), EndpointError> {
+    call(base_url, path, None, what)
+}
+
+/// `POST base_url + path` with a JSON `body`, answered with 200: the URL and the body.
+fn post(
+    base_url: &str,
+    path: &str,
+    body: String,
+    what: &str,
+) -> Result<(String, bytes::Bytes), EndpointError> {
+    call(base_url, path, Some(body), what)
+}
+
+/// `GET` (no body) or `POST` (a JSON body) `base_url + path`, answered with 200: the URL and
+/// the body.
+fn call(
+    base_url: &str,
+    path: &str,
+    body: Option<String>,
+    what: &str,
+) -> Result<(String, bytes::Bytes), EndpointError> {
     let url = format!("{}{path}", base_url.trim_end_matches('/'));
     let uri: Uri = url
         .parse()
@@ -408,7 +431,13 @@ fn get(base_url: &str, path: &str, what: &str) -> Result<(String, bytes::Bytes),
     let client = HttpClient::default();
     let response = runtime
         .block_on(async {
-            tokio::time::timeout(std::time::Duration::from_secs(30), client.get(&uri)).await
+            let answer = async {
+                match body {
+                    Some(body) => client.post_json(&uri, body.into(), |_| {}).await,
+                    None => client.get(&uri).await,
+                }
+            };
+            tokio::time::timeout(std::time::Duration::from_secs(30), answer).await
         })
         .map_err(|_| EndpointError::Unreachable {
             url: url.clone(),
