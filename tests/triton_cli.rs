@@ -33,9 +33,21 @@ impl Triton {
 
     /// Serves a model whose every batch of `n` takes `a + b * n`.
     fn start_fixed(scenario: &Path, dir: &Path, a: &str, b: &str) -> Triton {
+        Triton::start_with(scenario, dir, &["--a", a, "--b", b])
+    }
+
+    /// Serves the fixed-time model of `a` = 2 ms and `b` = 0.5 ms, tracing every request's
+    /// timestamps to `dir/trace.json.N`.
+    fn start_traced(scenario: &Path, dir: &Path) -> Triton {
+        Triton::start_with(scenario, dir, &["--a", "2ms", "--b", "0.5ms", "--trace"])
+    }
+
+    /// Serves the fixed-time model with `scripts/triton.py start`'s `flags`.
+    fn start_with(scenario: &Path, dir: &Path, flags: &[&str]) -> Triton {
         let output = Command::new(python())
             .arg(repo("scripts/triton.py"))
-            .args(["start", "--model", "fixed", "--a", a, "--b", b])
+            .args(["start", "--model", "fixed"])
+            .args(flags)
             .arg("--scenario")
             .arg(scenario)
             .arg("--dir")
@@ -282,6 +294,86 @@ fn validate_endpoint_accounts_for_every_request_and_fits_tritons_times_near_the_
     }
     // A model Triton does not serve: one clear message, exit 2.
     assert_user_error(&validate("nope"), &["nope", "check --model"]);
+    // This Triton traces nothing: --server-trace says how to start it.
+    let untraced = capsim(&[
+        "validate",
+        "--endpoint",
+        &url,
+        "--model",
+        "fixed",
+        "--scenario",
+        scenario.to_str().expect("utf-8"),
+        "--trace",
+        "traces/demo.parquet",
+        "--server-trace",
+        "-o",
+        out.to_str().expect("utf-8"),
+    ]);
+    assert_user_error(&untraced, &["--server-trace", "level=TIMESTAMPS"]);
+}
+
+#[test]
+fn validate_endpoint_with_tritons_trace_simulates_the_runs_own_timeline() {
+    let _one = ONE_TRITON.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scenario = fixed_scenario(dir.path());
+    let triton = Triton::start_traced(&scenario, dir.path());
+    let out = dir.path().join("validate");
+    let output = capsim(&[
+        "validate",
+        "--endpoint",
+        &triton.url("http"),
+        "--model",
+        "fixed",
+        "--scenario",
+        scenario.to_str().expect("utf-8"),
+        "--trace",
+        "traces/demo.parquet",
+        "--loads",
+        "0.3,0.6",
+        "--duration",
+        "4s",
+        "--server-trace",
+        "-o",
+        out.to_str().expect("utf-8"),
+    ]);
+    assert!(output.status.success(), "{}", text(&output));
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(printed.contains("trace-sim"), "{printed}");
+    let validation: Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("validation.json")).expect("validation.json"),
+    )
+    .expect("JSON");
+    let loads = validation["loads"].as_array().expect("loads");
+    assert_eq!(loads.len(), 2, "{validation}");
+    let number = |v: &Value| v.as_f64().unwrap_or_else(|| panic!("a number: {v}"));
+    for load in loads {
+        let completed = number(&load["measured"]["completed"]);
+        let timeline = &load["server_timeline"];
+        // Each load's own requests, every one of them: the trace was written out after the
+        // load before and after this one.
+        assert_eq!(number(&timeline["requests_traced"]), completed, "{load}");
+        assert_eq!(number(&timeline["requests_joined"]), completed, "{load}");
+        // The batches sleep 2 ms + 0.5 ms per request, and the Python backend adds a little.
+        let (a, b) = (number(&timeline["fit_a_ms"]), number(&timeline["fit_b_ms"]));
+        assert!(
+            (2.0..3.0).contains(&a) && (0.45..0.7).contains(&b),
+            "batches fitted as {a} + {b}·n ms against the model's 2 + 0.5·n"
+        );
+        // On the run's own timeline only the queue and the batcher are modelled: the median
+        // end to end is the measured one within 10% (2-3% on a quiet machine).
+        let error = number(&load["trace_sim"]["errors"]["e2e_p50"]);
+        assert!(
+            error.abs() < 0.10,
+            "trace-sim's e2e p50 error {error}: {load}"
+        );
+        let dir = out.join(format!("load-{:.0}", number(&load["load"]) * 100.0));
+        assert!(
+            dir.join("simulated-trace.parquet").is_file(),
+            "{}",
+            dir.display()
+        );
+    }
 }
 
 /// Batch sizes and their counts, from Triton's statistics or capsim's summary.

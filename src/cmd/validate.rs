@@ -59,6 +59,14 @@ pub struct ValidateArgs {
     /// Wall time of each live run.
     #[arg(long, default_value = "20s", value_name = "DURATION")]
     pub duration: String,
+    /// With --endpoint, a Triton on this machine tracing every request at level TIMESTAMPS
+    /// (`--trace-config triton,file=PATH --trace-config level=TIMESTAMPS --trace-config rate=1`):
+    /// after each load its trace is written out and read, and a third simulation (trace-sim)
+    /// runs on the run's own timeline: requests arriving when Triton queued them, batch times
+    /// fitted to its batches and stretched where they ran slow, its hand-over between batches
+    /// and its stalled dispatches. What is left to differ is the queue and the batcher.
+    #[arg(long, requires = "endpoint")]
+    pub server_trace: bool,
     /// Longest input; longer trace inputs are cut to it in every run (default: 64; with
     /// --endpoint 512, as `replay --endpoint`).
     #[arg(long, value_name = "TOKENS")]

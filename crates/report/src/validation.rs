@@ -262,7 +262,17 @@ pub struct Simulated {
 impl Simulated {
     /// `summary` against `measured` figures and the server's shares (empty when unknown).
     pub fn new(summary: &Summary, measured: &Figures, server_shares: &BatchShares) -> Simulated {
-        let figures = Figures::of(summary);
+        Simulated::with_figures(summary, Figures::of(summary), measured, server_shares)
+    }
+
+    /// As [`Simulated::new`], with `figures` computed otherwise than from `summary` (a
+    /// simulation whose end to end is joined to the measured requests').
+    pub fn with_figures(
+        summary: &Summary,
+        figures: Figures,
+        measured: &Figures,
+        server_shares: &BatchShares,
+    ) -> Simulated {
         let batch_shares = BatchShares::of(summary);
         Simulated {
             errors: figures.errors_against(measured),
@@ -382,6 +392,52 @@ pub struct MeasuredPath {
     pub server_outside_ms: f64,
 }
 
+/// What the server's own trace of a run said, and how the trace-driven simulation used it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ServerTimelineReport {
+    /// Requests of the run the server traced.
+    pub requests_traced: u64,
+    /// Of them, completed both in the run and in the simulation.
+    pub requests_joined: u64,
+    /// Batches traced.
+    pub batches: u64,
+    /// The batches' time fitted as `a + b * n + c * n * L`: `a`, in milliseconds.
+    pub fit_a_ms: f64,
+    /// `b`, in milliseconds per request.
+    pub fit_b_ms: f64,
+    /// `c`, in microseconds per padded token.
+    pub fit_c_us: f64,
+    /// Batches within 1.5 times the fit.
+    pub batches_fitted: u64,
+    /// A model instance's mean time from one batch's end to the next one's start (requests
+    /// waiting), in microseconds.
+    pub turnaround_us: f64,
+    /// Its part before compute (`batcher.dispatch_latency`), in microseconds.
+    pub dispatch_us: f64,
+    /// Its part after compute (`batcher.release_latency`), in microseconds.
+    pub release_us: f64,
+    /// Slowdown windows of more than 3 times the fit (this machine's stalls).
+    pub stalls: u64,
+    /// Their time, in milliseconds.
+    pub stall_ms: f64,
+    /// Stalled dispatches replayed as pauses.
+    pub pauses: u64,
+    /// Their time, in milliseconds.
+    pub pause_ms: f64,
+    /// Ready batches (instance free) that started only when a later request arrived.
+    pub left_waiting: u64,
+    /// Their waits summed, in milliseconds.
+    pub left_waiting_ms: f64,
+    /// The server's queue time (queue start to compute start), median, in milliseconds.
+    pub server_queue_p50_ms: f64,
+    /// The simulation's (arrival to compute start), same requests.
+    pub sim_queue_p50_ms: f64,
+    /// The server's queue time, 99th percentile.
+    pub server_queue_p99_ms: f64,
+    /// The simulation's.
+    pub sim_queue_p99_ms: f64,
+}
+
 /// One load of a validation.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LoadValidation {
@@ -406,6 +462,17 @@ pub struct LoadValidation {
     pub run_service: Option<RunService>,
     /// The server's compute per batch size against the service model's (the drift).
     pub compute_by_batch_size: Vec<ComputeDrift>,
+    /// The simulation driven by the server's own trace of the run (`--server-trace`): its
+    /// arrivals, batch times, hand-over and stalls; each request's end to end is its measured
+    /// time outside the server plus its simulated time inside.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_sim: Option<Simulated>,
+    /// What the trace said.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_timeline: Option<ServerTimelineReport>,
+    /// Why there is no `trace_sim` though one was asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_sim_missing: Option<String>,
 }
 
 /// A whole validation against a running server, as `validation.json` holds it: what was
@@ -479,10 +546,21 @@ impl LoadValidation {
                 .map(|d| format!(", the load generator's schedule delay p99 {d:.3} ms"))
                 .unwrap_or_default()
         );
+        let traced = self.trace_sim.as_ref();
         let _ = writeln!(
             out,
-            "  {:<22} {:>10} {:>10} {:>8} {:>10} {:>8}",
-            "", "measured", "sim", "error", "run-sim", "error"
+            "  {:<22} {:>10} {:>10} {:>8} {:>10} {:>8}{}",
+            "",
+            "measured",
+            "sim",
+            "error",
+            "run-sim",
+            "error",
+            if traced.is_some() {
+                format!(" {:>10} {:>8}", "trace-sim", "error")
+            } else {
+                String::new()
+            }
         );
         let run = self.run_sim.as_ref();
         let mut row = |name: &str,
@@ -491,12 +569,17 @@ impl LoadValidation {
                        error: fn(&Errors) -> Option<f64>| {
             let _ = writeln!(
                 out,
-                "  {name:<22} {:>10} {:>10} {:>8} {:>10} {:>8}",
+                "  {name:<22} {:>10} {:>10} {:>8} {:>10} {:>8}{}",
                 value(measured),
                 value(pick(&self.sim.figures)),
                 percent(error(&self.sim.errors)),
                 value(run.and_then(|r| pick(&r.figures))),
                 percent(run.and_then(|r| error(&r.errors))),
+                traced.map_or(String::new(), |t| format!(
+                    " {:>10} {:>8}",
+                    value(pick(&t.figures)),
+                    percent(error(&t.errors))
+                )),
             );
         };
         row(
@@ -531,6 +614,9 @@ impl LoadValidation {
         );
         if let Some(note) = &self.run_sim_missing {
             let _ = writeln!(out, "  run-sim: not available: {note}");
+        }
+        if let Some(note) = &self.trace_sim_missing {
+            let _ = writeln!(out, "  trace-sim: not available: {note}");
         }
         let not_completed: Vec<String> = std::iter::once(("sim", &self.sim))
             .chain(run.map(|r| ("run-sim", r)))
@@ -577,9 +663,10 @@ impl LoadValidation {
             };
             let _ = writeln!(
                 out,
-                "  worst batch-share gap: sim {}, run-sim {}",
+                "  worst batch-share gap: sim {}, run-sim {}{}",
                 gap(Some(&self.sim)),
-                gap(run)
+                gap(run),
+                traced.map_or(String::new(), |t| format!(", trace-sim {}", gap(Some(t))))
             );
         }
         if !self.compute_by_batch_size.is_empty() {
@@ -631,6 +718,38 @@ impl LoadValidation {
                     path.one_way_ms, path.server_outside_ms
                 );
             }
+        }
+        if let Some(t) = &self.server_timeline {
+            let _ = writeln!(
+                out,
+                "  trace-sim: {server} trace of {} requests ({} joined), {} batches fitted as {:.3} + {:.3}·n ms + {:.3} us·n·L ({} within 1.5 times the fit); turnaround {:.0} us (dispatch {:.0}, release {:.0}); {} stalls over 3 times the fit ({:.0} ms), {} stalled dispatches replayed as pauses ({:.0} ms), {} ready batches left waiting for a later arrival ({:.0} ms)",
+                t.requests_traced,
+                t.requests_joined,
+                t.batches,
+                t.fit_a_ms,
+                t.fit_b_ms,
+                t.fit_c_us,
+                t.batches_fitted,
+                t.turnaround_us,
+                t.dispatch_us,
+                t.release_us,
+                t.stalls,
+                t.stall_ms,
+                t.pauses,
+                t.pause_ms,
+                t.left_waiting,
+                t.left_waiting_ms
+            );
+            let _ = writeln!(
+                out,
+                "  trace-sim queue ms ({server} / trace-sim): p50 {:.3} / {:.3} ({}), p99 {:.3} / {:.3} ({})",
+                t.server_queue_p50_ms,
+                t.sim_queue_p50_ms,
+                percent(relative_error(t.sim_queue_p50_ms, t.server_queue_p50_ms)),
+                t.server_queue_p99_ms,
+                t.sim_queue_p99_ms,
+                percent(relative_error(t.sim_queue_p99_ms, t.server_queue_p99_ms)),
+            );
         }
         out
     }
@@ -847,6 +966,9 @@ mod tests {
                 model_ms: Some(2.0),
                 error: relative_error(2.0, 2.5),
             }],
+            trace_sim: None,
+            server_timeline: None,
+            trace_sim_missing: None,
         };
         let text = validation.human("scenario's", "Triton's");
         assert!(text.contains("load 30%"), "{text}");
@@ -857,8 +979,60 @@ mod tests {
         );
         assert!(text.contains("1: 60.0/50.0/-"), "{text}");
         assert!(text.contains("1: 2.500/2.000 (-20.0%, 6)"), "{text}");
+        assert!(
+            !text.contains("trace-sim"),
+            "no trace-sim column without one: {text}"
+        );
         let json = serde_json::to_value(&validation).unwrap();
         assert_eq!(json["server_batch_shares"]["1"], 60.0);
         assert_eq!(json["run_sim"], serde_json::Value::Null);
+        assert!(json.get("trace_sim").is_none(), "{json}");
+
+        // With the server's trace: a third column, and what the trace said.
+        let mut traced = validation.clone();
+        traced.trace_sim = Some(Simulated {
+            figures: Figures {
+                e2e_p50_ms: 4.5,
+                ..measured
+            },
+            errors: Figures {
+                e2e_p50_ms: 4.5,
+                ..measured
+            }
+            .errors_against(&measured),
+            ..traced.sim.clone()
+        });
+        traced.server_timeline = Some(ServerTimelineReport {
+            requests_traced: 100,
+            requests_joined: 99,
+            batches: 60,
+            fit_a_ms: 0.3,
+            fit_b_ms: 0.0,
+            fit_c_us: 9.5,
+            batches_fitted: 50,
+            turnaround_us: 300.0,
+            dispatch_us: 150.0,
+            release_us: 150.0,
+            stalls: 2,
+            stall_ms: 40.0,
+            pauses: 3,
+            pause_ms: 30.0,
+            left_waiting: 1,
+            left_waiting_ms: 12.0,
+            server_queue_p50_ms: 2.0,
+            sim_queue_p50_ms: 2.1,
+            server_queue_p99_ms: 20.0,
+            sim_queue_p99_ms: 18.0,
+        });
+        let text = traced.human("scenario's", "Triton's");
+        assert!(text.contains("trace-sim"), "{text}");
+        assert!(text.contains("-10.0%"), "trace-sim's p50 error: {text}");
+        assert!(
+            text.contains("trace of 100 requests (99 joined)")
+                && text.contains("p99 20.000 / 18.000 (-10.0%)"),
+            "{text}"
+        );
+        let json = serde_json::to_value(&traced).unwrap();
+        assert_eq!(json["server_timeline"]["left_waiting"], 1);
     }
 }

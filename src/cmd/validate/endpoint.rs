@@ -11,11 +11,13 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use capsim_endpoint::measured_service::{LeveledService, MeasuredService};
+use capsim_endpoint::triton::timeline::{Readiness, ServerTimeline};
+use capsim_endpoint::triton::trace::{self, TraceSetting};
 use capsim_endpoint::triton::{self, ModelStats, ServerOverheads};
 use capsim_endpoint::{EndpointError, EndpointOptions, LoadMode, MeasuredRun, Protocol};
 use capsim_report::validation::{
     BatchShares, CalibratedCapacity, ComputeDrift, EndpointValidation, Figures, LoadValidation,
-    Measured, MeasuredPath, RunService, ServerBatchTime, Simulated,
+    Measured, MeasuredPath, RunService, ServerBatchTime, ServerTimelineReport, Simulated,
 };
 use capsim_sim::output::write_requests_parquet;
 use capsim_sim::quantity::parse_duration_ns;
@@ -26,7 +28,7 @@ use capsim_sim::{
     BuiltScenario, Outcome, RequestRecord, RunOptions, Scenario, ServiceTime,
     simulate_with_requests,
 };
-use capsim_trace::{Columns, Trace};
+use capsim_trace::{Columns, Trace, percentile_sorted};
 
 use super::{ValidateArgs, check_loads, scaled_trace, served_lengths};
 use crate::cmd::BadInput;
@@ -100,6 +102,11 @@ pub(super) fn run(args: &ValidateArgs, url: &str) -> Result<()> {
     );
 
     let batcher_differences = check_server(&options, &pool)?;
+    let server_trace = if args.server_trace {
+        Some(server_trace_setting(&options)?)
+    } else {
+        None
+    };
     capsim_endpoint::replay(
         &warmup_trace(trace, &lengths, protocol == Protocol::Openai)?,
         &EndpointOptions {
@@ -142,6 +149,10 @@ pub(super) fn run(args: &ValidateArgs, url: &str) -> Result<()> {
             duration_ns,
             protocol == Protocol::Openai,
         )?;
+        let traced_before = match &server_trace {
+            Some(setting) => Some(flushed_trace_files(url, setting)?),
+            None => None,
+        };
         let run = measure(&scaled, &options, &scenario)?;
         let sim_options = RunOptions {
             seed: args.seed,
@@ -209,6 +220,31 @@ pub(super) fn run(args: &ValidateArgs, url: &str) -> Result<()> {
         if let Some((_, log)) = &run_sim {
             write_requests_parquet(&dir.join("simulated-run.parquet"), log.records(), pools)?;
         }
+        let (trace_sim, server_timeline, trace_sim_missing) = match (&server_trace, &traced_before)
+        {
+            (Some(setting), Some(before)) => {
+                match trace_sim(
+                    &TraceSimInputs {
+                        url,
+                        setting,
+                        before,
+                        scaled: &scaled,
+                        run: &run,
+                        scenario: &scenario,
+                        pool: &pool,
+                        seed: args.seed,
+                        figures: &figures,
+                        server_shares: &server_shares,
+                    },
+                    &mut profiles,
+                    &dir,
+                )? {
+                    Ok((sim, timeline)) => (Some(sim), Some(timeline), None),
+                    Err(why) => (None, None, Some(why)),
+                }
+            }
+            _ => (None, None, None),
+        };
         let summary = &run.measured.summary;
         let result = LoadValidation {
             load,
@@ -242,6 +278,9 @@ pub(super) fn run(args: &ValidateArgs, url: &str) -> Result<()> {
             }),
             compute_by_batch_size,
             server_batch_shares: server_shares,
+            trace_sim,
+            server_timeline,
+            trace_sim_missing,
         };
         print!("{}", result.human(&model_label, "server's"));
         if let Some(delay_ms) = result.measured.schedule_delay_p99_ms.filter(|&d| d > 1.0) {
@@ -257,6 +296,175 @@ pub(super) fn run(args: &ValidateArgs, url: &str) -> Result<()> {
     std::fs::write(&json, text).with_context(|| format!("cannot write {}", json.display()))?;
     println!("wrote {}", out.display());
     Ok(())
+}
+
+/// The server's trace setting, when it can give a run's per-request timestamps (else why not).
+fn server_trace_setting(options: &EndpointOptions) -> Result<TraceSetting> {
+    if options.protocol != Protocol::Kserve {
+        return Err(BadInput(
+            "--server-trace reads Triton's trace: it needs --protocol kserve".into(),
+        )
+        .into());
+    }
+    let setting = trace::trace_setting(&options.base_url).map_err(|e| {
+        BadInput(format!(
+            "--server-trace: the server gives no Triton trace setting ({e})"
+        ))
+    })?;
+    if let Some(problem) = setting.problem() {
+        return Err(BadInput(format!(
+            "--server-trace: the server at {} cannot give every request's timestamps: {problem}",
+            options.base_url
+        ))
+        .into());
+    }
+    Ok(setting)
+}
+
+/// Has the server write out the traces it holds and returns the trace files there are then.
+fn flushed_trace_files(url: &str, setting: &TraceSetting) -> Result<Vec<PathBuf>> {
+    trace::flush(url, setting).map_err(|e| BadInput(format!("--server-trace: {e}")))?;
+    Ok(setting.files())
+}
+
+/// What the trace-driven simulation of one load needs.
+struct TraceSimInputs<'a> {
+    url: &'a str,
+    setting: &'a TraceSetting,
+    /// The trace files there were before the load.
+    before: &'a [PathBuf],
+    scaled: &'a Trace,
+    run: &'a Run,
+    scenario: &'a Scenario,
+    pool: &'a Pool,
+    seed: u64,
+    figures: &'a Figures,
+    server_shares: &'a BatchShares,
+}
+
+/// The trace-driven simulation of one load (`Ok(Err(why))` when the trace gave nothing to
+/// simulate), its records written to `dir/simulated-trace.parquet`.
+fn trace_sim(
+    t: &TraceSimInputs,
+    profiles: &mut capsim_sim::Profiles,
+    dir: &Path,
+) -> Result<std::result::Result<(Simulated, ServerTimelineReport), String>> {
+    let after = flushed_trace_files(t.url, t.setting)?;
+    let new: Vec<PathBuf> = after
+        .into_iter()
+        .filter(|f| !t.before.contains(f))
+        .collect();
+    if new.is_empty() {
+        return Ok(Err(format!(
+            "the server wrote no trace file for this load next to {}",
+            t.setting.trace_file
+        )));
+    }
+    let traced = trace::read_requests(&new).map_err(|e| BadInput(e.to_string()))?;
+    let model_instances = (t.pool.execution.gpus * t.pool.execution.instance_count) as usize;
+    let Some(timeline) = ServerTimeline::new(
+        &traced,
+        t.scaled.input_tokens(),
+        model_instances,
+        &Readiness::of(&t.pool.batcher),
+    ) else {
+        return Ok(Err(format!(
+            "none of the {} requests traced in {} is this load's",
+            traced.len(),
+            new.iter()
+                .map(|f| f.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    };
+    let mut on_timeline = t.scenario.clone();
+    timeline
+        .apply(&mut on_timeline)
+        .context("setting the run's timeline in the scenario")?;
+    let built = crate::cmd::build_scenario(&on_timeline, profiles)?;
+    let sim_trace = timeline
+        .trace()
+        .context("building the trace of the server's queue starts")?;
+    let options = RunOptions {
+        seed: t.seed,
+        ..RunOptions::default()
+    };
+    let (sim_run, log) = simulate_with_requests(&built, &sim_trace, &options)?;
+    write_requests_parquet(
+        &dir.join("simulated-trace.parquet"),
+        log.records(),
+        std::slice::from_ref(&t.pool.name),
+    )?;
+    let latency: std::collections::HashMap<u64, u64> = t
+        .run
+        .measured
+        .records
+        .iter()
+        .filter(|r| r.outcome == Outcome::Completed)
+        .map(|r| (u64::from(r.request), r.latency_ns()))
+        .collect();
+    let joined = timeline.join(|id| latency.get(&id).copied(), log.records());
+    if joined.e2e_ms.is_empty() {
+        return Ok(Err(
+            "no traced request completed both in the run and in the simulation".into(),
+        ));
+    }
+    let sorted = |values: &[f64]| {
+        let mut v = values.to_vec();
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let e2e = sorted(&joined.e2e_ms);
+    let (server_queue, sim_queue) = (
+        sorted(&joined.queue_server_ms),
+        sorted(&joined.queue_sim_ms),
+    );
+    let figures = Figures {
+        throughput_rps: Figures::of(&sim_run.summary).throughput_rps,
+        e2e_p50_ms: percentile_sorted(&e2e, 0.5),
+        e2e_p90_ms: percentile_sorted(&e2e, 0.9),
+        e2e_p99_ms: percentile_sorted(&e2e, 0.99),
+        queue_mean_ms: Some(sim_queue.iter().sum::<f64>() / sim_queue.len().max(1) as f64),
+    };
+    let stalls: Vec<&(u64, u64, f64)> = timeline
+        .windows
+        .slowdowns
+        .iter()
+        .filter(|w| w.2 > 3.0)
+        .collect();
+    let (fit, handover) = (timeline.fit, timeline.handover);
+    let report = ServerTimelineReport {
+        requests_traced: timeline.requests() as u64,
+        requests_joined: joined.e2e_ms.len() as u64,
+        batches: timeline.batches as u64,
+        fit_a_ms: fit.a_ns * 1e-6,
+        fit_b_ms: fit.b_ns * 1e-6,
+        fit_c_us: fit.c_ns * 1e-3,
+        batches_fitted: fit.kept as u64,
+        turnaround_us: handover.turnaround_ns * 1e-3,
+        dispatch_us: handover.dispatch_ns * 1e-3,
+        release_us: handover.release_ns * 1e-3,
+        stalls: stalls.len() as u64,
+        stall_ms: stalls
+            .iter()
+            .fold(0.0, |ms, w| ms + (w.1 - w.0) as f64 * 1e-6),
+        pauses: timeline.windows.pauses.len() as u64,
+        pause_ms: timeline
+            .windows
+            .pauses
+            .iter()
+            .fold(0.0, |ms, p| ms + (p.1 - p.0) as f64 * 1e-6),
+        left_waiting: handover.left_waiting as u64,
+        left_waiting_ms: handover.left_waiting_ns as f64 * 1e-6,
+        server_queue_p50_ms: percentile_sorted(&server_queue, 0.5),
+        sim_queue_p50_ms: percentile_sorted(&sim_queue, 0.5),
+        server_queue_p99_ms: percentile_sorted(&server_queue, 0.99),
+        sim_queue_p99_ms: percentile_sorted(&sim_queue, 0.99),
+    };
+    Ok(Ok((
+        Simulated::with_figures(&sim_run.summary, figures, t.figures, t.server_shares),
+        report,
+    )))
 }
 
 /// The trace's first [`WARMUP_REQUESTS`] requests, with the served lengths, 1 ms apart (sent one
