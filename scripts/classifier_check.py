@@ -151,7 +151,7 @@ def compare(out: Path, load: float) -> str:
 
     result = tc.timeline_sim(out, requests, tokens, latency, nominal,
                              lambda windows: timeline_scenario(fit, windows), readiness,
-                             fit["turnaround_ms"] * 1e6, 1)
+                             fit["turnaround_ms"] * 1e6, 1, fit["dispatch_ms"] * 1e6)
     validation = json.loads((out / "validate" / "validation.json").read_text())
     v = validation["loads"][0]
     run_errors = (v.get("run_sim") or {}).get("errors") or {}

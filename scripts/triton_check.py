@@ -42,11 +42,21 @@ SETTINGS = {
     "max 8, no delay": dict(max_batch_size=8, preferred=[], delay="0ms", instances=1),
     "max 8, preferred 4 and 8, 2 ms": dict(max_batch_size=8, preferred=[4, 8], delay="2ms",
                                            instances=1),
-    "max 32, 5 ms, 2 instances": dict(max_batch_size=32, preferred=[], delay="5ms", instances=2),
+    # Ten times slower: at 2 ms + 0.5 ms x n two model instances serve 3,556 requests a second,
+    # more than this 2-core machine can send, serve over HTTP and trace at once (the load
+    # generator fell 1.3-2.7 ms behind its schedule at 930-2,750 requests a second, and Triton's
+    # trace writer crashed).
+    "max 32, 5 ms, 2 instances": dict(max_batch_size=32, preferred=[], delay="5ms", instances=2,
+                                      a_ms=20.0, b_ms=5.0),
 }
 LOADS = [0.3, 0.6, 0.85]
 SERVER_CPUS = ""
 TRACE = False
+
+
+def model_times(setting: dict) -> dict:
+    """The fixed-time model's nominal a and b (ms) for a setting."""
+    return {"a_ms": setting.get("a_ms", A_MS), "b_ms": setting.get("b_ms", B_MS)}
 
 
 def scenario_toml(name: str, s: dict, a_ms: float = A_MS, b_ms: float = B_MS,
@@ -153,12 +163,13 @@ def serve(out: Path, setting: dict, replays: list) -> dict:
     for stale in out.glob("trace.json*"):
         stale.unlink()
     scenario = out / "scenario.toml"
-    scenario.write_text(scenario_toml(out.name, setting))
+    nominal = model_times(setting)
+    scenario.write_text(scenario_toml(out.name, setting, nominal["a_ms"], nominal["b_ms"]))
     triton = ROOT / "scripts" / "triton.py"
     flags = ["--cpus", SERVER_CPUS] if SERVER_CPUS else []
     flags += ["--trace"] if TRACE else []
     subprocess.run([sys.executable, str(triton), "start", "--scenario", str(scenario), "--dir",
-                    str(out), "--a", f"{A_MS}ms", "--b", f"{B_MS}ms", *flags], check=True,
+                    str(out), "--a", f"{nominal['a_ms']}ms", "--b", f"{nominal['b_ms']}ms", *flags], check=True,
                    stdout=subprocess.DEVNULL)
     try:
         port = json.loads((out / "ports.json").read_text())["http"]
@@ -182,11 +193,13 @@ def calibrate(out: Path, setting: dict) -> dict:
     Written to OUT/calibration.json."""
     batch, instances = setting["max_batch_size"], setting["instances"]
     levels = sorted({1, max(1, batch // 2), 2 * batch * instances})
+    # As many batches whatever the model's speed.
+    slower = model_times(setting)["a_ms"] / A_MS
     replays = []
     for clients in levels:
         trace = out / f"closed-{clients}.parquet"
         capsim("trace", "synth", "--arrivals", "poisson", "--rate", "1000", "--duration",
-               f"{0.3 + 0.2 * clients}s", "--input-tokens", "const:16", "--output-tokens",
+               f"{(0.3 + 0.2 * clients) / slower:.3f}s", "--input-tokens", "const:16", "--output-tokens",
                "none", "--seed", "1", "-o", str(trace))
         replays.append((trace, ["--concurrency", str(clients)], f"closed-{clients}"))
     stats = serve(out, setting, replays)
@@ -223,7 +236,7 @@ def compare(out: Path, label: str, setting: dict, load: float, rate: float) -> s
     # The simulation a planner would run: the scenario with the calibration's times (from a
     # separate run; the fixed model's nominal times for runs stored before calibrations).
     cal_path = out / "calibration.json"
-    cal = json.loads(cal_path.read_text()) if cal_path.exists() else {"a_ms": A_MS, "b_ms": B_MS}
+    cal = json.loads(cal_path.read_text()) if cal_path.exists() else model_times(setting)
     planned = out / "scenario-calibrated.toml"
     # Calibrations stored before the split of the turnaround: all of it as dispatch.
     planned.write_text(scenario_toml(label, setting, cal["a_ms"], cal["b_ms"],
@@ -320,15 +333,18 @@ STALL_NS = 1_000_000
 
 
 def run_slowdowns(requests: list, nominal_ms, t0: int, readiness: dict | None = None,
-                  turnaround_ns: float = 0.0, model_instances: int = 1) -> list:
+                  turnaround_ns: float = 0.0, model_instances: int = 1,
+                  dispatch_ns: float = 0.0) -> list:
     """The run's own speed, as `execution.slowdowns` windows on the simulation's clock (ns from
     t0): each traced batch's compute interval, with its measured time over `nominal_ms(members)`
     (the batch's requests' timestamps) as the factor; where the batches of several model
     instances overlap, the mean of their factors. With one model instance, also the server's
     dispatch stalls: where a batch was ready to run (`readiness`, as `request_timings` judges it)
-    but started more than `turnaround_ns` + 1 ms later, the rest of that wait as a pause of
-    dispatch (factor None: `execution.pauses`), since the batcher thread, not the model, was
-    held; the wait is queue time, as Triton counts it."""
+    but started more than `turnaround_ns` + 1 ms later, that wait, from when the batch could
+    have been formed to when it was (both `dispatch_ns` before compute), as a pause (factor None: `execution.pauses`),
+    since the batcher thread, not the model, was held; the wait is queue time, as Triton counts
+    it. (`capsim validate --endpoint --server-trace` does the same in crates/endpoint's
+    `triton::timeline`, and also fills the gaps between slowdown windows.)"""
     batches = traced_batches(requests)
     stalls = []
     if model_instances == 1:
@@ -336,8 +352,11 @@ def run_slowdowns(requests: list, nominal_ms, t0: int, readiness: dict | None = 
         for (start, end), members in sorted(batches.items()):
             ready = ready_at([r["QUEUE_START"] for r in members], readiness)
             could = max(ready, free_at + turnaround_ns) if free_at is not None else ready
+            # The pause ends when Triton formed the batch (its dispatch before compute): the
+            # held batcher then batches all that waited.
+            dispatch = int(round(dispatch_ns))
             if start - could > STALL_NS:
-                stalls.append((int(could), start, None))
+                stalls.append((int(could) - dispatch, start - dispatch, None))
             free_at = end
     edges = sorted({t for key in batches for t in key})
     starts = sorted((start, end, (end - start) / 1e6 / nominal_ms(members))
@@ -370,7 +389,7 @@ def server_requests(path: Path) -> list:
 
 def timeline_sim(out: Path, requests: list, tokens: dict, latency_ns: dict, nominal_ms,
                  scenario_of, readiness: dict | None = None, turnaround_ns: float = 0.0,
-                 model_instances: int = 1) -> dict | None:
+                 model_instances: int = 1, dispatch_ns: float = 0.0) -> dict | None:
     """The queue and the batcher alone, with the run's own timing taken out of the way: the
     simulation's arrivals are the times Triton queued each request (its QUEUE_START, so neither
     the load generator's lateness nor HTTP sits in front of the queue) and its batches are
@@ -389,7 +408,8 @@ def timeline_sim(out: Path, requests: list, tokens: dict, latency_ns: dict, nomi
         "arrival": pa.array([r["QUEUE_START"] - t0 for r in requests], pa.int64()),
         "input_tokens": pa.array([tokens[int(r["request_id"])] for r in requests], pa.uint32()),
     }), trace)
-    windows = run_slowdowns(requests, nominal_ms, t0, readiness, turnaround_ns, model_instances)
+    windows = run_slowdowns(requests, nominal_ms, t0, readiness, turnaround_ns, model_instances,
+                            dispatch_ns)
     scenario = out / "scenario-timeline.toml"
     scenario.write_text(scenario_of(windows))
     capsim("simulate", "--scenario", str(scenario), str(trace), "-o",
@@ -440,7 +460,8 @@ def fixed_timeline_sim(out: Path, label: str, setting: dict, a_ms: float, b_ms: 
         lambda members: a_ms + b_ms * len(members),
         lambda windows: scenario_toml(label, setting, a_ms, b_ms, None, windows,
                                       *handover(timings)),
-        setting_readiness(setting), timings["turnaround_ms"] * 1e6, setting["instances"])
+        setting_readiness(setting), timings["turnaround_ms"] * 1e6, setting["instances"],
+        handover(timings)[0] * 1e6)
 
 
 def percentile(values: list, q: float) -> float:
@@ -567,7 +588,7 @@ def main() -> None:
             if args.resimulate:
                 cal_path = out / "calibration.json"
                 cal = (json.loads(cal_path.read_text()) if cal_path.exists()
-                       else {"a_ms": A_MS, "b_ms": B_MS})
+                       else model_times(setting))
                 rate = load * capacity_rps(setting, cal["a_ms"] + cal.get("turnaround_ms", 0.0),
                                            cal["b_ms"])
                 row = compare(out, labels[i], setting, load, rate)
