@@ -6,7 +6,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 use std::sync::Mutex;
 
 use common::{assert_user_error, capsim, repo, text};
@@ -180,25 +180,7 @@ fn validate_endpoint_accounts_for_every_request_and_fits_tritons_times_near_the_
     let triton = Triton::start(&scenario, dir.path());
     let out = dir.path().join("validate");
     let url = triton.url("http");
-    let validate = |model: &str| {
-        capsim(&[
-            "validate",
-            "--endpoint",
-            &url,
-            "--model",
-            model,
-            "--scenario",
-            scenario.to_str().expect("utf-8"),
-            "--trace",
-            "traces/demo.parquet",
-            "--loads",
-            "0.3,0.6",
-            "--duration",
-            "3s",
-            "-o",
-            out.to_str().expect("utf-8"),
-        ])
-    };
+    let validate = |model: &str| validate_demo(&url, model, &scenario, &out, &["--duration", "3s"]);
     let output = validate("fixed");
     assert!(output.status.success(), "{}", text(&output));
     let printed = String::from_utf8_lossy(&output.stdout);
@@ -295,21 +277,30 @@ fn validate_endpoint_accounts_for_every_request_and_fits_tritons_times_near_the_
     // A model Triton does not serve: one clear message, exit 2.
     assert_user_error(&validate("nope"), &["nope", "check --model"]);
     // This Triton traces nothing: --server-trace says how to start it.
-    let untraced = capsim(&[
+    let untraced = validate_demo(&url, "fixed", &scenario, &out, &["--server-trace"]);
+    assert_user_error(&untraced, &["--server-trace", "level=TIMESTAMPS"]);
+}
+
+/// `capsim validate --endpoint url` of the demo trace at 30% and 60% for `model`, with `extra`
+/// flags, into `out`.
+fn validate_demo(url: &str, model: &str, scenario: &Path, out: &Path, extra: &[&str]) -> Output {
+    let mut args = vec![
         "validate",
         "--endpoint",
-        &url,
+        url,
         "--model",
-        "fixed",
+        model,
         "--scenario",
         scenario.to_str().expect("utf-8"),
         "--trace",
         "traces/demo.parquet",
-        "--server-trace",
+        "--loads",
+        "0.3,0.6",
         "-o",
         out.to_str().expect("utf-8"),
-    ]);
-    assert_user_error(&untraced, &["--server-trace", "level=TIMESTAMPS"]);
+    ];
+    args.extend_from_slice(extra);
+    capsim(&args)
 }
 
 #[test]
@@ -319,24 +310,13 @@ fn validate_endpoint_with_tritons_trace_simulates_the_runs_own_timeline() {
     let scenario = fixed_scenario(dir.path());
     let triton = Triton::start_traced(&scenario, dir.path());
     let out = dir.path().join("validate");
-    let output = capsim(&[
-        "validate",
-        "--endpoint",
+    let output = validate_demo(
         &triton.url("http"),
-        "--model",
         "fixed",
-        "--scenario",
-        scenario.to_str().expect("utf-8"),
-        "--trace",
-        "traces/demo.parquet",
-        "--loads",
-        "0.3,0.6",
-        "--duration",
-        "4s",
-        "--server-trace",
-        "-o",
-        out.to_str().expect("utf-8"),
-    ]);
+        &scenario,
+        &out,
+        &["--duration", "4s", "--server-trace"],
+    );
     assert!(output.status.success(), "{}", text(&output));
     let printed = String::from_utf8_lossy(&output.stdout);
     assert!(printed.contains("trace-sim"), "{printed}");

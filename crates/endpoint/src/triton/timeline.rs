@@ -70,6 +70,16 @@ pub struct TracedBatch {
     pub members: Vec<usize>,
 }
 
+impl TracedBatch {
+    /// Its requests' queue starts, ns.
+    fn queued(&self, requests: &[TracedRequest]) -> Vec<u64> {
+        self.members
+            .iter()
+            .map(|&i| requests[i].queue_start_ns)
+            .collect()
+    }
+}
+
 /// `requests` grouped into batches, by compute start then end.
 pub fn batches(requests: &[TracedRequest]) -> Vec<TracedBatch> {
     let mut grouped: BTreeMap<(u64, u64), Vec<usize>> = BTreeMap::new();
@@ -125,11 +135,7 @@ pub fn handover(
         let k = (0..free_at.len())
             .min_by_key(|&i| (free_at[i] > batch.start_ns, free_at[i]))
             .unwrap_or(0);
-        let queued: Vec<u64> = batch
-            .members
-            .iter()
-            .map(|&i| requests[i].queue_start_ns)
-            .collect();
+        let queued = batch.queued(requests);
         let ready = readiness.ready_at(&queued);
         let could = ready.max(free_at[k]);
         let newest = queued.iter().copied().max().unwrap_or(0);
@@ -336,11 +342,11 @@ pub struct SpeedWindows {
     /// next batch's speed.
     pub slowdowns: Vec<(u64, u64, f64)>,
     /// `(from, to)`: where a ready batch started more than the turnaround and [`STALL_NS`] late
-    /// (one model instance only): the batcher, not the model, was held. Each runs from the
-    /// batch's oldest request's queue start (or the previous batch's start, if later) to when it
-    /// was formed (a dispatch latency before compute): the server formed nothing in between, and
-    /// the simulated batcher forms its batch then, from all that waited, as Triton's did when it
-    /// woke.
+    /// (one model instance only): the batcher, not the model, was held. Each runs from
+    /// [`HOLD_MARGIN_NS`] before the batch could have been formed (not before its oldest
+    /// request's queue start or the previous batch's start) to when it was (a dispatch latency
+    /// before compute): the simulated batcher forms its batch then, from all that waited, as
+    /// Triton's did when it woke.
     pub pauses: Vec<(u64, u64)>,
 }
 
@@ -376,16 +382,13 @@ pub fn speed_windows(
         let mut free_at: Option<u64> = None;
         let mut previous_start = 0;
         for batch in batches {
-            let queued: Vec<u64> = batch
-                .members
-                .iter()
-                .map(|&i| requests[i].queue_start_ns)
-                .collect();
+            let queued = batch.queued(requests);
             let ready = readiness.ready_at(&queued);
             let could = free_at.map_or(ready, |f| ready.max(f + turnaround_ns.round() as u64));
             // Held until the batch was formed (its compute start less the dispatch latency),
-            // from its oldest request's queue start (or the previous batch's start): the server
-            // formed no batch in between, and a simulation a little ahead of it must not either.
+            // from [`HOLD_MARGIN_NS`] before it could have been, but not before its oldest
+            // request's queue start or the previous batch's start: the server formed no batch
+            // in between, and a simulation a little ahead of it must not either.
             let dispatch = dispatch_ns.round() as u64;
             let formed = batch.start_ns.saturating_sub(dispatch);
             let oldest = queued.iter().copied().min().unwrap_or(formed);
