@@ -60,7 +60,8 @@ pub struct ValidateArgs {
     #[arg(long, default_value = "20s", value_name = "DURATION")]
     pub duration: String,
     /// With --endpoint, a Triton on this machine tracing every request at level TIMESTAMPS
-    /// (`--trace-config triton,file=PATH --trace-config level=TIMESTAMPS --trace-config rate=1`):
+    /// (`--trace-config triton,file=PATH --trace-config level=TIMESTAMPS --trace-config rate=1
+    /// --trace-config triton,log-frequency=1000`; `scripts/triton.py start --trace` does):
     /// after each load its trace is written out and read, and a third simulation (trace-sim)
     /// runs on the run's own timeline: requests arriving when Triton queued them, batch times
     /// fitted to its batches and stretched where they ran slow, its hand-over between batches

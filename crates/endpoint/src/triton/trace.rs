@@ -62,6 +62,12 @@ impl TraceSetting {
                 "it names no trace file: start it with --trace-config triton,file=PATH".into(),
             );
         }
+        if self.log_frequency.trim().parse::<u64>().unwrap_or(0) == 0 {
+            return Some(format!(
+                "it writes its trace only when it stops (log frequency {:?}), and a run's traces must be read while it runs: start it with --trace-config triton,log-frequency=1000",
+                self.log_frequency
+            ));
+        }
         None
     }
 
@@ -240,6 +246,12 @@ mod tests {
         assert!(sampled.contains("rate=1"), "{sampled}");
         let nowhere = setting(&["TIMESTAMPS"], "1", "").problem().unwrap();
         assert!(nowhere.contains("file=PATH"), "{nowhere}");
+        let at_exit = TraceSetting {
+            log_frequency: "0".to_string(),
+            ..setting(&["TIMESTAMPS"], "1", "/tmp/t.json")
+        };
+        let at_exit = at_exit.problem().unwrap();
+        assert!(at_exit.contains("log-frequency=1000"), "{at_exit}");
     }
 
     #[test]
