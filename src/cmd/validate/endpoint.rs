@@ -342,6 +342,44 @@ struct TraceSimInputs<'a> {
     server_shares: &'a BatchShares,
 }
 
+/// A load's trace files and the requests traced in them.
+type LoadTraces = (Vec<PathBuf>, Vec<trace::TracedRequest>);
+
+/// How long the server may take to write out a load's traces after the flush.
+const TRACE_WRITE_WAIT: Duration = Duration::from_secs(5);
+
+/// The trace files the server wrote for one load (flushed now) and their requests; `Ok(Err(why))`
+/// when it wrote none, or none that reads, within [`TRACE_WRITE_WAIT`] (a file is read again
+/// while it may still be being written).
+fn load_traces(t: &TraceSimInputs) -> Result<std::result::Result<LoadTraces, String>> {
+    let after = flushed_trace_files(t.url, t.setting)?;
+    let started = std::time::Instant::now();
+    let mut files = after;
+    loop {
+        let new: Vec<PathBuf> = files
+            .iter()
+            .filter(|f| !t.before.contains(f))
+            .cloned()
+            .collect();
+        let why = if new.is_empty() {
+            format!(
+                "the server wrote no trace file for this load next to {}",
+                t.setting.trace_file
+            )
+        } else {
+            match trace::read_requests(&new) {
+                Ok(traced) => return Ok(Ok((new, traced))),
+                Err(e) => e.to_string(),
+            }
+        };
+        if started.elapsed() > TRACE_WRITE_WAIT {
+            return Ok(Err(why));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        files = t.setting.files();
+    }
+}
+
 /// The trace-driven simulation of one load (`Ok(Err(why))` when the trace gave nothing to
 /// simulate), its records written to `dir/simulated-trace.parquet`.
 fn trace_sim(
@@ -349,18 +387,10 @@ fn trace_sim(
     profiles: &mut capsim_sim::Profiles,
     dir: &Path,
 ) -> Result<std::result::Result<(Simulated, ServerTimelineReport), String>> {
-    let after = flushed_trace_files(t.url, t.setting)?;
-    let new: Vec<PathBuf> = after
-        .into_iter()
-        .filter(|f| !t.before.contains(f))
-        .collect();
-    if new.is_empty() {
-        return Ok(Err(format!(
-            "the server wrote no trace file for this load next to {}",
-            t.setting.trace_file
-        )));
-    }
-    let traced = trace::read_requests(&new).map_err(|e| BadInput(e.to_string()))?;
+    let (new, traced) = match load_traces(t)? {
+        Ok(read) => read,
+        Err(why) => return Ok(Err(why)),
+    };
     let model_instances = (t.pool.execution.gpus * t.pool.execution.instance_count) as usize;
     let Some(timeline) = ServerTimeline::new(
         &traced,
