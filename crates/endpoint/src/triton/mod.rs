@@ -1,7 +1,9 @@
 //! Triton's extensions to KServe v2 that `capsim validate --endpoint` reads: the model's
 //! statistics (`GET /v2/models/NAME/stats`: counts and cumulative nanoseconds of queue and
 //! compute time, per request and per batch size) and its configuration
-//! (`GET /v2/models/NAME/config`: the dynamic batcher's settings and the instance groups).
+//! (`GET /v2/models/NAME/config`: the dynamic batcher's settings and the instance groups); and,
+//! from a Triton on the same machine, its per-request trace ([`trace`]) and the run's timeline
+//! made of it ([`timeline`]).
 //!
 //! Triton's counters only grow, so what one run did is the difference of two snapshots taken
 //! before and after it ([`ModelStats::since`]).
