@@ -589,16 +589,21 @@ fn with_a_queue_policy_triton_and_capsim_form_the_doc_timelines_batches_when_the
     let dir = tempfile::tempdir().expect("tempdir");
     let timeline = DocTimeline::new(dir.path(), "[queue]\nmax_queue_size = 100\n");
     let at_instance_free = vec![(1, 1), (2, 1), (4, 1)];
+    // The same rule with the first batch slowed past r6's arrival at 60 ms (this machine, not
+    // the batcher): r2-r6 leave together.
+    let at_instance_free_late = vec![(2, 1), (5, 1)];
     let seen = timeline.triton_batches(3, |_| false);
     let judged: Vec<&Attempt> = seen.iter().filter(|a| a.on_time()).collect();
     assert!(
-        !judged.is_empty(),
-        "the load generator was more than 2 ms late in every attempt: {seen:?}"
+        judged
+            .iter()
+            .all(|a| a.batches == at_instance_free || a.batches == at_instance_free_late),
+        "Triton with a queue policy ran {seen:?}, where forming batches when the instance frees \
+         up runs {at_instance_free:?} (or {at_instance_free_late:?} with the first batch late)"
     );
     assert!(
-        judged.iter().all(|a| a.batches == at_instance_free),
-        "Triton with a queue policy ran {seen:?}, where forming batches when the instance frees \
-         up runs {at_instance_free:?}"
+        judged.iter().any(|a| a.batches == at_instance_free),
+        "no attempt on time ran {at_instance_free:?}: {seen:?}"
     );
     assert_eq!(timeline.simulated("true"), at_instance_free);
 }
