@@ -37,6 +37,9 @@ pub enum Component {
     Cache,
     /// Client think times and retry backoff.
     Client,
+    /// The dynamic batcher's race at a batch's end (`batcher.thread_first_fraction`), one
+    /// stream per instance.
+    BatcherRace,
 }
 
 impl Component {
@@ -50,6 +53,7 @@ impl Component {
             Component::Postprocess => 6,
             Component::Cache => 7,
             Component::Client => 8,
+            Component::BatcherRace => 9,
         }
     }
 }

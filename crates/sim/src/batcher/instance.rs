@@ -7,8 +7,10 @@ use crate::context::{Ctx, Place};
 use crate::event::{Event, EventKind};
 use crate::instance::{Site, begin_execution};
 use crate::queue::is_live;
+use crate::rng::SimRng;
 use crate::time::SimTime;
 use crate::timing::service::BatchShape;
+use rand::RngExt;
 
 /// The dynamic batcher of one instance: Triton's batcher thread and its wake-ups.
 #[derive(Debug, Clone)]
@@ -26,11 +28,13 @@ pub(crate) struct DynamicInstance {
     poll_at: SimTime,
     /// Time of the one poll event this instance has queued, or [`SimTime::NEVER`].
     poll_event_at: SimTime,
+    /// Draws who wins the race at a batch's end; untouched when the thread never goes first.
+    race: SimRng,
 }
 
 impl DynamicInstance {
-    /// An idle batcher applying `rule`.
-    pub fn new(rule: Batcher) -> DynamicInstance {
+    /// An idle batcher applying `rule`, drawing its race at batch ends from `race`.
+    pub fn new(rule: Batcher, race: SimRng) -> DynamicInstance {
         DynamicInstance {
             rule,
             thread: BatcherThread::default(),
@@ -38,6 +42,7 @@ impl DynamicInstance {
             idle_since: None,
             poll_at: SimTime::NEVER,
             poll_event_at: SimTime::NEVER,
+            race,
         }
     }
 }
@@ -93,8 +98,8 @@ impl DynamicInstance {
         self.dispatch(ctx, site);
     }
 
-    /// Wakes the batcher after a batch finished, a model instance became ready or its timer ran
-    /// out: free model instances take the waiting payloads, then the batcher thread runs.
+    /// Wakes the batcher after a model instance became ready or its timer ran out: free model
+    /// instances take the waiting payloads, then the batcher thread runs.
     #[inline(always)]
     pub fn dispatch(&mut self, ctx: &mut Ctx, mut site: Site<'_>) {
         if self.rule.max_batch_size == 1 {
@@ -106,6 +111,23 @@ impl DynamicInstance {
         }
         self.start_payloads(ctx, &mut site);
         self.run_batcher(ctx, &mut site);
+    }
+
+    /// Wakes the batcher after a batch finished and freed its model instance. Triton's thread
+    /// and the instance race; the thread runs first in `thread_first_fraction` of batch ends,
+    /// moving the requests waiting behind a growing payload into it before the instance takes
+    /// it. Otherwise as [`DynamicInstance::dispatch`].
+    #[inline(always)]
+    pub fn released(&mut self, ctx: &mut Ctx, mut site: Site<'_>) {
+        let fraction = self.rule.thread_first_fraction;
+        if self.rule.max_batch_size > 1
+            && fraction > 0.0
+            && !self.held_by_pause(ctx, &site)
+            && self.race.random::<f64>() < fraction
+        {
+            self.run_batcher(ctx, &mut site);
+        }
+        self.dispatch(ctx, site);
     }
 
     /// Whether the batcher is inside a pause (`execution.pauses`) now: it forms and hands out

@@ -32,11 +32,15 @@
 //!   taken or the waiting requests reach the next preferred size: a request that arrives behind a
 //!   growing payload of a non-preferred size can wait for the next wake-up instead of joining it.
 //!   With nothing waiting, the thread polls every 500 ms.
-//! - **A race capsim settles.** When a batch completes, Triton wakes the thread and the model
-//!   instance takes the next payload at once; either may run first. capsim lets the instance
-//!   take first, as Triton did in most runs of the timeline below on a 2-core machine
-//!   (`tests/triton_cli.rs`); when the thread is first, a request waiting behind a growing
-//!   payload joins it before it leaves.
+//! - **The race at a batch's end.** When a batch completes, Triton wakes the thread and the
+//!   model instance takes the next payload at once; either may run first. When the thread is
+//!   first, the requests waiting behind a growing payload join it before it leaves. capsim lets
+//!   the thread run first in `batcher.thread_first_fraction` of batch ends, drawn from the
+//!   run's seed, and the instance otherwise (the default, 0: Triton's instance won most runs of
+//!   the timeline below on a 2-core machine, `tests/triton_cli.rs`). The fraction is the
+//!   server's thread scheduling, not its rule: `capsim validate --endpoint --server-trace`
+//!   measures it from Triton's trace, by the share of batches taken at a batch's end that leave
+//!   requests queued before them behind.
 //!
 //! `max_batch_size = 1` is no batching: every request is a payload of its own.
 //!

@@ -21,7 +21,7 @@ pub enum Decision {
 }
 
 /// The batcher's parameters, ready for decisions.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Batcher {
     /// Largest batch.
     pub max_batch_size: u32,
@@ -35,6 +35,9 @@ pub struct Batcher {
     pub dispatch_latency_ns: u64,
     /// From a batch's compute end to its model instance being free (`batcher.release_latency`).
     pub release_latency_ns: u64,
+    /// Share of batch ends at which the thread runs before the freed instance takes a payload
+    /// (`batcher.thread_first_fraction`), 0 to 1.
+    pub thread_first_fraction: f64,
 }
 
 /// Where the thread is in Triton's payload life cycle.
@@ -103,6 +106,7 @@ impl Batcher {
             prefetch: queue_allows_prefetch && spec.prefetch.unwrap_or(true),
             dispatch_latency_ns: spec.dispatch_latency.0,
             release_latency_ns: spec.release_latency.0,
+            thread_first_fraction: spec.thread_first_fraction,
         }
     }
 

@@ -105,7 +105,10 @@ impl<'a> Engine<'a> {
                     Some(l) => Executor::Continuous(ContinuousInstance {
                         scheduler: Scheduler::new(l.scheduler.clone()),
                     }),
-                    None => Executor::Dynamic(DynamicInstance::new(rule.clone())),
+                    None => Executor::Dynamic(DynamicInstance::new(
+                        rule.clone(),
+                        stream(seed, Component::BatcherRace, index.0),
+                    )),
                 });
                 for k in 0..per_instance {
                     if cold_start_ns > 0 && !standby {

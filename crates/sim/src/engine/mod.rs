@@ -375,7 +375,7 @@ impl<'a> Engine<'a> {
                 mi.idle_since = now;
                 let (instance, k) = (mi.instance, mi.index_in_instance);
                 self.fleet.instances[instance.index()].free.insert(k);
-                self.dispatch(instance);
+                self.dispatch(instance, false);
             }
             EventKind::PostprocessDone => self.postprocessed(target, sink),
             EventKind::ResponseDelivered => self.end(target, Outcome::Completed, sink),
@@ -498,11 +498,12 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// Wakes instance `index`'s batcher after a batch finished or a model instance became
-    /// ready: free model instances take the waiting payloads, then the batcher thread runs (a
-    /// continuous batcher plans its next step).
+    /// Wakes instance `index`'s batcher after a model instance became ready, or after a batch
+    /// (or step) `freed` one: free model instances take the waiting payloads, then the batcher
+    /// thread runs (a continuous batcher plans its next step). After a batch, the dynamic
+    /// batcher's thread may run first (`batcher.thread_first_fraction`).
     #[inline(always)]
-    fn dispatch(&mut self, index: InstanceId) {
+    fn dispatch(&mut self, index: InstanceId, freed: bool) {
         let prefix_blocks = self.continuous.prefix_blocks;
         let (executor, at) = site_of(
             &mut self.fleet,
@@ -511,6 +512,7 @@ impl<'a> Engine<'a> {
             index,
         );
         match executor {
+            Executor::Dynamic(d) if freed => d.released(&mut self.ctx, at),
             Executor::Dynamic(d) => d.dispatch(&mut self.ctx, at),
             Executor::Continuous(c) => c.plan_step(&mut self.ctx, at, prefix_blocks),
         }
@@ -547,7 +549,7 @@ impl<'a> Engine<'a> {
                 self.continuous.token_buf = tokens;
             }
         }
-        self.dispatch(index);
+        self.dispatch(index, true);
     }
 
     /// A batch's compute is over with a release latency: its requests go on now, and the model

@@ -140,19 +140,30 @@ fn golden_an_expired_delay_sends_everything_queued_not_the_preferred_size() {
     assert_eq!(got, expected);
 }
 
-#[test]
-fn golden_doc_timeline_payloads_form_ahead_and_arrivals_below_the_next_preferred_size_wait() {
-    let s = "[batcher]\nmax_batch_size = 8\npreferred_batch_size = [4]\nmax_queue_delay = \"2ms\"\n\
-             [service]\nkind = \"constant\"\ntime = \"10ms\"\n";
-    let trace = Trace::from_columns(Columns {
-        arrival_ns: [0, 1_000, 2_500, 3_000, 4_000, 5_000, 15_000]
-            .iter()
-            .map(|us| us * 1_000)
-            .collect(),
-        input_tokens: vec![10; 7],
+/// The doc timeline's arrivals (ms) repeated every 100 ms, `cycles` times.
+fn doc_timeline_cycles(cycles: u64) -> Trace {
+    let arrival_ns = (0..cycles)
+        .flat_map(|c| {
+            [0, 1_000, 2_500, 3_000, 4_000, 5_000, 15_000].map(|us| c * 100 * MS + us * 1_000)
+        })
+        .collect::<Vec<u64>>();
+    let n = arrival_ns.len();
+    Trace::from_columns(Columns {
+        arrival_ns,
+        input_tokens: vec![10; n],
         ..Columns::default()
     })
-    .unwrap();
+    .unwrap()
+}
+
+const DOC_TIMELINE: &str = "[batcher]\nmax_batch_size = 8\npreferred_batch_size = [4]\n\
+                            max_queue_delay = \"2ms\"\n\
+                            [service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+
+#[test]
+fn golden_doc_timeline_payloads_form_ahead_and_arrivals_below_the_next_preferred_size_wait() {
+    let s = DOC_TIMELINE;
+    let trace = doc_timeline_cycles(1);
     let got = timeline(s, &trace);
     // The timeline of the batcher module's documentation: [r2 r3 r4] is formed at 4.5 ms
     // while the instance is busy, r5 does not join it, and r6 joins [r5] at once.
@@ -181,6 +192,65 @@ fn golden_doc_timeline_payloads_form_ahead_and_arrivals_below_the_next_preferred
         got, expected,
         "without prefetching a batch is formed when the instance frees up"
     );
+}
+
+#[test]
+fn golden_doc_timeline_with_the_thread_first_r5_joins_the_waiting_payload() {
+    let s = DOC_TIMELINE.replace("[service]", "thread_first_fraction = 1\n[service]");
+    let got = timeline(&s, &doc_timeline_cycles(1));
+    // At 12 ms the thread runs before the instance takes [r2 r3 r4]: r5 joins it (a preferred
+    // 4), and r6 waits its own delay, then for the instance.
+    let expected = vec![
+        (0, Some(2), Some(12), 2, DONE),
+        (1, Some(2), Some(12), 2, DONE),
+        (2, Some(12), Some(22), 4, DONE),
+        (3, Some(12), Some(22), 4, DONE),
+        (4, Some(12), Some(22), 4, DONE),
+        (5, Some(12), Some(22), 4, DONE),
+        (6, Some(22), Some(32), 1, DONE),
+    ];
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn the_thread_runs_first_in_its_fraction_of_batch_ends_drawn_from_the_seed() {
+    const CYCLES: u64 = 2_000;
+    let trace = doc_timeline_cycles(CYCLES);
+    // Cycles whose r5 left at 12 ms in a batch of 4: the thread won that cycle's first race.
+    let thread_won = |fraction: f64, seed: u64| {
+        let s = DOC_TIMELINE.replace(
+            "[service]",
+            &format!("thread_first_fraction = {fraction}\n[service]"),
+        );
+        let scenario = Scenario::from_toml_str(&s).unwrap();
+        let options = RunOptions {
+            seed,
+            ..RunOptions::default()
+        };
+        let (_, log) = simulate_with_requests(&scenario, &trace, &options).unwrap();
+        log.records()
+            .iter()
+            .filter(|r| r.request % 7 == 5 && r.batch_size == 4)
+            .count() as f64
+    };
+    assert_eq!(thread_won(0.0, 1), 0.0, "the default: the instance first");
+    assert_eq!(thread_won(1.0, 1), CYCLES as f64);
+    for (fraction, seed) in [(0.1, 1), (0.3, 2), (0.7, 3)] {
+        let won = thread_won(fraction, seed);
+        let expected = fraction * CYCLES as f64;
+        // Four binomial standard deviations.
+        let bound = 4.0 * (CYCLES as f64 * fraction * (1.0 - fraction)).sqrt();
+        assert!(
+            (won - expected).abs() <= bound,
+            "fraction {fraction}: the thread won {won} of {CYCLES} races, expected {expected} \
+             +- {bound:.0}"
+        );
+        assert_eq!(
+            won,
+            thread_won(fraction, seed),
+            "the same seed, the same races"
+        );
+    }
 }
 
 #[test]

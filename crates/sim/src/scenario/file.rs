@@ -226,6 +226,13 @@ pub struct BatcherSpec {
     /// batch's requests go on at compute end; only the instance waits. Default 0.
     #[serde(default)]
     pub release_latency: DurationNs,
+    /// Dynamic: the fraction of batch ends at which the batcher thread runs before the freed
+    /// model instance takes the next payload (in Triton the two threads race; see
+    /// [`crate::batcher`]), so that requests waiting behind a growing payload join it before it
+    /// leaves. Between 0 and 1; measured from a server's trace by `capsim validate --endpoint
+    /// --server-trace`. Default 0: the instance first.
+    #[serde(default)]
+    pub thread_first_fraction: f64,
     /// Continuous: most sequences running at once. Default 256.
     pub max_num_seqs: Option<u32>,
     /// Continuous: most tokens computed in one step. Default 8192.
@@ -264,6 +271,7 @@ impl Default for BatcherSpec {
             prefetch: None,
             dispatch_latency: DurationNs(0),
             release_latency: DurationNs(0),
+            thread_first_fraction: 0.0,
             max_num_seqs: None,
             max_num_batched_tokens: None,
             enable_chunked_prefill: None,

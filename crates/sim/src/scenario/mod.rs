@@ -527,6 +527,22 @@ mod tests {
     }
 
     #[test]
+    fn a_thread_first_fraction_outside_0_to_1_is_refused_naming_the_key() {
+        let mut s = Scenario::from_toml_str(MINIMAL).unwrap();
+        s.set("batcher.thread_first_fraction", "0.25").unwrap();
+        for bad in ["-0.1", "1.5", "nan"] {
+            let err = s
+                .set("batcher.thread_first_fraction", bad)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("batcher.thread_first_fraction") && err.contains("between 0"),
+                "{bad}: {err}"
+            );
+        }
+    }
+
+    #[test]
     fn continuous_keys_under_the_dynamic_batcher_are_rejected_naming_the_key() {
         let err = Scenario::from_toml_str(&format!("{MINIMAL}[batcher]\nmax_num_seqs = 8\n"))
             .unwrap_err();

@@ -201,6 +201,10 @@ pub(super) fn validate_pool(name: &str, prefix: &str, p: PoolFile) -> Result<Poo
                 ("prefetch", batcher.prefetch.is_some()),
                 ("dispatch_latency", batcher.dispatch_latency.0 != 0),
                 ("release_latency", batcher.release_latency.0 != 0),
+                (
+                    "thread_first_fraction",
+                    batcher.thread_first_fraction != 0.0,
+                ),
             ];
             if let Some((k, _)) = dynamic_keys.iter().find(|(_, set)| *set) {
                 return Err(invalid(
@@ -244,6 +248,13 @@ pub(super) fn validate_pool(name: &str, prefix: &str, p: PoolFile) -> Result<Poo
         return Err(invalid(
             &key("batcher.max_batch_size"),
             "must be between 1 and 65536",
+        ));
+    }
+    let fraction = batcher.thread_first_fraction;
+    if !(0.0..=1.0).contains(&fraction) {
+        return Err(invalid(
+            &key("batcher.thread_first_fraction"),
+            format!("is {fraction}; it must be between 0 (the instance first) and 1"),
         ));
     }
     batcher.preferred_batch_size.sort_unstable();
