@@ -54,19 +54,23 @@ def toml_value(v) -> str:
     return repr(v)
 
 
-def timeline_scenario(fit: dict, windows: list) -> str:
+def timeline_scenario(fit: dict, windows: list, thread_first: float) -> str:
     """The scenario's queue and batcher, one server of its model instances, the run's fitted
-    batch times and the run's speed."""
+    batch times and the run's speed, the batcher thread first at `thread_first` of batch
+    ends."""
     s = tomllib.loads(SCENARIO.read_text())
     lines = ['name = "classifier-timeline"', "instances = 1",
              f"max_input_tokens = {s.get('max_input_tokens', MAX_LENGTH)}"]
     for table in ("queue", "batcher"):
         lines.append(f"[{table}]")
-        lines += [f"{k} = {toml_value(v)}" for k, v in s.get(table, {}).items()]
+        lines += [f"{k} = {toml_value(v)}" for k, v in s.get(table, {}).items()
+                  if k != "thread_first_fraction"]
     if fit.get("dispatch_ms", 0.0) > 0:
         lines.append(f'dispatch_latency = "{fit["dispatch_ms"] * 1e3:.1f}us"')
     if fit.get("release_ms", 0.0) > 0:
         lines.append(f'release_latency = "{fit["release_ms"] * 1e3:.1f}us"')
+    if thread_first > 0:
+        lines.append(f"thread_first_fraction = {thread_first:.4f}")
     lines += ["[execution]",
               f"instance_count = {s.get('execution', {}).get('instance_count', 1)}",
               *tc.slowdowns_toml(windows)]
@@ -150,8 +154,9 @@ def compare(out: Path, load: float) -> str:
         return fit["a_ms"] + fit["b_ms"] * len(members) + fit["c_ms"] * len(members) * longest
 
     result = tc.timeline_sim(out, requests, tokens, latency, nominal,
-                             lambda windows: timeline_scenario(fit, windows), readiness,
-                             fit["turnaround_ms"] * 1e6, 1, fit["dispatch_ms"] * 1e6)
+                             lambda windows, first: timeline_scenario(fit, windows, first),
+                             readiness, fit["turnaround_ms"] * 1e6, 1, fit["dispatch_ms"] * 1e6,
+                             batcher.get("max_batch_size", 1))
     validation = json.loads((out / "validate" / "validation.json").read_text())
     v = validation["loads"][0]
     run_errors = (v.get("run_sim") or {}).get("errors") or {}

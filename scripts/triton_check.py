@@ -61,12 +61,13 @@ def model_times(setting: dict) -> dict:
 
 def scenario_toml(name: str, s: dict, a_ms: float = A_MS, b_ms: float = B_MS,
                   residuals: list | None = None, slowdowns: list | None = None,
-                  dispatch_ms: float = 0.0, release_ms: float = 0.0) -> str:
+                  dispatch_ms: float = 0.0, release_ms: float = 0.0,
+                  thread_first: float = 0.0) -> str:
     """The setting as a capsim scenario whose batches take a + b * batch_size, times a factor
     drawn from `residuals` (measured over predicted batch times) when given, and stretched by
     `slowdowns` ((from ns, to ns, factor) windows of `execution.slowdowns`) when given, each
     after a dispatch latency of `dispatch_ms`, each model instance taken `release_ms` after
-    (`handover`)."""
+    (`handover`), the batcher thread first at `thread_first` of batch ends."""
     lines = [f'name = "{name}"', "instances = 1", "[batcher]",
              f"max_batch_size = {s['max_batch_size']}", f'max_queue_delay = "{s["delay"]}"']
     if s["preferred"]:
@@ -75,6 +76,8 @@ def scenario_toml(name: str, s: dict, a_ms: float = A_MS, b_ms: float = B_MS,
         lines.append(f'dispatch_latency = "{dispatch_ms * 1e3:.1f}us"')
     if release_ms > 0:
         lines.append(f'release_latency = "{release_ms * 1e3:.1f}us"')
+    if thread_first > 0:
+        lines.append(f"thread_first_fraction = {thread_first:.4f}")
     lines += ["[execution]", f"instance_count = {s['instances']}"]
     if slowdowns:
         lines += slowdowns_toml(slowdowns)
@@ -295,6 +298,7 @@ def compare(out: Path, label: str, setting: dict, load: float, rate: float) -> s
             return f"{m:.2f} / {x:.2f} ({err(m, x)})"
 
         dispatch_ms, release_ms = handover(timings)
+        first = "–" if timeline["thread_first"] is None else f"{timeline['thread_first']:.2f}"
         TIMELINE_ROWS.append(
             f"| {label} | {load * 100:.0f}% | {gap(timeline['shares']):.1f} | {pair(q[0], q[1])} "
             f"| {pair(q[2], q[3])} | {pair(e[0], e[1])} | {pair(e[2], e[3])} "
@@ -303,7 +307,10 @@ def compare(out: Path, label: str, setting: dict, load: float, rate: float) -> s
             f"| {turnaround_ms * 1e3:.0f} / {dispatch_ms * 1e3:.0f} / "
             f"{release_ms * 1e3:.0f} | {timings['left_waiting']} "
             f"({timings['left_waiting_ms']:.0f} ms) "
-            f"| {timeline['joined']} of {timeline['requests']} |")
+            f"| {timeline['joined']} of {timeline['requests']} "
+            f"| {first} "
+            f"({timeline['left_behind'][0] * 100:.0f}% / "
+            f"{timeline['left_behind'][1] * 100:.0f}%) |")
     keys = sorted(set(t_sh) | set(sim_shares[0]), key=lambda k: -t_sh.get(k, 0))[:3]
     top = ", ".join(f"{k}: {t_sh.get(k, 0) * 100:.0f}/{sim_shares[0].get(k, 0) * 100:.0f}/"
                     f"{sim_shares[1].get(k, 0) * 100:.0f}" for k in keys)
@@ -375,6 +382,64 @@ def run_slowdowns(requests: list, nominal_ms, t0: int, readiness: dict | None = 
     return sorted(windows, key=lambda w: (w[0], w[1]))
 
 
+LEFT_BEHIND_NS = 50_000
+RELEASE_WINDOW_NS = 1_000_000
+
+
+def left_behind_share(rows: list, max_batch: int) -> tuple:
+    """Of the batches smaller than `max_batch` that started within 1 ms of a batch's end (taken
+    at a model instance's release), the share that left behind a request queued more than 50 us
+    before their start: (share, such batches). `rows`: (queued, compute start, compute end) ns
+    of each request. When Triton's batcher thread wins the race at a batch's end, the requests
+    waiting behind the growing payload join it, and none is left behind."""
+    import bisect
+    by_queue = sorted(rows)
+    queued = [q for q, _, _ in by_queue]
+    latest_start, top = [], -1
+    for _, start, _ in by_queue:
+        top = max(top, start)
+        latest_start.append(top)
+    batches: dict = {}
+    for q, start, end in rows:
+        batches.setdefault((start, end), []).append(q)
+    ends = sorted(end for _, end in batches)
+    taken = left = 0
+    for (start, _), members in batches.items():
+        i = bisect.bisect_left(ends, start)
+        if len(members) >= max_batch or i == 0 or start - ends[i - 1] > RELEASE_WINDOW_NS:
+            continue
+        taken += 1
+        k = bisect.bisect_left(queued, start - LEFT_BEHIND_NS)
+        left += k > 0 and latest_start[k - 1] > start
+    return (left / taken if taken else 0.0), taken
+
+
+def measure_thread_first(traced: list, max_batch: int, simulated_rows) -> float | None:
+    """`batcher.thread_first_fraction` of a run: the fraction whose simulation leaves requests
+    behind at as many batches taken at a release as the server did (`left_behind_share`), by
+    bisection (7 steps, to 1/128); the share falls as the fraction grows. `simulated_rows(f)`:
+    the simulation's rows with fraction f. 0 when the server left more behind than the thread
+    never winning does. None when the share cannot see the race: no such batches, or under 2
+    points between the thread never and always first (with no queue delay nothing is left
+    behind either way)."""
+    target, taken = left_behind_share(traced, max_batch)
+    if max_batch <= 1 or taken == 0:
+        return None
+    never = left_behind_share(simulated_rows(0.0), max_batch)[0]
+    if never - left_behind_share(simulated_rows(1.0), max_batch)[0] < 0.02:
+        return None
+    if never <= target:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    for _ in range(7):
+        mid = (lo + hi) / 2
+        if left_behind_share(simulated_rows(mid), max_batch)[0] > target:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
 def server_requests(path: Path) -> list:
     """The traced requests that reached compute, with their ids; where an id was sent more than
     once (a warm-up before the run), its last time. Sorted by queue start."""
@@ -389,7 +454,8 @@ def server_requests(path: Path) -> list:
 
 def timeline_sim(out: Path, requests: list, tokens: dict, latency_ns: dict, nominal_ms,
                  scenario_of, readiness: dict | None = None, turnaround_ns: float = 0.0,
-                 model_instances: int = 1, dispatch_ns: float = 0.0) -> dict | None:
+                 model_instances: int = 1, dispatch_ns: float = 0.0,
+                 max_batch: int = 1) -> dict | None:
     """The queue and the batcher alone, with the run's own timing taken out of the way: the
     simulation's arrivals are the times Triton queued each request (its QUEUE_START, so neither
     the load generator's lateness nor HTTP sits in front of the queue) and its batches are
@@ -397,7 +463,9 @@ def timeline_sim(out: Path, requests: list, tokens: dict, latency_ns: dict, nomi
     machine holds the simulated queue up when it held Triton's up. Each request's time before
     the queue and after the compute is the one measured, so its end-to-end latency is the
     client's (`latency_ns` by id) minus Triton's queue-to-compute-end plus the simulation's.
-    `tokens`: input tokens by id; `scenario_of(windows)`: the scenario's text."""
+    The batcher thread runs first at the fraction of batch ends measured from the trace
+    (`measure_thread_first`, with batches of at most `max_batch`).
+    `tokens`: input tokens by id; `scenario_of(windows, thread_first)`: the scenario's text."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     if not requests:
@@ -411,10 +479,22 @@ def timeline_sim(out: Path, requests: list, tokens: dict, latency_ns: dict, nomi
     windows = run_slowdowns(requests, nominal_ms, t0, readiness, turnaround_ns, model_instances,
                             dispatch_ns)
     scenario = out / "scenario-timeline.toml"
-    scenario.write_text(scenario_of(windows))
-    capsim("simulate", "--scenario", str(scenario), str(trace), "-o",
-           str(out / "simulated-timeline"))
-    sim = pq.read_table(out / "simulated-timeline" / "requests.parquet").to_pydict()
+
+    def simulate(thread_first: float) -> dict:
+        scenario.write_text(scenario_of(windows, thread_first))
+        capsim("simulate", "--scenario", str(scenario), str(trace), "-o",
+               str(out / "simulated-timeline"))
+        return pq.read_table(out / "simulated-timeline" / "requests.parquet").to_pydict()
+
+    def executed(sim: dict) -> list:
+        return [(a, s, e) for a, s, e, o in zip(sim["arrival_ns"], sim["exec_start_ns"],
+                                                 sim["exec_end_ns"], sim["outcome"])
+                if o == "completed" and e is not None]
+
+    traced = [(r["QUEUE_START"] - t0, r["COMPUTE_START"] - t0, r["COMPUTE_END"] - t0)
+              for r in requests]
+    thread_first = measure_thread_first(traced, max_batch, lambda f: executed(simulate(f)))
+    sim = simulate(thread_first or 0.0)
     rows = {request: i for i, request in enumerate(sim["request"])}
     queue_t, queue_s, e2e_m, e2e_s = [], [], [], []
     for k, r in enumerate(requests):
@@ -443,6 +523,9 @@ def timeline_sim(out: Path, requests: list, tokens: dict, latency_ns: dict, nomi
         "shares": shares({k: n for k, n in enumerate(summary["batch_size_counts"]) if n}),
         "stalls": len(stalls), "stall_ms": sum(w[1] - w[0] for w in stalls) / 1e6,
         "windows": len(windows),
+        "thread_first": thread_first,
+        "left_behind": [left_behind_share(traced, max_batch)[0],
+                        left_behind_share(executed(sim), max_batch)[0]],
     }
 
 
@@ -458,10 +541,10 @@ def fixed_timeline_sim(out: Path, label: str, setting: dict, a_ms: float, b_ms: 
         out, requests, {int(r["request_id"]): 16 for r in requests},
         dict(zip(client["request"], client["latency_ns"])),
         lambda members: a_ms + b_ms * len(members),
-        lambda windows: scenario_toml(label, setting, a_ms, b_ms, None, windows,
-                                      *handover(timings)),
+        lambda windows, thread_first: scenario_toml(label, setting, a_ms, b_ms, None, windows,
+                                                    *handover(timings), thread_first),
         setting_readiness(setting), timings["turnaround_ms"] * 1e6, setting["instances"],
-        handover(timings)[0] * 1e6)
+        handover(timings)[0] * 1e6, setting["max_batch_size"])
 
 
 def percentile(values: list, q: float) -> float:
@@ -604,8 +687,8 @@ def main() -> None:
               "| e2e p99 ms: measured / timeline-sim | compute stalls > 3x (their time) "
               "| dispatch stalls > 1 ms (their time) "
               "| turnaround / dispatch / release us | left waiting for an arrival (their wait) "
-              "| requests joined |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+              "| requests joined | thread first (left behind: Triton / timeline-sim) |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         print("\n".join(TIMELINE_ROWS))
 
 
