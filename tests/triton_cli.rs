@@ -65,6 +65,13 @@ impl Triton {
         triton
     }
 
+    /// Whether Triton died of a signal of its own (its log says "Signal (N) received."): the
+    /// traced 2.51 server crashes now and then under load, which says nothing of capsim.
+    fn crashed(&self) -> bool {
+        std::fs::read_to_string(self.dir.join("triton.log"))
+            .is_ok_and(|log| log.contains("Signal ("))
+    }
+
     fn url(&self, port: &str) -> String {
         let ports: Value = serde_json::from_str(
             &std::fs::read_to_string(self.dir.join("ports.json")).expect("ports.json"),
@@ -306,19 +313,34 @@ fn validate_demo(url: &str, model: &str, scenario: &Path, out: &Path, extra: &[&
 #[test]
 fn validate_endpoint_with_tritons_trace_simulates_the_runs_own_timeline() {
     let _one = ONE_TRITON.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::tempdir().expect("tempdir");
-    let scenario = fixed_scenario(dir.path());
-    let triton = Triton::start_traced(&scenario, dir.path());
-    let out = dir.path().join("validate");
-    let output = validate_demo(
-        &triton.url("http"),
-        "fixed",
-        &scenario,
-        &out,
-        &["--duration", "4s", "--server-trace"],
-    );
-    assert!(output.status.success(), "{}", text(&output));
-    let printed = String::from_utf8_lossy(&output.stdout);
+    // A fresh Triton where the last one crashed (and only then), three tries at most.
+    let mut attempt = 0;
+    let (_dir, out, printed) = loop {
+        attempt += 1;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let scenario = fixed_scenario(dir.path());
+        let triton = Triton::start_traced(&scenario, dir.path());
+        let out = dir.path().join("validate");
+        let output = validate_demo(
+            &triton.url("http"),
+            "fixed",
+            &scenario,
+            &out,
+            &["--duration", "4s", "--server-trace"],
+        );
+        if output.status.success() {
+            break (
+                dir,
+                out,
+                String::from_utf8_lossy(&output.stdout).into_owned(),
+            );
+        }
+        assert!(
+            triton.crashed() && attempt < 3,
+            "attempt {attempt}: {}",
+            text(&output)
+        );
+    };
     assert!(printed.contains("trace-sim"), "{printed}");
     let validation: Value = serde_json::from_str(
         &std::fs::read_to_string(out.join("validation.json")).expect("validation.json"),
@@ -342,6 +364,20 @@ fn validate_endpoint_with_tritons_trace_simulates_the_runs_own_timeline() {
         );
         // Every request completed in the run is joined to its simulated self.
         assert_eq!(number(&timeline["requests_joined"]), completed, "{load}");
+        // With a 2 ms delay the race at a batch's end shows in the batches that left requests
+        // behind: the fraction measured leaves as many behind in the simulation.
+        let fraction = number(&timeline["thread_first_fraction"]);
+        let (server_left, sim_left) = (
+            number(&timeline["server_left_behind"]),
+            number(&timeline["sim_left_behind"]),
+        );
+        assert!(
+            (0.0..=1.0).contains(&fraction)
+                && number(&timeline["released_batches"]) > 0.0
+                && (server_left - sim_left).abs() < 0.05,
+            "thread first at {fraction}: left behind {server_left} by Triton, {sim_left} by \
+             trace-sim ({load})"
+        );
         // The batches sleep 2 ms + 0.5 ms per request, and the Python backend adds a little.
         let (a, b) = (number(&timeline["fit_a_ms"]), number(&timeline["fit_b_ms"]));
         assert!(

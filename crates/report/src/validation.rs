@@ -436,6 +436,16 @@ pub struct ServerTimelineReport {
     pub server_queue_p99_ms: f64,
     /// The simulation's.
     pub sim_queue_p99_ms: f64,
+    /// The batcher thread's share of the race at batch ends, measured from the trace and
+    /// replayed (`batcher.thread_first_fraction`); `None` where the trace cannot tell it (no
+    /// queue delay, or no batch taken at a release).
+    pub thread_first_fraction: Option<f64>,
+    /// The server's batches taken at a model instance's release, below `max_batch_size`.
+    pub released_batches: u64,
+    /// Of them, the share that left behind a request queued before their start.
+    pub server_left_behind: f64,
+    /// The simulation's share, at the fraction measured.
+    pub sim_left_behind: f64,
 }
 
 /// One load of a validation.
@@ -750,6 +760,22 @@ impl LoadValidation {
                 t.sim_queue_p99_ms,
                 percent(relative_error(t.sim_queue_p99_ms, t.server_queue_p99_ms)),
             );
+            let race = match t.thread_first_fraction {
+                Some(fraction) => {
+                    format!("the batcher thread first at {fraction:.2} of batch ends")
+                }
+                None => {
+                    "the batcher thread's share of the race not measurable (the instance first)"
+                        .to_string()
+                }
+            };
+            let _ = writeln!(
+                out,
+                "  trace-sim race: {race}; of {} batches taken at a release, {:.1}% left a request behind in {server}, {:.1}% in trace-sim",
+                t.released_batches,
+                t.server_left_behind * 100.0,
+                t.sim_left_behind * 100.0
+            );
         }
         out
     }
@@ -1023,6 +1049,10 @@ mod tests {
             sim_queue_p50_ms: 2.1,
             server_queue_p99_ms: 20.0,
             sim_queue_p99_ms: 18.0,
+            thread_first_fraction: Some(0.15),
+            released_batches: 40,
+            server_left_behind: 0.25,
+            sim_left_behind: 0.275,
         });
         let text = traced.human("scenario's", "Triton's");
         assert!(text.contains("trace-sim"), "{text}");
@@ -1032,7 +1062,12 @@ mod tests {
                 && text.contains("p99 20.000 / 18.000 (-10.0%)"),
             "{text}"
         );
+        assert!(
+            text.contains("thread first at 0.15 of batch ends; of 40 batches taken at a release, 25.0% left a request behind in Triton's, 27.5% in trace-sim"),
+            "{text}"
+        );
         let json = serde_json::to_value(&traced).unwrap();
         assert_eq!(json["server_timeline"]["left_waiting"], 1);
+        assert_eq!(json["server_timeline"]["thread_first_fraction"], 0.15);
     }
 }

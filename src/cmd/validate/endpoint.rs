@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use capsim_endpoint::measured_service::{LeveledService, MeasuredService};
-use capsim_endpoint::triton::timeline::{Readiness, ServerTimeline};
+use capsim_endpoint::triton::timeline::{
+    LeftBehind, Readiness, ServerTimeline, executed_rows, measure_thread_first,
+};
 use capsim_endpoint::triton::trace::{self, TraceSetting};
 use capsim_endpoint::triton::{self, ModelStats, ServerOverheads};
 use capsim_endpoint::{EndpointError, EndpointOptions, LoadMode, MeasuredRun, Protocol};
@@ -411,7 +413,6 @@ fn trace_sim(
     timeline
         .apply(&mut on_timeline)
         .context("setting the run's timeline in the scenario")?;
-    let built = crate::cmd::build_scenario(&on_timeline, profiles)?;
     let sim_trace = timeline
         .trace()
         .context("building the trace of the server's queue starts")?;
@@ -419,7 +420,25 @@ fn trace_sim(
         seed: t.seed,
         ..RunOptions::default()
     };
-    let (sim_run, log) = simulate_with_requests(&built, &sim_trace, &options)?;
+    let mut simulate_at = |fraction: f64| -> Result<_> {
+        let mut scenario = on_timeline.clone();
+        scenario
+            .set("batcher.thread_first_fraction", &format!("{fraction}"))
+            .context("setting the batcher thread's share of the race")?;
+        let built = crate::cmd::build_scenario(&scenario, profiles)?;
+        Ok(simulate_with_requests(&built, &sim_trace, &options)?)
+    };
+    // The race at a batch's end, measured by the batches that left requests behind.
+    let max_batch_size = t.pool.batcher.max_batch_size;
+    let server_left = timeline.left_behind(max_batch_size);
+    let thread_first = measure_thread_first(server_left, |fraction| {
+        let (_, log) = simulate_at(fraction)?;
+        Ok::<_, anyhow::Error>(
+            LeftBehind::of(&executed_rows(log.records()), max_batch_size).share(),
+        )
+    })?;
+    let (sim_run, log) = simulate_at(thread_first.unwrap_or(0.0))?;
+    let sim_left = LeftBehind::of(&executed_rows(log.records()), max_batch_size);
     write_requests_parquet(
         &dir.join("simulated-trace.parquet"),
         log.records(),
@@ -490,6 +509,10 @@ fn trace_sim(
         sim_queue_p50_ms: percentile_sorted(&sim_queue, 0.5),
         server_queue_p99_ms: percentile_sorted(&server_queue, 0.99),
         sim_queue_p99_ms: percentile_sorted(&sim_queue, 0.99),
+        thread_first_fraction: thread_first,
+        released_batches: server_left.taken as u64,
+        server_left_behind: server_left.share(),
+        sim_left_behind: sim_left.share(),
     };
     Ok(Ok((
         Simulated::with_figures(&sim_run.summary, figures, t.figures, t.server_shares),

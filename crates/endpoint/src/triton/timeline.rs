@@ -26,6 +26,122 @@ pub const STALL_NS: u64 = 1_000_000;
 /// have been formed: a simulation a little ahead of the server still waits with it.
 pub const HOLD_MARGIN_NS: u64 = 500_000;
 
+/// A request queued this long before a batch's start and left out of it was left behind.
+pub const LEFT_BEHIND_NS: u64 = 50_000;
+
+/// A batch that started within this of another batch's end was taken at a model instance's
+/// release.
+pub const RELEASE_WINDOW_NS: u64 = 1_000_000;
+
+/// Steps of [`measure_thread_first`]'s bisection: the fraction to 1/128.
+const THREAD_FIRST_STEPS: u32 = 7;
+
+/// Between the thread never and always first, a left-behind share that moves less than this
+/// cannot see the race (with no queue delay, nothing is left behind either way).
+const THREAD_FIRST_SENSITIVITY: f64 = 0.02;
+
+/// Batches taken at a release, and how many of them left a request behind.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct LeftBehind {
+    /// Batches smaller than `max_batch_size` that started within [`RELEASE_WINDOW_NS`] of a
+    /// batch's end.
+    pub taken: usize,
+    /// Of them, those that left behind a request queued [`LEFT_BEHIND_NS`] before their start.
+    pub left: usize,
+}
+
+impl LeftBehind {
+    /// `left` over `taken`; 0 with none taken.
+    pub fn share(&self) -> f64 {
+        if self.taken == 0 {
+            0.0
+        } else {
+            self.left as f64 / self.taken as f64
+        }
+    }
+
+    /// Of requests as (queued, compute start, compute end) ns, under a `max_batch_size`. When
+    /// Triton's batcher thread wins the race at a batch's end (`batcher.thread_first_fraction`),
+    /// the requests waiting behind the growing payload join it and none is left behind.
+    pub fn of(rows: &[(u64, u64, u64)], max_batch_size: u32) -> LeftBehind {
+        let mut by_queue: Vec<(u64, u64)> = rows.iter().map(|&(q, s, _)| (q, s)).collect();
+        by_queue.sort_unstable();
+        // The latest compute start among the requests queued up to each one.
+        let latest_start: Vec<u64> = by_queue
+            .iter()
+            .scan(0, |top, &(_, start)| {
+                *top = start.max(*top);
+                Some(*top)
+            })
+            .collect();
+        let mut sizes: BTreeMap<(u64, u64), u32> = BTreeMap::new();
+        for &(_, start, end) in rows {
+            *sizes.entry((start, end)).or_default() += 1;
+        }
+        let mut ends: Vec<u64> = sizes.keys().map(|&(_, end)| end).collect();
+        ends.sort_unstable();
+        let mut counted = LeftBehind::default();
+        for (&(start, _), &size) in &sizes {
+            let released = ends.partition_point(|&end| end < start);
+            if size >= max_batch_size
+                || released == 0
+                || start - ends[released - 1] > RELEASE_WINDOW_NS
+            {
+                continue;
+            }
+            counted.taken += 1;
+            let before =
+                by_queue.partition_point(|&(q, _)| q < start.saturating_sub(LEFT_BEHIND_NS));
+            if before > 0 && latest_start[before - 1] > start {
+                counted.left += 1;
+            }
+        }
+        counted
+    }
+}
+
+/// The run's `batcher.thread_first_fraction`: the fraction whose simulation leaves requests
+/// behind at as many batches taken at a release as the server did (`server`), by bisection on
+/// `simulated(fraction)`, the simulation's share (which falls as the fraction grows). `Some(0)`
+/// when the server left more behind than a thread never first does; `None` when the share
+/// cannot see the race (no batch taken at a release, or a share that moves under 2 points
+/// between the thread never and always first).
+pub fn measure_thread_first<E>(
+    server: LeftBehind,
+    mut simulated: impl FnMut(f64) -> Result<f64, E>,
+) -> Result<Option<f64>, E> {
+    if server.taken == 0 {
+        return Ok(None);
+    }
+    let never = simulated(0.0)?;
+    if never - simulated(1.0)? < THREAD_FIRST_SENSITIVITY {
+        return Ok(None);
+    }
+    let target = server.share();
+    if never <= target {
+        return Ok(Some(0.0));
+    }
+    let (mut lo, mut hi) = (0.0, 1.0);
+    for _ in 0..THREAD_FIRST_STEPS {
+        let mid = (lo + hi) / 2.0;
+        if simulated(mid)? > target {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(Some((lo + hi) / 2.0))
+}
+
+/// The rows [`LeftBehind::of`] reads of a simulation's completed requests.
+pub fn executed_rows(records: &[RequestRecord]) -> Vec<(u64, u64, u64)> {
+    records
+        .iter()
+        .filter(|r| r.outcome == Outcome::Completed)
+        .map(|r| (r.arrival_ns, r.exec_start_ns, r.exec_end_ns))
+        .collect()
+}
+
 /// When a dynamic batcher's batch may start: its oldest request's queue delay over, or at once
 /// when it holds a preferred (or the largest) number of requests.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -534,6 +650,16 @@ impl ServerTimeline {
         })
     }
 
+    /// The run's batches taken at a release that left a request behind ([`LeftBehind::of`]).
+    pub fn left_behind(&self, max_batch_size: u32) -> LeftBehind {
+        let rows: Vec<(u64, u64, u64)> = self
+            .requests
+            .iter()
+            .map(|r| (r.queue_start_ns, r.compute_start_ns, r.compute_end_ns))
+            .collect();
+        LeftBehind::of(&rows, max_batch_size)
+    }
+
     /// Requests traced in the run.
     pub fn requests(&self) -> usize {
         self.requests.len()
@@ -697,6 +823,53 @@ mod tests {
             let want = 2e6 + 0.5e6 * f64::from(n);
             assert!((fit.at(n, 16) - want).abs() < 1.0, "{fit:?} at {n}");
         }
+    }
+
+    #[test]
+    fn a_batch_taken_at_a_release_that_leaves_an_earlier_request_queued_left_it_behind() {
+        const MS: u64 = 1_000_000;
+        let rows = [
+            // A: two requests, 0-10 ms.
+            (0, MS, 10 * MS),
+            (MS / 2, MS, 10 * MS),
+            // B = [r2], taken at A's release, leaves r3 (queued at 5 ms) behind.
+            (4 * MS, 10 * MS + MS / 10, 20 * MS),
+            // C = [r3], taken at B's release, leaves nothing: r4 came after C started.
+            (5 * MS, 20 * MS + MS / 10, 30 * MS),
+            // D = [r4] and E = [r5] start 10 ms after a batch's end: not at a release.
+            (20 * MS + MS / 5, 40 * MS, 50 * MS),
+            (45 * MS, 60 * MS, 70 * MS),
+        ];
+        let counted = LeftBehind::of(&rows, 8);
+        assert_eq!(
+            counted,
+            LeftBehind { taken: 2, left: 1 },
+            "B and C taken, B left r3"
+        );
+        assert_eq!(counted.share(), 0.5);
+        // With max_batch_size 1, every batch is full: none is counted.
+        assert_eq!(LeftBehind::of(&rows, 1), LeftBehind::default());
+    }
+
+    #[test]
+    fn the_thread_first_fraction_is_where_the_simulated_share_meets_the_servers() {
+        let server = LeftBehind {
+            taken: 100,
+            left: 30,
+        };
+        let linear = |f: f64| Ok::<_, ()>(0.5 - 0.4 * f);
+        let f = measure_thread_first(server, linear).unwrap().unwrap();
+        assert!((f - 0.5).abs() <= 1.0 / 128.0, "{f}");
+        // More left behind by the server than by a thread never first: the instance first.
+        let fewer = |f: f64| Ok::<_, ()>(0.2 - 0.1 * f);
+        assert_eq!(measure_thread_first(server, fewer), Ok(Some(0.0)));
+        // A share the race does not move, or no batch at a release: not measurable.
+        let flat = |_: f64| Ok::<_, ()>(0.31);
+        assert_eq!(measure_thread_first(server, flat), Ok(None));
+        assert_eq!(
+            measure_thread_first(LeftBehind::default(), linear),
+            Ok(None)
+        );
     }
 
     #[test]
