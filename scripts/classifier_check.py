@@ -118,7 +118,8 @@ def run_once(out: Path, load: float, duration: str) -> None:
             subprocess.run([str(tc.CAPSIM), "validate", "--endpoint", f"http://127.0.0.1:{port}",
                             "--model", MODEL, "--scenario", str(SCENARIO), "--set", "instances=1",
                             "--trace", str(TRACE), "--profile", str(PROFILE), "--loads",
-                            str(load), "--duration", duration, "-o", str(out / "validate")],
+                            str(load), "--duration", duration, "--server-trace",
+                            "-o", str(out / "validate")],
                            check=True, stdout=log, stderr=subprocess.STDOUT)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/{MODEL}/stats",
                                     timeout=30) as r:
