@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use capsim_endpoint::measured_service::{LeveledService, MeasuredService};
 use capsim_endpoint::triton::timeline::{
-    LeftBehind, Readiness, ServerTimeline, executed_rows, measure_thread_first,
+    LeftBehind, Readiness, ServerTimeline, executed_requests, measure_thread_first,
 };
 use capsim_endpoint::triton::trace::{self, TraceSetting};
 use capsim_endpoint::triton::{self, ModelStats, ServerOverheads};
@@ -434,11 +434,11 @@ fn trace_sim(
     let thread_first = measure_thread_first(server_left, |fraction| {
         let (_, log) = simulate_at(fraction)?;
         Ok::<_, anyhow::Error>(
-            LeftBehind::of(&executed_rows(log.records()), max_batch_size).share(),
+            LeftBehind::of(&executed_requests(log.records()), max_batch_size).share(),
         )
     })?;
     let (sim_run, log) = simulate_at(thread_first.unwrap_or(0.0))?;
-    let sim_left = LeftBehind::of(&executed_rows(log.records()), max_batch_size);
+    let sim_left = LeftBehind::of(&executed_requests(log.records()), max_batch_size);
     write_requests_parquet(
         &dir.join("simulated-trace.parquet"),
         log.records(),

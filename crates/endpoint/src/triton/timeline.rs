@@ -60,11 +60,15 @@ impl LeftBehind {
         }
     }
 
-    /// Of requests as (queued, compute start, compute end) ns, under a `max_batch_size`. When
-    /// Triton's batcher thread wins the race at a batch's end (`batcher.thread_first_fraction`),
-    /// the requests waiting behind the growing payload join it and none is left behind.
-    pub fn of(rows: &[(u64, u64, u64)], max_batch_size: u32) -> LeftBehind {
-        let mut by_queue: Vec<(u64, u64)> = rows.iter().map(|&(q, s, _)| (q, s)).collect();
+    /// Of `requests` (traced, or simulated: [`executed_requests`]) under a `max_batch_size`.
+    /// When Triton's batcher thread wins the race at a batch's end
+    /// (`batcher.thread_first_fraction`), the requests waiting behind the growing payload join
+    /// it and none is left behind.
+    pub fn of(requests: &[TracedRequest], max_batch_size: u32) -> LeftBehind {
+        let mut by_queue: Vec<(u64, u64)> = requests
+            .iter()
+            .map(|r| (r.queue_start_ns, r.compute_start_ns))
+            .collect();
         by_queue.sort_unstable();
         // The latest compute start among the requests queued up to each one.
         let latest_start: Vec<u64> = by_queue
@@ -74,16 +78,14 @@ impl LeftBehind {
                 Some(*top)
             })
             .collect();
-        let mut sizes: BTreeMap<(u64, u64), u32> = BTreeMap::new();
-        for &(_, start, end) in rows {
-            *sizes.entry((start, end)).or_default() += 1;
-        }
-        let mut ends: Vec<u64> = sizes.keys().map(|&(_, end)| end).collect();
+        let batches = batches(requests);
+        let mut ends: Vec<u64> = batches.iter().map(|b| b.end_ns).collect();
         ends.sort_unstable();
         let mut counted = LeftBehind::default();
-        for (&(start, _), &size) in &sizes {
+        for batch in &batches {
+            let start = batch.start_ns;
             let released = ends.partition_point(|&end| end < start);
-            if size >= max_batch_size
+            if batch.members.len() >= max_batch_size as usize
                 || released == 0
                 || start - ends[released - 1] > RELEASE_WINDOW_NS
             {
@@ -133,12 +135,18 @@ pub fn measure_thread_first<E>(
     Ok(Some((lo + hi) / 2.0))
 }
 
-/// The rows [`LeftBehind::of`] reads of a simulation's completed requests.
-pub fn executed_rows(records: &[RequestRecord]) -> Vec<(u64, u64, u64)> {
+/// A simulation's completed requests as Triton would have traced them (queued at arrival), for
+/// [`LeftBehind::of`].
+pub fn executed_requests(records: &[RequestRecord]) -> Vec<TracedRequest> {
     records
         .iter()
         .filter(|r| r.outcome == Outcome::Completed)
-        .map(|r| (r.arrival_ns, r.exec_start_ns, r.exec_end_ns))
+        .map(|r| TracedRequest {
+            request_id: u64::from(r.request),
+            queue_start_ns: r.arrival_ns,
+            compute_start_ns: r.exec_start_ns,
+            compute_end_ns: r.exec_end_ns,
+        })
         .collect()
 }
 
@@ -652,12 +660,7 @@ impl ServerTimeline {
 
     /// The run's batches taken at a release that left a request behind ([`LeftBehind::of`]).
     pub fn left_behind(&self, max_batch_size: u32) -> LeftBehind {
-        let rows: Vec<(u64, u64, u64)> = self
-            .requests
-            .iter()
-            .map(|r| (r.queue_start_ns, r.compute_start_ns, r.compute_end_ns))
-            .collect();
-        LeftBehind::of(&rows, max_batch_size)
+        LeftBehind::of(&self.requests, max_batch_size)
     }
 
     /// Requests traced in the run.
@@ -827,20 +830,19 @@ mod tests {
 
     #[test]
     fn a_batch_taken_at_a_release_that_leaves_an_earlier_request_queued_left_it_behind() {
-        const MS: u64 = 1_000_000;
-        let rows = [
+        let requests = vec![
             // A: two requests, 0-10 ms.
-            (0, MS, 10 * MS),
-            (MS / 2, MS, 10 * MS),
+            request(0, 0, MS, 10 * MS),
+            request(1, MS / 2, MS, 10 * MS),
             // B = [r2], taken at A's release, leaves r3 (queued at 5 ms) behind.
-            (4 * MS, 10 * MS + MS / 10, 20 * MS),
+            request(2, 4 * MS, 10 * MS + MS / 10, 20 * MS),
             // C = [r3], taken at B's release, leaves nothing: r4 came after C started.
-            (5 * MS, 20 * MS + MS / 10, 30 * MS),
+            request(3, 5 * MS, 20 * MS + MS / 10, 30 * MS),
             // D = [r4] and E = [r5] start 10 ms after a batch's end: not at a release.
-            (20 * MS + MS / 5, 40 * MS, 50 * MS),
-            (45 * MS, 60 * MS, 70 * MS),
+            request(4, 20 * MS + MS / 5, 40 * MS, 50 * MS),
+            request(5, 45 * MS, 60 * MS, 70 * MS),
         ];
-        let counted = LeftBehind::of(&rows, 8);
+        let counted = LeftBehind::of(&requests, 8);
         assert_eq!(
             counted,
             LeftBehind { taken: 2, left: 1 },
@@ -848,7 +850,7 @@ mod tests {
         );
         assert_eq!(counted.share(), 0.5);
         // With max_batch_size 1, every batch is full: none is counted.
-        assert_eq!(LeftBehind::of(&rows, 1), LeftBehind::default());
+        assert_eq!(LeftBehind::of(&requests, 1), LeftBehind::default());
     }
 
     #[test]
