@@ -30,7 +30,7 @@ use capsim_sim::{
     BuiltScenario, Outcome, RequestRecord, RunOptions, Scenario, ServiceTime,
     simulate_with_requests,
 };
-use capsim_trace::{Columns, Trace, percentile_sorted};
+use capsim_trace::{Columns, Distribution, Trace};
 
 use super::{ValidateArgs, check_loads, scaled_trace, served_lengths};
 use crate::cmd::BadInput;
@@ -453,27 +453,23 @@ fn trace_sim(
         .map(|r| (u64::from(r.request), r.latency_ns()))
         .collect();
     let joined = timeline.join(|id| latency.get(&id).copied(), log.records());
-    if joined.e2e_ms.is_empty() {
+    // The queues hold every request completed in the simulation, end to end only those also
+    // completed in the run: with any end to end, neither queue is empty.
+    let (Some(e2e), Some(server_queue), Some(sim_queue)) = (
+        Distribution::of(joined.e2e_ms),
+        Distribution::of(joined.queue_server_ms),
+        Distribution::of(joined.queue_sim_ms),
+    ) else {
         return Ok(Err(
             "no traced request completed both in the run and in the simulation".into(),
         ));
-    }
-    let sorted = |values: &[f64]| {
-        let mut v = values.to_vec();
-        v.sort_by(f64::total_cmp);
-        v
     };
-    let e2e = sorted(&joined.e2e_ms);
-    let (server_queue, sim_queue) = (
-        sorted(&joined.queue_server_ms),
-        sorted(&joined.queue_sim_ms),
-    );
     let figures = Figures {
         throughput_rps: Figures::of(&sim_run.summary).throughput_rps,
-        e2e_p50_ms: percentile_sorted(&e2e, 0.5),
-        e2e_p90_ms: percentile_sorted(&e2e, 0.9),
-        e2e_p99_ms: percentile_sorted(&e2e, 0.99),
-        queue_mean_ms: Some(sim_queue.iter().sum::<f64>() / sim_queue.len().max(1) as f64),
+        e2e_p50_ms: e2e.p50,
+        e2e_p90_ms: e2e.p90,
+        e2e_p99_ms: e2e.p99,
+        queue_mean_ms: Some(sim_queue.mean),
     };
     let stalls: Vec<&(u64, u64, f64)> = timeline
         .windows
@@ -484,7 +480,7 @@ fn trace_sim(
     let (fit, handover) = (timeline.fit, timeline.handover);
     let report = ServerTimelineReport {
         requests_traced: timeline.requests() as u64,
-        requests_joined: joined.e2e_ms.len() as u64,
+        requests_joined: e2e.count,
         batches: timeline.batches as u64,
         fit_a_ms: fit.a_ns * 1e-6,
         fit_b_ms: fit.b_ns * 1e-6,
@@ -505,10 +501,10 @@ fn trace_sim(
             .fold(0.0, |ms, p| ms + (p.1 - p.0) as f64 * 1e-6),
         left_waiting: handover.left_waiting as u64,
         left_waiting_ms: handover.left_waiting_ns as f64 * 1e-6,
-        server_queue_p50_ms: percentile_sorted(&server_queue, 0.5),
-        sim_queue_p50_ms: percentile_sorted(&sim_queue, 0.5),
-        server_queue_p99_ms: percentile_sorted(&server_queue, 0.99),
-        sim_queue_p99_ms: percentile_sorted(&sim_queue, 0.99),
+        server_queue_p50_ms: server_queue.p50,
+        sim_queue_p50_ms: sim_queue.p50,
+        server_queue_p99_ms: server_queue.p99,
+        sim_queue_p99_ms: sim_queue.p99,
         thread_first_fraction: thread_first,
         released_batches: server_left.taken as u64,
         server_left_behind: server_left.share(),
