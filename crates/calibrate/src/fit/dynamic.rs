@@ -32,6 +32,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::UInt32Type;
 use arrow_array::{Array, RecordBatch};
 use capsim_sim::rng::{SimRng, splitmix64};
+use capsim_sim::timing::least_squares::{least_squares, non_negative_least_squares};
 use capsim_sim::{Outcome, RunOptions, Scenario};
 use capsim_trace::{Columns, Trace};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -324,7 +325,11 @@ pub fn fit_affine(batches: &Batches) -> Result<AffineFit, FitError> {
         })
         .collect();
     let y: Vec<f64> = batches.exec_ns.iter().map(|&t| t as f64).collect();
-    let coefficients = non_negative_least_squares(&rows, &y, if c_fitted { 3 } else { 2 })
+    let columns = if c_fitted { 3 } else { 2 };
+    let ones = vec![1.0; rows.len()];
+    let all: Vec<usize> = (0..columns).collect();
+    let coefficients = least_squares(&rows, &y, &ones, &all)
+        .and_then(|_| non_negative_least_squares(&rows, &y, &ones, columns))
         .ok_or_else(|| {
             FitError::Batches(
                 "the batches' sizes and input lengths do not pin down a, b and c (they move \
@@ -364,80 +369,6 @@ pub fn with_affine_service(scenario: &Scenario, fit: &AffineFit) -> Result<Scena
         .set("service", &service_toml(fit))
         .map_err(|e| FitError::Scenario(e.to_string()))?;
     Ok(fitted)
-}
-
-/// Non-negative least squares over the first `columns` columns of `rows` (the rest held at 0),
-/// by trying every subset of them: exact for three. `None` when even the full set is singular.
-fn non_negative_least_squares(rows: &[[f64; 3]], y: &[f64], columns: usize) -> Option<[f64; 3]> {
-    let mut best: Option<([f64; 3], f64)> = None;
-    let mut full_solvable = false;
-    for mask in 1u32..(1 << columns) {
-        let set: Vec<usize> = (0..columns).filter(|k| mask & (1 << k) != 0).collect();
-        let Some(beta) = least_squares(rows, y, &set) else {
-            continue;
-        };
-        if set.len() == columns {
-            full_solvable = true;
-        }
-        if beta.iter().any(|&b| b < 0.0) {
-            continue;
-        }
-        let sse: f64 = rows
-            .iter()
-            .zip(y)
-            .map(|(r, y)| (y - (0..3).map(|k| r[k] * beta[k]).sum::<f64>()).powi(2))
-            .sum();
-        if best.is_none_or(|(_, b)| sse < b) {
-            best = Some((beta, sse));
-        }
-    }
-    if !full_solvable {
-        return None;
-    }
-    best.map(|(beta, _)| beta)
-}
-
-/// Ordinary least squares on the columns in `set` (others 0), by the normal equations on
-/// columns scaled to unit norm; `None` when they are (nearly) collinear.
-fn least_squares(rows: &[[f64; 3]], y: &[f64], set: &[usize]) -> Option<[f64; 3]> {
-    let n = set.len();
-    let norms: Vec<f64> = set
-        .iter()
-        .map(|&k| rows.iter().map(|r| r[k] * r[k]).sum::<f64>().sqrt())
-        .collect();
-    if norms.contains(&0.0) {
-        return None;
-    }
-    // Gram matrix and right-hand side of the scaled columns, as an augmented n x (n+1) matrix.
-    let mut m = vec![vec![0.0; n + 1]; n];
-    for (i, &ki) in set.iter().enumerate() {
-        for (j, &kj) in set.iter().enumerate() {
-            m[i][j] = rows.iter().map(|r| r[ki] * r[kj]).sum::<f64>() / (norms[i] * norms[j]);
-        }
-        m[i][n] = rows.iter().zip(y).map(|(r, y)| r[ki] * y).sum::<f64>() / norms[i];
-    }
-    // Gaussian elimination with partial pivoting; a tiny pivot means collinear columns.
-    for col in 0..n {
-        let pivot = (col..n).max_by(|&a, &b| m[a][col].abs().total_cmp(&m[b][col].abs()))?;
-        if m[pivot][col].abs() < 1e-10 {
-            return None;
-        }
-        m.swap(col, pivot);
-        let pivot_row = m[col].clone();
-        for (r, row) in m.iter_mut().enumerate() {
-            if r != col {
-                let f = row[col] / pivot_row[col];
-                for (v, p) in row.iter_mut().zip(&pivot_row).skip(col) {
-                    *v -= f * p;
-                }
-            }
-        }
-    }
-    let mut beta = [0.0; 3];
-    for (i, &k) in set.iter().enumerate() {
-        beta[k] = m[i][n] / m[i][i] / norms[i];
-    }
-    Some(beta)
 }
 
 /// Keys of the fitted coefficients, in `a, b, c` order.

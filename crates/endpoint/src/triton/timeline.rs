@@ -12,6 +12,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use capsim_sim::scenario::BatcherSpec;
+use capsim_sim::timing::least_squares::non_negative_least_squares;
 use capsim_sim::{Outcome, RequestRecord, Scenario, ScenarioError};
 use capsim_trace::{Columns, Trace, TraceError};
 
@@ -325,9 +326,9 @@ impl BatchTimeFit {
 /// Each batch's time (`(size, longest, ns)`) fitted on 1, n and n * L: first by least absolute
 /// deviations (iteratively reweighted), which a few stalled batches cannot pull, then by least
 /// squares over the batches within 1.5 times that fit, twice (the machine's stalls, which the
-/// slowdowns carry instead, left out). A coefficient that comes out negative is dropped; of
+/// slowdowns carry instead, left out). Each fit is the best with no coefficient negative; of
 /// terms that the batches cannot tell apart (n and n * L when every input has one length), the
-/// later one is. `None` without batches.
+/// later one is 0. `None` without batches.
 pub fn fit_batch_times(samples: &[(u32, u32, f64)]) -> Option<BatchTimeFit> {
     if samples.is_empty() {
         return None;
@@ -342,11 +343,14 @@ pub fn fit_batch_times(samples: &[(u32, u32, f64)]) -> Option<BatchTimeFit> {
     let y: Vec<f64> = samples.iter().map(|s| s.2).collect();
     let fitted =
         |coef: &[f64; 3], i: usize| -> f64 { rows[i].iter().zip(coef).map(|(x, c)| x * c).sum() };
-    let mut terms = vec![0usize, 1, 2];
+    // Column 0 (ones) always solves over rows of positive weight, so each fit below is `Some`.
+    let fit = |weights: &[f64], last: [f64; 3]| {
+        non_negative_least_squares(&rows, &y, weights, 3).unwrap_or(last)
+    };
     let mut weights = vec![1.0; samples.len()];
     let mut coef = [0.0; 3];
     for _ in 0..30 {
-        coef = non_negative_fit(&rows, &y, &weights, &mut terms);
+        coef = fit(&weights, coef);
         for (i, w) in weights.iter_mut().enumerate() {
             *w = 1.0
                 / (y[i] - fitted(&coef, i))
@@ -362,7 +366,7 @@ pub fn fit_batch_times(samples: &[(u32, u32, f64)]) -> Option<BatchTimeFit> {
             break;
         }
         let weights: Vec<f64> = keep.iter().map(|&k| if k { 1.0 } else { 0.0 }).collect();
-        coef = non_negative_fit(&rows, &y, &weights, &mut terms);
+        coef = fit(&weights, coef);
         for (i, k) in keep.iter_mut().enumerate() {
             *k = y[i] <= 1.5 * fitted(&coef, i);
         }
@@ -374,87 +378,6 @@ pub fn fit_batch_times(samples: &[(u32, u32, f64)]) -> Option<BatchTimeFit> {
         batches: samples.len(),
         kept: keep.iter().filter(|&&k| k).count(),
     })
-}
-
-/// Weighted least squares over `terms`, dropping the terms whose coefficient comes out negative
-/// (from `terms` too, for the next call) until none does or one is left.
-fn non_negative_fit(
-    rows: &[[f64; 3]],
-    y: &[f64],
-    weights: &[f64],
-    terms: &mut Vec<usize>,
-) -> [f64; 3] {
-    let solved = loop {
-        let solved = least_squares(rows, y, weights, terms);
-        if solved.iter().all(|&c| c >= 0.0) || terms.len() == 1 {
-            break solved;
-        }
-        let positive: Vec<usize> = terms
-            .iter()
-            .zip(&solved)
-            .filter(|&(_, &c)| c >= 0.0)
-            .map(|(&t, _)| t)
-            .collect();
-        *terms = if positive.is_empty() {
-            vec![0]
-        } else {
-            positive
-        };
-    };
-    let mut coef = [0.0; 3];
-    for (&t, &c) in terms.iter().zip(&solved) {
-        coef[t] = c.max(0.0);
-    }
-    coef
-}
-
-/// The coefficients of `terms` (columns of `rows`) by least squares, each row weighted: the
-/// normal equations, by elimination; a term the others already explain (its pivot vanishes)
-/// gets 0.
-fn least_squares(rows: &[[f64; 3]], y: &[f64], weights: &[f64], terms: &[usize]) -> Vec<f64> {
-    let k = terms.len();
-    let mut m = vec![vec![0.0; k + 1]; k];
-    for (i, &w) in weights.iter().enumerate() {
-        if w == 0.0 {
-            continue;
-        }
-        for (r, &tr) in terms.iter().enumerate() {
-            for (c, &tc) in terms.iter().enumerate() {
-                m[r][c] += w * rows[i][tr] * rows[i][tc];
-            }
-            m[r][k] += w * rows[i][tr] * y[i];
-        }
-    }
-    let scale = (0..k)
-        .map(|r| m[r][r].abs())
-        .fold(0.0, f64::max)
-        .max(1e-300);
-    let mut pivot_of = vec![None; k];
-    let mut row = 0;
-    for col in 0..k {
-        let Some(best) = (row..k).max_by(|&a, &b| m[a][col].abs().total_cmp(&m[b][col].abs()))
-        else {
-            break;
-        };
-        if m[best][col].abs() <= 1e-12 * scale {
-            continue;
-        }
-        m.swap(row, best);
-        let pivot = m[row].clone();
-        for (r, line) in m.iter_mut().enumerate() {
-            if r != row {
-                let f = line[col] / pivot[col];
-                for (x, p) in line[col..].iter_mut().zip(&pivot[col..]) {
-                    *x -= f * p;
-                }
-            }
-        }
-        pivot_of[col] = Some(row);
-        row += 1;
-    }
-    (0..k)
-        .map(|col| pivot_of[col].map_or(0.0, |r| m[r][k] / m[r][col]))
-        .collect()
 }
 
 /// The run's speed and stalls on the simulation's clock (ns from the first queue start).

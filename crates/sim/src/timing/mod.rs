@@ -8,6 +8,7 @@
 //! from a decoder [`step_profile`]). The scenario names a model; `crate::build` builds it.
 
 pub mod hardware;
+pub mod least_squares;
 pub mod profile;
 pub mod roofline;
 pub mod service;

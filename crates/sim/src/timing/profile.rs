@@ -19,6 +19,7 @@ use rand::RngExt;
 use serde::{Deserialize, Serialize};
 
 use crate::rng::SimRng;
+use crate::timing::least_squares::{least_squares, squared_error};
 use crate::timing::service::{BatchShape, ServiceTime};
 
 /// The profile format this build reads and writes.
@@ -489,26 +490,14 @@ impl AffineFit {
             let b = f64::from(batch);
             [1.0, b, b * f64::from(length.unwrap_or(0))]
         };
-        // Normal equations X'X beta = X'y, solved by Gaussian elimination with pivoting.
-        let mut m = [[0.0f64; 4]; 3];
-        for sample in samples {
-            let x = row(sample);
-            for i in 0..terms {
-                for j in 0..terms {
-                    m[i][j] += x[i] * x[j];
-                }
-                m[i][3] += x[i] * sample.2;
-            }
-        }
-        let beta = solve(&mut m, terms)?;
-        let mean = samples.iter().map(|s| s.2).sum::<f64>() / samples.len() as f64;
-        let (mut ss_res, mut ss_tot) = (0.0, 0.0);
-        for sample in samples {
-            let x = row(sample);
-            let predicted: f64 = (0..terms).map(|i| beta[i] * x[i]).sum();
-            ss_res += (sample.2 - predicted).powi(2);
-            ss_tot += (sample.2 - mean).powi(2);
-        }
+        let rows: Vec<[f64; 3]> = samples.iter().map(row).collect();
+        let y: Vec<f64> = samples.iter().map(|s| s.2).collect();
+        let set: Vec<usize> = (0..terms).collect();
+        let ones = vec![1.0; rows.len()];
+        let beta = least_squares(&rows, &y, &ones, &set)?;
+        let mean = y.iter().sum::<f64>() / y.len() as f64;
+        let ss_res = squared_error(&rows, &y, &ones, &beta);
+        let ss_tot: f64 = y.iter().map(|y| (y - mean).powi(2)).sum();
         let r_squared = if ss_tot > 0.0 {
             1.0 - ss_res / ss_tot
         } else {
@@ -527,38 +516,6 @@ impl AffineFit {
         let b = f64::from(batch);
         self.a_ns + self.b_ns * b + self.c_ns * b * f64::from(length)
     }
-}
-
-/// Solves the `n x n` system in the top-left of `m`, whose right-hand side is column 3; `None`
-/// if it is singular.
-fn solve(m: &mut [[f64; 4]; 3], n: usize) -> Option<[f64; 3]> {
-    let scale = (0..n)
-        .map(|i| m[i][i].abs())
-        .fold(0.0, f64::max)
-        .max(f64::MIN_POSITIVE);
-    for col in 0..n {
-        let pivot = (col..n).max_by(|&a, &b| m[a][col].abs().total_cmp(&m[b][col].abs()))?;
-        if m[pivot][col].abs() <= 1e-12 * scale {
-            return None;
-        }
-        m.swap(col, pivot);
-        for r in 0..n {
-            if r != col {
-                let factor = m[r][col] / m[col][col];
-                for c in (col..n).chain([3]) {
-                    m[r][c] -= factor * m[col][c];
-                }
-            }
-        }
-    }
-    let mut beta = [0.0; 3];
-    for i in 0..n {
-        beta[i] = m[i][3] / m[i][i];
-        if !beta[i].is_finite() {
-            return None;
-        }
-    }
-    Some(beta)
 }
 
 /// Where a coordinate falls on one axis of a measured grid (also used by the decoder step
