@@ -69,6 +69,8 @@ def timeline_scenario(fit: dict, windows: list, thread_first: float) -> str:
         lines.append(f'dispatch_latency = "{fit["dispatch_ms"] * 1e3:.1f}us"')
     if fit.get("release_ms", 0.0) > 0:
         lines.append(f'release_latency = "{fit["release_ms"] * 1e3:.1f}us"')
+    if fit.get("release_per_request_ms", 0.0) > 0:
+        lines.append(f'release_latency_per_request = "{fit["release_per_request_ms"] * 1e3:.1f}us"')
     if thread_first > 0:
         lines.append(f"thread_first_fraction = {thread_first:.4f}")
     lines += ["[execution]",
@@ -147,7 +149,7 @@ def compare(out: Path, load: float) -> str:
                                       "max_batch_size": batcher.get("max_batch_size", 1)})
     timings = tc.request_timings(requests, 1, readiness)
     fit["turnaround_ms"] = timings["turnaround_ms"]
-    fit["dispatch_ms"], fit["release_ms"] = tc.handover(timings)
+    fit["dispatch_ms"], fit["release_ms"], fit["release_per_request_ms"] = tc.handover(timings)
     (out / "timeline-fit.json").write_text(json.dumps(fit, indent=1))
 
     def nominal(members: list) -> float:

@@ -62,12 +62,13 @@ def model_times(setting: dict) -> dict:
 def scenario_toml(name: str, s: dict, a_ms: float = A_MS, b_ms: float = B_MS,
                   residuals: list | None = None, slowdowns: list | None = None,
                   dispatch_ms: float = 0.0, release_ms: float = 0.0,
-                  thread_first: float = 0.0) -> str:
+                  release_per_request_ms: float = 0.0, thread_first: float = 0.0) -> str:
     """The setting as a capsim scenario whose batches take a + b * batch_size, times a factor
     drawn from `residuals` (measured over predicted batch times) when given, and stretched by
     `slowdowns` ((from ns, to ns, factor) windows of `execution.slowdowns`) when given, each
-    after a dispatch latency of `dispatch_ms`, each model instance taken `release_ms` after
-    (`handover`), the batcher thread first at `thread_first` of batch ends."""
+    after a dispatch latency of `dispatch_ms` when its model instance was idle, each model
+    instance taken `release_ms` + `release_per_request_ms` x size after (`handover`), the
+    batcher thread first at `thread_first` of batch ends."""
     lines = [f'name = "{name}"', "instances = 1", "[batcher]",
              f"max_batch_size = {s['max_batch_size']}", f'max_queue_delay = "{s["delay"]}"']
     if s["preferred"]:
@@ -76,6 +77,8 @@ def scenario_toml(name: str, s: dict, a_ms: float = A_MS, b_ms: float = B_MS,
         lines.append(f'dispatch_latency = "{dispatch_ms * 1e3:.1f}us"')
     if release_ms > 0:
         lines.append(f'release_latency = "{release_ms * 1e3:.1f}us"')
+    if release_per_request_ms > 0:
+        lines.append(f'release_latency_per_request = "{release_per_request_ms * 1e3:.1f}us"')
     if thread_first > 0:
         lines.append(f"thread_first_fraction = {thread_first:.4f}")
     lines += ["[execution]", f"instance_count = {s['instances']}"]
@@ -88,17 +91,39 @@ def scenario_toml(name: str, s: dict, a_ms: float = A_MS, b_ms: float = B_MS,
 
 
 def handover(timings: dict | None) -> tuple:
-    """(dispatch, release) in ms of a traced run (`request_timings`), as
-    `batcher.dispatch_latency` and `release_latency`: the dispatch is the wait of a ready batch
-    for an idle model instance, the release the rest of the turnaround between back-to-back
-    batches (stalls apart in both). Without idle dispatches, all of the turnaround is dispatch."""
+    """(dispatch, release, release per request) in ms of a traced run (`request_timings`), as
+    `batcher.dispatch_latency`, `release_latency` and `release_latency_per_request`: the
+    dispatch is the wait of a ready batch for an idle model instance (0 without one); the
+    release, the turnaround between back-to-back batches (a batch's compute end to the next
+    one's start on the same instance, the next one ready), fitted on the size of the batch that
+    ended (stalls apart in both). Triton's instance thread takes a ready payload at once, so the
+    turnaround holds no dispatch; it grows with the responses the backend sends first."""
     if not timings:
+        return 0.0, 0.0, 0.0
+    dispatch = timings["idle_dispatch_ms"] if timings["idle_dispatches"] else 0.0
+    if "release_ms" not in timings:  # timings stored before the per-request fit
+        return dispatch, max(timings["turnaround_ms"] - dispatch, 0.0), 0.0
+    return dispatch, timings["release_ms"], timings["release_per_request_ms"]
+
+
+def release_fit(pairs: list) -> tuple:
+    """(r0, r1) in ms: the turnarounds `pairs` ((size of the batch that ended, turnaround ns),
+    stalls apart) fitted as r0 + r1 x size by least squares, neither negative; (0, 0) without
+    any."""
+    quick = [(n, t / 1e6) for n, t in pairs if t < STALL_NS]
+    if not quick:
         return 0.0, 0.0
-    turnaround = timings["turnaround_ms"]
-    if not timings["idle_dispatches"]:
-        return turnaround, 0.0
-    dispatch = timings["idle_dispatch_ms"]
-    return dispatch, max(turnaround - dispatch, 0.0)
+    mean_n = sum(n for n, _ in quick) / len(quick)
+    mean_t = sum(t for _, t in quick) / len(quick)
+    sxx = sum((n - mean_n) ** 2 for n, _ in quick)
+    slope = sum((n - mean_n) * (t - mean_t) for n, t in quick) / sxx if sxx else 0.0
+    if slope <= 0.0:
+        return mean_t, 0.0
+    intercept = mean_t - slope * mean_n
+    if intercept < 0.0:
+        # Through the origin: the best slope with r0 held at 0.
+        return 0.0, sum(n * t for n, t in quick) / sum(n * n for n, _ in quick)
+    return intercept, slope
 
 
 def slowdowns_toml(windows: list) -> list:
@@ -159,7 +184,35 @@ def capacity_rps(setting: dict, a_ms: float, b_ms: float) -> float:
     return setting["instances"] * batch / ((a_ms + b_ms * batch) / 1000.0)
 
 
-def serve(out: Path, setting: dict, replays: list) -> dict:
+def triton_died(out: Path) -> bool:
+    """Whether the Triton of `out` died under its own weight: a signal in its log, or its
+    Python backend's stub reporting that the server went away. Traced Triton 2.51 does so
+    now and then on this machine (SIGSEGV in its trace writer)."""
+    log = out / "triton.log"
+    text = log.read_text(errors="replace") if log.exists() else ""
+    return "Signal (" in text or "Non-graceful termination" in text
+
+
+def serve(out: Path, setting: dict, replays: list, tries: int = 3) -> dict:
+    """`serve_once`, again against a fresh Triton when the last one died (`triton_died`), at most
+    `tries` times; each failed try's log and replays are kept under OUT/crashed-N."""
+    for attempt in range(1, tries + 1):
+        try:
+            return serve_once(out, setting, replays)
+        except (subprocess.CalledProcessError, OSError) as error:
+            if attempt == tries or not triton_died(out):
+                raise
+            kept = out / f"crashed-{attempt}"
+            kept.mkdir(exist_ok=True)
+            for name in ["triton.log", *(folder for _, _, folder in replays)]:
+                if (out / name).exists():
+                    (out / name).rename(kept / name)
+            print(f"{out.name}: Triton died ({error}); trying again, its files in {kept}",
+                  file=sys.stderr, flush=True)
+    raise AssertionError("unreachable: the last try returns or raises")
+
+
+def serve_once(out: Path, setting: dict, replays: list) -> dict:
     """Starts Triton for the setting, runs each replay (a trace and extra `capsim replay` flags,
     written to its own folder) against it, and returns Triton's statistics after the last."""
     out.mkdir(parents=True, exist_ok=True)
@@ -210,9 +263,10 @@ def calibrate(out: Path, setting: dict) -> dict:
     timings = (trace_timings(out / "trace.json", instances, setting_readiness(setting))
                if TRACE else None)
     turnaround_ms = timings["turnaround_ms"] if timings else 0.0
-    dispatch_ms, release_ms = handover(timings)
+    dispatch_ms, release_ms, release_per_request_ms = handover(timings)
     calibration = {"a_ms": a_ms, "b_ms": b_ms, "turnaround_ms": turnaround_ms,
                    "dispatch_ms": dispatch_ms, "release_ms": release_ms,
+                   "release_per_request_ms": release_per_request_ms,
                    "residuals": batch_residuals(out / "trace.json", a_ms, b_ms) if TRACE else None}
     (out / "calibration.json").write_text(json.dumps(calibration, indent=1))
     return calibration
@@ -245,7 +299,8 @@ def compare(out: Path, label: str, setting: dict, load: float, rate: float) -> s
     planned.write_text(scenario_toml(label, setting, cal["a_ms"], cal["b_ms"],
                                      cal.get("residuals"), None,
                                      cal.get("dispatch_ms", cal.get("turnaround_ms", 0.0)),
-                                     cal.get("release_ms", 0.0)))
+                                     cal.get("release_ms", 0.0),
+                                     cal.get("release_per_request_ms", 0.0)))
     capsim("simulate", "--scenario", str(planned), str(trace), "-o", str(out / "simulated"))
     # The run-driven simulation: the service time Triton itself measured per batch size
     # (compute input + infer + output), fitted as a + b * batch_size, after, when the run was
@@ -297,7 +352,7 @@ def compare(out: Path, label: str, setting: dict, load: float, rate: float) -> s
         def pair(m: float, x: float) -> str:
             return f"{m:.2f} / {x:.2f} ({err(m, x)})"
 
-        dispatch_ms, release_ms = handover(timings)
+        dispatch_ms, release_ms, per_request_ms = handover(timings)
         first = "–" if timeline["thread_first"] is None else f"{timeline['thread_first']:.2f}"
         TIMELINE_ROWS.append(
             f"| {label} | {load * 100:.0f}% | {gap(timeline['shares']):.1f} | {pair(q[0], q[1])} "
@@ -305,7 +360,7 @@ def compare(out: Path, label: str, setting: dict, load: float, rate: float) -> s
             f"| {timeline['stalls']} ({timeline['stall_ms']:.0f} ms) "
             f"| {timeline['dispatch_stalls']} ({timeline['dispatch_stall_ms']:.0f} ms) "
             f"| {turnaround_ms * 1e3:.0f} / {dispatch_ms * 1e3:.0f} / "
-            f"{release_ms * 1e3:.0f} | {timings['left_waiting']} "
+            f"{release_ms * 1e3:.0f} + {per_request_ms * 1e3:.0f}·n | {timings['left_waiting']} "
             f"({timings['left_waiting_ms']:.0f} ms) "
             f"| {timeline['joined']} of {timeline['requests']} "
             f"| {first} "
@@ -591,7 +646,8 @@ def request_timings(requests: list, model_instances: int, readiness: dict | None
     and COMPUTE_END)."""
     batches = traced_batches(requests)
     free_at = [0] * model_instances
-    turnaround, idle_dispatch, left_waiting = [], [], []
+    last_size = [0] * model_instances
+    turnaround, idle_dispatch, left_waiting, released = [], [], [], []
     for (start, end), members in sorted(batches.items()):
         k = min(range(model_instances), key=lambda i: (free_at[i] > start, free_at[i]))
         queued = [r["QUEUE_START"] for r in members]
@@ -602,15 +658,19 @@ def request_timings(requests: list, model_instances: int, readiness: dict | None
             left_waiting.append((start - could) / 1e6)
         if 0 < free_at[k] <= start and ready < free_at[k]:
             turnaround.append(start - free_at[k])
+            released.append((last_size[k], start - free_at[k]))
         elif free_at[k] <= ready <= start:
             # The instance was idle when the batch became ready: the wait is the dispatch alone.
             idle_dispatch.append(start - ready)
         free_at[k] = max(free_at[k], end)
+        last_size[k] = len(members)
+    release_ms, release_per_request_ms = release_fit(released)
     queue = [(r["COMPUTE_START"] - r["QUEUE_START"]) / 1e6 for r in requests]
     return {
         "queue_p50_ms": percentile(queue, 0.5), "queue_p99_ms": percentile(queue, 0.99),
         "queue_mean_ms": sum(queue) / max(len(queue), 1),
         "turnaround_ms": quick_mean_ms(turnaround),
+        "release_ms": release_ms, "release_per_request_ms": release_per_request_ms,
         "turnarounds": len(turnaround), "batches": len(batches),
         "idle_dispatch_ms": quick_mean_ms(idle_dispatch),
         "idle_dispatches": len(idle_dispatch),
@@ -686,7 +746,7 @@ def main() -> None:
               "| queue p99 ms: Triton / timeline-sim | e2e p50 ms: measured / timeline-sim "
               "| e2e p99 ms: measured / timeline-sim | compute stalls > 3x (their time) "
               "| dispatch stalls > 1 ms (their time) "
-              "| turnaround / dispatch / release us | left waiting for an arrival (their wait) "
+              "| turnaround / dispatch / release + per request us | left waiting for an arrival (their wait) "
               "| requests joined | thread first (left behind: Triton / timeline-sim) |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         print("\n".join(TIMELINE_ROWS))

@@ -414,8 +414,11 @@ pub struct ServerTimelineReport {
     pub turnaround_us: f64,
     /// Its part before compute (`batcher.dispatch_latency`), in microseconds.
     pub dispatch_us: f64,
-    /// Its part after compute (`batcher.release_latency`), in microseconds.
+    /// Its part after compute per batch (`batcher.release_latency`), in microseconds.
     pub release_us: f64,
+    /// Its part after compute per request of the batch that ended
+    /// (`batcher.release_latency_per_request`), in microseconds.
+    pub release_per_request_us: f64,
     /// Slowdown windows of more than 3 times the fit (this machine's stalls).
     pub stalls: u64,
     /// Their time, in milliseconds.
@@ -732,7 +735,7 @@ impl LoadValidation {
         if let Some(t) = &self.server_timeline {
             let _ = writeln!(
                 out,
-                "  trace-sim: {server} trace of {} requests ({} joined), {} batches fitted as {:.3} + {:.3}·n ms + {:.3} us·n·L ({} within 1.5 times the fit); turnaround {:.0} us (dispatch {:.0}, release {:.0}); {} stalls over 3 times the fit ({:.0} ms), {} stalled dispatches replayed as pauses ({:.0} ms), {} ready batches left waiting for a later arrival ({:.0} ms)",
+                "  trace-sim: {server} trace of {} requests ({} joined), {} batches fitted as {:.3} + {:.3}·n ms + {:.3} us·n·L ({} within 1.5 times the fit); turnaround {:.0} us (dispatch {:.0} from idle, release {:.0} + {:.1}·n); {} stalls over 3 times the fit ({:.0} ms), {} stalled dispatches replayed as pauses ({:.0} ms), {} ready batches left waiting for a later arrival ({:.0} ms)",
                 t.requests_traced,
                 t.requests_joined,
                 t.batches,
@@ -743,6 +746,7 @@ impl LoadValidation {
                 t.turnaround_us,
                 t.dispatch_us,
                 t.release_us,
+                t.release_per_request_us,
                 t.stalls,
                 t.stall_ms,
                 t.pauses,
@@ -1038,7 +1042,8 @@ mod tests {
             batches_fitted: 50,
             turnaround_us: 300.0,
             dispatch_us: 150.0,
-            release_us: 150.0,
+            release_us: 100.0,
+            release_per_request_us: 12.5,
             stalls: 2,
             stall_ms: 40.0,
             pauses: 3,

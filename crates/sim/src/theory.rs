@@ -95,6 +95,53 @@ pub fn md1_mean_wait_s(arrival_rps: f64, service_s: f64) -> Option<f64> {
     mg1_mean_wait_s(arrival_rps, service_s, service_s * service_s)
 }
 
+/// Welch (1964): mean waiting time in queue of an M/G/1 queue whose busy periods start with an
+/// exceptional service, in seconds. A request that finds the server idle takes `S0`
+/// (`first_mean_s`, `first_second_moment_s2`), every other one `S` (`mean_service_s`,
+/// `service_second_moment_s2`):
+/// `lambda E[S^2] / (2 (1 - rho)) + lambda (E[S0^2] - E[S^2]) / (2 (1 - rho + rho0))`, with
+/// `rho = lambda E[S]` and `rho0 = lambda E[S0]`. With `S0 = S` it is Pollaczek–Khinchine.
+/// A request that finds the server idle waits 0 here; the share of such requests is
+/// [`mg1_exceptional_first_idle_share`].
+pub fn mg1_exceptional_first_mean_wait_s(
+    arrival_rps: f64,
+    mean_service_s: f64,
+    service_second_moment_s2: f64,
+    first_mean_s: f64,
+    first_second_moment_s2: f64,
+) -> Option<f64> {
+    let rho = arrival_rps * mean_service_s;
+    let rho0 = arrival_rps * first_mean_s;
+    if !positive_or_zero(rho)
+        || rho >= 1.0
+        || !positive_or_zero(rho0)
+        || !positive_or_zero(service_second_moment_s2)
+        || !positive_or_zero(first_second_moment_s2)
+    {
+        return None;
+    }
+    Some(
+        arrival_rps * service_second_moment_s2 / (2.0 * (1.0 - rho))
+            + arrival_rps * (first_second_moment_s2 - service_second_moment_s2)
+                / (2.0 * (1.0 - rho + rho0)),
+    )
+}
+
+/// The share of requests that find the server idle in Welch's M/G/1 queue with exceptional
+/// first service ([`mg1_exceptional_first_mean_wait_s`]): `(1 - rho) / (1 - rho + rho0)`.
+pub fn mg1_exceptional_first_idle_share(
+    arrival_rps: f64,
+    mean_service_s: f64,
+    first_mean_s: f64,
+) -> Option<f64> {
+    let rho = arrival_rps * mean_service_s;
+    let rho0 = arrival_rps * first_mean_s;
+    if !positive_or_zero(rho) || rho >= 1.0 || !positive_or_zero(rho0) {
+        return None;
+    }
+    Some((1.0 - rho) / (1.0 - rho + rho0))
+}
+
 /// Inverse Erlang C: the fewest servers for which an M/M/c queue is stable and its mean wait is
 /// at most `max_mean_wait_s`. Searches up to `max_servers`; `None` if none suffices.
 pub fn min_servers_for_mean_wait(
@@ -120,6 +167,21 @@ mod tests {
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() <= 1e-9 * b.abs().max(1.0)
+    }
+
+    #[test]
+    fn welch_with_an_ordinary_first_service_is_pollaczek_khinchine() {
+        let pk = md1_mean_wait_s(800.0, 1e-3).unwrap();
+        let welch = mg1_exceptional_first_mean_wait_s(800.0, 1e-3, 1e-6, 1e-3, 1e-6).unwrap();
+        assert!(close(welch, pk), "Welch {welch} against P-K {pk}");
+        assert!(close(
+            mg1_exceptional_first_idle_share(800.0, 1e-3, 1e-3).unwrap(),
+            0.2
+        ));
+        assert_eq!(
+            mg1_exceptional_first_mean_wait_s(1000.0, 1e-3, 1e-6, 1e-3, 1e-6),
+            None
+        );
     }
 
     #[test]

@@ -489,6 +489,7 @@ fn trace_sim(
         turnaround_us: handover.turnaround_ns * 1e-3,
         dispatch_us: handover.dispatch_ns * 1e-3,
         release_us: handover.release_ns * 1e-3,
+        release_per_request_us: handover.release_per_request_ns * 1e-3,
         stalls: stalls.len() as u64,
         stall_ms: stalls
             .iter()

@@ -30,6 +30,8 @@ pub(crate) struct DynamicInstance {
     poll_event_at: SimTime,
     /// Draws who wins the race at a batch's end; untouched when the thread never goes first.
     race: SimRng,
+    /// The model instance (the fleet's index) being released now, inside [`Self::released`].
+    released: Option<u32>,
 }
 
 impl DynamicInstance {
@@ -43,16 +45,20 @@ impl DynamicInstance {
             poll_at: SimTime::NEVER,
             poll_event_at: SimTime::NEVER,
             race,
+            released: None,
         }
     }
 }
 
 impl DynamicInstance {
-    /// How long a model instance stays taken after a batch's compute ends
-    /// (`batcher.release_latency`).
+    /// How long a model instance stays taken after the compute of a batch of `size` requests
+    /// ends (`batcher.release_latency` and `release_latency_per_request`).
     #[inline]
-    pub fn release_latency_ns(&self) -> u64 {
-        self.rule.release_latency_ns
+    pub fn release_latency_ns(&self, size: u32) -> u64 {
+        let per_request = self.rule.release_latency_per_request_ns;
+        self.rule
+            .release_latency_ns
+            .saturating_add(per_request.saturating_mul(u64::from(size)))
     }
 
     /// True for a batcher timer or poll whose deadline has moved on: its handler would do
@@ -103,7 +109,7 @@ impl DynamicInstance {
     #[inline(always)]
     pub fn dispatch(&mut self, ctx: &mut Ctx, mut site: Site<'_>) {
         if self.rule.max_batch_size == 1 {
-            start_singles(ctx, &mut site, &self.rule);
+            start_singles(ctx, &mut site, &self.rule, self.released);
             return;
         }
         if self.held_by_pause(ctx, &site) {
@@ -113,12 +119,15 @@ impl DynamicInstance {
         self.run_batcher(ctx, &mut site);
     }
 
-    /// Wakes the batcher after a batch finished and freed its model instance. Triton's thread
-    /// and the instance race; the thread runs first in `thread_first_fraction` of batch ends,
-    /// moving the requests waiting behind a growing payload into it before the instance takes
-    /// it. Otherwise as [`DynamicInstance::dispatch`].
+    /// Wakes the batcher after a batch finished and freed model instance `mi_index` (the
+    /// fleet's index). Triton's thread and the instance race; the thread runs first in
+    /// `thread_first_fraction` of batch ends, moving the requests waiting behind a growing
+    /// payload into it before the instance takes it. Otherwise as
+    /// [`DynamicInstance::dispatch`], except that the freed instance's next batch, taken by its
+    /// running thread, starts without the dispatch latency.
     #[inline(always)]
-    pub fn released(&mut self, ctx: &mut Ctx, mut site: Site<'_>) {
+    pub fn released(&mut self, ctx: &mut Ctx, mut site: Site<'_>, mi_index: u32) {
+        self.released = Some(mi_index);
         let fraction = self.rule.thread_first_fraction;
         if self.rule.max_batch_size > 1
             && fraction > 0.0
@@ -128,6 +137,7 @@ impl DynamicInstance {
             self.run_batcher(ctx, &mut site);
         }
         self.dispatch(ctx, site);
+        self.released = None;
     }
 
     /// Whether the batcher is inside a pause (`execution.pauses`) now: it forms and hands out
@@ -153,7 +163,7 @@ impl DynamicInstance {
     #[inline]
     pub fn arrived(&mut self, ctx: &mut Ctx, mut site: Site<'_>) {
         if self.rule.max_batch_size == 1 {
-            start_singles(ctx, &mut site, &self.rule);
+            start_singles(ctx, &mut site, &self.rule, None);
             return;
         }
         if self.held_by_pause(ctx, &site) {
@@ -196,7 +206,7 @@ impl DynamicInstance {
                 return;
             };
             let mi_index = site.instance.first_model_instance + free;
-            start_batch(ctx, site, &self.rule, mi_index, size);
+            start_batch(ctx, site, &self.rule, mi_index, size, self.released);
         }
     }
 
@@ -262,9 +272,10 @@ impl DynamicInstance {
 }
 
 /// Without batching (`max_batch_size = 1`) Triton runs no batcher thread: each request is a
-/// payload of its own, and free model instances take them in order.
+/// payload of its own, and free model instances take them in order (`released`: the model
+/// instance being released now, if any).
 #[inline]
-fn start_singles(ctx: &mut Ctx, site: &mut Site<'_>, rule: &Batcher) {
+fn start_singles(ctx: &mut Ctx, site: &mut Site<'_>, rule: &Batcher, released: Option<u32>) {
     loop {
         if site.instance.queue.is_empty() {
             return;
@@ -273,20 +284,31 @@ fn start_singles(ctx: &mut Ctx, site: &mut Site<'_>, rule: &Batcher) {
             return;
         };
         let mi_index = site.instance.first_model_instance + free;
-        start_batch(ctx, site, rule, mi_index, 1);
+        start_batch(ctx, site, rule, mi_index, 1, released);
     }
 }
 
 /// Model instance `mi_index` takes a batch of the `size` oldest queued requests; its compute
-/// starts after the dispatch latency (or at the end of a pause that holds it: a batch formed
-/// just before one, or a request without batching).
+/// starts after the dispatch latency, or at once when the instance is the one being
+/// `released` now (or at the end of a pause that holds it: a batch formed just before one, or a
+/// request without batching).
 #[inline]
-fn start_batch(ctx: &mut Ctx, site: &mut Site<'_>, rule: &Batcher, mi_index: u32, size: u32) {
+fn start_batch(
+    ctx: &mut Ctx,
+    site: &mut Site<'_>,
+    rule: &Batcher,
+    mi_index: u32,
+    size: u32,
+    released: Option<u32>,
+) {
     let now = ctx.now.ns();
     let execution = &mut *site.execution;
-    let compute_start_ns = execution
-        .pauses
-        .resume_ns(now.saturating_add(rule.dispatch_latency_ns));
+    let dispatch_ns = if released == Some(mi_index) {
+        0
+    } else {
+        rule.dispatch_latency_ns
+    };
+    let compute_start_ns = execution.pauses.resume_ns(now.saturating_add(dispatch_ns));
     let batch_id = ctx.counters.next_batch_id;
     ctx.counters.next_batch_id += 1;
     let instance = &mut *site.instance;

@@ -31,10 +31,14 @@ pub struct Batcher {
     pub max_queue_delay_ns: u64,
     /// Whether payloads may be formed ahead of a free model instance (`batcher.prefetch`).
     pub prefetch: bool,
-    /// From a model instance taking a batch to its compute start (`batcher.dispatch_latency`).
+    /// From an idle model instance taking a batch to its compute start
+    /// (`batcher.dispatch_latency`); 0 for a batch taken at the instance's release.
     pub dispatch_latency_ns: u64,
-    /// From a batch's compute end to its model instance being free (`batcher.release_latency`).
+    /// From a batch's compute end to its model instance being free (`batcher.release_latency`),
+    /// before the per-request part.
     pub release_latency_ns: u64,
+    /// Added to the release for each request of the batch (`batcher.release_latency_per_request`).
+    pub release_latency_per_request_ns: u64,
     /// Share of batch ends at which the thread runs before the freed instance takes a payload
     /// (`batcher.thread_first_fraction`), 0 to 1.
     pub thread_first_fraction: f64,
@@ -106,6 +110,7 @@ impl Batcher {
             prefetch: queue_allows_prefetch && spec.prefetch.unwrap_or(true),
             dispatch_latency_ns: spec.dispatch_latency.0,
             release_latency_ns: spec.release_latency.0,
+            release_latency_per_request_ns: spec.release_latency_per_request.0,
             thread_first_fraction: spec.thread_first_fraction,
         }
     }

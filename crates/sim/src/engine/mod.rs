@@ -375,7 +375,7 @@ impl<'a> Engine<'a> {
                 mi.idle_since = now;
                 let (instance, k) = (mi.instance, mi.index_in_instance);
                 self.fleet.instances[instance.index()].free.insert(k);
-                self.dispatch(instance, false);
+                self.dispatch(instance, None);
             }
             EventKind::PostprocessDone => self.postprocessed(target, sink),
             EventKind::ResponseDelivered => self.end(target, Outcome::Completed, sink),
@@ -499,11 +499,13 @@ impl<'a> Engine<'a> {
     }
 
     /// Wakes instance `index`'s batcher after a model instance became ready, or after a batch
-    /// (or step) `freed` one: free model instances take the waiting payloads, then the batcher
-    /// thread runs (a continuous batcher plans its next step). After a batch, the dynamic
-    /// batcher's thread may run first (`batcher.thread_first_fraction`).
+    /// (or step) freed model instance `freed` (the fleet's index): free model instances take the
+    /// waiting payloads, then the batcher thread runs (a continuous batcher plans its next
+    /// step). After a batch, the dynamic batcher's thread may run first
+    /// (`batcher.thread_first_fraction`), and the freed instance's next batch skips the
+    /// dispatch latency.
     #[inline(always)]
-    fn dispatch(&mut self, index: InstanceId, freed: bool) {
+    fn dispatch(&mut self, index: InstanceId, freed: Option<u32>) {
         let prefix_blocks = self.continuous.prefix_blocks;
         let (executor, at) = site_of(
             &mut self.fleet,
@@ -512,8 +514,10 @@ impl<'a> Engine<'a> {
             index,
         );
         match executor {
-            Executor::Dynamic(d) if freed => d.released(&mut self.ctx, at),
-            Executor::Dynamic(d) => d.dispatch(&mut self.ctx, at),
+            Executor::Dynamic(d) => match freed {
+                Some(mi_index) => d.released(&mut self.ctx, at, mi_index),
+                None => d.dispatch(&mut self.ctx, at),
+            },
             Executor::Continuous(c) => c.plan_step(&mut self.ctx, at, prefix_blocks),
         }
     }
@@ -525,7 +529,8 @@ impl<'a> Engine<'a> {
         let index = self.fleet.model_instances[mi_index as usize].instance;
         match &mut self.executors[index.index()] {
             Executor::Dynamic(d) if aux == COMPUTED => {
-                let release_ns = d.release_latency_ns();
+                let size = self.fleet.model_instances[mi_index as usize].members.len();
+                let release_ns = d.release_latency_ns(size as u32);
                 if release_ns > 0 {
                     self.hold_for_release(index, mi_index, release_ns, sink);
                     return;
@@ -549,7 +554,7 @@ impl<'a> Engine<'a> {
                 self.continuous.token_buf = tokens;
             }
         }
-        self.dispatch(index, true);
+        self.dispatch(index, Some(mi_index));
     }
 
     /// A batch's compute is over with a release latency: its requests go on now, and the model

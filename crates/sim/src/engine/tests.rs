@@ -67,12 +67,42 @@ fn stage_times_ms(scenario: &str, arrivals_ms: &[u64]) -> (Run, Vec<[u64; 5]>) {
 }
 
 #[test]
-fn dispatch_latency_holds_the_model_instance_before_compute() {
+fn dispatch_latency_holds_an_idle_model_instance_before_compute_but_not_one_at_its_release() {
     let s =
         "[batcher]\ndispatch_latency = \"2ms\"\n[service]\nkind = \"constant\"\ntime = \"10ms\"\n";
-    let (_, got) = stage_times_ms(s, &[0, 5]);
-    // r1 waits for the instance r0 holds from 0 (dispatch) to 12 (compute end).
-    assert_eq!(got, vec![[0, 0, 2, 12, 12], [5, 12, 14, 24, 24]]);
+    let (_, got) = stage_times_ms(s, &[0, 5, 30]);
+    // r0 wakes the idle instance: compute from 2 ms. r1 waits for it and is taken at r0's end
+    // (12 ms) by the instance's running thread: no dispatch. r2 finds it idle again.
+    assert_eq!(
+        got,
+        vec![[0, 0, 2, 12, 12], [5, 12, 12, 22, 22], [30, 30, 32, 42, 42]]
+    );
+}
+
+#[test]
+fn release_latency_per_request_holds_the_model_instance_by_the_size_of_its_batch() {
+    let s = "[batcher]\nmax_batch_size = 4\nrelease_latency = \"1ms\"\n\
+             release_latency_per_request = \"2ms\"\n\
+             [service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+    let (_, got) = stage_times_ms(s, &[0, 1, 2, 3, 40]);
+    // r0 alone (released at 10 + 1 + 2 = 13 ms), then r1-r3 as one batch of three (released at
+    // 23 + 1 + 3 * 2 = 30 ms); r4 finds the instance free. Responses are not held.
+    assert_eq!(
+        got,
+        vec![
+            [0, 0, 0, 10, 10],
+            [1, 13, 13, 23, 23],
+            [2, 13, 13, 23, 23],
+            [3, 13, 13, 23, 23],
+            [40, 40, 40, 50, 50],
+        ]
+    );
+    let (_, busy) = stage_times_ms(s, &[0, 1, 2, 3, 29]);
+    assert_eq!(
+        busy[4],
+        [29, 30, 30, 40, 40],
+        "r4 waits for the release at 30 ms"
+    );
 }
 
 #[test]

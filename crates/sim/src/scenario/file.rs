@@ -216,9 +216,11 @@ pub struct BatcherSpec {
     /// forms a batch only when a model instance frees up. Default true.
     pub prefetch: Option<bool>,
     /// Dynamic: time from a model instance taking a batch to the batch's compute start (Triton
-    /// handing the payload to the backend's instance thread; for the Python backend, the call
+    /// waking the backend's instance thread with the payload; for the Python backend, the call
     /// into its stub process). The model instance is held through it, and it counts as queue
-    /// time, as in Triton's statistics and traces. Default 0.
+    /// time, as in Triton's statistics and traces. Paid by a batch taken by an idle model
+    /// instance; one taken by an instance at its release (after `release_latency`) is taken by
+    /// the running instance thread and starts at once. Default 0.
     #[serde(default)]
     pub dispatch_latency: DurationNs,
     /// Dynamic: time from a batch's compute end until its model instance takes the next one
@@ -226,6 +228,11 @@ pub struct BatcherSpec {
     /// batch's requests go on at compute end; only the instance waits. Default 0.
     #[serde(default)]
     pub release_latency: DurationNs,
+    /// Dynamic: added to `release_latency` for each request of the batch that ended (Triton's
+    /// backend sending each response and releasing each request before its instance thread
+    /// returns for the next payload). Default 0.
+    #[serde(default)]
+    pub release_latency_per_request: DurationNs,
     /// Dynamic: the fraction of batch ends at which the batcher thread runs before the freed
     /// model instance takes the next payload (in Triton the two threads race; see
     /// [`crate::batcher`]), so that requests waiting behind a growing payload join it before it
@@ -271,6 +278,7 @@ impl Default for BatcherSpec {
             prefetch: None,
             dispatch_latency: DurationNs(0),
             release_latency: DurationNs(0),
+            release_latency_per_request: DurationNs(0),
             thread_first_fraction: 0.0,
             max_num_seqs: None,
             max_num_batched_tokens: None,

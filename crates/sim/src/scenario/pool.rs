@@ -202,6 +202,10 @@ pub(super) fn validate_pool(name: &str, prefix: &str, p: PoolFile) -> Result<Poo
                 ("dispatch_latency", batcher.dispatch_latency.0 != 0),
                 ("release_latency", batcher.release_latency.0 != 0),
                 (
+                    "release_latency_per_request",
+                    batcher.release_latency_per_request.0 != 0,
+                ),
+                (
                     "thread_first_fraction",
                     batcher.thread_first_fraction != 0.0,
                 ),
