@@ -11,7 +11,7 @@
 //! `max_num_seqs`, `max_num_batched_tokens`, chunked prefill on 80%, a KV cache small enough to
 //! preempt and reject, prefix caching 30%, per-step overheads) or Triton's dynamic batcher (65%:
 //! `max_batch_size` 1..64, preferred sizes 30%, `max_queue_delay` 70%, prefetch explicitly off
-//! 20%, a dispatch latency 20%, a release latency 20%, pauses of dispatch 10%, constant, affine or exponential service
+//! 20%, a dispatch latency 20%, a release latency 20% (and per request 20%), pauses of dispatch 10%, constant, affine or exponential service
 //! time); per pool several instances, 1..2 GPUs x
 //! 1..2 model instances (dynamic), standby instances 15%, cold start 15%, pre-processing 25%,
 //! post-processing 30%, priority levels 20%, `max_queue_size` 20%, queue timeout 25% (half with
@@ -44,9 +44,11 @@
 //!   model instance indices exist, standby instances only where configured;
 //! - batches (dynamic): members of one `batch_id` share pool, instance, model instance and
 //!   times, number `batch_size`, which is within `max_batch_size`; no batcher forms a batch
-//!   inside a pause; compute starts exactly the dispatch latency after the batch formed, or at
-//!   the end of the pause that holds that moment; batches of one model instance never overlap (from formation to compute end and
-//!   release), none starts before the cold start; constant and affine batch times are exactly
+//!   inside a pause; compute starts exactly the dispatch latency after the batch formed (at
+//!   once when its model instance took it at its release: formed exactly at the previous
+//!   batch's release), or at the end of the pause that holds that moment; batches of one model
+//!   instance never overlap (from formation to compute end and release, per batch and per
+//!   request), none starts before the cold start; constant and affine batch times are exactly
 //!   the model's; post-processing takes exactly its time, pre-processing at least its;
 //! - continuous batching: the steps' sizes (`summary.json`) within `max_num_seqs`, no request
 //!   completed that the KV cache or (without chunked prefill) the token budget cannot hold;
@@ -129,16 +131,23 @@ struct Dynamic {
     prefetch_off: bool,
     dispatch_latency_ns: u64,
     release_latency_ns: u64,
+    release_latency_per_request_ns: u64,
     /// `execution.pauses`: sorted, disjoint `[from, to)` in ns.
     pauses: Vec<(u64, u64)>,
     service: Service,
 }
 
 impl Dynamic {
-    /// When a batch formed at `formed_ns` starts computing: after the dispatch latency, or at
-    /// the end of the pause that holds that moment.
-    fn compute_start_ns(&self, formed_ns: u64) -> u64 {
-        let t = formed_ns.saturating_add(self.dispatch_latency_ns);
+    /// When a batch formed at `formed_ns` starts computing: after the dispatch latency (none
+    /// `at_release`, taken by its model instance as it was released), or at the end of the
+    /// pause that holds that moment.
+    fn compute_start_ns(&self, formed_ns: u64, at_release: bool) -> u64 {
+        let dispatch_ns = if at_release {
+            0
+        } else {
+            self.dispatch_latency_ns
+        };
+        let t = formed_ns.saturating_add(dispatch_ns);
         self.pauses
             .iter()
             .find(|&&(from, to)| from <= t && t < to)
@@ -147,6 +156,11 @@ impl Dynamic {
 
     /// Whether a batcher (`max_batch_size` above 1) forming a batch at `formed_ns` broke a
     /// pause: it forms nothing inside one.
+    fn release_ns(&self, size: u64) -> u64 {
+        self.release_latency_ns
+            .saturating_add(self.release_latency_per_request_ns.saturating_mul(size))
+    }
+
     fn formed_in_pause(&self, formed_ns: u64) -> bool {
         self.max_batch_size > 1
             && self
@@ -330,6 +344,11 @@ fn draw_dynamic(rng: &mut StdRng) -> Dynamic {
     } else {
         0
     };
+    let release_latency_per_request_ns = if rng.random_bool(0.2) {
+        duration(rng, 1e3, 2e5)
+    } else {
+        0
+    };
     let mut pauses = Vec::new();
     if rng.random_bool(0.1) {
         let mut at_ns = 0;
@@ -347,6 +366,7 @@ fn draw_dynamic(rng: &mut StdRng) -> Dynamic {
         prefetch_off,
         dispatch_latency_ns,
         release_latency_ns,
+        release_latency_per_request_ns,
         pauses,
         service,
     }
@@ -555,7 +575,7 @@ fn capacity_rps(spec: &Spec, mean_input: f64, mean_output: f64) -> f64 {
                 Batching::Dynamic(d) => {
                     let b = u64::from(d.max_batch_size);
                     let batch_ns = (d.service.mean_ns(b, mean_input as u64)
-                        + (d.dispatch_latency_ns + d.release_latency_ns) as f64)
+                        + (d.dispatch_latency_ns + d.release_ns(b)) as f64)
                         .max(1.0);
                     servers * f64::from(p.model_instances()) * b as f64 / batch_ns * 1e9
                 }
@@ -824,6 +844,14 @@ fn pool_toml(s: &mut String, prefix: &str, pool: &Pool) {
             if d.release_latency_ns > 0 {
                 writeln!(s, "release_latency = {}", ns(d.release_latency_ns)).unwrap();
             }
+            if d.release_latency_per_request_ns > 0 {
+                writeln!(
+                    s,
+                    "release_latency_per_request = {}",
+                    ns(d.release_latency_per_request_ns)
+                )
+                .unwrap();
+            }
             match d.service {
                 Service::Constant { time_ns } => writeln!(
                     s,
@@ -1075,8 +1103,9 @@ fn read_requests(path: &Path) -> Result<Vec<Rec>, String> {
 /// Pool, instance, model instance.
 type ModelInstanceKey = (String, u64, u64);
 
-/// A batch's execution start and end, and its id.
-type BatchRun = (u64, u64, u64);
+/// A batch's formation and its model instance's release, its id, and whether it skipped the
+/// dispatch latency.
+type BatchRun = (u64, u64, u64, bool);
 
 /// Collects broken rules; the first few are reported.
 #[derive(Default)]
@@ -1383,8 +1412,10 @@ fn audit(case: &Case, records: &[Rec], summary: &serde_json::Value) -> Vec<Strin
                                 d.pauses
                             )
                         });
+                        // Whether it was taken at a release is checked per model instance.
                         a.check(
-                            r.exec_start_ns == d.compute_start_ns(r.batch_formed_ns)
+                            (r.exec_start_ns == d.compute_start_ns(r.batch_formed_ns, false)
+                                || r.exec_start_ns == d.compute_start_ns(r.batch_formed_ns, true))
                                 && present(r.batch_id),
                             || {
                                 format!(
@@ -1759,20 +1790,35 @@ fn audit(case: &Case, records: &[Rec], summary: &serde_json::Value) -> Vec<Strin
             ))
             .or_default()
             // The model instance is held from the batch's formation (its dispatch latency) to its
-            // release.
+            // release; a batch that skipped the dispatch latency must have been taken at the
+            // release of the one before.
             .push((
                 first.batch_formed_ns,
-                first.exec_end_ns.saturating_add(d.release_latency_ns),
+                first.exec_end_ns.saturating_add(d.release_ns(size)),
                 batch,
+                first.exec_start_ns != d.compute_start_ns(first.batch_formed_ns, false),
             ));
     }
     for ((pool, instance, mi), runs) in &mut per_model_instance {
         runs.sort_unstable();
+        if let Some(&(_, _, batch, true)) = runs.first() {
+            a.check(false, || {
+                format!(
+                    "batch: batch {batch}, the first on pool {pool} instance {instance} model instance {mi}, skipped the dispatch latency"
+                )
+            });
+        }
         for w in runs.windows(2) {
             a.check(w[1].0 >= w[0].1, || {
                 format!(
                     "batch: batches {} and {} overlap on pool {pool} instance {instance} model instance {mi}",
                     w[0].2, w[1].2
+                )
+            });
+            a.check(!w[1].3 || w[1].0 == w[0].1, || {
+                format!(
+                    "batch: batch {} skipped the dispatch latency, formed at {} ns, not at the release of batch {} ({} ns) on pool {pool} instance {instance} model instance {mi}",
+                    w[1].2, w[1].0, w[0].2, w[0].1
                 )
             });
         }

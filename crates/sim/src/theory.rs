@@ -110,14 +110,8 @@ pub fn mg1_exceptional_first_mean_wait_s(
     first_mean_s: f64,
     first_second_moment_s2: f64,
 ) -> Option<f64> {
-    let rho = arrival_rps * mean_service_s;
-    let rho0 = arrival_rps * first_mean_s;
-    if !positive_or_zero(rho)
-        || rho >= 1.0
-        || !positive_or_zero(rho0)
-        || !positive_or_zero(service_second_moment_s2)
-        || !positive_or_zero(first_second_moment_s2)
-    {
+    let (rho, rho0) = welch_loads(arrival_rps, mean_service_s, first_mean_s)?;
+    if !positive_or_zero(service_second_moment_s2) || !positive_or_zero(first_second_moment_s2) {
         return None;
     }
     Some(
@@ -134,12 +128,16 @@ pub fn mg1_exceptional_first_idle_share(
     mean_service_s: f64,
     first_mean_s: f64,
 ) -> Option<f64> {
+    let (rho, rho0) = welch_loads(arrival_rps, mean_service_s, first_mean_s)?;
+    Some((1.0 - rho) / (1.0 - rho + rho0))
+}
+
+/// `(rho, rho0)` of Welch's queue: the load of the ordinary and of the first services; `None`
+/// when unstable (`rho >= 1`) or either is negative or not a number.
+fn welch_loads(arrival_rps: f64, mean_service_s: f64, first_mean_s: f64) -> Option<(f64, f64)> {
     let rho = arrival_rps * mean_service_s;
     let rho0 = arrival_rps * first_mean_s;
-    if !positive_or_zero(rho) || rho >= 1.0 || !positive_or_zero(rho0) {
-        return None;
-    }
-    Some((1.0 - rho) / (1.0 - rho + rho0))
+    (positive_or_zero(rho) && rho < 1.0 && positive_or_zero(rho0)).then_some((rho, rho0))
 }
 
 /// Inverse Erlang C: the fewest servers for which an M/M/c queue is stable and its mean wait is
