@@ -44,11 +44,11 @@
 //!   model instance indices exist, standby instances only where configured;
 //! - batches (dynamic): members of one `batch_id` share pool, instance, model instance and
 //!   times, number `batch_size`, which is within `max_batch_size`; no batcher forms a batch
-//!   inside a pause; compute starts exactly the dispatch latency after the batch formed (at
-//!   once when its model instance took it at its release: formed exactly at the previous
-//!   batch's release), or at the end of the pause that holds that moment; batches of one model
-//!   instance never overlap (from formation to compute end and release, per batch and per
-//!   request), none starts before the cold start; constant and affine batch times are exactly
+//!   inside a pause; compute starts exactly the dispatch latency after the batch formed, or,
+//!   for a batch its model instance took as the batch before ended (formed between that one's
+//!   compute end and its release, per batch and per request), exactly at that release; either
+//!   moved to the end of the pause that holds it; batches of one model instance never overlap
+//!   (from compute start to compute end and release), none starts before the cold start; constant and affine batch times are exactly
 //!   the model's; post-processing takes exactly its time, pre-processing at least its;
 //! - continuous batching: the steps' sizes (`summary.json`) within `max_num_seqs`, no request
 //!   completed that the KV cache or (without chunked prefill) the token budget cannot hold;
@@ -147,7 +147,11 @@ impl Dynamic {
         } else {
             self.dispatch_latency_ns
         };
-        let t = formed_ns.saturating_add(dispatch_ns);
+        self.resume_ns(formed_ns.saturating_add(dispatch_ns))
+    }
+
+    /// `t`, or the end of the pause that holds it.
+    fn resume_ns(&self, t: u64) -> u64 {
         self.pauses
             .iter()
             .find(|&&(from, to)| from <= t && t < to)
@@ -1103,9 +1107,9 @@ fn read_requests(path: &Path) -> Result<Vec<Rec>, String> {
 /// Pool, instance, model instance.
 type ModelInstanceKey = (String, u64, u64);
 
-/// A batch's formation and its model instance's release, its id, and whether it skipped the
-/// dispatch latency.
-type BatchRun = (u64, u64, u64, bool);
+/// A batch's compute start, formation, compute end and its model instance's release, its id,
+/// and whether it started other than the dispatch latency after its formation.
+type BatchRun = (u64, u64, u64, u64, u64, bool);
 
 /// Collects broken rules; the first few are reported.
 #[derive(Default)]
@@ -1412,11 +1416,10 @@ fn audit(case: &Case, records: &[Rec], summary: &serde_json::Value) -> Vec<Strin
                                 d.pauses
                             )
                         });
-                        // Whether it was taken at a release is checked per model instance.
+                        // When exactly it computed (after the dispatch latency, or at the
+                        // release of the batch before) is checked per model instance.
                         a.check(
-                            (r.exec_start_ns == d.compute_start_ns(r.batch_formed_ns, false)
-                                || r.exec_start_ns == d.compute_start_ns(r.batch_formed_ns, true))
-                                && present(r.batch_id),
+                            r.exec_start_ns >= r.batch_formed_ns && present(r.batch_id),
                             || {
                                 format!(
                                     "batch: {}: batch {} formed at {} ns, started at {} ns, dispatch latency {} ns, pauses {:?}",
@@ -1793,7 +1796,9 @@ fn audit(case: &Case, records: &[Rec], summary: &serde_json::Value) -> Vec<Strin
             // release; a batch that skipped the dispatch latency must have been taken at the
             // release of the one before.
             .push((
+                first.exec_start_ns,
                 first.batch_formed_ns,
+                first.exec_end_ns,
                 first.exec_end_ns.saturating_add(d.release_ns(size)),
                 batch,
                 first.exec_start_ns != d.compute_start_ns(first.batch_formed_ns, false),
@@ -1801,7 +1806,13 @@ fn audit(case: &Case, records: &[Rec], summary: &serde_json::Value) -> Vec<Strin
     }
     for ((pool, instance, mi), runs) in &mut per_model_instance {
         runs.sort_unstable();
-        if let Some(&(_, _, batch, true)) = runs.first() {
+        let Some(Batching::Dynamic(d)) = pool_index
+            .get(pool.as_str())
+            .map(|&i| &spec.pools[i].batching)
+        else {
+            continue;
+        };
+        if let Some(&(_, _, _, _, batch, true)) = runs.first() {
             a.check(false, || {
                 format!(
                     "batch: batch {batch}, the first on pool {pool} instance {instance} model instance {mi}, skipped the dispatch latency"
@@ -1809,18 +1820,21 @@ fn audit(case: &Case, records: &[Rec], summary: &serde_json::Value) -> Vec<Strin
             });
         }
         for w in runs.windows(2) {
-            a.check(w[1].0 >= w[0].1, || {
+            let ((_, _, end, release, before, _), (start, formed, _, _, batch, taken)) =
+                (w[0], w[1]);
+            a.check(start >= release && formed >= end, || {
                 format!(
-                    "batch: batches {} and {} overlap on pool {pool} instance {instance} model instance {mi}",
-                    w[0].2, w[1].2
+                    "batch: batches {before} and {batch} overlap on pool {pool} instance {instance} model instance {mi}"
                 )
             });
-            a.check(!w[1].3 || w[1].0 == w[0].1, || {
-                format!(
-                    "batch: batch {} skipped the dispatch latency, formed at {} ns, not at the release of batch {} ({} ns) on pool {pool} instance {instance} model instance {mi}",
-                    w[1].2, w[1].0, w[0].2, w[0].1
-                )
-            });
+            a.check(
+                !taken || ((end..=release).contains(&formed) && start == d.resume_ns(release)),
+                || {
+                    format!(
+                        "batch: batch {batch} formed at {formed} ns started at {start} ns: neither after the dispatch latency nor at the release of batch {before} (compute end {end} ns, release {release} ns) on pool {pool} instance {instance} model instance {mi}"
+                    )
+                },
+            );
         }
     }
 

@@ -115,6 +115,20 @@ pub(crate) fn end_execution(ctx: &mut Ctx, fleet: &mut Fleet, mi_index: u32) {
     ctx.counters.busy_model_instances -= 1;
 }
 
+/// Takes model instance `mi_index` back right after [`end_execution`]: busy with no batch (its
+/// release), until an event frees it.
+#[inline]
+pub(crate) fn hold_execution(ctx: &mut Ctx, fleet: &mut Fleet, mi_index: u32) {
+    let now = ctx.now;
+    let mi = &mut fleet.model_instances[mi_index as usize];
+    mi.busy = true;
+    mi.batch_start = now;
+    fleet.instances[mi.instance.index()]
+        .free
+        .remove(mi.index_in_instance);
+    ctx.counters.busy_model_instances += 1;
+}
+
 /// One model instance: runs one batch at a time.
 #[derive(Debug, Clone)]
 pub struct ModelInstance {

@@ -30,8 +30,9 @@ pub(crate) struct DynamicInstance {
     poll_event_at: SimTime,
     /// Draws who wins the race at a batch's end; untouched when the thread never goes first.
     race: SimRng,
-    /// The model instance (the fleet's index) being released now, inside [`Self::released`].
-    released: Option<u32>,
+    /// The model instance (the fleet's index) being released now, inside [`Self::released`],
+    /// and the wait before the compute of the batch it takes (instead of the dispatch latency).
+    released: Option<(u32, u64)>,
 }
 
 impl DynamicInstance {
@@ -124,10 +125,11 @@ impl DynamicInstance {
     /// `thread_first_fraction` of batch ends, moving the requests waiting behind a growing
     /// payload into it before the instance takes it. Otherwise as
     /// [`DynamicInstance::dispatch`], except that the freed instance's next batch, taken by its
-    /// running thread, starts without the dispatch latency.
+    /// running thread, computes `start_ns` later (the rest of its release) instead of after the
+    /// dispatch latency.
     #[inline(always)]
-    pub fn released(&mut self, ctx: &mut Ctx, mut site: Site<'_>, mi_index: u32) {
-        self.released = Some(mi_index);
+    pub fn released(&mut self, ctx: &mut Ctx, mut site: Site<'_>, mi_index: u32, start_ns: u64) {
+        self.released = Some((mi_index, start_ns));
         let fraction = self.rule.thread_first_fraction;
         if self.rule.max_batch_size > 1
             && fraction > 0.0
@@ -275,7 +277,7 @@ impl DynamicInstance {
 /// payload of its own, and free model instances take them in order (`released`: the model
 /// instance being released now, if any).
 #[inline]
-fn start_singles(ctx: &mut Ctx, site: &mut Site<'_>, rule: &Batcher, released: Option<u32>) {
+fn start_singles(ctx: &mut Ctx, site: &mut Site<'_>, rule: &Batcher, released: Option<(u32, u64)>) {
     loop {
         if site.instance.queue.is_empty() {
             return;
@@ -289,9 +291,9 @@ fn start_singles(ctx: &mut Ctx, site: &mut Site<'_>, rule: &Batcher, released: O
 }
 
 /// Model instance `mi_index` takes a batch of the `size` oldest queued requests; its compute
-/// starts after the dispatch latency, or at once when the instance is the one being
-/// `released` now (or at the end of a pause that holds it: a batch formed just before one, or a
-/// request without batching).
+/// starts after the dispatch latency, or, when the instance is the one being `released` now,
+/// after the wait given with it (or at the end of a pause that holds it: a batch formed just
+/// before one, or a request without batching).
 #[inline]
 fn start_batch(
     ctx: &mut Ctx,
@@ -299,14 +301,13 @@ fn start_batch(
     rule: &Batcher,
     mi_index: u32,
     size: u32,
-    released: Option<u32>,
+    released: Option<(u32, u64)>,
 ) {
     let now = ctx.now.ns();
     let execution = &mut *site.execution;
-    let dispatch_ns = if released == Some(mi_index) {
-        0
-    } else {
-        rule.dispatch_latency_ns
+    let dispatch_ns = match released {
+        Some((freed, start_ns)) if freed == mi_index => start_ns,
+        _ => rule.dispatch_latency_ns,
     };
     let compute_start_ns = execution.pauses.resume_ns(now.saturating_add(dispatch_ns));
     let batch_id = ctx.counters.next_batch_id;

@@ -29,7 +29,7 @@ use crate::context::{ClientId, Ctx, InstanceId, Place, RequestId};
 use crate::continuous::{Continuous, ContinuousInstance};
 use crate::event::{Event, EventKind};
 use crate::gateway::{Arrived, Gateway};
-use crate::instance::{Execution, Fleet, Site, end_execution};
+use crate::instance::{Execution, Fleet, Site, end_execution, hold_execution};
 use crate::observe::Observer;
 use crate::postprocess::Postprocess;
 use crate::preprocess::Preprocess;
@@ -499,13 +499,13 @@ impl<'a> Engine<'a> {
     }
 
     /// Wakes instance `index`'s batcher after a model instance became ready, or after a batch
-    /// (or step) freed model instance `freed` (the fleet's index): free model instances take the
-    /// waiting payloads, then the batcher thread runs (a continuous batcher plans its next
-    /// step). After a batch, the dynamic batcher's thread may run first
-    /// (`batcher.thread_first_fraction`), and the freed instance's next batch skips the
-    /// dispatch latency.
+    /// (or step) freed model instance `freed` (the fleet's index, with the wait before its next
+    /// batch computes): free model instances take the waiting payloads, then the batcher thread
+    /// runs (a continuous batcher plans its next step). After a batch, the dynamic batcher's
+    /// thread may run first (`batcher.thread_first_fraction`), and the freed instance's next
+    /// batch waits that instead of the dispatch latency.
     #[inline(always)]
-    fn dispatch(&mut self, index: InstanceId, freed: Option<u32>) {
+    fn dispatch(&mut self, index: InstanceId, freed: Option<(u32, u64)>) {
         let prefix_blocks = self.continuous.prefix_blocks;
         let (executor, at) = site_of(
             &mut self.fleet,
@@ -515,7 +515,7 @@ impl<'a> Engine<'a> {
         );
         match executor {
             Executor::Dynamic(d) => match freed {
-                Some(mi_index) => d.released(&mut self.ctx, at, mi_index),
+                Some((mi_index, start_ns)) => d.released(&mut self.ctx, at, mi_index, start_ns),
                 None => d.dispatch(&mut self.ctx, at),
             },
             Executor::Continuous(c) => c.plan_step(&mut self.ctx, at, prefix_blocks),
@@ -532,7 +532,7 @@ impl<'a> Engine<'a> {
                 let size = self.fleet.model_instances[mi_index as usize].members.len();
                 let release_ns = d.release_latency_ns(size as u32);
                 if release_ns > 0 {
-                    self.hold_for_release(index, mi_index, release_ns, sink);
+                    self.release(index, mi_index, release_ns, sink);
                     return;
                 }
                 end_execution(&mut self.ctx, &mut self.fleet, mi_index);
@@ -554,25 +554,32 @@ impl<'a> Engine<'a> {
                 self.continuous.token_buf = tokens;
             }
         }
-        self.dispatch(index, Some(mi_index));
+        self.dispatch(index, Some((mi_index, 0)));
     }
 
-    /// A batch's compute is over with a release latency: its requests go on now, and the model
-    /// instance stays taken until `release_ns` from now.
+    /// A batch's compute is over with a release latency: its requests go on now. As in Triton,
+    /// the instance takes its next ready payload now (which grows no more) and computes it once
+    /// its thread has finished the batch, `release_ns` from now; with none ready, it stays
+    /// taken until then.
     #[cold]
     #[inline(never)]
-    fn hold_for_release<S: RecordSink>(
+    fn release<S: RecordSink>(
         &mut self,
         index: InstanceId,
         mi_index: u32,
         release_ns: u64,
         sink: &mut S,
     ) {
-        let at_ns = self.ctx.now.ns().saturating_add(release_ns);
         self.batch_executed(index, mi_index, sink);
-        self.ctx
-            .events
-            .push(at_ns, EventKind::BatchDone, mi_index, RELEASED);
+        end_execution(&mut self.ctx, &mut self.fleet, mi_index);
+        self.dispatch(index, Some((mi_index, release_ns)));
+        if self.fleet.model_instances[mi_index as usize].is_free() {
+            hold_execution(&mut self.ctx, &mut self.fleet, mi_index);
+            let at_ns = self.ctx.now.ns().saturating_add(release_ns);
+            self.ctx
+                .events
+                .push(at_ns, EventKind::BatchDone, mi_index, RELEASED);
+        }
     }
 
     /// Every request of model instance `mi_index`'s batch is done executing.

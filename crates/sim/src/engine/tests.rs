@@ -84,24 +84,28 @@ fn release_latency_per_request_holds_the_model_instance_by_the_size_of_its_batch
     let s = "[batcher]\nmax_batch_size = 4\nrelease_latency = \"1ms\"\n\
              release_latency_per_request = \"2ms\"\n\
              [service]\nkind = \"constant\"\ntime = \"10ms\"\n";
-    let (_, got) = stage_times_ms(s, &[0, 1, 2, 3, 40]);
-    // r0 alone (released at 10 + 1 + 2 = 13 ms), then r1-r3 as one batch of three (released at
-    // 23 + 1 + 3 * 2 = 30 ms); r4 finds the instance free. Responses are not held.
+    let (_, got) = stage_times_ms(s, &[0, 1, 2, 3, 11]);
+    // r0 alone, released at 10 + 1 + 2 = 13 ms. At its compute end (10 ms) the instance takes
+    // the payload r1-r3, which grows no more: r4 (11 ms, inside the release) waits for the next
+    // one. The three compute from 13 ms; their release ends at 23 + 1 + 3 * 2 = 30 ms, when
+    // r4, taken at 23 ms, computes. Responses are not held.
     assert_eq!(
         got,
         vec![
             [0, 0, 0, 10, 10],
-            [1, 13, 13, 23, 23],
-            [2, 13, 13, 23, 23],
-            [3, 13, 13, 23, 23],
-            [40, 40, 40, 50, 50],
+            [1, 10, 13, 23, 23],
+            [2, 10, 13, 23, 23],
+            [3, 10, 13, 23, 23],
+            [11, 23, 30, 40, 40],
         ]
     );
-    let (_, busy) = stage_times_ms(s, &[0, 1, 2, 3, 29]);
+    // Nothing waiting at a compute end: the instance stays taken through its release, and a
+    // request arriving in it starts at its end.
+    let (_, held) = stage_times_ms(s, &[0, 11]);
     assert_eq!(
-        busy[4],
-        [29, 30, 30, 40, 40],
-        "r4 waits for the release at 30 ms"
+        held[1],
+        [11, 13, 13, 23, 23],
+        "r1 waits for r0's release at 13 ms"
     );
 }
 
@@ -110,8 +114,8 @@ fn release_latency_holds_the_model_instance_after_compute_but_not_the_requests()
     let s =
         "[batcher]\nrelease_latency = \"3ms\"\n[service]\nkind = \"constant\"\ntime = \"10ms\"\n";
     let (run, got) = stage_times_ms(s, &[0, 5]);
-    // r0 is answered at 10 ms; its model instance takes r1 at 13 ms.
-    assert_eq!(got, vec![[0, 0, 0, 10, 10], [5, 13, 13, 23, 23]]);
+    // r0 is answered at 10 ms; its model instance takes r1 then and computes it from 13 ms.
+    assert_eq!(got, vec![[0, 0, 0, 10, 10], [5, 10, 13, 23, 23]]);
     // The run ends with the last response, not the last release.
     assert!(
         (run.summary.end_s - 0.023).abs() < 1e-12,

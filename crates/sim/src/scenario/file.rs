@@ -219,13 +219,15 @@ pub struct BatcherSpec {
     /// waking the backend's instance thread with the payload; for the Python backend, the call
     /// into its stub process). The model instance is held through it, and it counts as queue
     /// time, as in Triton's statistics and traces. Paid by a batch taken by an idle model
-    /// instance; one taken by an instance at its release (after `release_latency`) is taken by
-    /// the running instance thread and starts at once. Default 0.
+    /// instance; one taken as the instance's previous batch ends is taken by its running thread
+    /// and computes when that batch's release is over. Default 0.
     #[serde(default)]
     pub dispatch_latency: DurationNs,
-    /// Dynamic: time from a batch's compute end until its model instance takes the next one
-    /// (Triton: the backend returning, the instance released, the batcher thread woken). The
-    /// batch's requests go on at compute end; only the instance waits. Default 0.
+    /// Dynamic: time from a batch's compute end until its model instance can compute the next
+    /// one (Triton: the backend returning, the instance released). A payload ready at compute
+    /// end is taken then (it grows no more) and computes after the release; otherwise the
+    /// instance is free when the release is over. The batch's requests go on at compute end;
+    /// only the instance waits. Default 0.
     #[serde(default)]
     pub release_latency: DurationNs,
     /// Dynamic: added to `release_latency` for each request of the batch that ended (Triton's
