@@ -90,20 +90,23 @@ def scenario_toml(name: str, s: dict, a_ms: float = A_MS, b_ms: float = B_MS,
     return "\n".join(lines) + "\n"
 
 
-def handover(timings: dict | None) -> tuple:
+def handover(timings: dict | None, prefetch: bool = True) -> tuple:
     """(dispatch, release, release per request) in ms of a traced run (`request_timings`), as
     `batcher.dispatch_latency`, `release_latency` and `release_latency_per_request`: the
     dispatch is the wait of a ready batch for an idle model instance (0 without one); the
     release, the turnaround between back-to-back batches (a batch's compute end to the next
     one's start on the same instance, the next one ready), fitted on the size of the batch that
-    ended (stalls apart in both). Triton's instance thread takes a ready payload at once, so the
-    turnaround holds no dispatch; it grows with the responses the backend sends first."""
+    ended (stalls apart in both). With prefetching Triton's instance thread takes a ready
+    payload at once, so the turnaround holds no dispatch; it grows with the responses the
+    backend sends first. Without it (`prefetch` False: a queue policy) the batch is formed only
+    once the thread waits for it, so the turnaround holds a dispatch, taken off the release."""
     if not timings:
         return 0.0, 0.0, 0.0
     dispatch = timings["idle_dispatch_ms"] if timings["idle_dispatches"] else 0.0
     if "release_ms" not in timings:  # timings stored before the per-request fit
         return dispatch, max(timings["turnaround_ms"] - dispatch, 0.0), 0.0
-    return dispatch, timings["release_ms"], timings["release_per_request_ms"]
+    release = timings["release_ms"] if prefetch else max(timings["release_ms"] - dispatch, 0.0)
+    return dispatch, release, timings["release_per_request_ms"]
 
 
 def release_fit(pairs: list) -> tuple:

@@ -62,6 +62,12 @@ impl DynamicInstance {
             .saturating_add(per_request.saturating_mul(u64::from(size)))
     }
 
+    /// Whether payloads are formed ahead of a free model instance (Triton's prefetching).
+    #[inline]
+    pub fn prefetches(&self) -> bool {
+        self.rule.prefetch
+    }
+
     /// True for a batcher timer or poll whose deadline has moved on: its handler would do
     /// nothing.
     #[inline]

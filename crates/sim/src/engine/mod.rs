@@ -531,15 +531,30 @@ impl<'a> Engine<'a> {
             Executor::Dynamic(d) if aux == COMPUTED => {
                 let size = self.fleet.model_instances[mi_index as usize].members.len();
                 let release_ns = d.release_latency_ns(size as u32);
-                if release_ns > 0 {
+                if release_ns > 0 && d.prefetches() {
                     self.release(index, mi_index, release_ns, sink);
+                    return;
+                }
+                if release_ns > 0 {
+                    // Without prefetching nothing is formed for the instance until its thread
+                    // waits for a payload: after the release.
+                    self.batch_executed(index, mi_index, sink);
+                    let at_ns = self.ctx.now.ns().saturating_add(release_ns);
+                    self.ctx
+                        .events
+                        .push(at_ns, EventKind::BatchDone, mi_index, RELEASED);
                     return;
                 }
                 end_execution(&mut self.ctx, &mut self.fleet, mi_index);
                 self.batch_executed(index, mi_index, sink);
             }
-            Executor::Dynamic(_) => {
+            Executor::Dynamic(d) => {
                 end_execution(&mut self.ctx, &mut self.fleet, mi_index);
+                if !d.prefetches() {
+                    // Released: an idle instance, whose batch pays the dispatch latency.
+                    self.dispatch(index, None);
+                    return;
+                }
             }
             Executor::Continuous(c) => {
                 end_execution(&mut self.ctx, &mut self.fleet, mi_index);
@@ -557,10 +572,10 @@ impl<'a> Engine<'a> {
         self.dispatch(index, Some((mi_index, 0)));
     }
 
-    /// A batch's compute is over with a release latency: its requests go on now. As in Triton,
-    /// the instance takes its next ready payload now (which grows no more) and computes it once
-    /// its thread has finished the batch, `release_ns` from now; with none ready, it stays
-    /// taken until then.
+    /// A batch's compute is over with a release latency and prefetching: its requests go on
+    /// now. As in Triton, the instance takes its next ready payload now (which grows no more)
+    /// and computes it once its thread has finished the batch, `release_ns` from now; with none
+    /// ready, it stays taken until then.
     #[cold]
     #[inline(never)]
     fn release<S: RecordSink>(

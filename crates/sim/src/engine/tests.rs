@@ -110,6 +110,21 @@ fn release_latency_per_request_holds_the_model_instance_by_the_size_of_its_batch
 }
 
 #[test]
+fn without_prefetching_the_batch_after_a_release_is_formed_at_its_end_and_pays_the_dispatch() {
+    let s = "[batcher]\nmax_batch_size = 4\nprefetch = false\ndispatch_latency = \"1ms\"\n\
+             release_latency = \"1ms\"\nrelease_latency_per_request = \"2ms\"\n\
+             [service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+    let (_, got) = stage_times_ms(s, &[0, 1, 2, 3, 12]);
+    // r0 wakes the idle instance: formed at 0, computes 1-11 ms, released at 11 + 1 + 2 = 14.
+    // Nothing is formed before the instance's thread waits for it, so r4, arriving inside the
+    // release (12 ms), joins r1-r3: the four are formed at 14 ms and, the instance idle then,
+    // compute after the dispatch, from 15 ms.
+    let mut expected = vec![[0, 0, 1, 11, 11]];
+    expected.extend([1, 2, 3, 12].map(|a| [a, 14, 15, 25, 25]));
+    assert_eq!(got, expected);
+}
+
+#[test]
 fn release_latency_holds_the_model_instance_after_compute_but_not_the_requests() {
     let s =
         "[batcher]\nrelease_latency = \"3ms\"\n[service]\nkind = \"constant\"\ntime = \"10ms\"\n";
