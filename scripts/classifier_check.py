@@ -26,7 +26,6 @@ import json
 import subprocess
 import sys
 import tomllib
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +33,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import triton_check as tc  # noqa: E402
+import triton as triton_server  # noqa: E402
 
 ROOT = tc.ROOT
 SCENARIO = ROOT / "scenarios" / "bert-dynamic-batching.toml"
@@ -123,9 +123,8 @@ def run_once(out: Path, load: float, duration: str) -> None:
                             str(load), "--duration", duration, "--server-trace",
                             "-o", str(out / "validate")],
                            check=True, stdout=log, stderr=subprocess.STDOUT)
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/{MODEL}/stats",
-                                    timeout=30) as r:
-            (out / "triton_stats.json").write_text(r.read().decode())
+        (out / "triton_stats.json").write_text(
+            json.dumps({"model_stats": [triton_server.stats_since_ready(out, MODEL)]}))
     finally:
         subprocess.run([sys.executable, str(triton), "stop", "--dir", str(out)], check=True)
 

@@ -30,8 +30,9 @@ import json
 import os
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
+
+import triton as triton_server
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPSIM = ROOT / "target" / "release" / "capsim"
@@ -198,20 +199,27 @@ def triton_died(out: Path) -> bool:
 
 def serve(out: Path, setting: dict, replays: list, tries: int = 3) -> dict:
     """`serve_once`, again against a fresh Triton when the last one died (`triton_died`), at most
-    `tries` times; each failed try's log and replays are kept under OUT/crashed-N."""
+    `tries` times; each failed try's log and replays are kept under OUT/crashed-N. A Triton that
+    caught a signal but went on answering (or hung, its requests timing out) counts as dead."""
     for attempt in range(1, tries + 1):
         try:
-            return serve_once(out, setting, replays)
-        except (subprocess.CalledProcessError, OSError) as error:
+            stats = serve_once(out, setting, replays)
+            if not triton_died(out):
+                return stats
+            if attempt == tries:
+                raise RuntimeError(f"Triton died in every one of {tries} tries; see {out}")
+            error: Exception = RuntimeError("a signal in its log")
+        except (subprocess.CalledProcessError, OSError) as failure:
             if attempt == tries or not triton_died(out):
                 raise
-            kept = out / f"crashed-{attempt}"
-            kept.mkdir(exist_ok=True)
-            for name in ["triton.log", *(folder for _, _, folder in replays)]:
-                if (out / name).exists():
-                    (out / name).rename(kept / name)
-            print(f"{out.name}: Triton died ({error}); trying again, its files in {kept}",
-                  file=sys.stderr, flush=True)
+            error = failure
+        kept = out / f"crashed-{attempt}"
+        kept.mkdir(exist_ok=True)
+        for name in ["triton.log", *(folder for _, _, folder in replays)]:
+            if (out / name).exists():
+                (out / name).rename(kept / name)
+        print(f"{out.name}: Triton died ({error}); trying again, its files in {kept}",
+              file=sys.stderr, flush=True)
     raise AssertionError("unreachable: the last try returns or raises")
 
 
@@ -236,8 +244,7 @@ def serve_once(out: Path, setting: dict, replays: list) -> dict:
             capsim("replay", "--endpoint", f"http://127.0.0.1:{port}", "--model", "fixed",
                    "--scenario", str(scenario), "--trace", str(trace), *extra, "-o",
                    str(out / folder))
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/fixed/stats") as r:
-            stats = json.load(r)["model_stats"][0]
+        stats = triton_server.stats_since_ready(out, "fixed")
         (out / "triton_stats.json").write_text(json.dumps(stats, indent=1))
     finally:
         subprocess.run([sys.executable, str(triton), "stop", "--dir", str(out)], check=True)
