@@ -122,6 +122,38 @@ fn replay_endpoint_writes_what_simulate_writes_with_every_request_accounted_for(
 }
 
 #[test]
+fn replay_endpoint_warmup_is_sent_but_left_out_of_the_statistics() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(dir.path());
+    let out = dir.path().join("measured");
+    let mut args = replay_args(&server.url, "30", &out);
+    args.extend(["--warmup", "10"]);
+    let output = capsim(&args);
+    assert!(output.status.success(), "{}", text(&output));
+    let summary: Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("summary.json")).expect("summary.json"),
+    )
+    .expect("JSON");
+    assert_eq!(summary["requests"]["total"], 30, "{summary}");
+    assert_eq!(summary["warmup_excluded"], 10, "{summary}");
+    assert_eq!(summary["measured"]["total"], 20, "{summary}");
+    assert_eq!(
+        summary["latency_ms"]["end_to_end"]["count"], 20,
+        "{summary}"
+    );
+
+    let mut args = replay_args(&server.url, "5", &out);
+    args.extend(["--warmup", "ten"]);
+    let output = capsim(&args);
+    assert!(!output.status.success());
+    assert!(
+        common::stderr(&output).contains("--warmup") && common::stderr(&output).contains("1000"),
+        "{}",
+        text(&output)
+    );
+}
+
+#[test]
 fn replay_endpoint_refuses_an_unknown_model_and_an_unreachable_server() {
     let dir = tempfile::tempdir().expect("tempdir");
     let server = Server::start(dir.path());

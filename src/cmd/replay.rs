@@ -12,14 +12,15 @@ use capsim_calibrate::live::{
     LiveConfig, LiveRequest, LiveRun, check_servable, replay, timeseries_of,
 };
 use capsim_endpoint::{EndpointOptions, LoadMode, Protocol, Reporting};
-use capsim_sim::Scenario;
 use capsim_sim::output::{write_requests_parquet, write_summary_json, write_timeseries_parquet};
 use capsim_sim::quantity::parse_duration_ns;
 use capsim_sim::summary::SummaryBuilder;
+use capsim_sim::{Scenario, Warmup};
 use clap::Args;
 
 use super::BadInput;
 use super::calibrate::{Ep, load_runtime, user_facing};
+use super::sweep::parse_warmup;
 use crate::input::TraceInput;
 
 /// The live server's flags, shared by `replay --live` and `validate`.
@@ -124,6 +125,11 @@ pub struct ReplayArgs {
     /// Seed of the input data (recorded in the summary).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Exclude a warm-up from the statistics, as `simulate --warmup` does: a duration of the
+    /// trace (`2s`) or a request count (`1000`). Those requests are still sent, written to
+    /// requests.parquet and counted.
+    #[arg(long, value_name = "DURATION|COUNT")]
+    pub warmup: Option<String>,
     /// Output directory (created if missing).
     #[arg(short = 'o', long = "out", value_name = "DIR")]
     pub out: PathBuf,
@@ -156,6 +162,7 @@ pub fn run(args: ReplayArgs) -> Result<()> {
         .into());
     }
     let server = &args.server;
+    let warmup = parse_warmup(args.warmup.as_deref())?;
     let scenario = server.served_scenario()?;
     let pool = &scenario.pools()[0];
     check_model_file(&server.model).map_err(user_facing)?;
@@ -186,7 +193,7 @@ pub fn run(args: ReplayArgs) -> Result<()> {
         );
     }
 
-    let summary = live_summary(&scenario, args.seed, &live);
+    let summary = live_summary(&scenario, args.seed, &live, warmup);
     let model_instances = live.utilization.len() as u32;
     let timeseries = timeseries_of(&live, live_interval_ns(&scenario, &live), model_instances);
     if let Some(note) = summary.timeseries_note() {
@@ -207,8 +214,14 @@ pub fn run(args: ReplayArgs) -> Result<()> {
     Ok(())
 }
 
-/// The simulator's summary of a live run (stages the live server does not reproduce are left out).
-pub fn live_summary(scenario: &Scenario, seed: u64, live: &LiveRun) -> capsim_sim::Summary {
+/// The simulator's summary of a live run (stages the live server does not reproduce are left out;
+/// `warmup`'s requests are left out of the statistics).
+pub fn live_summary(
+    scenario: &Scenario,
+    seed: u64,
+    live: &LiveRun,
+    warmup: Warmup,
+) -> capsim_sim::Summary {
     let mut summary = SummaryBuilder::new(
         scenario.slo.as_ref().and_then(|s| s.latency).map(|d| d.0),
         [false; 8],
@@ -217,7 +230,10 @@ pub fn live_summary(scenario: &Scenario, seed: u64, live: &LiveRun) -> capsim_si
         summary.add_batch(size);
     }
     for record in &live.records {
-        summary.add(record, true);
+        summary.add(
+            record,
+            warmup.measures(u64::from(record.request), record.arrival_ns),
+        );
     }
     let in_system_area: u128 = live
         .records
@@ -264,6 +280,7 @@ pub(super) fn reporting_of(scenario: &Scenario) -> Reporting {
         slo_tpot_ns: slo.and_then(|s| s.tpot).map(|d| d.0),
         interval_ns: scenario.timeseries.interval.0,
         max_rows: scenario.timeseries.max_rows,
+        warmup: Warmup::None,
     }
 }
 
@@ -313,9 +330,12 @@ fn run_endpoint(args: &ReplayArgs, url: &str) -> Result<()> {
         },
         metrics_url: args.metrics_url.clone(),
     };
-    let reporting = scenario
-        .as_ref()
-        .map_or_else(Reporting::default, reporting_of);
+    let reporting = Reporting {
+        warmup: parse_warmup(args.warmup.as_deref())?,
+        ..scenario
+            .as_ref()
+            .map_or_else(Reporting::default, reporting_of)
+    };
     let loaded = server.input.load()?;
     eprintln!("{}", loaded.report_line());
     let cut = loaded

@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use capsim_sim::output::{write_requests_parquet, write_summary_json, write_timeseries_parquet};
 use capsim_sim::quantity::parse_duration_ns;
 use capsim_sim::timeline::{TimelineWindow, write_timeline_json};
-use capsim_sim::{RunOptions, Scenario, Warmup, run_with_sink, simulate_with_requests};
+use capsim_sim::{RunOptions, Scenario, run_with_sink, simulate_with_requests};
 use clap::Args;
 
 use super::BadInput;
@@ -52,16 +52,6 @@ pub struct SimulateArgs {
     pub out: PathBuf,
 }
 
-/// Parses `--warmup`: a bare integer is a request count, anything else a duration.
-fn parse_warmup(text: &str) -> Result<Warmup> {
-    if let Ok(count) = text.trim().parse::<u64>() {
-        return Ok(Warmup::Count(count));
-    }
-    parse_duration_ns(text)
-        .map(Warmup::DurationNs)
-        .map_err(|e| BadInput(format!("--warmup: {e}, or a request count such as 1000")).into())
-}
-
 /// Parses `--timeline-window START..END` (durations, END after START).
 fn parse_timeline_window(text: &str) -> Result<TimelineWindow> {
     let bad = |why: String| BadInput(format!("--timeline-window {text:?}: {why}"));
@@ -80,12 +70,7 @@ pub fn run(args: SimulateArgs) -> Result<()> {
     let mut scenario = Scenario::from_path(&args.scenario).map_err(|e| BadInput(e.to_string()))?;
     super::apply_sets(&mut scenario, &args.sets)?;
     let built = super::build_scenario(&scenario, &mut capsim_sim::Profiles::default())?;
-    let warmup = args
-        .warmup
-        .as_deref()
-        .map(parse_warmup)
-        .transpose()?
-        .unwrap_or_default();
+    let warmup = super::sweep::parse_warmup(args.warmup.as_deref())?;
     let loaded = args.input.load()?;
     eprintln!("{}", loaded.report_line());
     let options = RunOptions {

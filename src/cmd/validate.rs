@@ -226,7 +226,7 @@ pub fn run(args: ValidateArgs) -> Result<()> {
         let before = probe.slowdown(PROBE_RUNS).map_err(user_facing)?;
         let live = replay(&runtime, pool, &requests, &config).map_err(user_facing)?;
         let after = probe.slowdown(PROBE_RUNS).map_err(user_facing)?;
-        let measured = live_summary(&scenario, args.seed, &live);
+        let measured = live_summary(&scenario, args.seed, &live, capsim_sim::Warmup::None);
         if let Some(out) = &args.out {
             let dir = out.join(format!("load-{:.0}", load * 100.0));
             std::fs::create_dir_all(&dir)

@@ -36,6 +36,7 @@ pub mod triton;
 
 use std::time::Duration;
 
+use capsim_sim::Warmup;
 use capsim_sim::record::RequestRecord;
 use capsim_sim::summary::{LoadSummary, Summary, SummaryBuilder};
 use capsim_sim::timeseries::{DEFAULT_MAX_ROWS, Timeseries, interval_for, sample_records};
@@ -124,6 +125,9 @@ pub struct Reporting {
     pub interval_ns: u64,
     /// Most timeseries rows.
     pub max_rows: u32,
+    /// Requests left out of the summary's statistics (still sent, recorded and counted), as
+    /// `capsim simulate --warmup` leaves them out of a simulation's.
+    pub warmup: Warmup,
 }
 
 impl Default for Reporting {
@@ -135,6 +139,7 @@ impl Default for Reporting {
             slo_tpot_ns: None,
             interval_ns: 1_000_000_000,
             max_rows: DEFAULT_MAX_ROWS,
+            warmup: Warmup::None,
         }
     }
 }
@@ -229,9 +234,14 @@ fn measure(replayed: Replayed, options: &EndpointOptions, reporting: &Reporting)
     }
     let mut in_system_area_ns = 0u128;
     for m in &replayed.requests {
-        builder.add(&m.record, true);
-        for &gap in &m.token_gaps_ns {
-            builder.add_inter_token_ns(gap);
+        let measured = reporting
+            .warmup
+            .measures(u64::from(m.record.request), m.record.arrival_ns);
+        builder.add(&m.record, measured);
+        if measured {
+            for &gap in &m.token_gaps_ns {
+                builder.add_inter_token_ns(gap);
+            }
         }
         in_system_area_ns += u128::from(m.record.latency_ns());
     }

@@ -16,6 +16,7 @@ use bytes::Bytes;
 use capsim_endpoint::{
     EndpointError, EndpointOptions, LoadMode, MeasuredRun, Protocol, Reporting, replay,
 };
+use capsim_sim::Warmup;
 use capsim_sim::record::{FailReason, Outcome};
 use capsim_trace::{Columns, Trace};
 use hyper::body::{Body, Frame, Incoming};
@@ -236,6 +237,38 @@ fn open_loop_measures_every_request_from_its_intended_send() {
     assert!((load.requested_rate_rps - 100.0).abs() < 1e-6, "{load:?}");
     assert!(load.schedule_delay_max_ms >= load.schedule_delay_p99_ms);
     assert!(run.timeseries.arrivals.iter().sum::<u32>() == 40);
+}
+
+#[test]
+fn a_warm_up_is_sent_and_recorded_but_left_out_of_the_statistics() {
+    let (addr, seen) = start_server();
+    let o = options(addr, Protocol::Kserve, "fixed");
+    for (warmup, excluded) in [
+        (Warmup::Count(10), 10),
+        (Warmup::DurationNs(195_000_000), 20),
+    ] {
+        let reporting = Reporting {
+            warmup,
+            ..Reporting::default()
+        };
+        let before = seen.infers.load(Ordering::SeqCst);
+        let run = replay(&trace(40, 10, 1), &o, &reporting).expect("the replay runs");
+        assert_eq!(seen.infers.load(Ordering::SeqCst) - before, 40, "all sent");
+        assert_eq!(run.records.len(), 40, "all recorded");
+        let s = &run.summary;
+        assert_eq!(
+            (s.requests.total, s.requests.completed),
+            (40, 40),
+            "{warmup:?}"
+        );
+        assert_eq!(s.warmup_excluded, excluded, "{warmup:?}");
+        assert_eq!(s.measured.total, 40 - excluded, "{warmup:?}");
+        assert_eq!(
+            s.latency_ms["end_to_end"].count,
+            40 - excluded,
+            "{warmup:?}"
+        );
+    }
 }
 
 #[test]

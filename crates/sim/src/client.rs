@@ -21,6 +21,17 @@ pub enum Warmup {
     Count(u64),
 }
 
+impl Warmup {
+    /// Whether trace row `request`, sent at `sent_ns` on the trace's timeline, is measured.
+    pub fn measures(self, request: u64, sent_ns: u64) -> bool {
+        match self {
+            Warmup::None => true,
+            Warmup::DurationNs(d) => sent_ns >= d,
+            Warmup::Count(n) => request >= n,
+        }
+    }
+}
+
 /// A network path in one direction, with its random stream and its event lane.
 pub(crate) struct Link {
     pub path: NetworkPath,
@@ -100,11 +111,7 @@ impl<'a> Clients<'a> {
         record.input_tokens = self.input_tokens[row];
         record.output_tokens = self.output_tokens.map_or(0, |o| o[row]);
         let level = self.class.map_or(0, |c| c[row]);
-        let measured = match self.warmup {
-            Warmup::None => true,
-            Warmup::DurationNs(d) => now >= d,
-            Warmup::Count(n) => u64::from(request.0) >= n,
-        };
+        let measured = self.warmup.measures(u64::from(request.0), now);
         let ticket = ctx.tickets.take(record, level, measured);
         self.first_attempts += 1;
         ticket
