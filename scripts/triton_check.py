@@ -28,6 +28,7 @@ the machine. Each run's files stay under --out.
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -194,7 +195,9 @@ def triton_died(out: Path) -> bool:
     now and then on this machine (SIGSEGV in its trace writer)."""
     log = out / "triton.log"
     text = log.read_text(errors="replace") if log.exists() else ""
-    return "Signal (" in text or "Non-graceful termination" in text
+    # SIGTERM (15) is the stop at the end of every run.
+    return (re.search(r"Signal \((?!15\))", text) is not None
+            or "Non-graceful termination" in text)
 
 
 def serve(out: Path, setting: dict, replays: list, tries: int = 3) -> dict:
