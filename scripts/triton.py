@@ -13,7 +13,8 @@ bundles it with the Python backend; it runs on the CPU. Three commands:
         pool (max_batch_size, preferred_batch_size, max_queue_delay_microseconds, instance_group
         count = gpus x instance_count; a model warm-up that runs a batch of one and a full batch
         on every instance while the model loads), starts Triton on free loopback ports, waits
-        until it is ready, and writes DIR/pid and DIR/ports.json ({"http": ..., "grpc": ..., "metrics": ...}).
+        until it is ready, and writes DIR/pid, DIR/ports.json ({"http": ..., "grpc": ...,
+        "metrics": ...}) and DIR/stats-at-ready.json.
         `--model fixed` is a model whose every batch takes exactly a + b * batch_size: it sleeps
         for all but the last 0.2 ms and spins only that, so the server and a load generator can
         share two cores. `--model onnx --onnx M.onnx` runs an ONNX model with ONNX Runtime inside
