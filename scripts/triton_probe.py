@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Payloads queued behind another in Triton's dynamic batcher: a fixed 27-request timeline,
+replayed against a fresh traced Triton several times, each attempt's batches printed beside
+capsim's.
+
+One model instance of the fixed-time model (every batch 40 ms), `max_batch_size = 8`,
+`preferred_batch_size = [4, 8]`, an 8 ms delay, prefetching on. Arrivals (ms): 0; eight at
+10-17; eight at 20-27; 50, 55, 60, 65, 70; 90, 92, 94, 96, 98. By Triton's rule as read from
+its source (and capsim's), requests 1-8 fill a payload that waits for the first batch, 9-12
+make a second payload of 4 behind it, and when the first is taken that one grows with 13-16
+to 8; the batches are 1, 8, 8, 8, 2. On 2026-12-02 Triton 2.51 ran those in 20 of 25
+attempts. In 4 it ran 1, 8, 4, 5, 6, 3 or 1, 8, 4, 4, 5, 5: the payload behind the first stopped
+at 4, and every payload after it stayed at the size it was formed with. In 1 its first batch
+started late and took two requests.
+
+    cargo build --release
+    .venv/bin/python scripts/triton_probe.py [--attempts 4] [--out DIR]
+"""
+import argparse
+import collections
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+import triton_check as tc
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIO = """name = "probe"
+[batcher]
+max_batch_size = 8
+preferred_batch_size = [4, 8]
+max_queue_delay = "8ms"
+[service]
+kind = "affine"
+a = "40ms"
+b = "0ms"
+"""
+ARRIVALS_MS = [0, *range(10, 18), *range(20, 28), 50, 55, 60, 65, 70, 90, 92, 94, 96, 98]
+MAP = "arrival=t:ms,input_tokens=i"
+
+
+def batches_of(starts: dict) -> list:
+    """[(start ms from the first, sorted request ids)] of {start: [ids]}."""
+    t0 = min(starts)
+    return [(round((s - t0) / 1e6, 1), sorted(ids)) for s, ids in sorted(starts.items())]
+
+
+def simulated(out: Path, scenario: Path, trace: Path) -> list:
+    tc.capsim("simulate", "--scenario", str(scenario), str(trace), "--map", MAP, "-o",
+              str(out / "simulated"))
+    sim = pq.read_table(out / "simulated" / "requests.parquet").to_pydict()
+    starts = collections.defaultdict(list)
+    for request, start in zip(sim["request"], sim["exec_start_ns"]):
+        starts[start].append(request)
+    return batches_of(starts)
+
+
+def measured(out: Path, scenario: Path, trace: Path) -> list:
+    """One attempt against a fresh traced Triton: its batches from its trace."""
+    for stale in out.glob("trace.json*"):
+        stale.unlink()
+    triton = ROOT / "scripts" / "triton.py"
+    subprocess.run([sys.executable, str(triton), "start", "--scenario", str(scenario), "--dir",
+                    str(out), "--a", "40ms", "--b", "0ms", "--trace"], check=True,
+                   stdout=subprocess.DEVNULL)
+    try:
+        port = json.loads((out / "ports.json").read_text())["http"]
+        tc.capsim("replay", "--endpoint", f"http://127.0.0.1:{port}", "--model", "fixed",
+                  "--scenario", str(scenario), "--trace", str(trace), "--map", MAP, "-o",
+                  str(out / "measured"))
+        time.sleep(0.3)
+    finally:
+        subprocess.run([sys.executable, str(triton), "stop", "--dir", str(out)], check=True)
+    starts = collections.defaultdict(list)
+    for r in tc.server_requests(out / "trace.json"):
+        starts[r["COMPUTE_START"]].append(int(r["request_id"]))
+    return batches_of(starts)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--attempts", type=int, default=4)
+    parser.add_argument("--out", default=str(ROOT / "output" / "triton-probe"))
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    scenario, trace = out / "scenario.toml", out / "timeline.csv"
+    scenario.write_text(SCENARIO)
+    trace.write_text("t,i\n" + "".join(f"{t},16\n" for t in ARRIVALS_MS))
+    expected = simulated(out, scenario, trace)
+    print("capsim:", [len(ids) for _, ids in expected], expected)
+    for attempt in range(args.attempts):
+        got = measured(out / f"attempt-{attempt}", scenario, trace)
+        same = [ids for _, ids in got] == [ids for _, ids in expected]
+        print(f"Triton {attempt}:", [len(ids) for _, ids in got], "same" if same else got,
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
