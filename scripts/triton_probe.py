@@ -8,8 +8,8 @@ One model instance of the fixed-time model (every batch 40 ms), `max_batch_size 
 10-17; eight at 20-27; 50, 55, 60, 65, 70; 90, 92, 94, 96, 98. By Triton's rule as read from
 its source (and capsim's), requests 1-8 fill a payload that waits for the first batch, 9-12
 make a second payload of 4 behind it, and when the first is taken that one grows with 13-16
-to 8; the batches are 1, 8, 8, 8, 2. On 2026-12-02 Triton 2.51 ran those in 20 of 25
-attempts. In 4 it ran 1, 8, 4, 5, 6, 3 or 1, 8, 4, 4, 5, 5: the payload behind the first stopped
+to 8; the batches are 1, 8, 8, 8, 2. On 2026-12-02 Triton 2.51 ran those in 30 of 37
+attempts. In 6 it ran 1, 8, 4, 5, 6, 3 or 1, 8, 4, 4, 5, 5: the payload behind the first stopped
 at 4, and every payload after it stayed at the size it was formed with. In 1 its first batch
 started late and took two requests.
 
