@@ -26,7 +26,11 @@
 //!   while a model instance is free, which is forming a batch when an instance frees up.
 //! - **Taking.** A free model instance takes the oldest payload. With `max_queue_delay` set, it
 //!   also takes the payloads behind it, while they fit in `max_batch_size` and the oldest request
-//!   of each has waited longer than the delay (Triton merges them).
+//!   of each has waited longer than the delay (Triton merges them). The first one behind that
+//!   has waited longer but does not fit grows no more: Triton's `InstanceQueue::Dequeue` marks
+//!   it executing before it checks the size, so the batcher thread takes it for taken and starts
+//!   a new payload, while it stays queued at its size. Under a long queue this cuts payloads
+//!   short (a payload of 4 behind a full one stays 4), and the next ones too, until two fit.
 //! - **Wake-ups.** The thread runs when a payload is taken, when a batch finishes, when its own
 //!   timer runs out, and on an arrival only if a slot is free and the payload is saturated or
 //!   taken or the waiting requests reach the next preferred size: a request that arrives behind a

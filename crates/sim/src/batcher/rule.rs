@@ -289,15 +289,24 @@ impl BatcherThread {
 
     /// A free model instance takes the oldest payload, and with a queue delay the ones behind
     /// it that fit and whose oldest request has waited longer than the delay (Triton's
-    /// `InstanceQueue::Dequeue`). Returns the batch size, or `None` with no payload waiting.
+    /// `InstanceQueue::Dequeue`); the first that has waited longer but does not fit, if it is
+    /// the growing payload, grows no more. Returns the batch size, or `None` with no payload
+    /// waiting.
     pub fn take(&mut self, batcher: &Batcher, now_ns: u64) -> Option<u32> {
         let head = self.scheduled.pop_front()?;
         let mut size = head.size;
         if batcher.max_queue_delay_ns > 0 && batcher.max_batch_size > 1 {
             while let Some(next) = self.scheduled.front()
-                && size + next.size <= batcher.max_batch_size
                 && now_ns.saturating_sub(next.oldest_queued_ns) > batcher.max_queue_delay_ns
             {
+                if size + next.size > batcher.max_batch_size {
+                    // Triton marks it executing before it checks the size: it stays queued
+                    // at its size, and the thread starts a new payload.
+                    if self.scheduled.len() == 1 && self.current == Current::Scheduled {
+                        self.current = Current::Taken;
+                    }
+                    break;
+                }
                 size += next.size;
                 self.scheduled.pop_front();
             }
@@ -506,5 +515,34 @@ mod tests {
         assert_eq!(thread.current, Current::Scheduled);
         assert_eq!(thread.take(&no_delay, MS), Some(2));
         assert_eq!(thread.current, Current::Taken);
+    }
+
+    #[test]
+    fn a_payload_behind_that_waited_past_the_delay_but_does_not_fit_grows_no_more() {
+        let b = batcher(8, &[4, 8], 8 * MS);
+        let mut thread = BatcherThread::default();
+        thread.add(8, 10 * MS);
+        thread.saturated = true;
+        thread.refresh();
+        thread.add(4, 20 * MS);
+        // At 48 ms the 8 are taken; the 4 behind, queued since 20 ms, are examined for the
+        // merge (Triton marks them executing) but do not fit: they stay queued as they are,
+        // and the next requests start a new payload.
+        assert_eq!(thread.take(&b, 48 * MS), Some(8));
+        assert_eq!(thread.current, Current::Taken);
+        thread.refresh();
+        thread.add(5, 47 * MS);
+        assert_eq!(thread.scheduled(), 2);
+        // At 88 ms the 4 are taken; the 5 behind have waited 41 ms but 4 + 5 > 8.
+        assert_eq!(thread.take(&b, 88 * MS), Some(4));
+        assert_eq!(thread.current, Current::Taken);
+        // A payload behind that has not waited past the delay is not examined: it grows on.
+        let mut thread = BatcherThread::default();
+        thread.add(8, 10 * MS);
+        thread.saturated = true;
+        thread.refresh();
+        thread.add(4, 45 * MS);
+        assert_eq!(thread.take(&b, 48 * MS), Some(8));
+        assert_eq!(thread.current, Current::Scheduled);
     }
 }

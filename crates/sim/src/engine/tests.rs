@@ -177,6 +177,40 @@ fn a_slowdown_window_delays_only_the_work_inside_it() {
     );
 }
 
+/// Batch sizes in the order they run (one model instance: by their compute end).
+fn batch_sizes(got: &[Step]) -> Vec<u32> {
+    let mut ends: Vec<(u64, u32)> = got.iter().filter_map(|r| r.2.map(|e| (e, r.3))).collect();
+    ends.sort_unstable();
+    ends.dedup();
+    ends.into_iter().map(|(_, size)| size).collect()
+}
+
+#[test]
+fn golden_a_payload_behind_a_full_one_that_does_not_fit_at_its_take_grows_no_more() {
+    // scripts/triton_probe.py's timeline: 40 ms batches, preferred 4 and 8, an 8 ms delay.
+    // r1-r8 (10-17 ms) fill a payload behind r0's batch, r9-r12 (20-23 ms) make a payload of 4
+    // behind that, and r13-r16 (24-27 ms) wait: two payloads hold both slots.
+    let s = "[batcher]\nmax_batch_size = 8\npreferred_batch_size = [4, 8]\n\
+             max_queue_delay = \"8ms\"\n[service]\nkind = \"constant\"\ntime = \"40ms\"\n";
+    let arrivals = |r17_ms: u64| -> Vec<u64> {
+        let mut a = vec![0];
+        a.extend(10..18);
+        a.extend(20..28);
+        a.extend([r17_ms, 55, 60, 65, 70, 90, 92, 94, 96, 98]);
+        a
+    };
+    // At 48 ms the eight are taken, and the four behind (waiting since 20 ms) are examined for
+    // the merge but do not fit: they stay four. r13-r16 start a new payload of four, which
+    // fits with them at their take (88 ms): 8 again, as if nothing had happened.
+    let merged = timeline(s, &trace_ms(&arrivals(50), None));
+    assert_eq!(batch_sizes(&merged), vec![1, 8, 8, 8, 2]);
+    // With r17 arriving before that take, the new payload is five, which does not fit with
+    // the four: each payload behind is cut where it stood, as Triton 2.51 ran it in 6 of 37
+    // attempts (1, 8, 4, 5, 6, 3 there).
+    let cut = timeline(s, &trace_ms(&arrivals(47), None));
+    assert_eq!(batch_sizes(&cut), vec![1, 8, 4, 5, 4, 5]);
+}
+
 #[test]
 fn golden_an_expired_delay_sends_everything_queued_not_the_preferred_size() {
     let s = "[batcher]\nmax_batch_size = 8\npreferred_batch_size = [4]\nmax_queue_delay = \"2ms\"\n\
