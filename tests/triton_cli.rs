@@ -379,20 +379,22 @@ fn validate_endpoint_with_tritons_trace_simulates_the_runs_own_timeline() {
         // behind: the fraction measured leaves as many behind in the simulation. Checked below
         // 85% busy: nearer saturation Triton cuts more payloads short than capsim
         // (docs/validation.md), and a slow spell of this VM puts the 60% load there.
-        let fraction = number(&timeline["thread_first_fraction"]);
+        // (null where the share cannot see the race: trace-sim then runs the instance first.)
+        let fraction = timeline["thread_first_fraction"].as_f64();
         let (server_left, sim_left) = (
             number(&timeline["server_left_behind"]),
             number(&timeline["sim_left_behind"]),
         );
         assert!(
-            (0.0..=1.0).contains(&fraction) && number(&timeline["released_batches"]) > 0.0,
+            fraction.is_none_or(|f| (0.0..=1.0).contains(&f))
+                && number(&timeline["released_batches"]) > 0.0,
             "{load}"
         );
         if busy < 0.85 {
             checked_left_behind += 1;
             assert!(
                 (server_left - sim_left).abs() < 0.05,
-                "thread first at {fraction}, {busy:.2} busy: left behind {server_left} by \
+                "thread first at {fraction:?}, {busy:.2} busy: left behind {server_left} by \
                  Triton, {sim_left} by trace-sim ({load})"
             );
         }
