@@ -5,13 +5,15 @@ capsim's.
 
 One model instance of the fixed-time model (every batch 40 ms), `max_batch_size = 8`,
 `preferred_batch_size = [4, 8]`, an 8 ms delay, prefetching on. Arrivals (ms): 0; eight at
-10-17; eight at 20-27; 50, 55, 60, 65, 70; 90, 92, 94, 96, 98. By Triton's rule as read from
-its source (and capsim's), requests 1-8 fill a payload that waits for the first batch, 9-12
-make a second payload of 4 behind it, and when the first is taken that one grows with 13-16
-to 8; the batches are 1, 8, 8, 8, 2. On 2026-12-02 Triton 2.51 ran those in 30 of 37
-attempts. In 6 it ran 1, 8, 4, 5, 6, 3 or 1, 8, 4, 4, 5, 5: the payload behind the first stopped
-at 4, and every payload after it stayed at the size it was formed with. In 1 its first batch
-started late and took two requests.
+10-17; eight at 20-27; 50, 55, 60, 65, 70; 90, 92, 94, 96, 98. Requests 1-8 fill a payload
+that waits for the first batch, and 9-12 make a second payload of 4 behind it. When the first
+is taken, Triton's `InstanceQueue::Dequeue` marks the payload of 4 executing while it checks
+whether it can merge it, which freezes it at 4. Requests 13-16 form a new payload, and the two
+merge at their take when they fit. On 2026-12-02 Triton 2.51 ran 1, 8, 8, 8, 2 in 30 of 37
+attempts. In 6, request 17 (50 ms) was in the new payload, which then did not fit, and every
+payload after was cut: 1, 8, 4, 5, 6, 3 or 1, 8, 4, 4, 5, 5. In 1 its first batch started late
+and took two requests. capsim models the freeze: 1, 8, 8, 8, 2 here, and 1, 8, 4, 5, 4, 5 with
+request 17 at 47 ms.
 
     cargo build --release
     .venv/bin/python scripts/triton_probe.py [--attempts 4] [--out DIR]
