@@ -520,11 +520,16 @@ mod tests {
     #[test]
     fn a_payload_behind_that_waited_past_the_delay_but_does_not_fit_grows_no_more() {
         let b = batcher(8, &[4, 8], 8 * MS);
-        let mut thread = BatcherThread::default();
-        thread.add(8, 10 * MS);
-        thread.saturated = true;
-        thread.refresh();
-        thread.add(4, 20 * MS);
+        // A full payload queued at 10 ms, and behind it a growing one of 4 queued at `since`.
+        let four_behind_eight = |since: u64| {
+            let mut thread = BatcherThread::default();
+            thread.add(8, 10 * MS);
+            thread.saturated = true;
+            thread.refresh();
+            thread.add(4, since);
+            thread
+        };
+        let mut thread = four_behind_eight(20 * MS);
         // At 48 ms the 8 are taken; the 4 behind, queued since 20 ms, are examined for the
         // merge (Triton marks them executing) but do not fit: they stay queued as they are,
         // and the next requests start a new payload.
@@ -537,11 +542,7 @@ mod tests {
         assert_eq!(thread.take(&b, 88 * MS), Some(4));
         assert_eq!(thread.current, Current::Taken);
         // A payload behind that has not waited past the delay is not examined: it grows on.
-        let mut thread = BatcherThread::default();
-        thread.add(8, 10 * MS);
-        thread.saturated = true;
-        thread.refresh();
-        thread.add(4, 45 * MS);
+        let mut thread = four_behind_eight(45 * MS);
         assert_eq!(thread.take(&b, 48 * MS), Some(8));
         assert_eq!(thread.current, Current::Scheduled);
     }
