@@ -48,8 +48,9 @@
 //!   for a batch its model instance took as the batch before ended (formed between that one's
 //!   compute end and its release, per batch and per request), exactly at that release; either
 //!   moved to the end of the pause that holds it; batches of one model instance never overlap
-//!   (from compute start to compute end and release), none starts before the cold start; constant and affine batch times are exactly
-//!   the model's; post-processing takes exactly its time, pre-processing at least its;
+//!   (from compute start to compute end and release), none starts before the cold start;
+//!   constant and affine batch times are exactly the model's; post-processing takes exactly its
+//!   time, pre-processing at least its;
 //! - continuous batching: the steps' sizes (`summary.json`) within `max_num_seqs`, no request
 //!   completed that the KV cache or (without chunked prefill) the token budget cannot hold;
 //! - queues: a queue never holds more than `max_queue_size`; with `timeout_action = reject` a

@@ -531,18 +531,9 @@ impl<'a> Engine<'a> {
             Executor::Dynamic(d) if aux == COMPUTED => {
                 let size = self.fleet.model_instances[mi_index as usize].members.len();
                 let release_ns = d.release_latency_ns(size as u32);
-                if release_ns > 0 && d.prefetches() {
-                    self.release(index, mi_index, release_ns, sink);
-                    return;
-                }
                 if release_ns > 0 {
-                    // Without prefetching nothing is formed for the instance until its thread
-                    // waits for a payload: after the release.
-                    self.batch_executed(index, mi_index, sink);
-                    let at_ns = self.ctx.now.ns().saturating_add(release_ns);
-                    self.ctx
-                        .events
-                        .push(at_ns, EventKind::BatchDone, mi_index, RELEASED);
+                    let prefetches = d.prefetches();
+                    self.release(index, mi_index, release_ns, prefetches, sink);
                     return;
                 }
                 end_execution(&mut self.ctx, &mut self.fleet, mi_index);
@@ -572,10 +563,11 @@ impl<'a> Engine<'a> {
         self.dispatch(index, Some((mi_index, 0)));
     }
 
-    /// A batch's compute is over with a release latency and prefetching: its requests go on
-    /// now. As in Triton, the instance takes its next ready payload now (which grows no more)
-    /// and computes it once its thread has finished the batch, `release_ns` from now; with none
-    /// ready, it stays taken until then.
+    /// A batch's compute is over with a release latency: its requests go on now, and the model
+    /// instance is released `release_ns` from now. As in Triton, with prefetching the instance
+    /// takes its next ready payload now (which grows no more) and computes it when the release
+    /// is over; without (or with none ready) it stays taken until then, and without
+    /// prefetching nothing is formed for it before.
     #[cold]
     #[inline(never)]
     fn release<S: RecordSink>(
@@ -583,18 +575,22 @@ impl<'a> Engine<'a> {
         index: InstanceId,
         mi_index: u32,
         release_ns: u64,
+        prefetches: bool,
         sink: &mut S,
     ) {
         self.batch_executed(index, mi_index, sink);
-        end_execution(&mut self.ctx, &mut self.fleet, mi_index);
-        self.dispatch(index, Some((mi_index, release_ns)));
-        if self.fleet.model_instances[mi_index as usize].is_free() {
+        if prefetches {
+            end_execution(&mut self.ctx, &mut self.fleet, mi_index);
+            self.dispatch(index, Some((mi_index, release_ns)));
+            if !self.fleet.model_instances[mi_index as usize].is_free() {
+                return;
+            }
             hold_execution(&mut self.ctx, &mut self.fleet, mi_index);
-            let at_ns = self.ctx.now.ns().saturating_add(release_ns);
-            self.ctx
-                .events
-                .push(at_ns, EventKind::BatchDone, mi_index, RELEASED);
         }
+        let at_ns = self.ctx.now.ns().saturating_add(release_ns);
+        self.ctx
+            .events
+            .push(at_ns, EventKind::BatchDone, mi_index, RELEASED);
     }
 
     /// Every request of model instance `mi_index`'s batch is done executing.

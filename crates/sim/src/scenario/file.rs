@@ -224,10 +224,11 @@ pub struct BatcherSpec {
     #[serde(default)]
     pub dispatch_latency: DurationNs,
     /// Dynamic: time from a batch's compute end until its model instance can compute the next
-    /// one (Triton: the backend returning, the instance released). A payload ready at compute
-    /// end is taken then (it grows no more) and computes after the release; otherwise the
-    /// instance is free when the release is over. The batch's requests go on at compute end;
-    /// only the instance waits. Default 0.
+    /// one (Triton: the backend returning, the instance released). With prefetching, a payload
+    /// ready at compute end is taken then (it grows no more) and computes after the release;
+    /// otherwise the instance is free when the release is over, and without prefetching its
+    /// next batch is formed only then and pays `dispatch_latency`. The batch's requests go on at
+    /// compute end; only the instance waits. Default 0.
     #[serde(default)]
     pub release_latency: DurationNs,
     /// Dynamic: added to `release_latency` for each request of the batch that ended (Triton's
