@@ -27,7 +27,10 @@ def stop_pid(pid: int) -> None:
         except ProcessLookupError:
             return
         time.sleep(0.05)
-    os.killpg(pid, signal.SIGKILL)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass  # it exited between the last look and now
 
 
 def stop_dir(folder: str) -> None:
