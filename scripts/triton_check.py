@@ -171,6 +171,8 @@ def batch_residuals(path: Path, a_ms: float, b_ms: float) -> list:
 
 CLIENT_CPUS: list = []
 TIMELINE_ROWS: list = []
+# (setting, load) -> one dict per replay of its trace: Triton's figures and timeline-sim's.
+REPEATS: dict = {}
 
 
 def capsim(*args: str) -> None:
@@ -200,7 +202,7 @@ def triton_died(out: Path) -> bool:
             or "Non-graceful termination" in text)
 
 
-def serve(out: Path, setting: dict, replays: list, tries: int = 3) -> dict:
+def serve(out: Path, setting: dict, replays: list, tries: int = 5) -> dict:
     """`serve_once`, again against a fresh Triton when the last one died (`triton_died`), at most
     `tries` times; each failed try's log and replays are kept under OUT/crashed-N. A Triton that
     caught a signal but went on answering (or hung, its requests timing out) counts as dead."""
@@ -286,7 +288,7 @@ def calibrate(out: Path, setting: dict) -> dict:
 
 
 def run_one(out: Path, label: str, setting: dict, load: float, duration: str,
-            calibration: dict) -> str:
+            calibration: dict, repeat: int = 1) -> str:
     out.mkdir(parents=True, exist_ok=True)
     rate = load * capacity_rps(setting, calibration["a_ms"] + calibration["turnaround_ms"],
                                calibration["b_ms"])
@@ -296,11 +298,14 @@ def run_one(out: Path, label: str, setting: dict, load: float, duration: str,
            "-o", str(trace))
     serve(out, setting, [(trace, [], "measured")])
     (out / "calibration.json").write_text(json.dumps(calibration, indent=1))
-    return compare(out, label, setting, load, rate)
+    return compare(out, label, setting, load, rate, repeat)
 
 
-def compare(out: Path, label: str, setting: dict, load: float, rate: float) -> str:
-    """Simulates a measured run's trace (sim and run-sim) and returns its table row."""
+def compare(out: Path, label: str, setting: dict, load: float, rate: float,
+            repeat: int = 1) -> str:
+    """Simulates a measured run's trace (sim and run-sim) and returns its table row; `repeat`:
+    which replay of the same trace it was (named in the row from the second on)."""
+    load_label = f"{load * 100:.0f}%" + (f" r{repeat}" if repeat > 1 else "")
     trace = out / "trace.parquet"
     stats = json.loads((out / "triton_stats.json").read_text())
     # The simulation a planner would run: the scenario with the calibration's times (from a
@@ -368,7 +373,8 @@ def compare(out: Path, label: str, setting: dict, load: float, rate: float) -> s
         dispatch_ms, release_ms, per_request_ms = handover(timings)
         first = "–" if timeline["thread_first"] is None else f"{timeline['thread_first']:.2f}"
         TIMELINE_ROWS.append(
-            f"| {label} | {load * 100:.0f}% | {gap(timeline['shares']):.1f} | {pair(q[0], q[1])} "
+            f"| {label} | {load_label} | {gap(timeline['shares']):.1f} / "
+            f"{gap(timeline['mean_shares']):.1f} | {pair(q[0], q[1])} "
             f"| {pair(q[2], q[3])} | {pair(e[0], e[1])} | {pair(e[2], e[3])} "
             f"| {timeline['stalls']} ({timeline['stall_ms']:.0f} ms) "
             f"| {timeline['dispatch_stalls']} ({timeline['dispatch_stall_ms']:.0f} ms) "
@@ -379,10 +385,14 @@ def compare(out: Path, label: str, setting: dict, load: float, rate: float) -> s
             f"| {first} "
             f"({timeline['left_behind'][0] * 100:.0f}% / "
             f"{timeline['left_behind'][1] * 100:.0f}%) |")
+    if timeline:
+        REPEATS.setdefault((label, load), []).append({
+            "queue": timeline["queue"], "e2e": timeline["e2e"], "shares": t_sh,
+            "gap": gap(timeline["mean_shares"])})
     keys = sorted(set(t_sh) | set(sim_shares[0]), key=lambda k: -t_sh.get(k, 0))[:3]
     top = ", ".join(f"{k}: {t_sh.get(k, 0) * 100:.0f}/{sim_shares[0].get(k, 0) * 100:.0f}/"
                     f"{sim_shares[1].get(k, 0) * 100:.0f}" for k in keys)
-    return (f"| {label} | {load * 100:.0f}% ({rate:.0f}/s) | {top} | {gap(sim_shares[0]):.1f} / "
+    return (f"| {label} | {load_label} ({rate:.0f}/s) | {top} | {gap(sim_shares[0]):.1f} / "
             f"{gap(sim_shares[1]):.1f} | {queue} | "
             f"{three(e2e['p50_ms'], 'end_to_end', 'p50_ms')} | "
             f"{three(e2e['p99_ms'], 'end_to_end', 'p99_ms')} | {a_ms:.2f} + {b_ms:.2f}·n "
@@ -451,6 +461,7 @@ def run_slowdowns(requests: list, nominal_ms, t0: int, readiness: dict | None = 
 
 
 LEFT_BEHIND_NS = 50_000
+SHARE_SEEDS = 8
 RELEASE_WINDOW_NS = 1_000_000
 
 
@@ -554,6 +565,14 @@ def timeline_sim(out: Path, requests: list, tokens: dict, latency_ns: dict, nomi
                str(out / "simulated-timeline"))
         return pq.read_table(out / "simulated-timeline" / "requests.parquet").to_pydict()
 
+    def seed_shares(seed: int) -> dict:
+        """The batch-size shares of the final scenario run with another seed (the thread's
+        race at each batch end drawn again)."""
+        capsim("simulate", "--scenario", str(scenario), str(trace), "--seed", str(seed),
+               "--no-requests", "-o", str(out / "simulated-timeline-seed"))
+        counts = json.loads((out / "simulated-timeline-seed" / "summary.json").read_text())
+        return shares({k: n for k, n in enumerate(counts["batch_size_counts"]) if n})
+
     def executed(sim: dict) -> list:
         return [(a, s, e) for a, s, e, o in zip(sim["arrival_ns"], sim["exec_start_ns"],
                                                  sim["exec_end_ns"], sim["outcome"])
@@ -578,6 +597,13 @@ def timeline_sim(out: Path, requests: list, tokens: dict, latency_ns: dict, nomi
             outside = measured - (r["COMPUTE_END"] - r["QUEUE_START"])
             e2e_s.append((outside + sim["exec_end_ns"][row] - arrival) / 1e6)
     summary = json.loads((out / "simulated-timeline" / "summary.json").read_text())
+    seed0 = shares({k: n for k, n in enumerate(summary["batch_size_counts"]) if n})
+    # One seed is one draw of the thread's races; their mean over SHARE_SEEDS seeds is the
+    # share the model predicts (Triton's own share is one draw too).
+    draws = [seed0] + ([seed_shares(seed) for seed in range(1, SHARE_SEEDS)]
+                       if thread_first else [])
+    mean_shares = {k: sum(d.get(k, 0.0) for d in draws) / len(draws)
+                   for k in set().union(*draws)}
     stalls = [w for w in windows if w[2] is not None and w[2] > 3]
     dispatch = [w for w in windows if w[2] is None]
     return {
@@ -588,7 +614,8 @@ def timeline_sim(out: Path, requests: list, tokens: dict, latency_ns: dict, nomi
                   percentile(queue_t, 0.99), percentile(queue_s, 0.99)],
         "e2e": [percentile(e2e_m, 0.5), percentile(e2e_s, 0.5),
                 percentile(e2e_m, 0.99), percentile(e2e_s, 0.99)],
-        "shares": shares({k: n for k, n in enumerate(summary["batch_size_counts"]) if n}),
+        "shares": seed0,
+        "mean_shares": mean_shares,
         "stalls": len(stalls), "stall_ms": sum(w[1] - w[0] for w in stalls) / 1e6,
         "windows": len(windows),
         "thread_first": thread_first,
@@ -708,6 +735,41 @@ def fit_affine(batch_stats: list) -> tuple:
     return max(my - slope * mx, 0.0), slope
 
 
+def repeat_spread_table() -> str:
+    """Markdown table of the loads replayed more than once (`REPEATS`): the range of Triton's
+    own queue and end-to-end percentiles over the replays of one trace, the range of
+    timeline-sim's errors against each, the widest range of Triton's share of one batch size,
+    and the worst share gap of each replay (timeline-sim's mean over its seeds)."""
+    def span(values: list, fmt: str) -> str:
+        return f"{fmt.format(min(values))} to {fmt.format(max(values))}"
+
+    def errors(runs: list, key: str, k: int) -> str:
+        return span([(r[key][k + 1] - r[key][k]) / r[key][k] * 100 for r in runs if r[key][k]],
+                    "{:+.0f}%")
+
+    lines = ["| setting | load | replays | Triton queue p50 ms | Triton queue p99 ms "
+             "| Triton e2e p99 ms | timeline-sim error: queue p50 / queue p99 / e2e p99 "
+             "| widest spread of Triton's share of one size, pp | worst share gap pp per replay |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for (label, load), runs in REPEATS.items():
+        if len(runs) < 2:
+            continue
+        sizes = set().union(*(r["shares"] for r in runs))
+        widest = max(sizes, key=lambda k: max(r["shares"].get(k, 0) for r in runs)
+                     - min(r["shares"].get(k, 0) for r in runs))
+        share = [r["shares"].get(widest, 0) * 100 for r in runs]
+        gaps = ", ".join(f"{r['gap']:.1f}" for r in runs)
+        lines.append(
+            f"| {label} | {load * 100:.0f}% | {len(runs)} "
+            f"| {span([r['queue'][0] for r in runs], '{:.2f}')} "
+            f"| {span([r['queue'][2] for r in runs], '{:.2f}')} "
+            f"| {span([r['e2e'][2] for r in runs], '{:.2f}')} "
+            f"| {errors(runs, 'queue', 0)} / {errors(runs, 'queue', 2)} / {errors(runs, 'e2e', 2)} "
+            f"| size {widest}: {span(share, '{:.1f}')} "
+            f"| {gaps} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", default="20s")
@@ -722,7 +784,13 @@ def main() -> None:
                              "change to the simulator) and print their rows")
     parser.add_argument("--trace", action="store_true",
                         help="Triton traces every request (queue percentiles, turnaround)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="replay each load's trace this many times, each against a fresh "
+                             "Triton (the second into OUT/sI-LOAD-r2, ...), and print the "
+                             "spread of Triton's own figures between them")
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error(f"--repeats must be 1 or more, found {args.repeats}")
     global SERVER_CPUS, TRACE
     TRACE = args.trace
     if args.pin:
@@ -739,23 +807,28 @@ def main() -> None:
     for i in (int(i) for i in args.settings.split(",")):
         calibration = None
         for load in (float(x) for x in args.loads.split(",")):
-            out = Path(args.out) / f"s{i}-{int(load * 100)}"
-            setting = SETTINGS[labels[i]]
-            if args.resimulate:
-                cal_path = out / "calibration.json"
-                cal = (json.loads(cal_path.read_text()) if cal_path.exists()
-                       else model_times(setting))
-                rate = load * capacity_rps(setting, cal["a_ms"] + cal.get("turnaround_ms", 0.0),
-                                           cal["b_ms"])
-                row = compare(out, labels[i], setting, load, rate)
-            else:
-                if calibration is None:
-                    calibration = calibrate(Path(args.out) / f"s{i}-calibration", setting)
-                row = run_one(out, labels[i], setting, load, args.duration, calibration)
-            print(row, flush=True)
+            for repeat in range(1, args.repeats + 1):
+                out = Path(args.out) / (f"s{i}-{int(load * 100)}"
+                                        + (f"-r{repeat}" if repeat > 1 else ""))
+                setting = SETTINGS[labels[i]]
+                if args.resimulate:
+                    cal_path = out / "calibration.json"
+                    cal = (json.loads(cal_path.read_text()) if cal_path.exists()
+                           else model_times(setting))
+                    rate = load * capacity_rps(setting,
+                                               cal["a_ms"] + cal.get("turnaround_ms", 0.0),
+                                               cal["b_ms"])
+                    row = compare(out, labels[i], setting, load, rate, repeat)
+                else:
+                    if calibration is None:
+                        calibration = calibrate(Path(args.out) / f"s{i}-calibration", setting)
+                    row = run_one(out, labels[i], setting, load, args.duration, calibration,
+                                  repeat)
+                print(row, flush=True)
     if TIMELINE_ROWS:
         print()
-        print("| setting | load | worst share gap pp | queue p50 ms: Triton / timeline-sim "
+        print("| setting | load | worst share gap pp: seed 0 / mean of "
+              f"{SHARE_SEEDS} seeds | queue p50 ms: Triton / timeline-sim "
               "| queue p99 ms: Triton / timeline-sim | e2e p50 ms: measured / timeline-sim "
               "| e2e p99 ms: measured / timeline-sim | compute stalls > 3x (their time) "
               "| dispatch stalls > 1 ms (their time) "
@@ -763,6 +836,9 @@ def main() -> None:
               "| requests joined | thread first (left behind: Triton / timeline-sim) |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         print("\n".join(TIMELINE_ROWS))
+    if any(len(runs) > 1 for runs in REPEATS.values()):
+        print()
+        print(repeat_spread_table())
 
 
 if __name__ == "__main__":
