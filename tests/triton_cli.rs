@@ -390,6 +390,29 @@ fn validate_endpoint_with_tritons_trace_simulates_the_runs_own_timeline() {
                 && number(&timeline["released_batches"]) > 0.0,
             "{load}"
         );
+        // With the race replayed its shares are the mean of 8 draws (one seed each), which
+        // still sum to 100; with the instance always first nothing is drawn.
+        let seeds = number(&timeline["share_seeds"]);
+        assert_eq!(
+            seeds,
+            if fraction.is_some_and(|f| f > 0.0) {
+                8.0
+            } else {
+                1.0
+            },
+            "{load}"
+        );
+        let shares = &load["trace_sim"]["batch_shares"];
+        let sum: f64 = shares
+            .as_object()
+            .expect("trace-sim's shares")
+            .values()
+            .map(number)
+            .sum();
+        assert!(
+            (sum - 100.0).abs() < 1e-6,
+            "trace-sim's shares sum to {sum}"
+        );
         if busy < 0.85 {
             checked_left_behind += 1;
             assert!(

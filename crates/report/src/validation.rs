@@ -197,6 +197,22 @@ impl BatchShares {
         )
     }
 
+    /// The mean of several draws' shares, size by size (a size a draw ran none of counts 0
+    /// there); empty without draws.
+    pub fn mean(draws: &[BatchShares]) -> BatchShares {
+        let sizes: std::collections::BTreeSet<u32> =
+            draws.iter().flat_map(|d| d.0.keys().copied()).collect();
+        BatchShares(
+            sizes
+                .into_iter()
+                .map(|size| {
+                    let sum: f64 = draws.iter().map(|d| d.get(size)).sum();
+                    (size, sum / draws.len() as f64)
+                })
+                .collect(),
+        )
+    }
+
     /// The share of batches of `size`, in percent (0 when none ran).
     pub fn get(&self, size: u32) -> f64 {
         self.0.get(&size).copied().unwrap_or(0.0)
@@ -262,18 +278,25 @@ pub struct Simulated {
 impl Simulated {
     /// `summary` against `measured` figures and the server's shares (empty when unknown).
     pub fn new(summary: &Summary, measured: &Figures, server_shares: &BatchShares) -> Simulated {
-        Simulated::with_figures(summary, Figures::of(summary), measured, server_shares)
+        Simulated::with_figures(
+            summary,
+            Figures::of(summary),
+            BatchShares::of(summary),
+            measured,
+            server_shares,
+        )
     }
 
-    /// As [`Simulated::new`], with `figures` computed otherwise than from `summary` (a
-    /// simulation whose end to end is joined to the measured requests').
+    /// As [`Simulated::new`], with `figures` and `batch_shares` computed otherwise than from
+    /// `summary` (a simulation whose end to end is joined to the measured requests', and whose
+    /// shares are the mean over several seeds).
     pub fn with_figures(
         summary: &Summary,
         figures: Figures,
+        batch_shares: BatchShares,
         measured: &Figures,
         server_shares: &BatchShares,
     ) -> Simulated {
-        let batch_shares = BatchShares::of(summary);
         Simulated {
             errors: figures.errors_against(measured),
             figures,
@@ -449,6 +472,10 @@ pub struct ServerTimelineReport {
     pub server_left_behind: f64,
     /// The simulation's share, at the fraction measured.
     pub sim_left_behind: f64,
+    /// The seeds whose batch shares the simulation's are the mean of: each seed draws the
+    /// race again, and one draw of a share moves by points where a few hundred batches ran; 1
+    /// when nothing is drawn (no race replayed).
+    pub share_seeds: u32,
 }
 
 /// One load of a validation.
@@ -780,6 +807,13 @@ impl LoadValidation {
                 t.server_left_behind * 100.0,
                 t.sim_left_behind * 100.0
             );
+            if t.share_seeds > 1 {
+                let _ = writeln!(
+                    out,
+                    "  trace-sim batch shares: the mean of {} seeds (each draws the race again)",
+                    t.share_seeds
+                );
+            }
         }
         out
     }
@@ -855,6 +889,21 @@ mod tests {
             None
         );
         assert!(BatchShares::from_counts([(1, 0)]).0.is_empty());
+    }
+
+    #[test]
+    fn the_mean_of_draws_counts_a_size_a_draw_ran_none_of_as_zero_and_sums_to_100() {
+        let draws = [
+            BatchShares::from_counts([(1, 1), (2, 1)]),
+            BatchShares::from_counts([(1, 1), (3, 3)]),
+        ];
+        let mean = BatchShares::mean(&draws);
+        // 1: (50 + 25) / 2; 2: (50 + 0) / 2; 3: (0 + 75) / 2.
+        assert_eq!(
+            mean.0.into_iter().collect::<Vec<_>>(),
+            vec![(1, 37.5), (2, 25.0), (3, 37.5)]
+        );
+        assert!(BatchShares::mean(&[]).0.is_empty());
     }
 
     #[test]
@@ -1058,6 +1107,7 @@ mod tests {
             released_batches: 40,
             server_left_behind: 0.25,
             sim_left_behind: 0.275,
+            share_seeds: 8,
         });
         let text = traced.human("scenario's", "Triton's");
         assert!(text.contains("trace-sim"), "{text}");
@@ -1069,6 +1119,10 @@ mod tests {
         );
         assert!(
             text.contains("thread first at 0.15 of batch ends; of 40 batches taken at a release, 25.0% left a request behind in Triton's, 27.5% in trace-sim"),
+            "{text}"
+        );
+        assert!(
+            text.contains("trace-sim batch shares: the mean of 8 seeds"),
             "{text}"
         );
         let json = serde_json::to_value(&traced).unwrap();

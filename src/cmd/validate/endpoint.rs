@@ -27,7 +27,7 @@ use capsim_sim::scenario::BatcherKind;
 use capsim_sim::scenario::Pool;
 use capsim_sim::timing::profile::{Profile, ProfileServiceTime};
 use capsim_sim::{
-    BuiltScenario, Outcome, RequestRecord, RunOptions, Scenario, ServiceTime,
+    BuiltScenario, Outcome, RequestRecord, RunOptions, Scenario, ServiceTime, simulate,
     simulate_with_requests,
 };
 use capsim_trace::{Columns, Distribution, Trace};
@@ -347,6 +347,10 @@ struct TraceSimInputs<'a> {
 /// A load's trace files and the requests traced in them.
 type LoadTraces = (Vec<PathBuf>, Vec<trace::TracedRequest>);
 
+/// The seeds trace-sim's batch shares are averaged over when it replays the batcher thread's
+/// race: the spread of the mean of 8 draws is about a third of one draw's.
+const SHARE_SEEDS: u32 = 8;
+
 /// How long the server may take to write out a load's traces after the flush.
 const TRACE_WRITE_WAIT: Duration = Duration::from_secs(5);
 
@@ -420,13 +424,19 @@ fn trace_sim(
         seed: t.seed,
         ..RunOptions::default()
     };
-    let mut simulate_at = |fraction: f64| -> Result<_> {
+    let mut built_at = |fraction: f64| -> Result<BuiltScenario> {
         let mut scenario = on_timeline.clone();
         scenario
             .set("batcher.thread_first_fraction", &format!("{fraction}"))
             .context("setting the batcher thread's share of the race")?;
-        let built = crate::cmd::build_scenario(&scenario, profiles)?;
-        Ok(simulate_with_requests(&built, &sim_trace, &options)?)
+        crate::cmd::build_scenario(&scenario, profiles)
+    };
+    let mut simulate_at = |fraction: f64| -> Result<_> {
+        Ok(simulate_with_requests(
+            &built_at(fraction)?,
+            &sim_trace,
+            &options,
+        )?)
     };
     // The race at a batch's end, measured by the batches that left requests behind.
     let max_batch_size = t.pool.batcher.max_batch_size;
@@ -437,8 +447,23 @@ fn trace_sim(
             LeftBehind::of(&executed_requests(log.records()), max_batch_size).share(),
         )
     })?;
-    let (sim_run, log) = simulate_at(thread_first.unwrap_or(0.0))?;
+    let fraction = thread_first.unwrap_or(0.0);
+    let (sim_run, log) = simulate_at(fraction)?;
     let sim_left = LeftBehind::of(&executed_requests(log.records()), max_batch_size);
+    // With the race replayed each seed is one draw of it: the shares compared are the mean of
+    // SHARE_SEEDS draws, the share the model predicts (the server's own is one draw too).
+    let share_seeds = if fraction > 0.0 { SHARE_SEEDS } else { 1 };
+    let mut draws = vec![BatchShares::of(&sim_run.summary)];
+    if share_seeds > 1 {
+        let built = built_at(fraction)?;
+        for k in 1..u64::from(share_seeds) {
+            let seeded = RunOptions {
+                seed: t.seed.wrapping_add(k),
+                ..RunOptions::default()
+            };
+            draws.push(BatchShares::of(&simulate(&built, &sim_trace, &seeded)?));
+        }
+    }
     write_requests_parquet(
         &dir.join("simulated-trace.parquet"),
         log.records(),
@@ -510,9 +535,16 @@ fn trace_sim(
         released_batches: server_left.taken as u64,
         server_left_behind: server_left.share(),
         sim_left_behind: sim_left.share(),
+        share_seeds,
     };
     Ok(Ok((
-        Simulated::with_figures(&sim_run.summary, figures, t.figures, t.server_shares),
+        Simulated::with_figures(
+            &sim_run.summary,
+            figures,
+            BatchShares::mean(&draws),
+            t.figures,
+            t.server_shares,
+        ),
         report,
     )))
 }
