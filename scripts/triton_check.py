@@ -16,10 +16,13 @@ the mean from its statistics when untraced), and the end-to-end p50/p99 the clie
 each beside both simulations'. Traced runs get a second table, of a third simulation
 ("timeline-sim", `timeline_sim`): arrivals at Triton's own queue start of each request and
 batches stretched by the run's own speed (`execution.slowdowns`), which leaves the queue and the
-batcher alone to compare.
+batcher alone to compare; its batch shares are the mean of 8 seeds of the batcher's race. With
+--repeats N each load's trace is replayed N times, and a third table gives the spread of Triton's
+own figures between replays of the same arrivals beside timeline-sim's errors.
 
     cargo build --release
     .venv/bin/python scripts/triton_check.py --trace [--duration 15s] [--out output/triton-check]
+    .venv/bin/python scripts/triton_check.py --trace --settings 2 --loads 0.85 --repeats 5
     .venv/bin/python scripts/triton_check.py --resimulate   # after a change to the simulator
 
 Needs two free cores' worth of quiet: the server, its Python backend and the load generator share
