@@ -15,8 +15,13 @@ payload after was cut: 1, 8, 4, 5, 6, 3 or 1, 8, 4, 4, 5, 5. In 1 its first batc
 and took two requests. capsim models the freeze: 1, 8, 8, 8, 2 here, and 1, 8, 4, 5, 4, 5 with
 request 17 at 47 ms.
 
+With `--steady GAP_MS` the timeline holds the queue at saturation instead: 0; eight at 10-17;
+four at 20-23; then one request every GAP_MS ms from 30 to 600 ms. At a 40 ms batch and a gap
+of 7-9 ms, 4-6 requests arrive per batch, fewer than a full one, and which payloads are cut at
+each take decides every batch after.
+
     cargo build --release
-    .venv/bin/python scripts/triton_probe.py [--attempts 4] [--out DIR]
+    .venv/bin/python scripts/triton_probe.py [--attempts 4] [--steady GAP_MS] [--out DIR]
 """
 import argparse
 import collections
@@ -42,6 +47,14 @@ a = "40ms"
 b = "0ms"
 """
 ARRIVALS_MS = [0, *range(10, 18), *range(20, 28), 50, 55, 60, 65, 70, 90, 92, 94, 96, 98]
+STEADY_UNTIL_MS = 600
+
+
+def steady_arrivals(gap_ms: float) -> list:
+    """The saturation timeline (`--steady`): a payload of 8 and one of 4 queued behind the
+    first batch, then one request every `gap_ms` from 30 ms to `STEADY_UNTIL_MS`."""
+    count = int((STEADY_UNTIL_MS - 30) / gap_ms) + 1
+    return [0, *range(10, 18), *range(20, 24), *(round(30 + k * gap_ms, 3) for k in range(count))]
 MAP = "arrival=t:ms,input_tokens=i"
 
 
@@ -83,16 +96,42 @@ def measured(out: Path, scenario: Path, trace: Path) -> list:
     return batches_of(starts)
 
 
+def on_its_timeline(attempt: Path) -> list:
+    """capsim's batch sizes for one attempt on its own timeline: arrivals at Triton's queue
+    start of each request, every batch the attempt's median compute, and its median turnaround
+    between back-to-back batches as the release latency (this VM adds 1-2 ms to a 40 ms batch,
+    and over a dozen batches that moves arrivals from one payload to the next)."""
+    requests = tc.server_requests(attempt / "trace.json")
+    t0 = requests[0]["QUEUE_START"]
+    batches = sorted(tc.traced_batches(requests))
+    compute_ms = sorted(e - s for s, e in batches)[len(batches) // 2] / 1e6
+    gaps = sorted(b[0] - a[1] for a, b in zip(batches, batches[1:]))
+    release_us = gaps[len(gaps) // 2] / 1e3 if gaps else 0.0
+    scenario = attempt / "scenario-timeline.toml"
+    scenario.write_text(SCENARIO.replace('a = "40ms"', f'a = "{compute_ms:.3f}ms"').replace(
+        "[service]", f'release_latency = "{max(release_us, 0.0):.1f}us"\n[service]'))
+    trace = attempt / "timeline-server.csv"
+    trace.write_text("t,i\n" + "".join(f"{(r['QUEUE_START'] - t0) / 1e6:.4f},16\n"
+                                        for r in requests))
+    return [len(ids) for _, ids in simulated(attempt, scenario, trace)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--attempts", type=int, default=4)
+    parser.add_argument("--steady", type=float, metavar="GAP_MS",
+                        help="the saturation timeline, one request every GAP_MS after the first "
+                             "13 (see above)")
     parser.add_argument("--out", default=str(ROOT / "output" / "triton-probe"))
     args = parser.parse_args()
+    if args.steady is not None and args.steady <= 0:
+        parser.error(f"--steady must be a positive gap in ms, found {args.steady}")
+    arrivals = ARRIVALS_MS if args.steady is None else steady_arrivals(args.steady)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     scenario, trace = out / "scenario.toml", out / "timeline.csv"
     scenario.write_text(SCENARIO)
-    trace.write_text("t,i\n" + "".join(f"{t},16\n" for t in ARRIVALS_MS))
+    trace.write_text("t,i\n" + "".join(f"{t},16\n" for t in arrivals))
     expected = simulated(out, scenario, trace)
     print("capsim:", [len(ids) for _, ids in expected], expected)
     for attempt in range(args.attempts):
@@ -100,6 +139,8 @@ def main() -> None:
         same = [ids for _, ids in got] == [ids for _, ids in expected]
         print(f"Triton {attempt}:", [len(ids) for _, ids in got], "same" if same else got,
               flush=True)
+        print(f"  capsim on attempt {attempt}'s own timeline:",
+              on_its_timeline(out / f"attempt-{attempt}"), flush=True)
 
 
 if __name__ == "__main__":
