@@ -427,9 +427,11 @@ def run_slowdowns(requests: list, nominal_ms, t0: int, readiness: dict | None = 
     t0): each traced batch's compute interval, with its measured time over `nominal_ms(members)`
     (the batch's requests' timestamps) as the factor; where the batches of several model
     instances overlap, the mean of their factors. With one model instance, also the server's
-    dispatch stalls: where a batch was ready to run (`readiness`, as `request_timings` judges it)
-    but started more than `turnaround_ns` + 1 ms later, that wait, from when the batch could
-    have been formed to when it was (both `dispatch_ns` before compute), as a pause (factor None: `execution.pauses`),
+    dispatch stalls: where a batch waited 1 ms (STALL_NS) or more from the later of its
+    readiness (`readiness`, as `request_timings` judges it) and its instance's release, a wait
+    the means of the hand-over leave out (`quick_mean_ms`), the time past where the mean
+    (`turnaround_ns`) would have started it, from when the batch could have been formed to when
+    it was (both `dispatch_ns` before compute), as a pause (factor None: `execution.pauses`),
     since the batcher thread, not the model, was held; the wait is queue time, as Triton counts
     it. (`capsim validate --endpoint --server-trace` does the same in crates/endpoint's
     `triton::timeline`, and also fills the gaps between slowdown windows.)"""
@@ -443,7 +445,11 @@ def run_slowdowns(requests: list, nominal_ms, t0: int, readiness: dict | None = 
             # The pause ends when Triton formed the batch (its dispatch before compute): the
             # held batcher then batches all that waited.
             dispatch = int(round(dispatch_ns))
-            if start - could > STALL_NS:
+            # A stall is a wait the hand-over's means leave out (`quick_mean_ms`: from the
+            # later of readiness and the instance's release, STALL_NS or more); its pause is
+            # what it took past the mean.
+            waited = start - (max(ready, free_at) if free_at is not None else ready)
+            if waited >= STALL_NS and start > could:
                 stalls.append((int(could) - dispatch, start - dispatch, None))
             free_at = end
     edges = sorted({t for key in batches for t in key})

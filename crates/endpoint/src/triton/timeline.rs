@@ -423,8 +423,10 @@ pub struct SpeedWindows {
     /// window starts where the one before ended (from 0), so the gaps between batches go at the
     /// next batch's speed.
     pub slowdowns: Vec<(u64, u64, f64)>,
-    /// `(from, to)`: where a ready batch started more than the turnaround and [`STALL_NS`] late
-    /// (one model instance only): the batcher, not the model, was held. Each runs from
+    /// `(from, to)`: where a ready batch waited [`STALL_NS`] or more after its readiness or its
+    /// instance's release, whichever came later (one model instance only; a wait the means
+    /// of the hand-over leave out), and started past the mean turnaround: the batcher, not the
+    /// model, was held. Each runs from
     /// [`HOLD_MARGIN_NS`] before the batch could have been formed (not before its oldest
     /// request's queue start or the previous batch's start) to when it was (a dispatch latency
     /// before compute): the simulated batcher forms its batch then, from all that waited, as
@@ -478,7 +480,13 @@ pub fn speed_windows(
                 .saturating_sub(dispatch + HOLD_MARGIN_NS)
                 .max(oldest)
                 .max(previous_start);
-            if batch.start_ns.saturating_sub(could) > STALL_NS && hold >= t0 && formed > hold {
+            // A stall is a wait the hand-over's means leave out ([`quick_mean_ns`]: from the
+            // later of readiness and the instance's release, [`STALL_NS`] or more), replayed
+            // past where the mean would have started the batch.
+            let waited = batch
+                .start_ns
+                .saturating_sub(free_at.map_or(ready, |f| ready.max(f)));
+            if waited >= STALL_NS && batch.start_ns > could && hold >= t0 && formed > hold {
                 pauses.push((hold - t0, formed - t0));
             }
             free_at = Some(batch.end_ns);
@@ -896,6 +904,41 @@ mod tests {
         // before its compute.
         assert_eq!(w.pauses, vec![(0, 20 * MS - 100_000)]);
         assert_eq!(w.slowdowns, vec![(0, 25 * MS, 1.0)]);
+    }
+
+    #[test]
+    fn a_hand_over_the_mean_leaves_out_is_paused_past_the_mean_turnaround() {
+        // Back to back: the second batch was ready before the first ended at 10 ms and started
+        // 1.2 ms after it: over STALL_NS, so out of the turnaround's mean (0.3 ms here), but
+        // under the mean and STALL_NS together. It is paused from where the mean would have
+        // started it, less the hold's margin, to when it was formed.
+        let requests = vec![
+            request(1, 0, 0, 10 * MS),
+            request(2, MS, 11_200_000, 16 * MS),
+        ];
+        let batches = batches(&requests);
+        let hand = Hand {
+            turnaround_ns: 300_000.0,
+            dispatch_ns: 100_000.0,
+            model_instances: 1,
+        };
+        let w = speed_windows(&requests, &batches, &[10e6, 4.8e6], 0, &no_delay(), hand);
+        // could = 10.3 ms; hold = 10.3 - 0.1 - 0.5 ms; formed = 11.2 - 0.1 ms.
+        assert_eq!(w.pauses, vec![(9_700_000, 11_100_000)]);
+        // A hand-over under STALL_NS is the mean's, not a pause.
+        let quick = vec![
+            request(1, 0, 0, 10 * MS),
+            request(2, MS, 10_900_000, 16 * MS),
+        ];
+        let w = speed_windows(
+            &quick,
+            &super::batches(&quick),
+            &[10e6, 5.1e6],
+            0,
+            &no_delay(),
+            hand,
+        );
+        assert!(w.pauses.is_empty(), "{:?}", w.pauses);
     }
 
     /// A "server" that is capsim itself: a run of the scenario, traced as Triton would trace it
