@@ -188,6 +188,11 @@ def shares(counts: dict) -> dict:
     return {size: n / total for size, n in counts.items()} if total else {}
 
 
+def summary_shares(summary: dict) -> dict:
+    """`shares` of a capsim summary's `batch_size_counts`."""
+    return shares({k: n for k, n in enumerate(summary["batch_size_counts"]) if n})
+
+
 def capacity_rps(setting: dict, a_ms: float, b_ms: float) -> float:
     """The setting's capacity with full batches that take a + b * batch_size (ms) each."""
     batch = setting["max_batch_size"]
@@ -342,8 +347,7 @@ def compare(out: Path, label: str, setting: dict, load: float, rate: float,
             for d in ("simulated", "simulated-run")]
     triton_batches = {b["batch_size"]: b["compute_infer"]["count"] for b in stats["batch_stats"]}
     t_sh = shares(triton_batches)
-    sim_shares = [shares({k: n for k, n in enumerate(sim["batch_size_counts"]) if n})
-                  for sim in sims]
+    sim_shares = [summary_shares(sim) for sim in sims]
 
     def gap(s_sh: dict) -> float:
         keys = set(t_sh) | set(s_sh)
@@ -579,8 +583,8 @@ def timeline_sim(out: Path, requests: list, tokens: dict, latency_ns: dict, nomi
         race at each batch end drawn again)."""
         capsim("simulate", "--scenario", str(scenario), str(trace), "--seed", str(seed),
                "--no-requests", "-o", str(out / "simulated-timeline-seed"))
-        counts = json.loads((out / "simulated-timeline-seed" / "summary.json").read_text())
-        return shares({k: n for k, n in enumerate(counts["batch_size_counts"]) if n})
+        return summary_shares(
+            json.loads((out / "simulated-timeline-seed" / "summary.json").read_text()))
 
     def executed(sim: dict) -> list:
         return [(a, s, e) for a, s, e, o in zip(sim["arrival_ns"], sim["exec_start_ns"],
@@ -606,7 +610,7 @@ def timeline_sim(out: Path, requests: list, tokens: dict, latency_ns: dict, nomi
             outside = measured - (r["COMPUTE_END"] - r["QUEUE_START"])
             e2e_s.append((outside + sim["exec_end_ns"][row] - arrival) / 1e6)
     summary = json.loads((out / "simulated-timeline" / "summary.json").read_text())
-    seed0 = shares({k: n for k, n in enumerate(summary["batch_size_counts"]) if n})
+    seed0 = summary_shares(summary)
     # One seed is one draw of the thread's races; their mean over SHARE_SEEDS seeds is the
     # share the model predicts (Triton's own share is one draw too).
     draws = [seed0] + ([seed_shares(seed) for seed in range(1, SHARE_SEEDS)]

@@ -448,21 +448,20 @@ fn trace_sim(
         )
     })?;
     let fraction = thread_first.unwrap_or(0.0);
-    let (sim_run, log) = simulate_at(fraction)?;
+    // The final scenario, built once for its run and its seeds' draws.
+    let built = built_at(fraction)?;
+    let (sim_run, log) = simulate_with_requests(&built, &sim_trace, &options)?;
     let sim_left = LeftBehind::of(&executed_requests(log.records()), max_batch_size);
     // With the race replayed each seed is one draw of it: the shares compared are the mean of
     // SHARE_SEEDS draws, the share the model predicts (the server's own is one draw too).
     let share_seeds = if fraction > 0.0 { SHARE_SEEDS } else { 1 };
     let mut draws = vec![BatchShares::of(&sim_run.summary)];
-    if share_seeds > 1 {
-        let built = built_at(fraction)?;
-        for k in 1..u64::from(share_seeds) {
-            let seeded = RunOptions {
-                seed: t.seed.wrapping_add(k),
-                ..RunOptions::default()
-            };
-            draws.push(BatchShares::of(&simulate(&built, &sim_trace, &seeded)?));
-        }
+    for k in 1..u64::from(share_seeds) {
+        let seeded = RunOptions {
+            seed: t.seed.wrapping_add(k),
+            ..RunOptions::default()
+        };
+        draws.push(BatchShares::of(&simulate(&built, &sim_trace, &seeded)?));
     }
     write_requests_parquet(
         &dir.join("simulated-trace.parquet"),
