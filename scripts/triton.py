@@ -26,6 +26,7 @@ bundles it with the Python backend; it runs on the CPU. Three commands:
         Stops the server started there, by its PID.
 """
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -230,6 +231,10 @@ def start(args: argparse.Namespace) -> None:
     # The active Python's own lib first, else the stub loads the system libpython and crashes.
     env["LD_LIBRARY_PATH"] = f"{libdir}:{HOME / 'libs'}:{env.get('LD_LIBRARY_PATH', '')}"
     log = open(out / "triton.log", "w")
+    # The Python backend's shared-memory regions carry this server's own prefix, so that `stop`
+    # can remove what a crashed server left in /dev/shm (Triton only unlinks them on a clean exit).
+    shm_prefix = f"capsim_{hashlib.sha1(str(out).encode()).hexdigest()[:12]}_{os.getpid()}_"
+    (out / "shm-prefix").write_text(shm_prefix)
     pin = ["taskset", "-c", args.cpus] if args.cpus else []
     # Triton's own per-request timestamps (queue start, compute start and end, HTTP send),
     # written every 1,000 requests to DIR/trace.json.0, .1, ...: Triton 2.51 kept in memory
@@ -245,6 +250,7 @@ def start(args: argparse.Namespace) -> None:
          "--http-address=127.0.0.1", f"--http-port={ports['http']}",
          "--grpc-address=127.0.0.1", f"--grpc-port={ports['grpc']}",
          f"--metrics-port={ports['metrics']}", "--metrics-address=127.0.0.1",
+         f"--backend-config=python,shm-region-prefix-name={shm_prefix}",
          "--log-verbose=0", *trace],
         stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     (out / "pid").write_text(str(process.pid))
@@ -286,6 +292,18 @@ def stop(args: argparse.Namespace) -> None:
                 os.kill(int(proc.name), signal.SIGKILL)
             except ProcessLookupError:
                 pass
+    remove_shm_regions(Path(args.dir))
+
+
+def remove_shm_regions(out: Path) -> None:
+    """Unlinks the shared-memory regions of the server started in `out` that are still in
+    /dev/shm (a crashed server's), by the prefix `start` gave them."""
+    prefix_file = out / "shm-prefix"
+    if not prefix_file.exists():
+        return
+    prefix = prefix_file.read_text().strip()
+    for region in Path("/dev/shm").glob(prefix + "*"):
+        region.unlink(missing_ok=True)
 
 
 def model_stats(out: Path, name: str) -> dict:
