@@ -96,11 +96,12 @@ def backlog_arrivals(queued: int, gap_us: float) -> list:
 
 
 def handovers(requests: list) -> list:
-    """Each back-to-back hand-over under 1 ms of a traced run (a batch's compute end to the next
-    compute start, with that batch's requests all queued before the end; longer ones are the
-    machine's stalls, which timeline-sim replays apart): (requests queued at the end and not yet
-    computing, the next batch's among them; the size of the batch that ended; the hand-over in
-    us)."""
+    """Each back-to-back hand-over under 1 ms of a traced run of one model instance: a batch's
+    compute end to the next compute start, with that batch's requests all queued before the end
+    (longer ones are the machine's stalls, which timeline-sim replays apart; with more model
+    instances, consecutive batches are different instances'). Each as (requests queued at the
+    end and not yet computing, the next batch's among them; the size of the batch that ended;
+    the hand-over in us)."""
     import bisect
     batches = sorted(tc.traced_batches(requests).items())
     queued = sorted(r["QUEUE_START"] for r in requests)
@@ -114,7 +115,7 @@ def handovers(requests: list) -> list:
     return found
 
 
-def handover_growth(found: list, past: int = 8) -> tuple:
+def handover_growth(found: list, past: int = 8) -> tuple | None:
     """The least-squares fit `c0 + c1 x size + c2 x max(0, queued - past)` of `handovers`, in
     us: (c0, c1, c2, the standard error of c2 over 200 bootstrap resamples, seed 0), or None
     with fewer than 10 hand-overs or none with more than `past` queued."""
@@ -221,8 +222,9 @@ def main() -> None:
                              "then one every --gap-us (see above)")
     parser.add_argument("--gap-us", type=float, metavar="G")
     parser.add_argument("--handovers-of", nargs="+", metavar="RUN",
-                        help="only print the hand-overs of stored traced runs (directories with "
-                             "Triton's trace.json*, as triton_check.py --trace writes them)")
+                        help="only print the hand-overs of stored traced runs of one model "
+                             "instance (directories with Triton's trace.json*, as "
+                             "triton_check.py --trace writes them)")
     parser.add_argument("--out", default=str(ROOT / "output" / "triton-probe"))
     args = parser.parse_args()
     if args.steady is not None and args.steady <= 0:
