@@ -129,29 +129,11 @@ def run_once(out: Path, load: float, duration: str) -> None:
         subprocess.run([sys.executable, str(triton), "stop", "--dir", str(out)], check=True)
 
 
-def run(out: Path, load: float, duration: str, tries: int = 5) -> None:
-    """`run_once`, again against a fresh Triton when the last one died (`triton_died`: traced
-    Triton 2.51 crashes now and then on this machine), at most `tries` times; each failed try's
-    log and validate output are kept under OUT/crashed-N."""
-    for attempt in range(1, tries + 1):
-        try:
-            run_once(out, load, duration)
-            if not tc.triton_died(out):
-                return
-            if attempt == tries:
-                raise RuntimeError(f"Triton died in every one of {tries} tries; see {out}")
-            error: Exception = RuntimeError("a signal in its log")
-        except (subprocess.CalledProcessError, OSError) as failure:
-            if attempt == tries or not tc.triton_died(out):
-                raise
-            error = failure
-        kept = out / f"crashed-{attempt}"
-        kept.mkdir(exist_ok=True)
-        for name in ["triton.log", "validate.txt", "validate"]:
-            if (out / name).exists():
-                (out / name).rename(kept / name)
-        print(f"{out.name}: Triton died ({error}); trying again, its files in {kept}",
-              file=sys.stderr, flush=True)
+def run(out: Path, load: float, duration: str) -> None:
+    """`run_once` until its Triton survives (`triton_check.until_alive`: traced Triton 2.51
+    crashes now and then on this machine), each dead try's log and validate output kept."""
+    tc.until_alive(out, lambda: run_once(out, load, duration),
+                   ["triton.log", "validate.txt", "validate"])
 
 
 def compare(out: Path, load: float) -> str:

@@ -210,15 +210,17 @@ def triton_died(out: Path) -> bool:
             or "Non-graceful termination" in text)
 
 
-def serve(out: Path, setting: dict, replays: list, tries: int = 5) -> dict:
-    """`serve_once`, again against a fresh Triton when the last one died (`triton_died`), at most
-    `tries` times; each failed try's log and replays are kept under OUT/crashed-N. A Triton that
-    caught a signal but went on answering (or hung, its requests timing out) counts as dead."""
+def until_alive(out: Path, once, kept_names: list, tries: int = 5):
+    """`once()` (which starts a Triton in `out`, uses it and stops it), again against a fresh
+    Triton when the last one died (`triton_died`), at most `tries` times; returns what the
+    surviving try returned. Each failed try's files named in `kept_names` are kept under
+    OUT/crashed-N. A Triton that caught a signal but went on answering (or hung, its requests
+    timing out) counts as dead."""
     for attempt in range(1, tries + 1):
         try:
-            stats = serve_once(out, setting, replays)
+            result = once()
             if not triton_died(out):
-                return stats
+                return result
             if attempt == tries:
                 raise RuntimeError(f"Triton died in every one of {tries} tries; see {out}")
             error: Exception = RuntimeError("a signal in its log")
@@ -228,12 +230,19 @@ def serve(out: Path, setting: dict, replays: list, tries: int = 5) -> dict:
             error = failure
         kept = out / f"crashed-{attempt}"
         kept.mkdir(exist_ok=True)
-        for name in ["triton.log", *(folder for _, _, folder in replays)]:
+        for name in kept_names:
             if (out / name).exists():
                 (out / name).rename(kept / name)
         print(f"{out.name}: Triton died ({error}); trying again, its files in {kept}",
               file=sys.stderr, flush=True)
     raise AssertionError("unreachable: the last try returns or raises")
+
+
+def serve(out: Path, setting: dict, replays: list) -> dict:
+    """`serve_once` until its Triton survives (`until_alive`), each dead try's log and replays
+    kept."""
+    return until_alive(out, lambda: serve_once(out, setting, replays),
+                       ["triton.log", *(folder for _, _, folder in replays)])
 
 
 def serve_once(out: Path, setting: dict, replays: list) -> dict:
