@@ -67,6 +67,9 @@ def timeline_scenario(fit: dict, windows: list, thread_first: float) -> str:
                   if k != "thread_first_fraction"]
     if fit.get("dispatch_ms", 0.0) > 0:
         lines.append(f'dispatch_latency = "{fit["dispatch_ms"] * 1e3:.1f}us"')
+        if fit.get("dispatch_residuals"):
+            lines.append("dispatch_residuals = "
+                         f"[{', '.join(f'{r:.4f}' for r in fit['dispatch_residuals'])}]")
     if fit.get("release_ms", 0.0) > 0:
         lines.append(f'release_latency = "{fit["release_ms"] * 1e3:.1f}us"')
     if fit.get("release_per_request_ms", 0.0) > 0:
@@ -158,6 +161,7 @@ def compare(out: Path, load: float) -> str:
     # The scenario's queue policy turns Triton's prefetching off.
     fit["dispatch_ms"], fit["release_ms"], fit["release_per_request_ms"] = tc.handover(
         timings, prefetch=False)
+    fit["dispatch_residuals"] = tc.dispatch_residuals(timings)
     (out / "timeline-fit.json").write_text(json.dumps(fit, indent=1))
 
     def nominal(members: list) -> float:

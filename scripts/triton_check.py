@@ -29,6 +29,7 @@ Needs two free cores' worth of quiet: the server, its Python backend and the loa
 the machine. Each run's files stay under --out.
 """
 import argparse
+import itertools
 import json
 import os
 import re
@@ -67,11 +68,13 @@ def model_times(setting: dict) -> dict:
 def scenario_toml(name: str, s: dict, a_ms: float = A_MS, b_ms: float = B_MS,
                   residuals: list | None = None, slowdowns: list | None = None,
                   dispatch_ms: float = 0.0, release_ms: float = 0.0,
-                  release_per_request_ms: float = 0.0, thread_first: float = 0.0) -> str:
+                  release_per_request_ms: float = 0.0, thread_first: float = 0.0,
+                  dispatch_residuals: list | None = None) -> str:
     """The setting as a capsim scenario whose batches take a + b * batch_size, times a factor
     drawn from `residuals` (measured over predicted batch times) when given, and stretched by
     `slowdowns` ((from ns, to ns, factor) windows of `execution.slowdowns`) when given, each
-    after a dispatch latency of `dispatch_ms` when its model instance was idle, each model
+    after a dispatch latency of `dispatch_ms` (spread by `dispatch_residuals`, the measured
+    dispatches over their mean, when given) when its model instance was idle, each model
     instance taken `release_ms` + `release_per_request_ms` x size after (`handover`), the
     batcher thread first at `thread_first` of batch ends."""
     lines = [f'name = "{name}"', "instances = 1", "[batcher]",
@@ -80,6 +83,9 @@ def scenario_toml(name: str, s: dict, a_ms: float = A_MS, b_ms: float = B_MS,
         lines.append(f"preferred_batch_size = {s['preferred']}")
     if dispatch_ms > 0:
         lines.append(f'dispatch_latency = "{dispatch_ms * 1e3:.1f}us"')
+        if dispatch_residuals:
+            lines.append("dispatch_residuals = "
+                         f"[{', '.join(f'{r:.4f}' for r in dispatch_residuals)}]")
     if release_ms > 0:
         lines.append(f'release_latency = "{release_ms * 1e3:.1f}us"')
     if release_per_request_ms > 0:
@@ -112,6 +118,12 @@ def handover(timings: dict | None, prefetch: bool = True) -> tuple:
         return dispatch, max(timings["turnaround_ms"] - dispatch, 0.0), 0.0
     release = timings["release_ms"] if prefetch else max(timings["release_ms"] - dispatch, 0.0)
     return dispatch, release, timings["release_per_request_ms"]
+
+
+def dispatch_residuals(timings: dict | None) -> list | None:
+    """A traced run's idle dispatches over their mean (`batcher.dispatch_residuals`), the
+    stalls apart as in the mean; None for an untraced run or one without idle dispatches."""
+    return (timings or {}).get("dispatch_residuals")
 
 
 def release_fit(pairs: list) -> tuple:
@@ -210,6 +222,10 @@ def triton_died(out: Path) -> bool:
             or "Non-graceful termination" in text)
 
 
+class TritonDied(RuntimeError):
+    """A Triton died in every try `until_alive` gave it."""
+
+
 def until_alive(out: Path, once, kept_names: list, tries: int = 5):
     """`once()` (which starts a Triton in `out`, uses it and stops it), again against a fresh
     Triton when the last one died (`triton_died`), at most `tries` times; returns what the
@@ -222,14 +238,16 @@ def until_alive(out: Path, once, kept_names: list, tries: int = 5):
             if not triton_died(out):
                 return result
             if attempt == tries:
-                raise RuntimeError(f"Triton died in every one of {tries} tries; see {out}")
+                raise TritonDied(f"Triton died in every one of {tries} tries; see {out}")
             error: Exception = RuntimeError("a signal in its log")
         except (subprocess.CalledProcessError, OSError) as failure:
             if attempt == tries or not triton_died(out):
                 raise
             error = failure
-        kept = out / f"crashed-{attempt}"
-        kept.mkdir(exist_ok=True)
+        # A folder of its own: an earlier run in `out` may have kept crashed-1, ...
+        kept = next(out / f"crashed-{n}" for n in itertools.count(1)
+                    if not (out / f"crashed-{n}").exists())
+        kept.mkdir()
         for name in kept_names:
             if (out / name).exists():
                 (out / name).rename(kept / name)
@@ -299,6 +317,7 @@ def calibrate(out: Path, setting: dict) -> dict:
     calibration = {"a_ms": a_ms, "b_ms": b_ms, "turnaround_ms": turnaround_ms,
                    "dispatch_ms": dispatch_ms, "release_ms": release_ms,
                    "release_per_request_ms": release_per_request_ms,
+                   "dispatch_residuals": dispatch_residuals(timings),
                    "residuals": batch_residuals(out / "trace.json", a_ms, b_ms) if TRACE else None}
     (out / "calibration.json").write_text(json.dumps(calibration, indent=1))
     return calibration
@@ -335,7 +354,8 @@ def compare(out: Path, label: str, setting: dict, load: float, rate: float,
                                      cal.get("residuals"), None,
                                      cal.get("dispatch_ms", cal.get("turnaround_ms", 0.0)),
                                      cal.get("release_ms", 0.0),
-                                     cal.get("release_per_request_ms", 0.0)))
+                                     cal.get("release_per_request_ms", 0.0),
+                                     dispatch_residuals=cal.get("dispatch_residuals")))
     capsim("simulate", "--scenario", str(planned), str(trace), "-o", str(out / "simulated"))
     # The run-driven simulation: the service time Triton itself measured per batch size
     # (compute input + infer + output), fitted as a + b * batch_size, after, when the run was
@@ -349,7 +369,8 @@ def compare(out: Path, label: str, setting: dict, load: float, rate: float,
     fitted = out / "scenario-run.toml"
     residuals = batch_residuals(out / "trace.json", a_ms, b_ms) if traced else None
     fitted.write_text(scenario_toml(label, setting, a_ms, b_ms, residuals, None,
-                                    *handover(timings)))
+                                    *handover(timings),
+                                    dispatch_residuals=dispatch_residuals(timings)))
     capsim("simulate", "--scenario", str(fitted), str(trace), "-o", str(out / "simulated-run"))
     measured = json.loads((out / "measured" / "summary.json").read_text())
     sims = [json.loads((out / d / "summary.json").read_text())
@@ -658,8 +679,9 @@ def fixed_timeline_sim(out: Path, label: str, setting: dict, a_ms: float, b_ms: 
         out, requests, {int(r["request_id"]): 16 for r in requests},
         dict(zip(client["request"], client["latency_ns"])),
         lambda members: a_ms + b_ms * len(members),
-        lambda windows, thread_first: scenario_toml(label, setting, a_ms, b_ms, None, windows,
-                                                    *handover(timings), thread_first),
+        lambda windows, thread_first: scenario_toml(
+            label, setting, a_ms, b_ms, None, windows, *handover(timings), thread_first,
+            dispatch_residuals=dispatch_residuals(timings)),
         setting_readiness(setting), timings["turnaround_ms"] * 1e6, setting["instances"],
         handover(timings)[0] * 1e6, setting["max_batch_size"])
 
@@ -703,6 +725,14 @@ def quick_mean_ms(waits_ns: list) -> float:
     return sum(quick) / len(quick) / 1e6 if quick else 0.0
 
 
+def quick_ratios(waits_ns: list) -> list | None:
+    """The waits under STALL_NS over their mean (`quick_mean_ms`), in order, to 4 decimals;
+    None without any (or when all are 0)."""
+    quick = [t for t in waits_ns if t < STALL_NS]
+    mean = sum(quick) / len(quick) if quick else 0.0
+    return [round(t / mean, 4) for t in quick] if mean > 0 else None
+
+
 def request_timings(requests: list, model_instances: int, readiness: dict | None = None) -> dict:
     """`trace_timings` of traced requests already read (each with QUEUE_START, COMPUTE_START
     and COMPUTE_END)."""
@@ -735,6 +765,7 @@ def request_timings(requests: list, model_instances: int, readiness: dict | None
         "release_ms": release_ms, "release_per_request_ms": release_per_request_ms,
         "turnarounds": len(turnaround), "batches": len(batches),
         "idle_dispatch_ms": quick_mean_ms(idle_dispatch),
+        "dispatch_residuals": quick_ratios(idle_dispatch),
         "idle_dispatches": len(idle_dispatch),
         "left_waiting": len(left_waiting), "left_waiting_ms": sum(left_waiting),
     }
@@ -826,6 +857,8 @@ def main() -> None:
           "| Triton's compute, fitted + turnaround (ms) | schedule delay p99 ms |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     labels = list(SETTINGS)
+    # Loads whose Triton died in every try: reported, and the run goes on to the next.
+    lost = []
     for i in (int(i) for i in args.settings.split(",")):
         calibration = None
         for load in (float(x) for x in args.loads.split(",")):
@@ -842,10 +875,15 @@ def main() -> None:
                                                cal["b_ms"])
                     row = compare(out, labels[i], setting, load, rate, repeat)
                 else:
-                    if calibration is None:
-                        calibration = calibrate(Path(args.out) / f"s{i}-calibration", setting)
-                    row = run_one(out, labels[i], setting, load, args.duration, calibration,
-                                  repeat)
+                    try:
+                        if calibration is None:
+                            calibration = calibrate(Path(args.out) / f"s{i}-calibration",
+                                                    setting)
+                        row = run_one(out, labels[i], setting, load, args.duration,
+                                      calibration, repeat)
+                    except TritonDied as died:
+                        lost.append(str(died))
+                        row = f"| {labels[i]} | {load * 100:.0f}% | no row: {died} |"
                 print(row, flush=True)
     if TIMELINE_ROWS:
         print()
@@ -861,6 +899,8 @@ def main() -> None:
     if any(len(runs) > 1 for runs in REPEATS.values()):
         print()
         print(repeat_spread_table())
+    if lost:
+        sys.exit(f"{len(lost)} load(s) without a row:\n" + "\n".join(lost))
 
 
 if __name__ == "__main__":

@@ -40,6 +40,9 @@ pub enum Component {
     /// The dynamic batcher's race at a batch's end (`batcher.thread_first_fraction`), one
     /// stream per instance.
     BatcherRace,
+    /// The dynamic batcher's dispatch latency draws (`batcher.dispatch_residuals`), one stream
+    /// per instance.
+    BatcherDispatch,
 }
 
 impl Component {
@@ -54,6 +57,7 @@ impl Component {
             Component::Cache => 7,
             Component::Client => 8,
             Component::BatcherRace => 9,
+            Component::BatcherDispatch => 10,
         }
     }
 }

@@ -501,7 +501,7 @@ fn trace_sim(
         .iter()
         .filter(|w| w.2 > 3.0)
         .collect();
-    let (fit, handover) = (timeline.fit, timeline.handover);
+    let (fit, handover) = (timeline.fit, &timeline.handover);
     let report = ServerTimelineReport {
         requests_traced: timeline.requests() as u64,
         requests_joined: e2e.count,

@@ -226,7 +226,7 @@ pub fn batches(requests: &[TracedRequest]) -> Vec<TracedBatch> {
 }
 
 /// How a model instance passed from one batch to the next, from the trace.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Handover {
     /// Mean time from one batch's compute end to the next one's start on the same instance
     /// when the next was ready before (stalls apart), ns.
@@ -235,6 +235,9 @@ pub struct Handover {
     /// found its instance idle. A batch ready before its instance's release is taken by the
     /// instance's running thread and pays none of it.
     pub dispatch_ns: f64,
+    /// Each of those waits over their mean (stalls apart), in trace order: the dispatch's
+    /// spread, replayed as `batcher.dispatch_residuals`. Empty when `dispatch_ns` is 0.
+    pub dispatch_residuals: Vec<f64>,
     /// The turnaround fitted as `release_ns + release_per_request_ns * n`, n the size of the
     /// batch that ended (its responses go out first): the part per batch, ns (>= 0).
     pub release_ns: f64,
@@ -307,6 +310,13 @@ pub fn handover(
     out.turnarounds = turnaround.len();
     out.idle_dispatches = idle_dispatch.len();
     out.dispatch_ns = quick_mean_ns(&idle_dispatch);
+    if out.dispatch_ns > 0.0 {
+        out.dispatch_residuals = idle_dispatch
+            .iter()
+            .filter(|&&w| w < STALL_NS)
+            .map(|&w| w as f64 / out.dispatch_ns)
+            .collect();
+    }
     (out.release_ns, out.release_per_request_ns) = release_fit(&released);
     out
 }
@@ -674,6 +684,18 @@ impl ServerTimeline {
         let pool = &scenario.pools()[0];
         let prefetch = Batcher::new(&pool.batcher, pool.queue.allows_prefetch()).prefetch;
         scenario.set("batcher.dispatch_latency", &ms(self.handover.dispatch_ns))?;
+        if !self.handover.dispatch_residuals.is_empty() {
+            let ratios: Vec<String> = self
+                .handover
+                .dispatch_residuals
+                .iter()
+                .map(|r| format!("{r:.4}"))
+                .collect();
+            scenario.set(
+                "batcher.dispatch_residuals",
+                &format!("[{}]", ratios.join(", ")),
+            )?;
+        }
         scenario.set(
             "batcher.release_latency",
             &ms(self.handover.release_paid_ns(prefetch)),
@@ -879,6 +901,28 @@ mod tests {
         assert!(
             h.release_paid_ns(false).abs() < 1e-3,
             "0.05 - 0.1 ms, held at 0"
+        );
+    }
+
+    #[test]
+    fn handover_keeps_each_idle_dispatch_over_their_mean_leaving_stalls_out() {
+        // Three requests, each to an idle instance: dispatched after 0.1 ms, 0.3 ms and 2 ms
+        // (a stall, replayed as a pause and kept out of the mean and the spread).
+        let requests = vec![
+            request(1, MS, MS + 100_000, 5 * MS),
+            request(2, 10 * MS, 10 * MS + 300_000, 15 * MS),
+            request(3, 20 * MS, 22 * MS, 25 * MS),
+        ];
+        let batches = batches(&requests);
+        let h = handover(&requests, &batches, 1, &no_delay());
+        assert_eq!(h.idle_dispatches, 3);
+        assert!((h.dispatch_ns - 200_000.0).abs() < 1e-6, "{h:?}");
+        let spread: Vec<f64> = h.dispatch_residuals.iter().map(|r| r * 10.0).collect();
+        assert_eq!(spread.len(), 2, "{h:?}");
+        assert!(
+            (spread[0] - 5.0).abs() < 1e-9 && (spread[1] - 15.0).abs() < 1e-9,
+            "0.5 and 1.5 of the mean: {:?}",
+            h.dispatch_residuals
         );
     }
 

@@ -30,14 +30,17 @@ pub(crate) struct DynamicInstance {
     poll_event_at: SimTime,
     /// Draws who wins the race at a batch's end; untouched when the thread never goes first.
     race: SimRng,
+    /// Draws each dispatch latency; untouched without `batcher.dispatch_residuals`.
+    dispatch_draws: SimRng,
     /// The model instance (the fleet's index) being released now, inside [`Self::released`],
     /// and the wait before the compute of the batch it takes (instead of the dispatch latency).
     released: Option<(u32, u64)>,
 }
 
 impl DynamicInstance {
-    /// An idle batcher applying `rule`, drawing its race at batch ends from `race`.
-    pub fn new(rule: Batcher, race: SimRng) -> DynamicInstance {
+    /// An idle batcher applying `rule`, drawing its race at batch ends from `race` and its
+    /// dispatch latencies from `dispatch_draws`.
+    pub fn new(rule: Batcher, race: SimRng, dispatch_draws: SimRng) -> DynamicInstance {
         DynamicInstance {
             rule,
             thread: BatcherThread::default(),
@@ -46,6 +49,7 @@ impl DynamicInstance {
             poll_at: SimTime::NEVER,
             poll_event_at: SimTime::NEVER,
             race,
+            dispatch_draws,
             released: None,
         }
     }
@@ -116,7 +120,13 @@ impl DynamicInstance {
     #[inline(always)]
     pub fn dispatch(&mut self, ctx: &mut Ctx, mut site: Site<'_>) {
         if self.rule.max_batch_size == 1 {
-            start_singles(ctx, &mut site, &self.rule, self.released);
+            start_singles(
+                ctx,
+                &mut site,
+                &self.rule,
+                &mut self.dispatch_draws,
+                self.released,
+            );
             return;
         }
         if self.held_by_pause(ctx, &site) {
@@ -171,7 +181,7 @@ impl DynamicInstance {
     #[inline]
     pub fn arrived(&mut self, ctx: &mut Ctx, mut site: Site<'_>) {
         if self.rule.max_batch_size == 1 {
-            start_singles(ctx, &mut site, &self.rule, None);
+            start_singles(ctx, &mut site, &self.rule, &mut self.dispatch_draws, None);
             return;
         }
         if self.held_by_pause(ctx, &site) {
@@ -214,7 +224,15 @@ impl DynamicInstance {
                 return;
             };
             let mi_index = site.instance.first_model_instance + free;
-            start_batch(ctx, site, &self.rule, mi_index, size, self.released);
+            start_batch(
+                ctx,
+                site,
+                &self.rule,
+                &mut self.dispatch_draws,
+                mi_index,
+                size,
+                self.released,
+            );
         }
     }
 
@@ -283,7 +301,13 @@ impl DynamicInstance {
 /// payload of its own, and free model instances take them in order (`released`: the model
 /// instance being released now, if any).
 #[inline]
-fn start_singles(ctx: &mut Ctx, site: &mut Site<'_>, rule: &Batcher, released: Option<(u32, u64)>) {
+fn start_singles(
+    ctx: &mut Ctx,
+    site: &mut Site<'_>,
+    rule: &Batcher,
+    dispatch_draws: &mut SimRng,
+    released: Option<(u32, u64)>,
+) {
     loop {
         if site.instance.queue.is_empty() {
             return;
@@ -292,7 +316,7 @@ fn start_singles(ctx: &mut Ctx, site: &mut Site<'_>, rule: &Batcher, released: O
             return;
         };
         let mi_index = site.instance.first_model_instance + free;
-        start_batch(ctx, site, rule, mi_index, 1, released);
+        start_batch(ctx, site, rule, dispatch_draws, mi_index, 1, released);
     }
 }
 
@@ -305,6 +329,7 @@ fn start_batch(
     ctx: &mut Ctx,
     site: &mut Site<'_>,
     rule: &Batcher,
+    dispatch_draws: &mut SimRng,
     mi_index: u32,
     size: u32,
     released: Option<(u32, u64)>,
@@ -313,7 +338,7 @@ fn start_batch(
     let execution = &mut *site.execution;
     let dispatch_ns = match released {
         Some((freed, start_ns)) if freed == mi_index => start_ns,
-        _ => rule.dispatch_latency_ns,
+        _ => rule.draw_dispatch_ns(dispatch_draws),
     };
     let compute_start_ns = execution.pauses.resume_ns(now.saturating_add(dispatch_ns));
     let batch_id = ctx.counters.next_batch_id;

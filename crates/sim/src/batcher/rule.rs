@@ -3,7 +3,9 @@
 
 use std::collections::VecDeque;
 
+use crate::rng::SimRng;
 use crate::scenario::BatcherSpec;
+use crate::timing::service::Residuals;
 
 /// How long Triton's batcher thread sleeps when nothing waits (`default_wait_microseconds`).
 pub const IDLE_POLL_NS: u64 = 500_000_000;
@@ -34,6 +36,9 @@ pub struct Batcher {
     /// From an idle model instance taking a batch to its compute start
     /// (`batcher.dispatch_latency`); 0 for a batch taken at the instance's release.
     pub dispatch_latency_ns: u64,
+    /// The spread of the dispatch latency (`batcher.dispatch_residuals`): each dispatch is
+    /// `dispatch_latency_ns` times a factor drawn from it. `None`: exactly `dispatch_latency_ns`.
+    pub dispatch_residuals: Option<Residuals>,
     /// From a batch's compute end to its model instance being free (`batcher.release_latency`),
     /// before the per-request part.
     pub release_latency_ns: u64,
@@ -109,9 +114,25 @@ impl Batcher {
             max_queue_delay_ns: spec.max_queue_delay.0,
             prefetch: queue_allows_prefetch && spec.prefetch.unwrap_or(true),
             dispatch_latency_ns: spec.dispatch_latency.0,
+            // Validated with the scenario: `None` only where none were given.
+            dispatch_residuals: spec
+                .dispatch_residuals
+                .as_deref()
+                .and_then(Residuals::from_ratios),
             release_latency_ns: spec.release_latency.0,
             release_latency_per_request_ns: spec.release_latency_per_request.0,
             thread_first_fraction: spec.thread_first_fraction,
+        }
+    }
+
+    /// From an idle model instance taking a batch to its compute start, in ns: the dispatch
+    /// latency, times a factor drawn from `rng` when it has residuals (`rng` untouched
+    /// otherwise).
+    #[inline]
+    pub fn draw_dispatch_ns(&self, rng: &mut SimRng) -> u64 {
+        match &self.dispatch_residuals {
+            None => self.dispatch_latency_ns,
+            Some(r) => crate::time::round_ns(self.dispatch_latency_ns as f64 * r.draw(rng)),
         }
     }
 

@@ -108,6 +108,7 @@ impl<'a> Engine<'a> {
                     None => Executor::Dynamic(DynamicInstance::new(
                         rule.clone(),
                         stream(seed, Component::BatcherRace, index.0),
+                        stream(seed, Component::BatcherDispatch, index.0),
                     )),
                 });
                 for k in 0..per_instance {

@@ -80,6 +80,34 @@ fn dispatch_latency_holds_an_idle_model_instance_before_compute_but_not_one_at_i
 }
 
 #[test]
+fn dispatch_residuals_spread_each_idle_dispatch_around_the_latency_and_leave_releases_alone() {
+    // Residuals 1 and 3 rescale to 0.5 and 1.5: an idle instance's dispatch is 1 or 3 ms.
+    let s = "[batcher]\ndispatch_latency = \"2ms\"\ndispatch_residuals = [1.0, 3.0]\n\
+             [service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+    let arrivals: Vec<u64> = (0..200).map(|i| i * 20).collect();
+    let (_, got) = stage_times_ms(s, &arrivals);
+    let waits: Vec<u64> = got.iter().map(|t| t[2] - t[1]).collect();
+    let (short, long) = (
+        waits.iter().filter(|&&w| w == 1).count(),
+        waits.iter().filter(|&&w| w == 3).count(),
+    );
+    assert_eq!(short + long, 200, "every dispatch is 1 or 3 ms: {waits:?}");
+    assert!(
+        (70..=130).contains(&short),
+        "the two drawn about equally often: {short} of 200 at 1 ms"
+    );
+    // A batch taken at its instance's release pays no dispatch, drawn or not.
+    let (_, back_to_back) = stage_times_ms(s, &[0, 1]);
+    let r1 = back_to_back[1];
+    assert_eq!(
+        r1[2], r1[1],
+        "r1 computes as it is taken at r0's end: {r1:?}"
+    );
+    // The same seed draws the same dispatches.
+    assert_eq!(stage_times_ms(s, &arrivals).1, got);
+}
+
+#[test]
 fn release_latency_per_request_holds_the_model_instance_by_the_size_of_its_batch() {
     let s = "[batcher]\nmax_batch_size = 4\nrelease_latency = \"1ms\"\n\
              release_latency_per_request = \"2ms\"\n\

@@ -223,6 +223,13 @@ pub struct BatcherSpec {
     /// and computes when that batch's release is over. Default 0.
     #[serde(default)]
     pub dispatch_latency: DurationNs,
+    /// Dynamic: measured-over-mean ratios of the dispatch latency (a server's spread of it, as
+    /// `service.residuals` are of the compute): each batch that pays the dispatch waits
+    /// `dispatch_latency` times one of them, drawn at random and rescaled to mean 1, so the mean
+    /// stays `dispatch_latency`. Needs `dispatch_latency`. Default: every dispatch takes exactly
+    /// `dispatch_latency`.
+    #[serde(default)]
+    pub dispatch_residuals: Option<Vec<f64>>,
     /// Dynamic: time from a batch's compute end until its model instance can compute the next
     /// one (Triton: the backend returning, the instance released). With prefetching, a payload
     /// ready at compute end is taken then (it grows no more) and computes after the release;
@@ -280,6 +287,7 @@ impl Default for BatcherSpec {
             max_queue_delay: DurationNs(0),
             prefetch: None,
             dispatch_latency: DurationNs(0),
+            dispatch_residuals: None,
             release_latency: DurationNs(0),
             release_latency_per_request: DurationNs(0),
             thread_first_fraction: 0.0,

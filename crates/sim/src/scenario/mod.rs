@@ -527,6 +527,31 @@ mod tests {
     }
 
     #[test]
+    fn dispatch_residuals_need_a_dispatch_latency_and_positive_ratios() {
+        let mut s = Scenario::from_toml_str(MINIMAL).unwrap();
+        let err = s
+            .set("batcher.dispatch_residuals", "[0.5, 1.5]")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("batcher.dispatch_residuals") && err.contains("dispatch_latency"),
+            "{err}"
+        );
+        s.set("batcher.dispatch_latency", "\"50us\"").unwrap();
+        s.set("batcher.dispatch_residuals", "[0.5, 1.5]").unwrap();
+        for bad in ["[]", "[1.0, -2.0]", "[0.0]"] {
+            let err = s
+                .set("batcher.dispatch_residuals", bad)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("batcher.dispatch_residuals") && err.contains("above 0"),
+                "{bad}: {err}"
+            );
+        }
+    }
+
+    #[test]
     fn a_thread_first_fraction_outside_0_to_1_is_refused_naming_the_key() {
         let mut s = Scenario::from_toml_str(MINIMAL).unwrap();
         s.set("batcher.thread_first_fraction", "0.25").unwrap();

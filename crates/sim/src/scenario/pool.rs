@@ -200,6 +200,7 @@ pub(super) fn validate_pool(name: &str, prefix: &str, p: PoolFile) -> Result<Poo
                 ("max_queue_delay", batcher.max_queue_delay.0 != 0),
                 ("prefetch", batcher.prefetch.is_some()),
                 ("dispatch_latency", batcher.dispatch_latency.0 != 0),
+                ("dispatch_residuals", batcher.dispatch_residuals.is_some()),
                 ("release_latency", batcher.release_latency.0 != 0),
                 (
                     "release_latency_per_request",
@@ -259,6 +260,16 @@ pub(super) fn validate_pool(name: &str, prefix: &str, p: PoolFile) -> Result<Poo
         return Err(invalid(
             &key("batcher.thread_first_fraction"),
             format!("is {fraction}; it must be between 0 (the instance first) and 1"),
+        ));
+    }
+    residuals_of(
+        &key("batcher.dispatch_residuals"),
+        &batcher.dispatch_residuals,
+    )?;
+    if batcher.dispatch_residuals.is_some() && batcher.dispatch_latency.0 == 0 {
+        return Err(invalid(
+            &key("batcher.dispatch_residuals"),
+            "spreads `batcher.dispatch_latency`, which is 0: set it (the mean dispatch) or drop the residuals",
         ));
     }
     batcher.preferred_batch_size.sort_unstable();
