@@ -208,7 +208,8 @@ def main() -> None:
     parser.add_argument("--resimulate", action="store_true",
                         help="no Triton: simulate the runs stored under --out again")
     args = parser.parse_args()
-    print("| run | load | e2e p50 ms measured | timeline-sim | validate's run-sim "
+    print("| run | load | e2e p50 ms measured | timeline-sim (its figures: the mean of "
+          f"{tc.SEEDS} seeds) | validate's run-sim "
           "| e2e p99 ms measured | timeline-sim | validate's run-sim "
           "| queue p50 ms: Triton / timeline-sim | queue p99 ms: Triton / timeline-sim "
           "| worst share gap pp (timeline-sim, mean of 8 seeds) | stalls > 3x | run's batch time fitted (ms) "

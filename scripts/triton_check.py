@@ -241,8 +241,11 @@ def until_alive(out: Path, once, kept_names: list, tries: int = 5):
                 raise TritonDied(f"Triton died in every one of {tries} tries; see {out}")
             error: Exception = RuntimeError("a signal in its log")
         except (subprocess.CalledProcessError, OSError) as failure:
-            if attempt == tries or not triton_died(out):
+            if not triton_died(out):
                 raise
+            if attempt == tries:
+                raise TritonDied(f"Triton died in every one of {tries} tries; see {out}") \
+                    from failure
             error = failure
         # A folder of its own: an earlier run in `out` may have kept crashed-1, ...
         kept = next(out / f"crashed-{n}" for n in itertools.count(1)
@@ -413,6 +416,7 @@ def compare(out: Path, label: str, setting: dict, load: float, rate: float,
             f"| {label} | {load_label} | {gap(timeline['shares']):.1f} / "
             f"{gap(timeline['mean_shares']):.1f} | {pair(q[0], q[1])} "
             f"| {pair(q[2], q[3])} | {pair(e[0], e[1])} | {pair(e[2], e[3])} "
+            f"| {' / '.join(err(m, x) for m, x in zip((q[0], q[2], e[0], e[2]), timeline['seed0']))} "
             f"| {timeline['stalls']} ({timeline['stall_ms']:.0f} ms) "
             f"| {timeline['dispatch_stalls']} ({timeline['dispatch_stall_ms']:.0f} ms) "
             f"| {turnaround_ms * 1e3:.0f} / {dispatch_ms * 1e3:.0f} / "
@@ -504,7 +508,8 @@ def run_slowdowns(requests: list, nominal_ms, t0: int, readiness: dict | None = 
 
 
 LEFT_BEHIND_NS = 50_000
-SHARE_SEEDS = 8
+# Seeds of timeline-sim whose shares and percentiles are averaged (`timeline_sim`).
+SEEDS = 8
 RELEASE_WINDOW_NS = 1_000_000
 
 
@@ -608,13 +613,14 @@ def timeline_sim(out: Path, requests: list, tokens: dict, latency_ns: dict, nomi
                str(out / "simulated-timeline"))
         return pq.read_table(out / "simulated-timeline" / "requests.parquet").to_pydict()
 
-    def seed_shares(seed: int) -> dict:
-        """The batch-size shares of the final scenario run with another seed (the thread's
-        race at each batch end drawn again)."""
+    def seed_run(seed: int) -> tuple:
+        """The final scenario run with another seed (the thread's race at each batch end and
+        each dispatch drawn again): its requests and its batch-size shares."""
+        folder = out / "simulated-timeline-seed"
         capsim("simulate", "--scenario", str(scenario), str(trace), "--seed", str(seed),
-               "--no-requests", "-o", str(out / "simulated-timeline-seed"))
-        return summary_shares(
-            json.loads((out / "simulated-timeline-seed" / "summary.json").read_text()))
+               "-o", str(folder))
+        return (pq.read_table(folder / "requests.parquet").to_pydict(),
+                summary_shares(json.loads((folder / "summary.json").read_text())))
 
     def executed(sim: dict) -> list:
         return [(a, s, e) for a, s, e, o in zip(sim["arrival_ns"], sim["exec_start_ns"],
@@ -624,39 +630,56 @@ def timeline_sim(out: Path, requests: list, tokens: dict, latency_ns: dict, nomi
     traced = [(r["QUEUE_START"] - t0, r["COMPUTE_START"] - t0, r["COMPUTE_END"] - t0)
               for r in requests]
     thread_first = measure_thread_first(traced, max_batch, lambda f: executed(simulate(f)))
+    def latencies(sim: dict) -> tuple:
+        """(Triton's queue, the simulation's queue, the measured end to end, the simulated
+        end to end), ms, of the requests the simulation completed."""
+        rows = {request: i for i, request in enumerate(sim["request"])}
+        queue_t, queue_s, e2e_m, e2e_s = [], [], [], []
+        for k, r in enumerate(requests):
+            row = rows[k]
+            if sim["outcome"][row] != "completed" or sim["exec_end_ns"][row] is None:
+                continue
+            arrival = sim["arrival_ns"][row]
+            queue_t.append((r["COMPUTE_START"] - r["QUEUE_START"]) / 1e6)
+            queue_s.append((sim["exec_start_ns"][row] - arrival) / 1e6)
+            measured = latency_ns.get(int(r["request_id"]))
+            if measured is not None:
+                e2e_m.append(measured / 1e6)
+                outside = measured - (r["COMPUTE_END"] - r["QUEUE_START"])
+                e2e_s.append((outside + sim["exec_end_ns"][row] - arrival) / 1e6)
+        return queue_t, queue_s, e2e_m, e2e_s
+
+    def simulated_percentiles(queue_s: list, e2e_s: list) -> list:
+        return [percentile(queue_s, 0.5), percentile(queue_s, 0.99),
+                percentile(e2e_s, 0.5), percentile(e2e_s, 0.99)]
+
     sim = simulate(thread_first or 0.0)
-    rows = {request: i for i, request in enumerate(sim["request"])}
-    queue_t, queue_s, e2e_m, e2e_s = [], [], [], []
-    for k, r in enumerate(requests):
-        row = rows[k]
-        if sim["outcome"][row] != "completed" or sim["exec_end_ns"][row] is None:
-            continue
-        arrival = sim["arrival_ns"][row]
-        queue_t.append((r["COMPUTE_START"] - r["QUEUE_START"]) / 1e6)
-        queue_s.append((sim["exec_start_ns"][row] - arrival) / 1e6)
-        measured = latency_ns.get(int(r["request_id"]))
-        if measured is not None:
-            e2e_m.append(measured / 1e6)
-            outside = measured - (r["COMPUTE_END"] - r["QUEUE_START"])
-            e2e_s.append((outside + sim["exec_end_ns"][row] - arrival) / 1e6)
-    summary = json.loads((out / "simulated-timeline" / "summary.json").read_text())
-    seed0 = summary_shares(summary)
-    # One seed is one draw of the thread's races; their mean over SHARE_SEEDS seeds is the
-    # share the model predicts (Triton's own share is one draw too).
-    draws = [seed0] + ([seed_shares(seed) for seed in range(1, SHARE_SEEDS)]
-                       if thread_first else [])
-    mean_shares = {k: sum(d.get(k, 0.0) for d in draws) / len(draws)
-                   for k in set().union(*draws)}
+    queue_t, queue_s, e2e_m, e2e_s = latencies(sim)
+    seed0 = summary_shares(json.loads((out / "simulated-timeline" / "summary.json").read_text()))
+    # One seed is one draw of the thread's races and the dispatches; the mean over SEEDS seeds
+    # of a share or a percentile is what the model predicts (Triton's own is one draw too).
+    shares_drawn, percentiles_drawn = [seed0], [simulated_percentiles(queue_s, e2e_s)]
+    for seed in range(1, SEEDS):
+        seed_sim, seed_shares = seed_run(seed)
+        _, seed_queue, _, seed_e2e = latencies(seed_sim)
+        shares_drawn.append(seed_shares)
+        percentiles_drawn.append(simulated_percentiles(seed_queue, seed_e2e))
+    mean_shares = {k: sum(d.get(k, 0.0) for d in shares_drawn) / len(shares_drawn)
+                   for k in set().union(*shares_drawn)}
+    q50, q99, e50, e99 = (sum(p[i] for p in percentiles_drawn) / len(percentiles_drawn)
+                          for i in range(4))
     stalls = [w for w in windows if w[2] is not None and w[2] > 3]
     dispatch = [w for w in windows if w[2] is None]
     return {
         "dispatch_stalls": len(dispatch),
         "dispatch_stall_ms": sum(w[1] - w[0] for w in dispatch) / 1e6,
         "requests": len(requests), "joined": len(e2e_m),
-        "queue": [percentile(queue_t, 0.5), percentile(queue_s, 0.5),
-                  percentile(queue_t, 0.99), percentile(queue_s, 0.99)],
-        "e2e": [percentile(e2e_m, 0.5), percentile(e2e_s, 0.5),
-                percentile(e2e_m, 0.99), percentile(e2e_s, 0.99)],
+        "queue": [percentile(queue_t, 0.5), q50, percentile(queue_t, 0.99), q99],
+        "e2e": [percentile(e2e_m, 0.5), e50, percentile(e2e_m, 0.99), e99],
+        # Seed 0's own: queue p50, p99, end-to-end p50, p99.
+        "seed0": percentiles_drawn[0],
+        "seed_range": [(min(p[i] for p in percentiles_drawn), max(p[i] for p in percentiles_drawn))
+                       for i in range(4)],
         "shares": seed0,
         "mean_shares": mean_shares,
         "stalls": len(stalls), "stall_ms": sum(w[1] - w[0] for w in stalls) / 1e6,
@@ -888,13 +911,15 @@ def main() -> None:
     if TIMELINE_ROWS:
         print()
         print("| setting | load | worst share gap pp: seed 0 / mean of "
-              f"{SHARE_SEEDS} seeds | queue p50 ms: Triton / timeline-sim "
+              f"{SEEDS} seeds | queue p50 ms: Triton / timeline-sim (mean of {SEEDS} seeds) "
               "| queue p99 ms: Triton / timeline-sim | e2e p50 ms: measured / timeline-sim "
-              "| e2e p99 ms: measured / timeline-sim | compute stalls > 3x (their time) "
+              "| e2e p99 ms: measured / timeline-sim "
+              "| seed 0 alone: queue p50 / p99, e2e p50 / p99 "
+              "| compute stalls > 3x (their time) "
               "| dispatch stalls > 1 ms (their time) "
               "| turnaround / dispatch / release + per request us | left waiting for an arrival (their wait) "
               "| requests joined | thread first (left behind: Triton / timeline-sim) |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         print("\n".join(TIMELINE_ROWS))
     if any(len(runs) > 1 for runs in REPEATS.values()):
         print()
