@@ -472,10 +472,14 @@ pub struct ServerTimelineReport {
     pub server_left_behind: f64,
     /// The simulation's share, at the fraction measured.
     pub sim_left_behind: f64,
-    /// The seeds whose batch shares the simulation's are the mean of: each seed draws the
-    /// race again, and one draw of a share moves by points where a few hundred batches ran; 1
-    /// when nothing is drawn (no race replayed).
-    pub share_seeds: u32,
+    /// Batches that found their model instance idle, whose waits give the dispatch latency and
+    /// its spread (`batcher.dispatch_residuals`, drawn per seed when there are any).
+    pub idle_dispatches: u64,
+    /// The seeds whose figures (end-to-end percentiles, queue mean and percentiles) and batch
+    /// shares the simulation's are the mean of: each seed draws the race and the dispatches
+    /// again, and one draw of a share moves by points where a few hundred batches ran; 1 when
+    /// nothing is drawn.
+    pub seeds: u32,
 }
 
 /// One load of a validation.
@@ -807,11 +811,11 @@ impl LoadValidation {
                 t.server_left_behind * 100.0,
                 t.sim_left_behind * 100.0
             );
-            if t.share_seeds > 1 {
+            if t.seeds > 1 {
                 let _ = writeln!(
                     out,
-                    "  trace-sim batch shares: the mean of {} seeds (each draws the race again)",
-                    t.share_seeds
+                    "  trace-sim figures and batch shares: the mean of {} seeds (each draws the race and the dispatches again)",
+                    t.seeds
                 );
             }
         }
@@ -1107,7 +1111,8 @@ mod tests {
             released_batches: 40,
             server_left_behind: 0.25,
             sim_left_behind: 0.275,
-            share_seeds: 8,
+            idle_dispatches: 40,
+            seeds: 8,
         });
         let text = traced.human("scenario's", "Triton's");
         assert!(text.contains("trace-sim"), "{text}");
@@ -1122,11 +1127,12 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("trace-sim batch shares: the mean of 8 seeds"),
+            text.contains("trace-sim figures and batch shares: the mean of 8 seeds"),
             "{text}"
         );
         let json = serde_json::to_value(&traced).unwrap();
         assert_eq!(json["server_timeline"]["left_waiting"], 1);
         assert_eq!(json["server_timeline"]["thread_first_fraction"], 0.15);
+        assert_eq!(json["server_timeline"]["seeds"], 8);
     }
 }

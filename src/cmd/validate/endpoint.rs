@@ -27,7 +27,7 @@ use capsim_sim::scenario::BatcherKind;
 use capsim_sim::scenario::Pool;
 use capsim_sim::timing::profile::{Profile, ProfileServiceTime};
 use capsim_sim::{
-    BuiltScenario, Outcome, RequestRecord, RunOptions, Scenario, ServiceTime, simulate,
+    BuiltScenario, Outcome, RequestRecord, RunOptions, Scenario, ServiceTime,
     simulate_with_requests,
 };
 use capsim_trace::{Columns, Distribution, Trace};
@@ -347,9 +347,10 @@ struct TraceSimInputs<'a> {
 /// A load's trace files and the requests traced in them.
 type LoadTraces = (Vec<PathBuf>, Vec<trace::TracedRequest>);
 
-/// The seeds trace-sim's batch shares are averaged over when it replays the batcher thread's
-/// race: the spread of the mean of 8 draws is about a third of one draw's.
-const SHARE_SEEDS: u32 = 8;
+/// The seeds trace-sim's figures and batch shares are averaged over when it draws anything (the
+/// batcher thread's race, the dispatch's spread): the spread of the mean of 8 draws is about a
+/// third of one draw's.
+const SEEDS: u32 = 8;
 
 /// How long the server may take to write out a load's traces after the flush.
 const TRACE_WRITE_WAIT: Duration = Duration::from_secs(5);
@@ -452,17 +453,6 @@ fn trace_sim(
     let built = built_at(fraction)?;
     let (sim_run, log) = simulate_with_requests(&built, &sim_trace, &options)?;
     let sim_left = LeftBehind::of(&executed_requests(log.records()), max_batch_size);
-    // With the race replayed each seed is one draw of it: the shares compared are the mean of
-    // SHARE_SEEDS draws, the share the model predicts (the server's own is one draw too).
-    let share_seeds = if fraction > 0.0 { SHARE_SEEDS } else { 1 };
-    let mut draws = vec![BatchShares::of(&sim_run.summary)];
-    for k in 1..u64::from(share_seeds) {
-        let seeded = RunOptions {
-            seed: t.seed.wrapping_add(k),
-            ..RunOptions::default()
-        };
-        draws.push(BatchShares::of(&simulate(&built, &sim_trace, &seeded)?));
-    }
     write_requests_parquet(
         &dir.join("simulated-trace.parquet"),
         log.records(),
@@ -488,12 +478,37 @@ fn trace_sim(
             "no traced request completed both in the run and in the simulation".into(),
         ));
     };
+    // With the race or the dispatch's spread replayed each seed is one draw: the figures and
+    // shares compared are the mean of SEEDS draws, what the model predicts (the server's run is
+    // one draw too).
+    let drawn = fraction > 0.0 || !timeline.handover.dispatch_residuals.is_empty();
+    let seeds = if drawn { SEEDS } else { 1 };
+    let mut shares = vec![BatchShares::of(&sim_run.summary)];
+    let mut draws = vec![(e2e, sim_queue)];
+    for k in 1..u64::from(seeds) {
+        let seeded = RunOptions {
+            seed: t.seed.wrapping_add(k),
+            ..RunOptions::default()
+        };
+        let (run, log) = simulate_with_requests(&built, &sim_trace, &seeded)?;
+        shares.push(BatchShares::of(&run.summary));
+        let joined = timeline.join(|id| latency.get(&id).copied(), log.records());
+        if let (Some(e2e), Some(queue)) = (
+            Distribution::of(joined.e2e_ms),
+            Distribution::of(joined.queue_sim_ms),
+        ) {
+            draws.push((e2e, queue));
+        }
+    }
+    let mean = |f: &dyn Fn(&(Distribution, Distribution)) -> f64| {
+        draws.iter().map(f).sum::<f64>() / draws.len() as f64
+    };
     let figures = Figures {
         throughput_rps: Figures::of(&sim_run.summary).throughput_rps,
-        e2e_p50_ms: e2e.p50,
-        e2e_p90_ms: e2e.p90,
-        e2e_p99_ms: e2e.p99,
-        queue_mean_ms: Some(sim_queue.mean),
+        e2e_p50_ms: mean(&|d| d.0.p50),
+        e2e_p90_ms: mean(&|d| d.0.p90),
+        e2e_p99_ms: mean(&|d| d.0.p99),
+        queue_mean_ms: Some(mean(&|d| d.1.mean)),
     };
     let stalls: Vec<&(u64, u64, f64)> = timeline
         .windows
@@ -527,20 +542,21 @@ fn trace_sim(
         left_waiting: handover.left_waiting as u64,
         left_waiting_ms: handover.left_waiting_ns as f64 * 1e-6,
         server_queue_p50_ms: server_queue.p50,
-        sim_queue_p50_ms: sim_queue.p50,
+        sim_queue_p50_ms: mean(&|d| d.1.p50),
         server_queue_p99_ms: server_queue.p99,
-        sim_queue_p99_ms: sim_queue.p99,
+        sim_queue_p99_ms: mean(&|d| d.1.p99),
         thread_first_fraction: thread_first,
         released_batches: server_left.taken as u64,
         server_left_behind: server_left.share(),
         sim_left_behind: sim_left.share(),
-        share_seeds,
+        idle_dispatches: handover.idle_dispatches as u64,
+        seeds,
     };
     Ok(Ok((
         Simulated::with_figures(
             &sim_run.summary,
             figures,
-            BatchShares::mean(&draws),
+            BatchShares::mean(&shares),
             t.figures,
             t.server_shares,
         ),
