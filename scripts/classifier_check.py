@@ -68,8 +68,7 @@ def timeline_scenario(fit: dict, windows: list, thread_first: float) -> str:
     if fit.get("dispatch_ms", 0.0) > 0:
         lines.append(f'dispatch_latency = "{fit["dispatch_ms"] * 1e3:.1f}us"')
         if fit.get("dispatch_residuals"):
-            lines.append("dispatch_residuals = "
-                         f"[{', '.join(f'{r:.4f}' for r in fit['dispatch_residuals'])}]")
+            lines.append(tc.ratios_toml("dispatch_residuals", fit["dispatch_residuals"]))
     if fit.get("release_ms", 0.0) > 0:
         lines.append(f'release_latency = "{fit["release_ms"] * 1e3:.1f}us"')
     if fit.get("release_per_request_ms", 0.0) > 0:

@@ -84,8 +84,7 @@ def scenario_toml(name: str, s: dict, a_ms: float = A_MS, b_ms: float = B_MS,
     if dispatch_ms > 0:
         lines.append(f'dispatch_latency = "{dispatch_ms * 1e3:.1f}us"')
         if dispatch_residuals:
-            lines.append("dispatch_residuals = "
-                         f"[{', '.join(f'{r:.4f}' for r in dispatch_residuals)}]")
+            lines.append(ratios_toml("dispatch_residuals", dispatch_residuals))
     if release_ms > 0:
         lines.append(f'release_latency = "{release_ms * 1e3:.1f}us"')
     if release_per_request_ms > 0:
@@ -97,8 +96,13 @@ def scenario_toml(name: str, s: dict, a_ms: float = A_MS, b_ms: float = B_MS,
         lines += slowdowns_toml(slowdowns)
     lines += ["[service]", 'kind = "affine"', f'a = "{a_ms:.4f}ms"', f'b = "{b_ms:.4f}ms"']
     if residuals:
-        lines.append(f"residuals = [{', '.join(f'{r:.4f}' for r in residuals)}]")
+        lines.append(ratios_toml("residuals", residuals))
     return "\n".join(lines) + "\n"
+
+
+def ratios_toml(key: str, ratios: list) -> str:
+    """A scenario line setting `key` to a list of ratios, to 4 decimals."""
+    return f"{key} = [{', '.join(f'{r:.4f}' for r in ratios)}]"
 
 
 def handover(timings: dict | None, prefetch: bool = True) -> tuple:
@@ -678,8 +682,6 @@ def timeline_sim(out: Path, requests: list, tokens: dict, latency_ns: dict, nomi
         "e2e": [percentile(e2e_m, 0.5), e50, percentile(e2e_m, 0.99), e99],
         # Seed 0's own: queue p50, p99, end-to-end p50, p99.
         "seed0": percentiles_drawn[0],
-        "seed_range": [(min(p[i] for p in percentiles_drawn), max(p[i] for p in percentiles_drawn))
-                       for i in range(4)],
         "shares": seed0,
         "mean_shares": mean_shares,
         "stalls": len(stalls), "stall_ms": sum(w[1] - w[0] for w in stalls) / 1e6,
