@@ -392,11 +392,11 @@ fn validate_endpoint_with_tritons_trace_simulates_the_runs_own_timeline() {
         );
         // With the race or the dispatch's spread replayed its figures and shares are the mean
         // of 8 draws (one seed each), whose shares still sum to 100; with the instance always
-        // first and no idle dispatch nothing is drawn.
+        // first and no dispatch measured (so no spread) nothing is drawn.
         let seeds = number(&timeline["seeds"]);
         assert_eq!(
             seeds,
-            if fraction.is_some_and(|f| f > 0.0) || number(&timeline["idle_dispatches"]) > 0.0 {
+            if fraction.is_some_and(|f| f > 0.0) || number(&timeline["dispatch_us"]) > 0.0 {
                 8.0
             } else {
                 1.0

@@ -472,9 +472,6 @@ pub struct ServerTimelineReport {
     pub server_left_behind: f64,
     /// The simulation's share, at the fraction measured.
     pub sim_left_behind: f64,
-    /// Batches that found their model instance idle, whose waits give the dispatch latency and
-    /// its spread (`batcher.dispatch_residuals`, drawn per seed when there are any).
-    pub idle_dispatches: u64,
     /// The seeds whose figures (end-to-end percentiles, queue mean and percentiles) and batch
     /// shares the simulation's are the mean of: each seed draws the race and the dispatches
     /// again, and one draw of a share moves by points where a few hundred batches ran; 1 when
@@ -1111,7 +1108,6 @@ mod tests {
             released_batches: 40,
             server_left_behind: 0.25,
             sim_left_behind: 0.275,
-            idle_dispatches: 40,
             seeds: 8,
         });
         let text = traced.human("scenario's", "Triton's");

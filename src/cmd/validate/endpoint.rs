@@ -549,7 +549,6 @@ fn trace_sim(
         released_batches: server_left.taken as u64,
         server_left_behind: server_left.share(),
         sim_left_behind: sim_left.share(),
-        idle_dispatches: handover.idle_dispatches as u64,
         seeds,
     };
     Ok(Ok((
