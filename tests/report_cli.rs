@@ -76,6 +76,27 @@ fn sweep_writes_curves_capacities_and_report_and_shards_merge_to_the_same_capaci
         1 + 4,
         "header + 4 configurations:\n{csv}"
     );
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let column = header
+        .iter()
+        .position(|h| *h == "limited_by")
+        .unwrap_or_else(|| panic!("no limited_by column:\n{csv}"));
+    for line in csv.lines().skip(1) {
+        let ends = line.split(',').nth(column).unwrap();
+        for seed in ends.split(';') {
+            assert!(
+                seed.split('+').all(|l| [
+                    "slo",
+                    "losses",
+                    "queue_growth",
+                    "achieved_below_offered",
+                    "none"
+                ]
+                .contains(&l)),
+                "limited_by {ends:?} in {line}"
+            );
+        }
+    }
 
     for i in 0..2 {
         let shard = format!("{i}/2");
@@ -132,6 +153,103 @@ fn plan_names_the_fewest_instances_that_carry_the_growth() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(stdout.contains("plan: "), "{}", text(&output));
     assert!(stdout.contains("headroom"), "{}", text(&output));
+}
+
+/// Runs `capsim` on the BERT example's 4 instances with no queue delay, 3 seeds, growth 4x.
+fn bert(command: &str, extra: &[&str]) -> Output {
+    let scenario = repo("scenarios/bert-dynamic-batching.toml");
+    let trace = repo("traces/demo.parquet");
+    let mut args = vec![
+        command,
+        "--scenario",
+        scenario.to_str().unwrap(),
+        "--trace",
+        trace.to_str().unwrap(),
+        "--grid",
+        "instances=4",
+        "--grid",
+        "batcher.max_queue_delay=0ms",
+        "--slo",
+        "e2e.p99<=100ms",
+        "--seeds",
+        "3",
+        "--growth",
+        "4x",
+    ];
+    args.extend_from_slice(extra);
+    let output = capsim(&args);
+    assert!(output.status.success(), "{}", text(&output));
+    output
+}
+
+fn answer_line(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .find(|l| l.starts_with("Answer:"))
+        .unwrap_or_else(|| panic!("no answer:\n{}", text(output)))
+        .to_string()
+}
+
+/// `capacity.csv`'s `capacity_rps_ci95_low` of its one configuration.
+fn capacity_low(dir: &Path) -> String {
+    let csv = std::fs::read_to_string(dir.join("capacity.csv")).unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let column = header
+        .iter()
+        .position(|h| *h == "capacity_rps_ci95_low")
+        .unwrap();
+    lines
+        .next()
+        .unwrap()
+        .split(',')
+        .nth(column)
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn plan_and_sweep_give_a_configuration_the_same_capacity_whatever_the_load_axis() {
+    let dir = tempfile::tempdir().unwrap();
+    let (by_multiple, by_rate) = (dir.path().join("x"), dir.path().join("rps"));
+    let sweep = bert(
+        "sweep",
+        &[
+            "--load",
+            "0.25..32x:log13",
+            "--no-report",
+            "-o",
+            by_multiple.to_str().unwrap(),
+        ],
+    );
+    let other_axis = bert(
+        "sweep",
+        &[
+            "--rate",
+            "100..3000rps:log5",
+            "--no-report",
+            "-o",
+            by_rate.to_str().unwrap(),
+        ],
+    );
+    let plan = bert("plan", &[]);
+    assert_eq!(
+        capacity_low(&by_multiple),
+        capacity_low(&by_rate),
+        "the capacity must not depend on the sweep's load axis"
+    );
+    let low: f64 = capacity_low(&by_multiple).parse().unwrap();
+    let plan_out = String::from_utf8_lossy(&plan.stdout);
+    assert!(
+        plan_out.contains(&format!("({low:.1} req/s at the trace's mean")),
+        "plan must carry the sweep's {low:.1} req/s:\n{plan_out}"
+    );
+    assert_eq!(
+        answer_line(&sweep),
+        answer_line(&plan),
+        "sweep and plan must give the same answer"
+    );
+    assert_eq!(answer_line(&other_axis), answer_line(&plan));
 }
 
 #[test]

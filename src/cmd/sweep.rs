@@ -364,7 +364,14 @@ fn print_capacities(result: &SweepResult) {
         let capacity = row.capacity_rps.map_or("none".to_string(), |c| {
             format!("{:.1} req/s [{:.1}, {:.1}]", c.mean, c.low, c.high)
         });
-        println!("{:<60} capacity {capacity}", row.configuration);
+        let limits = row.limited_by();
+        let ends = if limits.is_empty() {
+            String::new()
+        } else {
+            let words: Vec<&str> = limits.iter().map(|l| l.words()).collect();
+            format!(", ends: {}", words.join(", "))
+        };
+        println!("{:<60} capacity {capacity}{ends}", row.configuration);
     }
 }
 

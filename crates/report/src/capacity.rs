@@ -2,10 +2,65 @@
 //!
 //! The search is generic over an evaluator, `FnMut(load) -> Result<Outcome, E>`, that runs the
 //! configuration at a load and judges the run. A load is *sustainable* when the SLO holds, the
-//! fraction of requests rejected or timed out is at most a stated bound, and the queue does not
-//! grow without bound (see [`QueueGrowth`]). The search assumes sustainability falls off once,
-//! as load rises; it brackets the boundary by doubling or halving from a start load, then
-//! bisects until the bracket is within a relative tolerance (1% by default).
+//! fraction of requests rejected or timed out is at most a stated bound, the queue does not
+//! grow without bound (see [`QueueGrowth`]) and the run's achieved throughput keeps up with its
+//! offered rate (see [`MIN_ACHIEVED_FRACTION`]). The search brackets the boundary by doubling or
+//! halving from a start load, then bisects until the bracket is within a relative tolerance (1%
+//! by default).
+//!
+//! Noise makes sustainability not quite monotone in load, so where a search starts decides which
+//! boundary it lands on. The capacity is therefore defined by the search's own path: the highest
+//! load it found sustainable below the lowest load it found unsustainable, on a path that depends
+//! only on [`SearchOptions`] and the outcomes. Callers that must agree (`sweep` and `plan`) use
+//! the same options ([`SearchOptions::canonical`]: anchored at the trace's own rate), so the same
+//! configuration and seed give the same runs and the same capacity.
+
+/// Why a run was unsustainable: the condition it failed. The capacity search reports those of
+/// the lowest load it found unsustainable, i.e. what ends the configuration's curve.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Limit {
+    /// An SLO objective did not hold.
+    Slo,
+    /// More requests were rejected or timed out than the bound allows (`--max-lost`).
+    Losses,
+    /// The queue grew without bound.
+    QueueGrowth,
+    /// The achieved throughput fell below [`MIN_ACHIEVED_FRACTION`] of the offered rate.
+    AchievedBelowOffered,
+}
+
+impl Limit {
+    /// The name used in `capacity.csv` (`slo`, `losses`, `queue_growth`,
+    /// `achieved_below_offered`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Limit::Slo => "slo",
+            Limit::Losses => "losses",
+            Limit::QueueGrowth => "queue_growth",
+            Limit::AchievedBelowOffered => "achieved_below_offered",
+        }
+    }
+
+    /// A few words for a figure or a sentence.
+    pub fn words(self) -> &'static str {
+        match self {
+            Limit::Slo => "SLO crossed",
+            Limit::Losses => "losses over --max-lost",
+            Limit::QueueGrowth => "queue grows",
+            Limit::AchievedBelowOffered => "achieved < offered",
+        }
+    }
+}
+
+/// The smallest fraction of its offered rate a sustainable run achieves. A run whose completions
+/// per second (over its span to the last response) fall more than 10% below its arrivals per
+/// second (over their span) ended its arrivals with a backlog of more than a tenth of the run:
+/// it is overloaded even when the queue-depth test misses it (requests held in running batches,
+/// growth that starts late in the run).
+pub const MIN_ACHIEVED_FRACTION: f64 = 0.9;
 
 /// The verdict on one run at one load.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -16,13 +71,31 @@ pub struct Outcome {
     pub lost_fraction: f64,
     /// Whether the queue grew without bound over the run.
     pub queue_grows: bool,
+    /// Achieved throughput over offered rate (1 when nothing was offered).
+    pub achieved_fraction: f64,
 }
 
 impl Outcome {
     /// Whether this run was sustainable, allowing at most `max_lost_fraction` of requests
     /// rejected or timed out.
     pub fn sustainable(&self, max_lost_fraction: f64) -> bool {
-        self.slo_met && self.lost_fraction <= max_lost_fraction && !self.queue_grows
+        self.limits(max_lost_fraction).is_empty()
+    }
+
+    /// The conditions this run failed, in [`Limit`]'s order; empty when it was sustainable.
+    pub fn limits(&self, max_lost_fraction: f64) -> Vec<Limit> {
+        [
+            (!self.slo_met, Limit::Slo),
+            (self.lost_fraction > max_lost_fraction, Limit::Losses),
+            (self.queue_grows, Limit::QueueGrowth),
+            (
+                self.achieved_fraction < MIN_ACHIEVED_FRACTION,
+                Limit::AchievedBelowOffered,
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(failed, limit)| failed.then_some(limit))
+        .collect()
     }
 }
 
@@ -99,6 +172,39 @@ impl Default for SearchOptions {
     }
 }
 
+/// Lowest and highest multiple of a trace's rate the canonical search tries: 2^-12 and 2^12.
+pub const CANONICAL_MULTIPLE_RANGE: (f64, f64) = (1.0 / 4096.0, 4096.0);
+/// Highest closed-loop client count the canonical search tries.
+pub const CANONICAL_MAX_CONCURRENCY: f64 = 65536.0;
+
+impl SearchOptions {
+    /// The one search `sweep`, `plan` and the sensitivity run share, over multiples of the
+    /// trace's rate: it starts at the trace's own rate (1x) and brackets between 2^-12 and 2^12
+    /// times it, whatever loads a sweep's curve runs, so the loads it tries depend only on the
+    /// outcomes.
+    pub fn canonical(max_lost_fraction: f64) -> SearchOptions {
+        SearchOptions {
+            start_load: 1.0,
+            min_load: CANONICAL_MULTIPLE_RANGE.0,
+            max_load: CANONICAL_MULTIPLE_RANGE.1,
+            max_lost_fraction,
+            ..SearchOptions::default()
+        }
+    }
+
+    /// The canonical search over closed-loop client counts: from one client up to
+    /// [`CANONICAL_MAX_CONCURRENCY`].
+    pub fn canonical_concurrency(max_lost_fraction: f64) -> SearchOptions {
+        SearchOptions {
+            start_load: 1.0,
+            min_load: 1.0,
+            max_load: CANONICAL_MAX_CONCURRENCY,
+            max_lost_fraction,
+            ..SearchOptions::default()
+        }
+    }
+}
+
 /// Where the capacity lies relative to the searched range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -131,8 +237,32 @@ pub struct Capacity {
     pub unsustainable_load: Option<f64>,
     /// Where the capacity lies.
     pub bracket: Bracket,
-    /// Every evaluation, in order (outcomes known before the search first).
+    /// What failed at the lowest load found unsustainable: what ends the curve (empty when
+    /// [`Bracket::AboveRange`]).
+    pub limited_by: Vec<Limit>,
+    /// Every evaluation, in order.
     pub probes: Vec<Probe>,
+}
+
+impl Capacity {
+    fn new(
+        sustainable_load: f64,
+        unsustainable_load: Option<f64>,
+        bracket: Bracket,
+        probes: Vec<Probe>,
+        max_lost_fraction: f64,
+    ) -> Capacity {
+        let limited_by = unsustainable_load
+            .and_then(|load| probes.iter().find(|p| p.load == load))
+            .map_or_else(Vec::new, |p| p.outcome.limits(max_lost_fraction));
+        Capacity {
+            sustainable_load,
+            unsustainable_load,
+            bracket,
+            limited_by,
+            probes,
+        }
+    }
 }
 
 /// Why a search failed.
@@ -156,27 +286,11 @@ pub enum SearchError<E: std::error::Error + 'static> {
 }
 
 /// Finds the largest sustainable load by bracketing from `options.start_load` (doubling while
-/// sustainable, halving while not, within `[min_load, max_load]`) and then bisecting.
+/// sustainable, halving while not, within `[min_load, max_load]`) and then bisecting. The loads
+/// tried depend only on `options` and the outcomes, so an evaluator that memoizes its runs
+/// (returns a run already made at the very same load) cannot change the result.
 pub fn search_capacity<E, F>(
     options: &SearchOptions,
-    evaluate: F,
-) -> Result<Capacity, SearchError<E>>
-where
-    E: std::error::Error + 'static,
-    F: FnMut(f64) -> Result<Outcome, E>,
-{
-    search_capacity_from(options, &[], evaluate)
-}
-
-/// Like [`search_capacity`], but starts from `known` outcomes of the same configuration and
-/// seed (for example a sweep's curve runs), so runs already made are not made again: the
-/// bracket starts at the lowest known unsustainable load and the highest known sustainable load
-/// below it; with only sustainable ones it doubles from the highest, with only unsustainable ones
-/// it halves from the lowest. Known loads outside `[min_load, max_load]` are ignored. The known
-/// outcomes come first in [`Capacity::probes`] and count against `max_evaluations`.
-pub fn search_capacity_from<E, F>(
-    options: &SearchOptions,
-    known: &[(f64, Outcome)],
     mut evaluate: F,
 ) -> Result<Capacity, SearchError<E>>
 where
@@ -184,31 +298,7 @@ where
     F: FnMut(f64) -> Result<Outcome, E>,
 {
     check_options(options)?;
-    let mut probes: Vec<Probe> = known
-        .iter()
-        .filter(|(load, _)| (options.min_load..=options.max_load).contains(load))
-        .map(|&(load, outcome)| Probe {
-            load,
-            outcome,
-            sustainable: outcome.sustainable(options.max_lost_fraction),
-        })
-        .collect();
-    let lowest_unsustainable = probes
-        .iter()
-        .filter(|p| !p.sustainable)
-        .map(|p| p.load)
-        .min_by(f64::total_cmp);
-    let highest_sustainable_below = |limit: f64| {
-        probes
-            .iter()
-            .filter(|p| p.sustainable && p.load < limit)
-            .map(|p| p.load)
-            .max_by(f64::total_cmp)
-    };
-    let known_bracket = match lowest_unsustainable {
-        Some(high) => (highest_sustainable_below(high), Some(high)),
-        None => (highest_sustainable_below(f64::INFINITY), None),
-    };
+    let mut probes: Vec<Probe> = Vec::new();
     let mut probe = |load: f64, probes: &mut Vec<Probe>| -> Result<bool, SearchError<E>> {
         if probes.len() >= options.max_evaluations {
             return Err(SearchError::TooManyEvaluations(options.max_evaluations));
@@ -222,33 +312,20 @@ where
         });
         Ok(sustainable)
     };
-
+    let max_lost = options.max_lost_fraction;
     let start = options.start_load.clamp(options.min_load, options.max_load);
     // Both ends move as the bracket is found; each starts at the first load tried.
     let (mut low, mut high) = (start, start);
-    let start_sustainable = match known_bracket {
-        (Some(known_low), Some(known_high)) => {
-            return bisect(options, known_low, known_high, probes, &mut probe);
-        }
-        (Some(known_low), None) => {
-            low = known_low;
-            true
-        }
-        (None, Some(known_high)) => {
-            high = known_high;
-            false
-        }
-        (None, None) => probe(start, &mut probes)?,
-    };
-    if start_sustainable {
+    if probe(start, &mut probes)? {
         loop {
             if low >= options.max_load {
-                return Ok(Capacity {
-                    sustainable_load: low,
-                    unsustainable_load: None,
-                    bracket: Bracket::AboveRange,
+                return Ok(Capacity::new(
+                    low,
+                    None,
+                    Bracket::AboveRange,
                     probes,
-                });
+                    max_lost,
+                ));
             }
             let next = (low * 2.0).min(options.max_load);
             if probe(next, &mut probes)? {
@@ -261,12 +338,13 @@ where
     } else {
         loop {
             if high <= options.min_load {
-                return Ok(Capacity {
-                    sustainable_load: 0.0,
-                    unsustainable_load: Some(high),
-                    bracket: Bracket::BelowRange,
+                return Ok(Capacity::new(
+                    0.0,
+                    Some(high),
+                    Bracket::BelowRange,
                     probes,
-                });
+                    max_lost,
+                ));
             }
             let next = (high / 2.0).max(options.min_load);
             if probe(next, &mut probes)? {
@@ -295,12 +373,13 @@ fn bisect<E: std::error::Error + 'static>(
             high = middle;
         }
     }
-    Ok(Capacity {
-        sustainable_load: low,
-        unsustainable_load: Some(high),
-        bracket: Bracket::Found,
+    Ok(Capacity::new(
+        low,
+        Some(high),
+        Bracket::Found,
         probes,
-    })
+        options.max_lost_fraction,
+    ))
 }
 
 fn check_options<E: std::error::Error + 'static>(
@@ -345,6 +424,7 @@ mod tests {
                 slo_met: load <= threshold,
                 lost_fraction: 0.0,
                 queue_grows: false,
+                achieved_fraction: 1.0,
             })
         }
     }
@@ -392,6 +472,7 @@ mod tests {
                 slo_met: true,
                 lost_fraction: if load > 5.0 { 0.02 } else { 0.005 },
                 queue_grows: false,
+                achieved_fraction: 1.0,
             })
         };
         let capacity = search_capacity(&options, losses).unwrap();
@@ -402,6 +483,7 @@ mod tests {
                 slo_met: true,
                 lost_fraction: 0.0,
                 queue_grows: load > 2.5,
+                achieved_fraction: 1.0,
             })
         };
         let capacity = search_capacity(&options, growth).unwrap();
@@ -436,6 +518,7 @@ mod tests {
                     slo_met: true,
                     lost_fraction: 0.0,
                     queue_grows: false,
+                    achieved_fraction: 1.0,
                 })
             }
         })
@@ -466,61 +549,84 @@ mod tests {
         assert!(!QueueGrowth::from_samples(&[0.0, 100.0]).grows);
     }
 
-    fn known(loads: &[f64], threshold: f64) -> Vec<(f64, Outcome)> {
-        let mut evaluate = threshold_evaluator(threshold);
-        loads
-            .iter()
-            .map(|&load| (load, evaluate(load).unwrap()))
-            .collect()
+    #[test]
+    fn achieved_below_offered_alone_bounds_capacity_and_is_named() {
+        let options = SearchOptions::canonical(0.001);
+        let falls_behind = |load: f64| -> Result<Outcome, Infallible> {
+            Ok(Outcome {
+                slo_met: true,
+                lost_fraction: 0.0,
+                queue_grows: false,
+                achieved_fraction: if load > 3.3 { 0.8 } else { 0.99 },
+            })
+        };
+        let capacity = search_capacity(&options, falls_behind).unwrap();
+        assert_within_tolerance(&capacity, 3.3, 0.01);
+        assert_eq!(capacity.limited_by, vec![Limit::AchievedBelowOffered]);
     }
 
     #[test]
-    fn known_outcomes_bracket_the_search_and_save_runs() {
-        let options = SearchOptions::default();
-        let curve: Vec<f64> = (1..=10).map(|i| 0.25 + 0.4 * f64::from(i - 1)).collect();
-        for threshold in [0.3, 1.37, 2.0, 3.9] {
-            let mut calls = 0;
-            let mut evaluate = threshold_evaluator(threshold);
-            let capacity = search_capacity_from(&options, &known(&curve, threshold), |load| {
-                calls += 1;
-                evaluate(load)
+    fn limited_by_lists_what_failed_at_the_lowest_unsustainable_load() {
+        let options = SearchOptions::canonical(0.01);
+        // Above 6 the SLO fails; above 6.5 the losses too: the bracket's top is just above 6.
+        let capacity = search_capacity(&options, |load| {
+            Ok::<_, Infallible>(Outcome {
+                slo_met: load <= 6.0,
+                lost_fraction: if load > 6.5 { 0.05 } else { 0.0 },
+                queue_grows: false,
+                achieved_fraction: 1.0,
             })
-            .unwrap();
-            assert_within_tolerance(&capacity, threshold, 0.01);
-            let mut cold_calls = 0;
-            let mut evaluate = threshold_evaluator(threshold);
-            search_capacity(&options, |load| {
-                cold_calls += 1;
-                evaluate(load)
+        })
+        .unwrap();
+        assert_within_tolerance(&capacity, 6.0, 0.01);
+        assert_eq!(capacity.limited_by, vec![Limit::Slo]);
+        let above = search_capacity(
+            &SearchOptions {
+                max_load: 8.0,
+                ..options
+            },
+            threshold_evaluator(100.0),
+        )
+        .unwrap();
+        assert!(above.limited_by.is_empty(), "{:?}", above.limited_by);
+    }
+
+    #[test]
+    fn on_noisy_outcomes_capacity_is_the_highest_sustainable_below_the_lowest_unsustainable() {
+        // Sustainable below 10, except for a noisy band of loads whose fractional part is
+        // below 0.3 (non-monotone); the path must still be consistent with the definition.
+        let noisy = |load: f64| -> Result<Outcome, Infallible> {
+            Ok(Outcome {
+                slo_met: load <= 10.0 && load.fract() >= 0.3,
+                lost_fraction: 0.0,
+                queue_grows: false,
+                achieved_fraction: 1.0,
             })
-            .unwrap();
-            assert!(
-                calls < cold_calls,
-                "threshold {threshold}: {calls} runs with the curve known, {cold_calls} without"
-            );
-            assert_eq!(capacity.probes.len(), curve.len() + calls);
+        };
+        let options = SearchOptions::canonical(0.001);
+        let capacity = search_capacity(&options, noisy).unwrap();
+        let high = capacity.unsustainable_load.unwrap();
+        for p in &capacity.probes {
+            if p.sustainable {
+                assert!(
+                    p.load <= capacity.sustainable_load,
+                    "{p:?} above {capacity:?}"
+                );
+            } else {
+                assert!(p.load >= high, "{p:?} unsustainable below {high}");
+            }
         }
+        // The same options give the same path: a second search agrees run for run.
+        let again = search_capacity(&options, noisy).unwrap();
+        assert_eq!(again, capacity);
     }
 
     #[test]
-    fn known_outcomes_on_one_side_extend_the_bracket_outward() {
-        let options = SearchOptions::default();
-        let all_sustainable = known(&[0.5, 1.0, 2.0], 37.0);
+    fn canonical_search_starts_at_the_traces_own_rate() {
         let capacity =
-            search_capacity_from(&options, &all_sustainable, threshold_evaluator(37.0)).unwrap();
-        assert_within_tolerance(&capacity, 37.0, 0.01);
-        assert_eq!(
-            capacity.probes[3].load, 4.0,
-            "doubles from the highest known"
-        );
-        let none_sustainable = known(&[0.5, 1.0, 2.0], 0.01);
-        let capacity =
-            search_capacity_from(&options, &none_sustainable, threshold_evaluator(0.01)).unwrap();
-        assert_within_tolerance(&capacity, 0.01, 0.01);
-        assert_eq!(
-            capacity.probes[3].load, 0.25,
-            "halves from the lowest known"
-        );
+            search_capacity(&SearchOptions::canonical(0.001), threshold_evaluator(5.0)).unwrap();
+        let loads: Vec<f64> = capacity.probes.iter().take(4).map(|p| p.load).collect();
+        assert_eq!(loads, [1.0, 2.0, 4.0, 8.0], "doubling from 1x");
     }
 
     #[test]

@@ -202,7 +202,17 @@ impl RunResult {
                 .holds(|metric, stat| latency_ms(&self.summary, metric, stat).map(|ms| ms * 1e6)),
             lost_fraction,
             queue_grows: self.queue_growth.grows,
+            achieved_fraction: achieved_fraction(&self.summary),
         }
+    }
+}
+
+/// Achieved throughput over offered rate; 1 when nothing was offered.
+fn achieved_fraction(summary: &Summary) -> f64 {
+    if summary.offered_rate_rps > 0.0 {
+        summary.throughput_rps / summary.offered_rate_rps
+    } else {
+        1.0
     }
 }
 

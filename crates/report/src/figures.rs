@@ -59,7 +59,7 @@ pub fn draw_load_figures(
         .map(|row| LoadPanel {
             label: label(row.config_index),
             points: load_points(&curves[&row.config_index], primary.metric),
-            capacity: capacity_mark(row),
+            capacity: capacity_mark(row, primary.stat),
         })
         .filter(|p| !p.points.is_empty())
         .collect();
@@ -153,15 +153,22 @@ pub fn load_points(rows: &[&CurveRow], metric: Metric) -> Vec<LoadPoint> {
     points.into_iter().map(|(_, p)| p).collect()
 }
 
-/// The capacity as the panel marks it (mean, 95% interval, seeds, whether only a lower bound).
-pub fn capacity_mark(row: &CapacityRow) -> Option<CapacityMark> {
+/// The capacity as the panel marks it (mean, 95% interval, seeds, whether only a lower bound,
+/// what ends the curve) with the search's own latency at capacity when the SLO's statistic
+/// `stat` is one of the percentiles the panel draws.
+pub fn capacity_mark(row: &CapacityRow, stat: LatencyStat) -> Option<CapacityMark> {
     let estimate = row.capacity_rps?;
+    let drawn = [50.0, 95.0, 99.0]
+        .map(LatencyStat::Percentile)
+        .contains(&stat);
     Some(CapacityMark {
         rps: estimate.mean,
         low_rps: estimate.low,
         high_rps: estimate.high,
         seeds: estimate.samples,
         lower_bound: row.bracket_by_seed.contains(&Bracket::AboveRange),
+        limited_by: row.limited_by(),
+        latency_ms: row.latency_at_capacity_ms.filter(|_| drawn),
     })
 }
 
@@ -228,6 +235,7 @@ mod tests {
             instances: 1,
             capacity_rps_by_seed: vec![capacity.unwrap_or(0.0)],
             bracket_by_seed: vec![Bracket::Found],
+            limited_by_by_seed: vec![vec![crate::capacity::Limit::Slo]],
             capacity_rps: capacity.map(|c| Estimate {
                 mean: c,
                 low: c,

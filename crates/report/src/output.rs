@@ -186,7 +186,8 @@ pub fn write_curves_parquet(path: &Path, result: &SweepResult) -> Result<(), Out
     Ok(())
 }
 
-/// Writes `capacity.csv`: one row per configuration.
+/// Writes `capacity.csv`: one row per configuration, with `limited_by` saying what ended each
+/// seed's curve.
 pub fn write_capacity_csv(path: &Path, result: &SweepResult) -> Result<(), OutputError> {
     let mut writer = csv::Writer::from_path(path).map_err(|e| encode(path, e))?;
     let mut header: Vec<String> = vec!["config_index".into(), "configuration".into()];
@@ -201,6 +202,7 @@ pub fn write_capacity_csv(path: &Path, result: &SweepResult) -> Result<(), Outpu
             "capacity_rps_ci95_high",
             "capacity_per_instance_rps",
             "capacity_bracket",
+            "limited_by",
             "latency_at_capacity_ms",
             "slo_knee_load",
             "slo_knee_throughput_rps",
@@ -241,6 +243,7 @@ pub fn write_capacity_csv(path: &Path, result: &SweepResult) -> Result<(), Outpu
             number(row.capacity_rps.map(|c| c.high)),
             number(row.capacity_per_instance_rps),
             brackets.join(";"),
+            limited_by_column(&row.limited_by_by_seed),
             number(row.latency_at_capacity_ms),
             number(row.slo_knee.map(|k| k.load)),
             number(row.slo_knee.map(|k| k.throughput_rps)),
@@ -252,6 +255,27 @@ pub fn write_capacity_csv(path: &Path, result: &SweepResult) -> Result<(), Outpu
         writer.write_record(&record).map_err(|e| encode(path, e))?;
     }
     writer.flush().map_err(io(path))
+}
+
+/// The `limited_by` column: per seed, what failed at its lowest unsustainable load
+/// (`slo`, `losses`, `queue_growth`, `achieved_below_offered`, joined by `+`; `none` when the
+/// capacity is above the searched range), seeds joined by `;` as in `capacity_bracket`.
+fn limited_by_column(by_seed: &[Vec<crate::capacity::Limit>]) -> String {
+    by_seed
+        .iter()
+        .map(|limits| {
+            if limits.is_empty() {
+                "none".to_string()
+            } else {
+                limits
+                    .iter()
+                    .map(|l| l.name())
+                    .collect::<Vec<_>>()
+                    .join("+")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(";")
 }
 
 /// Writes `value` as pretty JSON.

@@ -15,7 +15,7 @@ use capsim_trace::{IngestReport, Transforms};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::capacity::{Bracket, Outcome, SearchOptions, search_capacity_from};
+use crate::capacity::{Bracket, Limit, Outcome, SearchOptions, search_capacity};
 use crate::experiment::{RunError, Workload, configure, latency_ms};
 use crate::grid::{Configuration, Grid};
 use crate::interval::{Estimate, mean_with_95_interval};
@@ -121,13 +121,18 @@ pub struct CapacityRow {
     pub capacity_rps_by_seed: Vec<f64>,
     /// Where each seed's capacity lay relative to the searched range.
     pub bracket_by_seed: Vec<Bracket>,
+    /// What ended each seed's curve: the conditions that failed at the lowest load its capacity
+    /// search found unsustainable (empty when the capacity is above the searched range).
+    #[serde(default)]
+    pub limited_by_by_seed: Vec<Vec<Limit>>,
     /// Mean and 95% interval across seeds, requests per second. A capacity is never negative,
     /// so the interval's low end is clamped at 0 (few seeds with a wide spread would otherwise
     /// give a negative Student-t bound).
     pub capacity_rps: Option<Estimate>,
     /// Mean capacity per instance, requests per second.
     pub capacity_per_instance_rps: Option<f64>,
-    /// The SLO's statistic at capacity (mean over seeds), milliseconds.
+    /// The SLO's statistic at capacity, milliseconds: the mean over seeds of the capacity
+    /// search's own run at each seed's capacity.
     pub latency_at_capacity_ms: Option<f64>,
     /// The highest curve load at which the SLO held for every seed.
     pub slo_knee: Option<KneePoint>,
@@ -137,6 +142,17 @@ pub struct CapacityRow {
     pub knee_warnings: Vec<String>,
     /// Cost per million requests at capacity, in the currency of the instance-hour cost.
     pub cost_per_million_requests: Option<f64>,
+}
+
+impl CapacityRow {
+    /// What ended the curve, over every seed: each [`Limit`] some seed's search met at its
+    /// lowest unsustainable load, in [`Limit`]'s order.
+    pub fn limited_by(&self) -> Vec<Limit> {
+        let mut limits: Vec<Limit> = self.limited_by_by_seed.iter().flatten().copied().collect();
+        limits.sort();
+        limits.dedup();
+        limits
+    }
 }
 
 /// One configuration in detail at one load: the e2e latency distribution and the timeseries.
@@ -208,7 +224,7 @@ pub enum SweepError {
 }
 
 /// One seed's capacity search result.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct SeedCapacity {
     seed: u64,
     /// The sustainable rate, requests per second (0 when even the lowest load failed).
@@ -217,13 +233,14 @@ struct SeedCapacity {
     bracket: Bracket,
     /// The SLO's primary statistic at capacity, milliseconds.
     latency_ms: Option<f64>,
+    /// What failed at the lowest unsustainable load.
+    limited_by: Vec<Limit>,
 }
 
-/// A run already made at one load: its verdict, achieved throughput (rps) and the SLO's primary
-/// statistic (ms).
+/// A run already made: its verdict, achieved throughput (rps) and the SLO's primary statistic
+/// (ms).
 #[derive(Debug, Clone, Copy)]
 struct Seen {
-    load: f64,
     outcome: Outcome,
     throughput_rps: f64,
     latency_ms: Option<f64>,
@@ -237,8 +254,20 @@ struct RunKey {
     seed: u64,
 }
 
-/// The curve runs of each (configuration, seed), which its capacity search starts from.
-type SeenByRun = BTreeMap<RunKey, Vec<Seen>>;
+/// The curve runs of each (configuration, seed), by [`run_load_key`]: a capacity search reuses a
+/// curve run only when it is the very same run.
+type SeenByRun = BTreeMap<RunKey, BTreeMap<u64, Seen>>;
+
+/// What makes two runs of one (configuration, seed) the same run: the rate multiplier applied to
+/// the trace (its bits), or the whole number of closed-loop clients. `None` for a target rate
+/// without a trace rate (such a run fails anyway).
+fn run_load_key(kind: LoadKind, load: f64, trace_rate_rps: Option<f64>) -> Option<u64> {
+    match kind {
+        LoadKind::RateScale => Some(load.to_bits()),
+        LoadKind::TargetRate => trace_rate_rps.map(|rate| (load / rate).to_bits()),
+        LoadKind::Concurrency => Some(load.round().to_bits()),
+    }
+}
 
 /// A configuration of the grid that this shard runs, with its scenario.
 struct Configured {
@@ -268,7 +297,7 @@ enum JobOutput {
         config: usize,
         capacity: SeedCapacity,
     },
-    Point(Box<CurveRow>, Seen),
+    Point(Box<CurveRow>, Option<u64>, Seen),
     Detail(Box<ConfigDetail>),
 }
 
@@ -339,9 +368,9 @@ pub fn run_sweep(
     let seeds: Vec<u64> = (0..u64::from(spec.seeds))
         .map(|i| spec.base_seed + i)
         .collect();
-    // The curves run first, and each capacity search then starts from its curve's outcomes
-    // (the same configuration, seed and loads give the same runs), so a search only bisects the
-    // bracket the curve left instead of re-running loads the curve already ran.
+    // The curves run first; each capacity search then reuses a curve run of its own
+    // (configuration, seed) where it asks for the very same load, which saves a run and cannot
+    // change its result (the search's path depends only on the outcomes).
     let mut jobs = Vec::new();
     for configured in configurations.iter().filter(|_| spec.curves) {
         let config = configured.index;
@@ -381,12 +410,12 @@ pub fn run_sweep(
     }
     let mut seen = SeenByRun::new();
     for output in outputs.iter().flatten() {
-        if let Ok(JobOutput::Point(row, point)) = output {
+        if let Ok(JobOutput::Point(row, Some(load_key), point)) = output {
             let key = RunKey {
                 config_index: row.config_index,
                 seed: row.seed,
             };
-            seen.entry(key).or_default().push(*point);
+            seen.entry(key).or_default().insert(*load_key, *point);
         }
     }
     let search_jobs: Vec<Job> = configurations
@@ -405,7 +434,7 @@ pub fn run_sweep(
     let mut details = Vec::new();
     for output in outputs.into_iter().flatten() {
         match output? {
-            JobOutput::Point(row, _) => curves.push(*row),
+            JobOutput::Point(row, ..) => curves.push(*row),
             JobOutput::Search { config, capacity } => {
                 searches.entry(config).or_default().push(capacity);
             }
@@ -440,19 +469,24 @@ pub fn run_sweep(
     })
 }
 
+/// The canonical search ([`SearchOptions::canonical`]): over multiples of the trace's rate for
+/// an open load, whatever the axis, over client counts for a closed one.
 fn search_options(spec: &SweepSpec) -> SearchOptions {
-    let first = spec.load.values[0];
-    let last = spec.load.values[spec.load.values.len() - 1];
-    let (min_load, max_load) = match spec.load.kind {
-        LoadKind::Concurrency => (1.0, (last * 64.0).max(2.0)),
-        _ => (first / 100.0, last * 64.0),
-    };
-    SearchOptions {
-        start_load: (first * last).sqrt(),
-        min_load,
-        max_load,
-        max_lost_fraction: spec.max_lost_fraction,
-        ..SearchOptions::default()
+    match spec.load.kind {
+        LoadKind::Concurrency => SearchOptions::canonical_concurrency(spec.max_lost_fraction),
+        _ => SearchOptions::canonical(spec.max_lost_fraction),
+    }
+}
+
+/// The workload a capacity search runs: an open load is searched as a multiple of the trace's
+/// rate, so that a search at a target-rate axis makes the same runs as one at a multiplier axis.
+fn search_workload<'a>(workload: &Workload<'a>) -> Workload<'a> {
+    match workload.load_kind {
+        LoadKind::Concurrency => workload.clone(),
+        _ => Workload {
+            load_kind: LoadKind::RateScale,
+            ..workload.clone()
+        },
     }
 }
 
@@ -479,7 +513,6 @@ fn run_job(
             let outcome = run.outcome(&spec.slo);
             let s = &run.summary;
             let seen = Seen {
-                load,
                 outcome,
                 throughput_rps: s.throughput_rps,
                 latency_ms: latency_ms(s, primary.metric, primary.stat),
@@ -502,7 +535,8 @@ fn run_job(
                 queue_grows: outcome.queue_grows,
                 latency_ms: s.latency_ms.clone(),
             };
-            Ok(JobOutput::Point(Box::new(row), seen))
+            let load_key = run_load_key(spec.load.kind, load, workload.trace_rate_rps);
+            Ok(JobOutput::Point(Box::new(row), load_key, seen))
         }
         Job::Search { config, seed } => {
             let Configured {
@@ -514,17 +548,25 @@ fn run_job(
                 config_index: config,
                 seed,
             };
-            let mut seen: Vec<Seen> = seen_by_run.get(&key).cloned().unwrap_or_default();
-            let known: Vec<(f64, Outcome)> = seen.iter().map(|p| (p.load, p.outcome)).collect();
-            let capacity = search_capacity_from(&search_options(spec), &known, |load| {
-                let run = workload.run(scenario, profiles, load, seed)?;
+            let mut seen: BTreeMap<u64, Seen> = seen_by_run.get(&key).cloned().unwrap_or_default();
+            let searched = search_workload(workload);
+            let load_key = |load: f64| run_load_key(searched.load_kind, load, None);
+            let capacity = search_capacity(&search_options(spec), |load| {
+                if let Some(known) = load_key(load).and_then(|k| seen.get(&k)) {
+                    return Ok(known.outcome);
+                }
+                let run = searched.run(scenario, profiles, load, seed)?;
                 let outcome = run.outcome(&spec.slo);
-                seen.push(Seen {
-                    load,
-                    outcome,
-                    throughput_rps: run.summary.throughput_rps,
-                    latency_ms: latency_ms(&run.summary, primary.metric, primary.stat),
-                });
+                if let Some(k) = load_key(load) {
+                    seen.insert(
+                        k,
+                        Seen {
+                            outcome,
+                            throughput_rps: run.summary.throughput_rps,
+                            latency_ms: latency_ms(&run.summary, primary.metric, primary.stat),
+                        },
+                    );
+                }
                 Ok::<_, RunError>(outcome)
             })
             .map_err(|e| SweepError::Search {
@@ -532,10 +574,10 @@ fn run_job(
                 seed,
                 message: error_chain(&e),
             })?;
-            let at_capacity = seen.iter().find(|p| p.load == capacity.sustainable_load);
+            let at_capacity = load_key(capacity.sustainable_load).and_then(|k| seen.get(&k));
             let capacity_rps = match (
                 capacity.bracket,
-                workload.nominal_rate_rps(capacity.sustainable_load),
+                searched.nominal_rate_rps(capacity.sustainable_load),
             ) {
                 (Bracket::BelowRange, _) => 0.0,
                 (_, Some(rate)) => rate,
@@ -548,6 +590,7 @@ fn run_job(
                     capacity_rps,
                     bracket: capacity.bracket,
                     latency_ms: at_capacity.and_then(|p| p.latency_ms),
+                    limited_by: capacity.limited_by,
                 },
             })
         }
@@ -704,6 +747,7 @@ fn capacity_row(
         instances,
         capacity_rps_by_seed,
         bracket_by_seed: found.iter().map(|f| f.bracket).collect(),
+        limited_by_by_seed: found.iter().map(|f| f.limited_by.clone()).collect(),
         capacity_rps,
         capacity_per_instance_rps,
         latency_at_capacity_ms,

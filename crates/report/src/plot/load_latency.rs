@@ -14,6 +14,8 @@ use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
+use crate::capacity::Limit;
+
 use super::{
     DrawResult, FONT, PlotError, PlotSize, TextSizes, bad_data, canvas, compact, elide, extent,
     log_padded, padded, wants_log,
@@ -52,7 +54,7 @@ pub struct LoadPoint {
 }
 
 /// A configuration's capacity under the SLO, as the sweep found it.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CapacityMark {
     /// Mean capacity over seeds, requests per second (0 when no load met the SLO).
     pub rps: f64,
@@ -64,17 +66,24 @@ pub struct CapacityMark {
     pub seeds: usize,
     /// Whether the capacity lay at the top of the searched range (a lower bound only).
     pub lower_bound: bool,
+    /// What ends the curve: the conditions that failed at the lowest load the capacity search
+    /// found unsustainable, over every seed (empty when none did).
+    pub limited_by: Vec<Limit>,
+    /// The SLO's percentile measured by the capacity search's own runs at capacity (the mean
+    /// over seeds), milliseconds; drawn as a dot on the capacity line.
+    pub latency_ms: Option<f64>,
 }
 
 impl CapacityMark {
-    /// The label drawn beside the capacity line: `capacity 27.0 req/s` and the interval
-    /// (`95% CI 26.1–27.9, 3 seeds`, or `1 seed: no interval`).
-    pub fn label_lines(&self) -> [String; 2] {
+    /// The label drawn beside the capacity line: `capacity 27.0 req/s`, the interval
+    /// (`95% CI 26.1–27.9, 3 seeds`, or `1 seed: no interval`) and what ends the curve
+    /// (`ends: SLO crossed`), when something does.
+    pub fn label_lines(&self) -> Vec<String> {
         let bound = if self.lower_bound { "≥ " } else { "" };
         let first = if self.rps > 0.0 {
             format!("capacity {bound}{} req/s", number(self.rps))
         } else {
-            "no load met the SLO".to_string()
+            "no load was sustainable".to_string()
         };
         let second = if self.seeds > 1 {
             format!(
@@ -86,7 +95,12 @@ impl CapacityMark {
         } else {
             "1 seed: no interval".to_string()
         };
-        [first, second]
+        let mut lines = vec![first, second];
+        if !self.limited_by.is_empty() {
+            let words: Vec<&str> = self.limited_by.iter().map(|l| l.words()).collect();
+            lines.push(format!("ends: {}", words.join(", ")));
+        }
+        lines
     }
 }
 
@@ -156,7 +170,7 @@ pub(crate) fn draw_load_latency_mapped(
     let capacities = plot
         .panels
         .iter()
-        .filter_map(|p| p.capacity)
+        .filter_map(|p| p.capacity.as_ref())
         .map(|c| c.high_rps.max(c.rps));
     let (_, x_hi) = extent(points().map(|p| p.offered_rps).chain(capacities)).unwrap_or((0.0, 1.0));
     let x_range = 0.0..padded(0.0, x_hi).1;
@@ -267,8 +281,11 @@ fn validate(plot: &LoadLatencyPlot, path: &Path) -> Result<(), PlotError> {
                 ),
             ));
         }
-        if let Some(c) = panel.capacity
-            && ![c.rps, c.low_rps, c.high_rps].into_iter().all(valid)
+        if let Some(c) = &panel.capacity
+            && ![c.rps, c.low_rps, c.high_rps]
+                .into_iter()
+                .chain(c.latency_ms)
+                .all(valid)
         {
             return Err(bad_data(
                 path,
@@ -346,7 +363,7 @@ where
 
     let x_end = chart.x_range().end;
     let (y_bottom, y_top) = (chart.y_range().start, chart.y_range().end);
-    if let Some(capacity) = panel.capacity
+    if let Some(capacity) = &panel.capacity
         && capacity.rps > 0.0
     {
         if capacity.high_rps > capacity.low_rps {
@@ -375,7 +392,7 @@ where
             .at(path)?;
     }
     // The capacity's label and the whiskers first, so the percentile lines sit on top of them.
-    if let Some(capacity) = panel.capacity {
+    if let Some(capacity) = &panel.capacity {
         draw_capacity_label(&chart, area, capacity, plot.slo_ms, sizes, path)?;
     }
     let departed: Vec<&LoadPoint> = panel
@@ -424,6 +441,26 @@ where
             )
             .at(path)?;
     }
+    // The capacity search's own run at capacity, on top: the point the capacity rests on.
+    if let Some(capacity) = &panel.capacity
+        && capacity.rps > 0.0
+        && let Some(latency) = capacity.latency_ms
+    {
+        chart
+            .draw_series(std::iter::once(Circle::new(
+                (capacity.rps, latency),
+                6,
+                WHITE.filled(),
+            )))
+            .at(path)?;
+        chart
+            .draw_series(std::iter::once(Circle::new(
+                (capacity.rps, latency),
+                4,
+                CAPACITY_COLOUR.filled(),
+            )))
+            .at(path)?;
+    }
     if let Some(last) = departed.last() {
         // Bottom right, above the x axis: the curves climb away from that corner.
         let text = format!(
@@ -455,7 +492,7 @@ fn draw_capacity_label<Y>(
         Cartesian2d<plotters::coord::types::RangedCoordf64, Y>,
     >,
     area: &DrawingArea<BitMapBackend<'_>, Shift>,
-    capacity: CapacityMark,
+    capacity: &CapacityMark,
     anchor_y: Option<f64>,
     sizes: TextSizes,
     path: &Path,
@@ -485,7 +522,7 @@ where
     } - base_x;
     // Just under the SLO line: right of the capacity, the curves have mostly crossed above it.
     let top = anchor_y.map_or(top_y, |y| chart.backend_coord(&(x_data, y)).1) + 4 - base_y;
-    let height = 2 * (text_px as i32 + 2);
+    let height = lines.len() as i32 * (text_px as i32 + 2);
     area.draw(&Rectangle::new(
         [(left - 3, top - 1), (left + width + 3, top + height)],
         WHITE.mix(0.85).filled(),
@@ -525,7 +562,7 @@ fn draw_key(
     )
     .chain([
         (
-            "capacity (band: 95% interval)".to_string(),
+            "capacity (band: 95% interval; dot: its search's run)".to_string(),
             CAPACITY_COLOUR,
             2,
             false,
@@ -606,6 +643,8 @@ mod tests {
                         high_rps: 0.85 * knee,
                         seeds: 3,
                         lower_bound: false,
+                        limited_by: vec![Limit::Slo],
+                        latency_ms: None,
                     }),
                 }
             })
@@ -646,7 +685,7 @@ mod tests {
             mid(|p| p.p50_ms),
             mid(|p| p.p95_ms),
             mid(|p| p.p99_ms),
-            (1, plot.panels[1].capacity.unwrap().rps, 12.0),
+            (1, plot.panels[1].capacity.as_ref().unwrap().rps, 12.0),
         ];
         let pixels = draw_load_latency_mapped(&plot, PlotSize::DEFAULT, &path, &probes).unwrap();
         let image = Image::read(&path);
@@ -744,6 +783,8 @@ mod tests {
             high_rps: 27.9,
             seeds: 3,
             lower_bound: false,
+            limited_by: Vec::new(),
+            latency_ms: None,
         };
         assert_eq!(
             mark.label_lines(),
@@ -760,5 +801,56 @@ mod tests {
         };
         assert_eq!(one.label_lines()[0], "capacity ≥ 614 req/s");
         assert_eq!(one.label_lines()[1], "1 seed: no interval");
+    }
+
+    #[test]
+    fn capacity_label_says_what_ends_the_curve() {
+        let mark = CapacityMark {
+            rps: 1862.0,
+            low_rps: 1609.0,
+            high_rps: 2256.0,
+            seeds: 3,
+            lower_bound: false,
+            limited_by: vec![Limit::QueueGrowth, Limit::AchievedBelowOffered],
+            latency_ms: Some(46.5),
+        };
+        assert_eq!(
+            mark.label_lines().last().map(String::as_str),
+            Some("ends: queue grows, achieved < offered")
+        );
+        let slo = CapacityMark {
+            limited_by: vec![Limit::Slo, Limit::Losses],
+            ..mark
+        };
+        assert_eq!(
+            slo.label_lines()[2],
+            "ends: SLO crossed, losses over --max-lost"
+        );
+    }
+
+    #[test]
+    fn the_search_run_at_capacity_is_drawn_as_a_dot_where_its_data_maps() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut plot = sample(100.0);
+        let capacity = plot.panels[2].capacity.as_mut().unwrap();
+        capacity.latency_ms = Some(70.0);
+        let at = (2, capacity.rps, 70.0);
+        let green_width = |plot: &LoadLatencyPlot, name: &str| {
+            let path = dir.path().join(name);
+            let pixels = draw_load_latency_mapped(plot, PlotSize::DEFAULT, &path, &[at]).unwrap();
+            let (x, y) = pixels[0];
+            Image::read(&path)
+                .columns_of(y, CAPACITY_COLOUR)
+                .into_iter()
+                .filter(|c| (c - x).abs() <= 8)
+                .count()
+        };
+        let with_dot = green_width(&plot, "dot.png");
+        plot.panels[2].capacity.as_mut().unwrap().latency_ms = None;
+        let line_only = green_width(&plot, "line.png");
+        assert!(
+            with_dot >= 6 && line_only <= 3,
+            "green columns at the dot's row: {with_dot} with the dot, {line_only} without"
+        );
     }
 }

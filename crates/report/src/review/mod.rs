@@ -172,37 +172,14 @@ pub fn answer_sentence(result: &SweepResult, review: &Review) -> String {
         high: 0.0,
         samples: 0,
     });
-    let interval = if capacity.samples > 1 {
-        format!(
-            "{:.0} req/s, 95% interval {:.0}–{:.0} over {} seeds",
-            capacity.mean, capacity.low, capacity.high, capacity.samples
-        )
-    } else {
-        format!("{:.0} req/s, one seed", capacity.mean)
-    };
+    let interval = quoted_capacity(&capacity);
     let cost = best.cost_per_million_requests.map_or(String::new(), |c| {
         format!(" at {c:.4} per million requests,")
     });
     let slower = review
         .sensitivity
         .as_ref()
-        .and_then(|s| s.capacity_rps.map(|c| (s.service_scale, c)))
-        .map_or(String::new(), |(scale, c)| {
-            let m = if q.mean_rate_rps > 0.0 {
-                c.low / q.mean_rate_rps
-            } else {
-                0.0
-            };
-            format!(
-                " (with service times {:.0}% slower it carries {m:.2}x, {})",
-                (scale - 1.0) * 100.0,
-                if m >= q.growth {
-                    format!("headroom {:+.0}%", (m / q.growth - 1.0) * 100.0)
-                } else {
-                    "short of the target".to_string()
-                }
-            )
-        });
+        .map_or(String::new(), |s| slower_clause(s, &capacity, q));
     format!(
         "Answer: for {growth}x today's traffic ({target:.0} req/s mean, {:.0} req/s at the 60 s peak) under {slo}, run `{}` ({} instance{}), which carries {multiple:.2}x the trace ({interval}), headroom {:+.0}% over the target{slower},{cost} resting on {}.",
         q.peak_rate_60s_rps * q.growth,
@@ -211,6 +188,49 @@ pub fn answer_sentence(result: &SweepResult, review: &Review) -> String {
         if best.instances == 1 { "" } else { "s" },
         (multiple / q.growth - 1.0) * 100.0,
         rests_on(&review.basis)
+    )
+}
+
+/// The capacity as the answer quotes it: the low end of its 95% interval (what the decision
+/// rests on, and what the quoted multiple is of), with the interval and the mean beside it.
+fn quoted_capacity(capacity: &Estimate) -> String {
+    if capacity.samples > 1 {
+        format!(
+            "{:.0} req/s, the low end of its 95% interval {:.0}–{:.0} over {} seeds, mean {:.0}",
+            capacity.low, capacity.low, capacity.high, capacity.samples, capacity.mean
+        )
+    } else {
+        format!("{:.0} req/s, one seed", capacity.low)
+    }
+}
+
+/// The sensitivity in the answer, on the same statistic as the answer (the interval's low end):
+/// the multiple the slower service carries and its headroom when it is lower than `base`; when it
+/// is not, that the difference is within the search's noise (slower service cannot carry more).
+fn slower_clause(sensitivity: &Sensitivity, base: &Estimate, q: &Question) -> String {
+    let Some(slow) = sensitivity.capacity_rps else {
+        return String::new();
+    };
+    let percent = (sensitivity.service_scale - 1.0) * 100.0;
+    if slow.low >= base.low {
+        return format!(
+            " (with service times {percent:.0}% slower the search finds no lower capacity, {:.0} against {:.0} req/s: a difference within the search's noise, its 1% resolution and the seeds' spread, not a gain)",
+            slow.low, base.low
+        );
+    }
+    let m = if q.mean_rate_rps > 0.0 {
+        slow.low / q.mean_rate_rps
+    } else {
+        0.0
+    };
+    format!(
+        " (with service times {percent:.0}% slower it carries {m:.2}x, {:.0} req/s, {})",
+        slow.low,
+        if m >= q.growth {
+            format!("headroom {:+.0}%", (m / q.growth - 1.0) * 100.0)
+        } else {
+            "short of the target".to_string()
+        }
     )
 }
 
@@ -368,7 +388,7 @@ fn blocks(
         "Capacity of every configuration".to_string(),
     ));
     out.push(Block::List(vec![
-        "**Capacity** (the answer's measure): the highest rate at which the SLO holds, losses stay within the bound and the queue does not grow, found by bracketing and bisection to 1%; the interval is a 95% Student-t interval across seeds.".to_string(),
+        "**Capacity** (the answer's measure): the highest rate at which the SLO holds, losses stay within the bound, the queue does not grow and the achieved throughput stays within 10% of the offered rate, found per seed by one search that `sweep` and `plan` share (doubling or halving from the trace's own rate, then bisection to 1%): the highest load it found sustainable below the lowest it found unsustainable; the interval is a 95% Student-t interval across seeds. **Ends by** is what failed at that lowest unsustainable load, over the seeds.".to_string(),
         "**Latency starts to climb** (Kneedle's knee of the SLO percentile against load): where the curve bends upward, a load to stay below for comfort; shown only where it lies at or below the capacity, – where Kneedle finds no bend.".to_string(),
     ]));
     let mut rows = Vec::new();
@@ -401,6 +421,7 @@ fn blocks(
             row.capacity_rps.map_or("–".to_string(), |c| {
                 format!("{:.1} – {:.1}", c.low, c.high)
             }),
+            ends_by(row),
             number(row.capacity_per_instance_rps),
             number(row.latency_at_capacity_ms),
             knee,
@@ -415,15 +436,18 @@ fn blocks(
             "instances",
             "capacity (req/s)",
             "95% interval",
+            "ends by",
             "per instance (req/s)",
-            "SLO percentile at capacity (ms)",
+            "SLO percentile at capacity (ms, the search's runs)",
             "latency starts to climb (req/s)",
             "cost / 1M req",
         ]
         .iter()
         .map(|s| s.to_string())
         .collect(),
-        right: vec![true, false, true, true, false, true, true, true, true],
+        right: vec![
+            true, false, true, true, false, false, true, true, true, true,
+        ],
         rows,
     });
     let mut notes = Vec::new();
@@ -488,22 +512,28 @@ fn blocks(
                         .iter()
                         .find(|row| row.configuration == s.configuration)
                         .and_then(|row| row.capacity_rps);
-                    let change = base
-                        .filter(|b| b.mean > 0.0)
-                        .map_or(String::new(), |b| {
+                    let change = base.filter(|b| b.low > 0.0).map_or(String::new(), |b| {
+                        if slow.low >= b.low {
+                            format!(
+                                " against {:.1} req/s as simulated: not lower, so the difference is within the search's noise (1% resolution, the seeds' spread), not a gain",
+                                b.low
+                            )
+                        } else {
                             format!(
                                 " against {:.1} req/s as simulated ({:+.0}%)",
-                                b.mean,
-                                (slow.mean / b.mean - 1.0) * 100.0
+                                b.low,
+                                (slow.low / b.low - 1.0) * 100.0
                             )
-                        });
+                        }
+                    });
                     basis.push(format!(
-                        "Sensitivity: with every service time {:.0}% slower, `{}` sustains {:.1} req/s (95% interval {:.1} – {:.1}){change}.",
+                        "Sensitivity: with every service time {:.0}% slower, `{}` sustains {:.1} req/s at the low end of its 95% interval ({:.1} – {:.1}, mean {:.1}){change}.",
                         (s.service_scale - 1.0) * 100.0,
                         s.configuration,
-                        slow.mean,
                         slow.low,
-                        slow.high
+                        slow.low,
+                        slow.high,
+                        slow.mean
                     ));
                 }
                 (None, note) => basis.push(format!(
@@ -525,6 +555,20 @@ fn blocks(
     ));
     out.push(Block::List(basis));
     out
+}
+
+/// What ended `row`'s curve, in words (`SLO crossed, queue grows`); `–` when nothing did (the
+/// capacity is above the searched range).
+fn ends_by(row: &CapacityRow) -> String {
+    let limits = row.limited_by();
+    if limits.is_empty() {
+        return "–".to_string();
+    }
+    limits
+        .iter()
+        .map(|l| l.words())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A line saying why capacity grows faster than the instance count, when it does by more than
@@ -832,6 +876,7 @@ mod tests {
             instances,
             capacity_rps_by_seed: vec![capacity_rps; 3],
             bracket_by_seed: vec![crate::capacity::Bracket::Found; 3],
+            limited_by_by_seed: vec![vec![crate::capacity::Limit::Slo]; 3],
             capacity_rps: Some(estimate),
             capacity_per_instance_rps: Some(capacity_rps / f64::from(instances)),
             latency_at_capacity_ms: Some(90.0),
@@ -916,6 +961,122 @@ mod tests {
             sentence.starts_with("No configuration of the grid carries 4x"),
             "{sentence}"
         );
+    }
+
+    /// The first number after `prefix` in `text`.
+    fn number_after(text: &str, prefix: &str) -> f64 {
+        let start = text
+            .find(prefix)
+            .unwrap_or_else(|| panic!("{prefix:?} not in {text:?}"))
+            + prefix.len();
+        let digits: String = text[start..]
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '.')
+            .collect();
+        digits
+            .parse()
+            .unwrap_or_else(|_| panic!("no number after {prefix:?} in {text:?}"))
+    }
+
+    #[test]
+    fn the_quoted_multiple_times_the_trace_rate_is_the_quoted_rate() {
+        // Mean 1933, interval 1609–2256: the answer rests on (and quotes) the low end.
+        let mut best = row(0, 4, 1933.0, None);
+        best.capacity_rps = Some(Estimate {
+            mean: 1933.0,
+            low: 1609.5,
+            high: 2256.0,
+            samples: 3,
+        });
+        let r = result(vec![best], 4.0);
+        let sentence = answer_sentence(&r, r.review.as_ref().unwrap());
+        let multiple = number_after(&sentence, "which carries ");
+        let rate = number_after(&sentence, "x the trace (");
+        let mean_rate = r.review.as_ref().unwrap().question.mean_rate_rps;
+        assert!(
+            (multiple * mean_rate - rate).abs() <= 0.005 * mean_rate + 0.5,
+            "{multiple}x of {mean_rate} req/s is not the quoted {rate} req/s: {sentence}"
+        );
+        assert!(
+            sentence.contains("mean 1933") && sentence.contains("1610–2256"),
+            "{sentence}"
+        );
+    }
+
+    fn with_sensitivity(slow: Estimate) -> SweepResult {
+        let mut r = result(vec![row(0, 2, 800.0, None)], 4.0);
+        r.review.as_mut().unwrap().sensitivity = Some(Sensitivity {
+            service_scale: 1.2,
+            configuration: "instances=2".to_string(),
+            capacity_rps: Some(slow),
+            note: None,
+        });
+        r
+    }
+
+    #[test]
+    fn a_slower_service_that_lands_higher_is_reported_as_noise_not_as_carrying_more() {
+        // The base carries 784 req/s at its low end; the slower search landed at 790 by noise.
+        let r = with_sensitivity(Estimate {
+            mean: 805.0,
+            low: 790.0,
+            high: 820.0,
+            samples: 3,
+        });
+        let sentence = answer_sentence(&r, r.review.as_ref().unwrap());
+        assert!(
+            sentence.contains("slower the search finds no lower capacity")
+                && sentence.contains("within the search's noise"),
+            "{sentence}"
+        );
+        assert_eq!(sentence.matches("carries").count(), 1, "{sentence}");
+        let md = markdown(&blocks(
+            &r,
+            &"e2e.p99<=100ms".parse().unwrap(),
+            &crate::sweep::ranked(&r),
+            &[],
+        ));
+        assert!(
+            md.contains("not lower, so the difference is within"),
+            "{md}"
+        );
+        assert!(!md.contains("(+"), "no gain shown as a percentage:\n{md}");
+    }
+
+    #[test]
+    fn a_slower_service_that_carries_less_is_quoted_on_the_answers_statistic() {
+        let r = with_sensitivity(Estimate {
+            mean: 680.0,
+            low: 650.0,
+            high: 710.0,
+            samples: 3,
+        });
+        let sentence = answer_sentence(&r, r.review.as_ref().unwrap());
+        assert!(
+            sentence.contains("slower it carries 6.50x, 650 req/s, headroom +62%"),
+            "{sentence}"
+        );
+    }
+
+    #[test]
+    fn the_table_says_what_ends_each_curve() {
+        let mut ended = row(0, 1, 350.0, None);
+        ended.limited_by_by_seed = vec![
+            vec![crate::capacity::Limit::Slo],
+            vec![
+                crate::capacity::Limit::Slo,
+                crate::capacity::Limit::QueueGrowth,
+            ],
+            vec![],
+        ];
+        let r = result(vec![ended], 1.0);
+        let md = markdown(&blocks(
+            &r,
+            &"e2e.p99<=100ms".parse().unwrap(),
+            &crate::sweep::ranked(&r),
+            &[],
+        ));
+        assert!(md.contains("| SLO crossed, queue grows |"), "{md}");
     }
 
     #[test]
