@@ -53,6 +53,14 @@ impl Limit {
             Limit::AchievedBelowOffered => "achieved < offered",
         }
     }
+
+    /// Fewer words, for a figure's label: as [`Limit::words`] but `losses` for the losses.
+    pub fn short_words(self) -> &'static str {
+        match self {
+            Limit::Losses => "losses",
+            other => other.words(),
+        }
+    }
 }
 
 /// The smallest fraction of its offered rate a sustainable run achieves. A run whose completions

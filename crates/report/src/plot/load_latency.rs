@@ -97,7 +97,7 @@ impl CapacityMark {
         };
         let mut lines = vec![first, second];
         if !self.limited_by.is_empty() {
-            let words: Vec<&str> = self.limited_by.iter().map(|l| l.words()).collect();
+            let words: Vec<&str> = self.limited_by.iter().map(|l| l.short_words()).collect();
             lines.push(format!("ends: {}", words.join(", ")));
         }
         lines
@@ -515,10 +515,13 @@ where
     let (line_x, top_y) = chart.backend_coord(&(x_data, y_top));
     let (base_x, base_y) = area.get_base_pixel();
     let right_side = capacity.rps <= 0.0 || x_data < (x_start + x_end) / 2.0;
+    // Kept inside the chart: a long `ends:` line left of a line near the middle would otherwise
+    // run past the panel's left edge.
+    let chart_left = chart.backend_coord(&(x_start, y_top)).0;
     let left = if right_side {
         line_x + 6
     } else {
-        line_x - 6 - width
+        (line_x - 6 - width).max(chart_left + 4)
     } - base_x;
     // Just under the SLO line: right of the capacity, the curves have mostly crossed above it.
     let top = anchor_y.map_or(top_y, |y| chart.backend_coord(&(x_data, y)).1) + 4 - base_y;
@@ -822,10 +825,7 @@ mod tests {
             limited_by: vec![Limit::Slo, Limit::Losses],
             ..mark
         };
-        assert_eq!(
-            slo.label_lines()[2],
-            "ends: SLO crossed, losses over --max-lost"
-        );
+        assert_eq!(slo.label_lines()[2], "ends: SLO crossed, losses");
     }
 
     #[test]
