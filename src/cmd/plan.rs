@@ -82,7 +82,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
     );
     let describe = |row: &CapacityRow| {
         format!(
-            "{:<58} {:>3} instances, carries {:.2}x ({:.1} req/s at the trace's mean, the low end of the capacity's 95% interval; {:.1} req/s at its 60 s peak), headroom {:+.0}%",
+            "{:<58} {:>3} instances, carries {:.2}x ({:.1} req/s at the trace's mean, {:.1} at its 60 s peak; 95% interval's low end), headroom {:+.0}%",
             row.configuration,
             row.instances,
             multiple(row),
