@@ -106,7 +106,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
     } else {
         let most = result.capacities.iter().map(&multiple).fold(0.0, f64::max);
         println!(
-            "no configuration of the grid meets the SLO at {growth}x; the best carries {most:.2}x. Widen the grid (more instances, larger batches)."
+            "no configuration of the grid carries {growth}x; the best carries {most:.2}x (the answer below says what ends it)."
         );
     }
     let review = review_of(&args.grid, &spec, &workload, &result, growth)?;

@@ -155,9 +155,11 @@ pub fn answer_sentence(result: &SweepResult, review: &Review) -> String {
         });
         return match most {
             Some(row) => format!(
-                "No configuration of the grid carries {growth}x the trace ({target:.0} req/s) under {slo}: the best, `{}`, carries {:.2}x, so widen the grid (more instances or other batching), resting on {}.",
+                "No configuration of the grid carries {growth}x the trace ({target:.0} req/s) under {slo}: the best, `{}`, carries {:.2}x (its curve ends by {}){}, resting on {}.",
                 row.configuration,
                 carried_multiple(row, q.mean_rate_rps),
+                ends_by(row),
+                widen_hint(row),
                 rests_on(&review.basis)
             ),
             None => {
@@ -555,6 +557,20 @@ fn blocks(
     ));
     out.push(Block::List(basis));
     out
+}
+
+/// What to do when no configuration carries the growth: widen the grid, unless the best one's
+/// runs fell behind their offered rate, which a trace too short for its requests' lifetimes
+/// does at every load as well as an overload.
+fn widen_hint(row: &CapacityRow) -> &'static str {
+    if row
+        .limited_by()
+        .contains(&crate::capacity::Limit::AchievedBelowOffered)
+    {
+        ", so either widen the grid or, if its requests live long against the trace's span, replay a longer trace (completions fell more than 10% behind arrivals)"
+    } else {
+        ", so widen the grid (more instances or other batching)"
+    }
 }
 
 /// What ended `row`'s curve, in words (`SLO crossed, queue grows`); `–` when nothing did (the
@@ -959,6 +975,23 @@ mod tests {
         let sentence = answer_sentence(&r, r.review.as_ref().unwrap());
         assert!(
             sentence.starts_with("No configuration of the grid carries 4x"),
+            "{sentence}"
+        );
+        assert!(
+            sentence.contains("(its curve ends by SLO crossed), so widen the grid"),
+            "{sentence}"
+        );
+    }
+
+    #[test]
+    fn a_best_that_falls_behind_its_offered_rate_points_at_the_traces_length() {
+        let mut behind = row(0, 1, 50.0, None);
+        behind.limited_by_by_seed = vec![vec![crate::capacity::Limit::AchievedBelowOffered]; 3];
+        let r = result(vec![behind], 3.0);
+        let sentence = answer_sentence(&r, r.review.as_ref().unwrap());
+        assert!(
+            sentence.contains("ends by achieved < offered")
+                && sentence.contains("replay a longer trace"),
             "{sentence}"
         );
     }
