@@ -2,7 +2,8 @@
 //! which installs Debian's slurm-wlm and munge when missing, starts the daemons and stops them by
 //! PID) runs `capsim sweep --shard I/4` as a 4-task job array and `capsim merge` as a job that
 //! depends on it. Every file the merge writes must equal, byte for byte, the file the unsharded
-//! sweep writes, and nothing the cluster started or wrote may be left behind.
+//! sweep writes, and nothing the cluster started or wrote may be left behind. The Kubernetes
+//! manifests beside the Slurm scripts are checked as far as that can be done without a cluster.
 
 mod common;
 
@@ -153,4 +154,15 @@ fn slurm_array_and_merge_equal_the_unsharded_sweep_and_leave_nothing_behind() {
         assert!(!alive(pid), "process {pid} left running after stop");
     }
     assert!(!state.exists(), "stop left {}", state.display());
+}
+
+/// The Kubernetes manifests (scripts/k8s) cannot run here: they are checked against the Job
+/// schema, with the index wired as in the Slurm array (scripts/k8s/check_manifests.py).
+#[test]
+fn kubernetes_jobs_are_valid_and_wire_the_index_as_the_slurm_array_does() {
+    let output = Command::new(repo(".venv/bin/python"))
+        .arg(repo("scripts/k8s/check_manifests.py"))
+        .output()
+        .expect("the project's .venv (scripts/setup.sh) runs the check");
+    assert!(output.status.success(), "{}", text(&output));
 }
