@@ -11,7 +11,7 @@ use capsim_report::load::{LoadAxis, LoadKind};
 use capsim_report::output::{merge, read_sweep, write_sweep_outputs};
 use capsim_report::plot::PlotSize;
 use capsim_report::report::write_report;
-use capsim_report::review::{Basis, Question, Review, sensitivity_of};
+use capsim_report::review::{Basis, Question, Review, sensitivity_of, shard_sensitivities};
 use capsim_report::shard::Shard;
 use capsim_report::slo::Slo;
 use capsim_report::sweep::{SweepResult, SweepSpec, job_count, run_sweep};
@@ -187,8 +187,8 @@ pub fn parse_growth(text: &str) -> Result<f64> {
 
 /// What `report.md` states beyond the runs: the trace's figures and the growth, the scenario's
 /// provenance, and the answer's configuration (else the best-ranked) run again with slower
-/// service times ([`sensitivity_of`]). A sharded run has no answer yet and skips the
-/// sensitivity run.
+/// service times ([`sensitivity_of`]). A sharded run has no answer yet: its part of the
+/// sensitivity run is [`shard_sensitivities`], which the merge reads.
 pub fn review_of(
     args: &GridArgs,
     spec: &SweepSpec,
@@ -305,6 +305,7 @@ pub fn run(args: SweepArgs) -> Result<()> {
     let mut result = run_with_progress(&spec, &workload)?;
     if workload.trace_rate_rps.is_some() {
         result.review = Some(review_of(&args.grid, &spec, &workload, &result, growth)?);
+        result.shard_sensitivities = shard_sensitivities(&spec, &workload, &result)?;
     }
     let elapsed_s = started.elapsed().as_secs_f64();
     write_outputs(&args.out, &result, args.no_report)?;

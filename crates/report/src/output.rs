@@ -11,6 +11,7 @@ use arrow_array::{
 use arrow_schema::{DataType, Field, Schema};
 use parquet::arrow::ArrowWriter;
 
+use crate::review::{Sensitivity, answering_row};
 use crate::shard::Shard;
 use crate::slo::{LatencyStat, REPORTED_PERCENTILES};
 use crate::sweep::{CurveRow, SweepResult, stages};
@@ -354,12 +355,42 @@ pub fn merge(mut shards: Vec<SweepResult>) -> Result<SweepResult, OutputError> {
         .flat_map(|s| s.details.iter().cloned())
         .collect();
     details.sort_by_key(|d| d.config_index);
-    Ok(SweepResult {
+    let sensitivities: Vec<Sensitivity> = shards
+        .iter()
+        .flat_map(|s| s.shard_sensitivities.iter().cloned())
+        .collect();
+    let mut merged = SweepResult {
         shard: Shard::WHOLE,
         complete,
         curves,
         capacities,
         details,
+        shard_sensitivities: Vec::new(),
         ..first
-    })
+    };
+    keep_the_answers_sensitivity(&mut merged, &sensitivities);
+    Ok(merged)
+}
+
+/// Puts into `merged`'s review the sensitivity run of the configuration that answers, out of the
+/// shards' runs of every configuration; none when the merge is incomplete (no answer yet).
+fn keep_the_answers_sensitivity(merged: &mut SweepResult, sensitivities: &[Sensitivity]) {
+    let chosen = merged
+        .review
+        .as_ref()
+        .filter(|_| merged.complete)
+        .and_then(|review| {
+            let q = &review.question;
+            answering_row(merged, q.mean_rate_rps, q.growth)
+        })
+        .map(|row| row.configuration.clone());
+    let sensitivity = chosen.and_then(|configuration| {
+        sensitivities
+            .iter()
+            .find(|s| s.configuration == configuration)
+            .cloned()
+    });
+    if let Some(review) = merged.review.as_mut() {
+        review.sensitivity = sensitivity;
+    }
 }

@@ -200,6 +200,11 @@ pub struct SweepResult {
     /// command that knows the trace and the scenario file (absent in older sweep.json files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub review: Option<crate::review::Review>,
+    /// A shard's sensitivity runs, one per configuration it ran
+    /// ([`crate::review::shard_sensitivities`]); the merge moves the answer's into `review` and
+    /// empties this. Empty (and absent from `sweep.json`) for a whole sweep.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shard_sensitivities: Vec<crate::review::Sensitivity>,
 }
 
 /// Why a sweep failed.
@@ -466,6 +471,7 @@ pub fn run_sweep(
         capacities,
         details,
         review: None,
+        shard_sensitivities: Vec::new(),
     })
 }
 

@@ -77,10 +77,19 @@ pub fn carried_multiple(row: &CapacityRow, mean_rps: f64) -> f64 {
     }
 }
 
-/// The sensitivity run of a finished sweep: the configuration that answers (the first that
-/// [`carrying`] returns for the trace's `mean_rps` and `growth`, else the best ranked) again with
-/// every service time [`SLOWER_SERVICE_FACTOR`] times as long. `None` for a shard or an
-/// interrupted sweep (no answer yet) and for a sweep without capacities.
+/// The configuration the answer names: the first that [`carrying`] returns for the trace's
+/// `mean_rps` and `growth`, else the best ranked; `None` without capacities.
+pub fn answering_row(result: &SweepResult, mean_rps: f64, growth: f64) -> Option<&CapacityRow> {
+    carrying(&result.capacities, mean_rps, growth)
+        .first()
+        .copied()
+        .or_else(|| crate::sweep::ranked(result).first().copied())
+}
+
+/// The sensitivity run of a finished sweep: the configuration that answers ([`answering_row`])
+/// again with every service time [`SLOWER_SERVICE_FACTOR`] times as long. `None` for a shard
+/// (see [`shard_sensitivities`]) or an interrupted sweep (no answer yet) and for a sweep without
+/// capacities.
 pub fn sensitivity_of(
     spec: &SweepSpec,
     workload: &Workload<'_>,
@@ -91,13 +100,29 @@ pub fn sensitivity_of(
     if spec.shard != Shard::WHOLE || !result.complete {
         return Ok(None);
     }
-    let chosen = carrying(&result.capacities, mean_rps, growth)
-        .first()
-        .copied()
-        .or_else(|| crate::sweep::ranked(result).first().copied());
-    chosen
+    answering_row(result, mean_rps, growth)
         .map(|row| slower_capacity(spec, workload, row))
         .transpose()
+}
+
+/// A shard's part of the sensitivity run: no shard knows which configuration will answer, so
+/// each runs [`slower_capacity`] for every configuration it ran, and `capsim merge`
+/// ([`crate::output::merge`]) keeps the answer's. Its searches are the very ones an unsharded
+/// sweep makes for that configuration (same seeds, same search), so the merged report equals the
+/// unsharded one. Empty for a whole or interrupted sweep.
+pub fn shard_sensitivities(
+    spec: &SweepSpec,
+    workload: &Workload<'_>,
+    result: &SweepResult,
+) -> Result<Vec<Sensitivity>, SweepError> {
+    if spec.shard == Shard::WHOLE || !result.complete {
+        return Ok(Vec::new());
+    }
+    result
+        .capacities
+        .iter()
+        .map(|row| slower_capacity(spec, workload, row))
+        .collect()
 }
 
 /// The capacity of `row`'s configuration with every service time scaled by
@@ -545,7 +570,7 @@ fn blocks(
                 )),
             },
             None => basis.push(
-                "Sensitivity to slower service times: not computed (a sharded sweep; run it whole).".to_string(),
+                "Sensitivity to slower service times: not computed (a shard, or an interrupted or incomplete merge: no answer yet).".to_string(),
             ),
         }
     }
@@ -942,6 +967,7 @@ mod tests {
                 },
                 sensitivity: None,
             }),
+            shard_sensitivities: Vec::new(),
         }
     }
 
