@@ -429,6 +429,23 @@ mod tests {
     }
 
     #[test]
+    fn the_demo_scenario_rests_on_its_committed_cpu_profile_without_a_hardware_warning() {
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/classifier-cpu.toml");
+        let scenario = Scenario::from_path(&path).unwrap();
+        let basis = Basis::of(&scenario, &path, 3, 0, 0.001);
+        assert_eq!(basis.service_source, ServiceSource::Calibrated);
+        assert!(
+            basis
+                .service
+                .contains("measured on cpu (AMD EPYC, 2 logical CPUs)")
+                && !basis.service.contains("other hardware"),
+            "{}",
+            basis.service
+        );
+    }
+
+    #[test]
     fn a_gpu_profile_conflicts_only_with_other_gpu_models() {
         let mut h200 = cpu_environment();
         h200.execution_provider = "cuda".to_string();
