@@ -225,13 +225,12 @@ pub fn hardware_note(described: &str, environment: &Environment) -> Option<Strin
         return None;
     }
     Some(format!(
-        "the scenario describes other hardware ({}) than the profile was measured on ({}): the answer is for servers like the profile's machine",
+        "the scenario describes other hardware ({}) than the profile was measured on: the answer is for servers like the profile's machine",
         named
             .iter()
             .map(|w| w.to_ascii_uppercase())
             .collect::<Vec<_>>()
-            .join(", "),
-        measured_on(environment)
+            .join(", ")
     ))
 }
 
@@ -421,7 +420,7 @@ mod tests {
         );
         assert!(
             basis.service.contains(
-                "the scenario describes other hardware (GPU, T4) than the profile was measured on (cpu (AMD EPYC, 2 logical CPUs)): the answer is for servers like the profile's machine"
+                "measured on cpu (AMD EPYC, 2 logical CPUs) through ONNX Runtime 1.31.1 on 2026-12-01; its affine fit has R² 0.983; the scenario describes other hardware (GPU, T4) than the profile was measured on: the answer is for servers like the profile's machine"
             ),
             "{}",
             basis.service
@@ -454,10 +453,7 @@ mod tests {
         assert_eq!(hardware_note("served on a GPU", &h200), None);
         let note =
             hardware_note("one T4 per server", &h200).expect("a T4 scenario on an H200 profile");
-        assert!(
-            note.contains("(T4)") && note.contains("cuda (NVIDIA H200)"),
-            "{note}"
-        );
+        assert!(note.contains("other hardware (T4)"), "{note}");
     }
 
     #[test]
