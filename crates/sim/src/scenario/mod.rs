@@ -291,6 +291,7 @@ impl Scenario {
             }
         }
         let mut next = Scenario::from_table(raw, self.origin.clone()).map_err(|e| {
+            let e = e.to_string().trim_end().to_string();
             let (path, value) = overrides.last().copied().unwrap_or_default();
             let keys: Vec<String> = overrides.iter().map(|(k, _)| format!("`{k}`")).collect();
             let switched = if notes.is_empty() {
