@@ -1,19 +1,41 @@
 #!/usr/bin/env bash
 # Installs what capsim's commands and tests need beyond the Rust toolchain, from the package
-# registries only: a project-local Python environment (.venv) with the pinned packages of
-# scripts/requirements.txt (ONNX Runtime's shared library comes from its PyPI wheel), and a
-# Triton Inference Server in .triton/ (scripts/triton.py install: the nvidia-pytriton wheel), and
-# llama-cpp-python's OpenAI-compatible server in .venv (scripts/llama_server.py install: built
-# from source, a few minutes the first time), and Debian's chromium package (apt-get) for the
-# headless-browser test of report.html.
+# registries only.
+#
+#   scripts/setup.sh --demo   what scripts/demo.sh needs: a project-local Python environment
+#                             (.venv) with the pinned onnxruntime wheel of scripts/requirements.txt
+#                             (its shared library is what `capsim calibrate` loads) and its
+#                             dependencies; about 20 s with a reachable PyPI.
+#   scripts/setup.sh          everything (scripts/test.sh runs it): the above, every pinned
+#                             package of scripts/requirements.txt and notebooks/requirements.txt,
+#                             a Triton Inference Server in .triton/ (scripts/triton.py install: the
+#                             nvidia-pytriton wheel), llama-cpp-python's OpenAI-compatible server in
+#                             .venv (scripts/llama_server.py install: built from source, a few
+#                             minutes the first time), and Debian's chromium package (apt-get) for
+#                             the headless-browser test of report.html.
 # Safe to run again: it only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+demo_only=false
+case "${1:-}" in
+  --demo) demo_only=true ;;
+  "") ;;
+  *) echo "usage: scripts/setup.sh [--demo]" >&2; exit 2 ;;
+esac
 
 python=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv with $($python --version 2>&1)"
   "$python" -m venv .venv
+fi
+if $demo_only; then
+  # The onnxruntime pin of requirements.txt, with its dependencies held to the file's pins too.
+  if ! .venv/bin/python -m pip install -q --disable-pip-version-check -c scripts/requirements.txt onnxruntime; then
+    echo "setup: installing onnxruntime (pinned in scripts/requirements.txt) into .venv failed (is PyPI reachable?)" >&2
+    exit 1
+  fi
+  exit 0
 fi
 if ! .venv/bin/python -m pip install -q --disable-pip-version-check -r scripts/requirements.txt -r notebooks/requirements.txt; then
   echo "setup: installing scripts/requirements.txt and notebooks/requirements.txt into .venv failed (is PyPI reachable?)" >&2

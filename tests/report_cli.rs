@@ -300,3 +300,38 @@ fn detail_load_chooses_the_load_of_the_cdf_and_time_series() {
     assert_eq!(bad.status.code(), Some(2), "{}", text(&bad));
     assert!(text(&bad).contains("`0x`"), "{}", text(&bad));
 }
+
+#[test]
+fn plan_with_a_profile_rests_on_it_and_says_the_answer_is_for_the_profiles_machine() {
+    let trace = repo("traces/demo.parquet");
+    let scenario = repo("scenarios/bert-dynamic-batching.toml");
+    let output = capsim(&[
+        "plan",
+        "--scenario",
+        scenario.to_str().unwrap(),
+        "--profile",
+        "traces/profiles/text_classifier.cpu.json",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--limit",
+        "3000",
+        "--slo",
+        "e2e.p99<=100ms",
+        "--grid",
+        "instances=1..2",
+    ]);
+    assert!(output.status.success(), "{}", text(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    for needle in [
+        "measured service times (calibrated profile ",
+        "traces/profiles/text_classifier.cpu.json, measured on cpu (AMD EPYC, 2 logical CPUs) through ONNX Runtime 1.31.1 on 2026-12-01",
+        "the scenario describes other hardware (GPU, T4) than the profile was measured on",
+    ] {
+        assert!(
+            stdout.contains(needle),
+            "lacks {needle:?}: {}",
+            text(&output)
+        );
+    }
+    assert!(!stdout.contains("UNMEASURED"), "{}", text(&output));
+}

@@ -223,3 +223,64 @@ fn timeline_has_one_complete_event_per_batch_in_its_window() {
     assert_eq!(result.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&result.stderr).contains("--timeline-window"));
 }
+
+/// The end-to-end latency percentiles of a run's summary.json.
+fn end_to_end_ms(out: &Path) -> serde_json::Value {
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    summary["latency_ms"]["end_to_end"].clone()
+}
+
+#[test]
+fn set_switches_the_affine_service_to_a_profile_and_profile_flag_runs_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let (affine, by_set, by_flag) = (
+        dir.path().join("affine"),
+        dir.path().join("set"),
+        dir.path().join("flag"),
+    );
+    assert!(simulate(&affine, &[]).status.success());
+    let switched = simulate(
+        &by_set,
+        &[
+            "--set",
+            "service.kind=profile",
+            "--set",
+            "service.path=../traces/profiles/text_classifier.cpu.json",
+        ],
+    );
+    assert!(switched.status.success(), "{}", common::text(&switched));
+    assert!(
+        common::stderr(&switched)
+            .contains("`service.kind` changed from \"affine\" to \"profile\": dropped the old kind's `a`, `b`, `c`"),
+        "{}",
+        common::text(&switched)
+    );
+    let flagged = simulate(
+        &by_flag,
+        &["--profile", "traces/profiles/text_classifier.cpu.json"],
+    );
+    assert!(flagged.status.success(), "{}", common::text(&flagged));
+    assert_eq!(
+        end_to_end_ms(&by_set),
+        end_to_end_ms(&by_flag),
+        "--profile P and --set service.kind=profile --set service.path=P serve the same times"
+    );
+    assert_ne!(
+        end_to_end_ms(&by_set),
+        end_to_end_ms(&affine),
+        "the profile's times replace the affine guess"
+    );
+}
+
+#[test]
+fn a_service_kind_set_without_its_keys_exits_2_naming_the_missing_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = simulate(&dir.path().join("run"), &["--set", "service.kind=profile"]);
+    common::assert_user_error(&output, &["`path`", "dropped the old kind's `a`, `b`, `c`"]);
+    let output = simulate(
+        &dir.path().join("run"),
+        &["--profile", "traces/profiles/no-such-profile.json"],
+    );
+    common::assert_user_error(&output, &["no-such-profile.json"]);
+}

@@ -23,17 +23,47 @@ impl std::fmt::Display for BadInput {
 
 impl std::error::Error for BadInput {}
 
-/// Applies `--set KEY=VALUE` overrides to `scenario`, in order.
+/// Applies `--set KEY=VALUE` overrides to `scenario`, in order, validating once after the last
+/// (so `--set service.kind=profile --set service.path=P` switches the model); prints a note for
+/// each table whose kind changed.
 pub fn apply_sets(scenario: &mut capsim_sim::Scenario, sets: &[String]) -> anyhow::Result<()> {
+    let mut overrides = Vec::with_capacity(sets.len());
     for set in sets {
         let (key, value) = set.split_once('=').ok_or_else(|| {
             BadInput(format!(
                 "--set {set:?}: write it as KEY=VALUE, e.g. instances=4"
             ))
         })?;
-        scenario
-            .set(key.trim(), value.trim())
-            .map_err(|e| BadInput(e.to_string()))?;
+        overrides.push((key.trim(), value.trim()));
+    }
+    if overrides.is_empty() {
+        return Ok(());
+    }
+    let notes = scenario
+        .set_all(&overrides)
+        .map_err(|e| BadInput(e.to_string()))?;
+    for note in notes {
+        eprintln!("note: --set {note}");
+    }
+    Ok(())
+}
+
+/// Applies `--profile P`: the scenario's `[service]` becomes the calibrated profile at `P`
+/// (relative to the current folder, as every file flag), with a note for the keys dropped.
+pub fn apply_profile(
+    scenario: &mut capsim_sim::Scenario,
+    profile: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    let Some(profile) = profile else {
+        return Ok(());
+    };
+    let absolute = std::path::absolute(profile)
+        .map_err(|e| BadInput(format!("--profile {}: {e}", profile.display())))?;
+    let notes = scenario
+        .set_service_profile(&absolute)
+        .map_err(|e| BadInput(format!("--profile {}: {e}", profile.display())))?;
+    for note in notes {
+        eprintln!("note: --profile {}: {note}", profile.display());
     }
     Ok(())
 }

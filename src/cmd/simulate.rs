@@ -22,7 +22,14 @@ pub struct SimulateArgs {
     #[command(flatten)]
     pub input: TraceInput,
 
-    /// Override a scenario key, e.g. `batcher.max_batch_size=8` or `instances=4` (repeatable).
+    /// Serve the model with the service times of this profile (`capsim calibrate`'s output):
+    /// replaces the scenario's `[service]` with `kind = "profile"`, before any `--set`.
+    #[arg(long, value_name = "P.json")]
+    pub profile: Option<PathBuf>,
+
+    /// Override a scenario key, e.g. `batcher.max_batch_size=8` or `instances=4` (repeatable);
+    /// a table's new `kind` drops the old kind's keys: `--set service.kind=profile
+    /// --set service.path=P` (the path relative to the scenario's folder).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub sets: Vec<String>,
 
@@ -68,6 +75,7 @@ fn parse_timeline_window(text: &str) -> Result<TimelineWindow> {
 
 pub fn run(args: SimulateArgs) -> Result<()> {
     let mut scenario = Scenario::from_path(&args.scenario).map_err(|e| BadInput(e.to_string()))?;
+    super::apply_profile(&mut scenario, args.profile.as_deref())?;
     super::apply_sets(&mut scenario, &args.sets)?;
     let built = super::build_scenario(&scenario, &mut capsim_sim::Profiles::default())?;
     let warmup = super::sweep::parse_warmup(args.warmup.as_deref())?;

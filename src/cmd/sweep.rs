@@ -33,6 +33,12 @@ pub struct GridArgs {
     #[command(flatten)]
     pub input: TraceInput,
 
+    /// Serve the model with the service times of this profile (`capsim calibrate`'s output):
+    /// replaces the scenario's `[service]` with `kind = "profile"`; the review names the file and
+    /// the machine it was measured on.
+    #[arg(long, value_name = "P.json")]
+    pub profile: Option<PathBuf>,
+
     /// A grid axis over any scenario key: `batcher.max_batch_size=1,4,8`, `instances=1..8`,
     /// `batcher.max_queue_delay=0ms,2ms` (repeatable; the grid is their product).
     #[arg(long = "grid", value_name = "KEY=VALUES")]
@@ -145,7 +151,8 @@ pub fn parse_grid_args(
     args: &GridArgs,
     extra_axes: Vec<GridAxis>,
 ) -> Result<(Scenario, Profiles, Grid, Slo)> {
-    let scenario = Scenario::from_path(&args.scenario).map_err(bad)?;
+    let mut scenario = Scenario::from_path(&args.scenario).map_err(bad)?;
+    super::apply_profile(&mut scenario, args.profile.as_deref())?;
     let mut profiles = Profiles::default();
     profiles.load(&scenario).map_err(bad)?;
     let mut axes: Vec<GridAxis> = args

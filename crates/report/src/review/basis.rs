@@ -7,6 +7,8 @@ use std::path::Path;
 
 use capsim_sim::Scenario;
 use capsim_sim::scenario::ServiceSpec;
+use capsim_sim::timing::profile::{Environment, Profile};
+use capsim_sim::timing::step_profile::StepProfile;
 use serde::{Deserialize, Serialize};
 
 use crate::interval::Estimate;
@@ -124,6 +126,8 @@ const OVERHEAD_KEYS: [&str; 8] = [
 impl Basis {
     /// The provenance of `scenario`, read from `path` (the file's leading comments tell a fitted
     /// scenario: the header `capsim fit` writes, or a line saying the model is `capsim fit`'s).
+    /// A measured profile's words end with a hardware note when the scenario describes other
+    /// hardware than the profile was measured on (see [`hardware_note`]).
     pub fn of(
         scenario: &Scenario,
         path: &Path,
@@ -137,9 +141,15 @@ impl Basis {
                 || l.contains("`capsim fit`'s")
                 || l.contains("fitted (`capsim fit")
         });
-        let (mut service_source, service) = service_words(scenario, path);
+        let (mut service_source, mut service, environment) = service_words(scenario, path);
         if fitted && service_source == ServiceSource::Unmeasured {
             service_source = ServiceSource::Fitted;
+        }
+        if let Some(note) = environment
+            .as_ref()
+            .and_then(|env| hardware_note(&described_hardware(scenario, &text), env))
+        {
+            service = format!("{service}; {note}");
         }
         let overheads = OVERHEAD_KEYS
             .iter()
@@ -158,36 +168,110 @@ impl Basis {
     }
 }
 
-/// The default pool's service-time model in words, and where it came from.
-fn service_words(scenario: &Scenario, path: &Path) -> (ServiceSource, String) {
-    let Some(pool) = scenario.pools().first() else {
-        return (ServiceSource::Unmeasured, "no pool".to_string());
-    };
-    let ms = |ns: u64| format!("{} ms", trim(ns as f64 / 1e6));
-    if pool.llm.is_some() {
-        let kind = scenario
-            .get("step_time.kind")
-            .and_then(|v| v.as_str())
-            .unwrap_or("linear");
-        return match kind {
-            "profile" => (
-                ServiceSource::Calibrated,
-                format!(
-                    "step times from the decoder profile {}",
-                    scenario.get("step_time.path").map_or(String::new(), |v| v.to_string())
-                ),
-            ),
-            "roofline" => (
-                ServiceSource::Unmeasured,
-                "step times from an analytic roofline of the model on the GPU, with assumed efficiencies".to_string(),
-            ),
-            _ => (
-                ServiceSource::Unmeasured,
-                "step times from a linear model written in the scenario".to_string(),
-            ),
-        };
+/// GPU names a scenario may describe its hardware by, matched as whole words, ignoring case.
+const GPU_WORDS: [&str; 18] = [
+    "gpu", "cuda", "t4", "a10", "a10g", "a30", "a40", "a100", "h100", "h200", "h20", "b200", "l4",
+    "l40", "l40s", "v100", "rtx", "mi300x",
+];
+
+/// The text a scenario describes its hardware in: its name, its description and the file's
+/// leading comment lines.
+fn described_hardware(scenario: &Scenario, file_text: &str) -> String {
+    let comments: Vec<&str> = file_text
+        .lines()
+        .take_while(|l| l.starts_with('#'))
+        .collect();
+    format!(
+        "{}\n{}\n{}",
+        scenario.name,
+        scenario.description.as_deref().unwrap_or(""),
+        comments.join("\n")
+    )
+}
+
+/// The GPU words of [`GPU_WORDS`] that `text` contains as whole words (split at anything but
+/// letters and digits), lowercase, in the order of [`GPU_WORDS`].
+fn gpu_words(text: &str) -> Vec<&'static str> {
+    let words: Vec<String> = text
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_ascii_lowercase)
+        .collect();
+    GPU_WORDS
+        .into_iter()
+        .filter(|g| words.iter().any(|w| w == g))
+        .collect()
+}
+
+/// The rule that says a measured profile answers for other hardware than the scenario
+/// describes: the scenario (`described`: its name, description and leading comments) names a GPU
+/// (a word of [`GPU_WORDS`]) and the profile was measured on the CPU, or on a GPU whose name
+/// contains none of the GPU models named. The note says the answer is for the profile's
+/// hardware, since the simulation uses the profile's times; `None` when nothing conflicts.
+pub fn hardware_note(described: &str, environment: &Environment) -> Option<String> {
+    let named = gpu_words(described);
+    if named.is_empty() {
+        return None;
     }
-    match &pool.service_spec {
+    let on_cpu = !environment.execution_provider.eq_ignore_ascii_case("cuda");
+    let models: Vec<&str> = named
+        .iter()
+        .copied()
+        .filter(|w| !matches!(*w, "gpu" | "cuda"))
+        .collect();
+    let device = gpu_words(&environment.device_name);
+    let same_gpu = !on_cpu && (models.is_empty() || models.iter().any(|m| device.contains(m)));
+    if same_gpu {
+        return None;
+    }
+    Some(format!(
+        "the scenario describes other hardware ({}) than the profile was measured on: the answer is for servers like the profile's machine",
+        named
+            .iter()
+            .map(|w| w.to_ascii_uppercase())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+}
+
+/// Where a profile was measured, in words: `cpu (AMD EPYC, 2 logical CPUs)` or
+/// `cuda (NVIDIA H200)`.
+fn measured_on(environment: &Environment) -> String {
+    if environment.execution_provider.eq_ignore_ascii_case("cuda") {
+        format!(
+            "{} ({})",
+            environment.execution_provider, environment.device_name
+        )
+    } else {
+        format!(
+            "{} ({}, {} logical CPUs)",
+            environment.execution_provider, environment.cpu_model, environment.logical_cpus
+        )
+    }
+}
+
+/// A profile's environment in one phrase: the device, ONNX Runtime's version, the date.
+fn environment_words(environment: &Environment) -> String {
+    format!(
+        "measured on {} through ONNX Runtime {} on {}",
+        measured_on(environment),
+        environment.ort_version,
+        environment.date.get(..10).unwrap_or(&environment.date)
+    )
+}
+
+/// The default pool's service-time model in words, where it came from, and the environment of
+/// the profile it reads, if any.
+fn service_words(scenario: &Scenario, path: &Path) -> (ServiceSource, String, Option<Environment>) {
+    let Some(pool) = scenario.pools().first() else {
+        return (ServiceSource::Unmeasured, "no pool".to_string(), None);
+    };
+    if pool.llm.is_some() {
+        return step_words(scenario, path);
+    }
+    let ms = |ns: u64| format!("{} ms", trim(ns as f64 / 1e6));
+    let (source, words) = match &pool.service_spec {
+        Some(ServiceSpec::Profile { path: profile }) => return profile_words(path, profile),
         Some(ServiceSpec::Affine { a, b, c, residuals }) => (
             ServiceSource::Unmeasured,
             format!(
@@ -210,29 +294,71 @@ fn service_words(scenario: &Scenario, path: &Path) -> (ServiceSource, String) {
             ServiceSource::Unmeasured,
             format!("exponential with mean {} per batch", ms(mean.0)),
         ),
-        Some(ServiceSpec::Profile { path: profile }) => {
-            let full = path.parent().map_or(profile.clone(), |d| d.join(profile));
-            match capsim_sim::timing::profile::Profile::read(&full) {
-                Ok(p) => (
-                    ServiceSource::Calibrated,
-                    format!(
-                        "calibrated profile {}: measured on {} ({} through ONNX Runtime {}, {}) on {}; its affine fit has R² {:.3}",
-                        profile.display(),
-                        p.environment.device_name,
-                        p.environment.execution_provider,
-                        p.environment.ort_version,
-                        p.environment.cpu_model,
-                        p.environment.date,
-                        p.fit.r_squared
-                    ),
-                ),
-                Err(e) => (
-                    ServiceSource::Calibrated,
-                    format!("calibrated profile {} ({e})", profile.display()),
-                ),
-            }
-        }
         None => (ServiceSource::Unmeasured, "none".to_string()),
+    };
+    (source, words, None)
+}
+
+/// A continuous pool's step-time model in words.
+fn step_words(scenario: &Scenario, path: &Path) -> (ServiceSource, String, Option<Environment>) {
+    let kind = scenario
+        .get("step_time.kind")
+        .and_then(|v| v.as_str())
+        .unwrap_or("linear");
+    match kind {
+        "profile" => {
+            let written = scenario
+                .get("step_time.path")
+                .and_then(|v| v.as_str())
+                .unwrap_or_default();
+            let dir = path.parent().unwrap_or_else(|| Path::new("."));
+            let environment = StepProfile::read(&dir.join(written))
+                .ok()
+                .map(|p| p.environment);
+            let measured = environment
+                .as_ref()
+                .map_or(String::new(), |env| format!(", {}", environment_words(env)));
+            (
+                ServiceSource::Calibrated,
+                format!("step times from the decoder profile {written}{measured}"),
+                environment,
+            )
+        }
+        "roofline" => (
+            ServiceSource::Unmeasured,
+            "step times from an analytic roofline of the model on the GPU, with assumed efficiencies".to_string(),
+            None,
+        ),
+        _ => (
+            ServiceSource::Unmeasured,
+            "step times from a linear model written in the scenario".to_string(),
+            None,
+        ),
+    }
+}
+
+/// A calibrated profile named at `profile` (relative to the scenario file at `path`) in words:
+/// the file, where and when it was measured, and its affine fit.
+fn profile_words(path: &Path, profile: &Path) -> (ServiceSource, String, Option<Environment>) {
+    let full = path
+        .parent()
+        .map_or(profile.to_path_buf(), |d| d.join(profile));
+    match Profile::read(&full) {
+        Ok(p) => (
+            ServiceSource::Calibrated,
+            format!(
+                "calibrated profile {}, {}; its affine fit has R² {:.3}",
+                profile.display(),
+                environment_words(&p.environment),
+                p.fit.r_squared
+            ),
+            Some(p.environment),
+        ),
+        Err(e) => (
+            ServiceSource::Calibrated,
+            format!("calibrated profile {} ({e})", profile.display()),
+            None,
+        ),
     }
 }
 
@@ -240,4 +366,106 @@ fn service_words(scenario: &Scenario, path: &Path) -> (ServiceSource, String) {
 pub(super) fn trim(value: f64) -> String {
     let text = format!("{value:.3}");
     text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The classifier profile committed under traces/profiles (measured on a 2-CPU AMD EPYC).
+    fn committed_profile() -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../traces/profiles/text_classifier.cpu.json")
+    }
+
+    /// The basis of a scenario file written with `header` above a profile-served default pool.
+    fn basis_with_header(header: &str) -> Basis {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.toml");
+        let text = format!(
+            "{header}[service]\nkind = \"profile\"\npath = {:?}\n",
+            committed_profile().display().to_string()
+        );
+        std::fs::write(&path, text).unwrap();
+        let scenario = Scenario::from_path(&path).unwrap();
+        Basis::of(&scenario, &path, 3, 0, 0.001)
+    }
+
+    fn cpu_environment() -> Environment {
+        Profile::read(&committed_profile()).unwrap().environment
+    }
+
+    #[test]
+    fn a_profile_is_named_with_its_device_cpus_runtime_and_day() {
+        let basis = basis_with_header("# One model instance per server on this CPU.\n");
+        assert_eq!(basis.service_source, ServiceSource::Calibrated);
+        assert!(
+            basis.service.contains("text_classifier.cpu.json")
+                && basis.service.contains(
+                    "measured on cpu (AMD EPYC, 2 logical CPUs) through ONNX Runtime 1.31.1 on 2026-12-01"
+                ),
+            "{}",
+            basis.service
+        );
+        assert!(
+            !basis.service.contains("other hardware"),
+            "a scenario that names no GPU gets no hardware note: {}",
+            basis.service
+        );
+    }
+
+    #[test]
+    fn a_cpu_profile_under_a_scenario_that_describes_a_gpu_says_the_answer_is_for_the_cpu() {
+        let basis = basis_with_header(
+            "# A BERT-base classifier, one T4-class GPU per server.\ndescription = \"BERT on T4\"\n",
+        );
+        assert!(
+            basis.service.contains(
+                "measured on cpu (AMD EPYC, 2 logical CPUs) through ONNX Runtime 1.31.1 on 2026-12-01; its affine fit has R² 0.983; the scenario describes other hardware (GPU, T4) than the profile was measured on: the answer is for servers like the profile's machine"
+            ),
+            "{}",
+            basis.service
+        );
+    }
+
+    #[test]
+    fn the_demo_scenario_rests_on_its_committed_cpu_profile_without_a_hardware_warning() {
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/classifier-cpu.toml");
+        let scenario = Scenario::from_path(&path).unwrap();
+        let basis = Basis::of(&scenario, &path, 3, 0, 0.001);
+        assert_eq!(basis.service_source, ServiceSource::Calibrated);
+        assert!(
+            basis
+                .service
+                .contains("measured on cpu (AMD EPYC, 2 logical CPUs)")
+                && !basis.service.contains("other hardware"),
+            "{}",
+            basis.service
+        );
+    }
+
+    #[test]
+    fn a_gpu_profile_conflicts_only_with_other_gpu_models() {
+        let mut h200 = cpu_environment();
+        h200.execution_provider = "cuda".to_string();
+        h200.device_name = "NVIDIA H200".to_string();
+        assert_eq!(hardware_note("8B model on one H200 GPU", &h200), None);
+        assert_eq!(hardware_note("served on a GPU", &h200), None);
+        let note =
+            hardware_note("one T4 per server", &h200).expect("a T4 scenario on an H200 profile");
+        assert!(note.contains("other hardware (T4)"), "{note}");
+    }
+
+    #[test]
+    fn gpu_words_match_whole_words_only() {
+        assert_eq!(gpu_words("RTX 4090, rtx-pro; H200"), vec!["h200", "rtx"]);
+        assert!(
+            gpu_words("tasks like L4D2 or attention t4x").is_empty(),
+            "parts of words are not GPU names"
+        );
+        assert_eq!(
+            hardware_note("CPU servers like this machine", &cpu_environment()),
+            None
+        );
+    }
 }

@@ -270,41 +270,61 @@ impl Scenario {
 
     /// Sets the key at dotted `path` (for example `batcher.max_batch_size` or `instances`) to
     /// `value`, written as in TOML (`8`, `"5ms"`, `[4, 8]`); a value that is not valid TOML is
-    /// taken as a string, so `5ms` works unquoted. The whole scenario is validated again.
+    /// taken as a string, so `5ms` works unquoted. The whole scenario is validated again. A new
+    /// `kind` for a table starts the table afresh (see [`Scenario::set_all`]).
     pub fn set(&mut self, path: &str, value: &str) -> Result<(), ScenarioError> {
-        let override_err = |message: String| ScenarioError::Override {
-            key: path.to_string(),
-            value: value.to_string(),
-            message,
-        };
-        let parsed = match toml::from_str::<toml::Table>(&format!("v = {value}")) {
-            Ok(mut t) => t
-                .remove("v")
-                .unwrap_or(toml::Value::String(value.to_string())),
-            Err(_) => toml::Value::String(value.to_string()),
-        };
-        let parts: Vec<&str> = path.split('.').collect();
-        if parts.iter().any(|p| p.is_empty()) {
-            return Err(override_err("the key path has an empty part".to_string()));
-        }
+        self.set_all(&[(path, value)]).map(|_notes| ())
+    }
+
+    /// Sets several keys as [`Scenario::set`] does, in order, and validates the scenario once
+    /// after the last, so that a table can change kind together with the keys the new kind
+    /// needs: `service.kind = profile` then `service.path = p.json` turns an affine `[service]`
+    /// into a profile one. Setting a table's `kind` to a value other than the one written drops
+    /// the table's other keys (they belong to the old kind); the notes returned name them. On
+    /// error the scenario is unchanged.
+    pub fn set_all(&mut self, overrides: &[(&str, &str)]) -> Result<Vec<String>, ScenarioError> {
         let mut raw = self.raw.clone();
-        let mut table = &mut raw;
-        for part in &parts[..parts.len() - 1] {
-            let entry = table
-                .entry(part.to_string())
-                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
-            table = entry
-                .as_table_mut()
-                .ok_or_else(|| override_err(format!("`{part}` is not a table")))?;
+        let mut notes = Vec::new();
+        for (path, value) in overrides {
+            if let Some(note) = set_raw(&mut raw, path, value)? {
+                notes.push(note);
+            }
         }
-        table.insert(parts[parts.len() - 1].to_string(), parsed);
-        let mut next = Scenario::from_table(raw, self.origin.clone())
-            .map_err(|e| override_err(e.to_string()))?;
-        if self.raw.get("name").is_none() && path != "name" {
+        let mut next = Scenario::from_table(raw, self.origin.clone()).map_err(|e| {
+            let e = e.to_string().trim_end().to_string();
+            let (path, value) = overrides.last().copied().unwrap_or_default();
+            let keys: Vec<String> = overrides.iter().map(|(k, _)| format!("`{k}`")).collect();
+            let switched = if notes.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " ({}; set the new kind's keys in the same call)",
+                    notes.join("; ")
+                )
+            };
+            ScenarioError::Override {
+                key: path.to_string(),
+                value: value.to_string(),
+                message: match keys.len() {
+                    0 | 1 => format!("{e}{switched}"),
+                    _ => format!("with {} set: {e}{switched}", keys.join(", ")),
+                },
+            }
+        })?;
+        if self.raw.get("name").is_none() && overrides.iter().all(|(k, _)| *k != "name") {
             next.name = self.name.clone();
         }
         *self = next;
-        Ok(())
+        Ok(notes)
+    }
+
+    /// Serves the default pool with the calibrated profile at `path` (`capsim calibrate`'s
+    /// output; absolute, or relative to the scenario's folder): `[service]` becomes
+    /// `kind = "profile"` with that `path`, whatever its kind was. Returns the notes of
+    /// [`Scenario::set_all`] (the old kind's keys dropped). The profile is not read here.
+    pub fn set_service_profile(&mut self, path: &Path) -> Result<Vec<String>, ScenarioError> {
+        let quoted = toml::Value::String(path.display().to_string()).to_string();
+        self.set_all(&[("service.kind", "profile"), ("service.path", &quoted)])
     }
 
     /// The value written at dotted `path` (the file as read, with overrides applied); `None`
@@ -333,6 +353,69 @@ pub(crate) fn invalid(key: &str, message: impl Into<String>) -> ScenarioError {
         key: key.to_string(),
         message: message.into(),
     }
+}
+
+/// Writes `value` at dotted `path` into `raw`, unvalidated. A string `kind` that differs from
+/// the one written empties the table first; the note returned names the keys dropped.
+fn set_raw(
+    raw: &mut toml::Table,
+    path: &str,
+    value: &str,
+) -> Result<Option<String>, ScenarioError> {
+    let override_err = |message: String| ScenarioError::Override {
+        key: path.to_string(),
+        value: value.to_string(),
+        message,
+    };
+    let parsed = match toml::from_str::<toml::Table>(&format!("v = {value}")) {
+        Ok(mut t) => t
+            .remove("v")
+            .unwrap_or(toml::Value::String(value.to_string())),
+        Err(_) => toml::Value::String(value.to_string()),
+    };
+    let parts: Vec<&str> = path.split('.').collect();
+    if parts.iter().any(|p| p.is_empty()) {
+        return Err(override_err("the key path has an empty part".to_string()));
+    }
+    let mut table = raw;
+    for part in &parts[..parts.len() - 1] {
+        let entry = table
+            .entry(part.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        table = entry
+            .as_table_mut()
+            .ok_or_else(|| override_err(format!("`{part}` is not a table")))?;
+    }
+    let last = parts[parts.len() - 1];
+    let note = if last == "kind" {
+        switch_kind(table, path, &parsed)
+    } else {
+        None
+    };
+    table.insert(last.to_string(), parsed);
+    Ok(note)
+}
+
+/// Empties `table` when `kind` differs from the string kind it has; the note says what went.
+fn switch_kind(table: &mut toml::Table, path: &str, kind: &toml::Value) -> Option<String> {
+    let old = table.get("kind")?.as_str()?.to_string();
+    if kind.as_str() == Some(old.as_str()) {
+        return None;
+    }
+    let dropped: Vec<String> = table
+        .keys()
+        .filter(|k| k.as_str() != "kind")
+        .map(|k| format!("`{k}`"))
+        .collect();
+    table.clear();
+    let new = kind.as_str().map_or(kind.to_string(), |k| format!("{k:?}"));
+    Some(match dropped.len() {
+        0 => format!("`{path}` changed from {old:?} to {new}"),
+        _ => format!(
+            "`{path}` changed from {old:?} to {new}: dropped the old kind's {}",
+            dropped.join(", ")
+        ),
+    })
 }
 
 fn validate_network(n: &NetworkSpec) -> Result<(), ScenarioError> {
@@ -449,6 +532,73 @@ mod tests {
             s.pools()[0].batcher.max_batch_size,
             8,
             "a failed set leaves the scenario unchanged"
+        );
+    }
+
+    const AFFINE: &str = "[service]\nkind = \"affine\"\na = \"1ms\"\nb = \"0.1ms\"\nc = \"5us\"\n";
+
+    #[test]
+    fn set_all_switches_the_service_kind_and_drops_the_old_kinds_keys_with_a_note() {
+        let mut s = Scenario::from_toml_str(AFFINE).unwrap();
+        let notes = s
+            .set_all(&[("service.kind", "profile"), ("service.path", "p.json")])
+            .unwrap();
+        match &s.pools()[0].service_spec {
+            Some(ServiceSpec::Profile { path }) => assert_eq!(path, Path::new("p.json")),
+            other => panic!("expected a profile service, got {other:?}"),
+        }
+        assert_eq!(s.get("service.a"), None, "the affine keys are gone");
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(
+            notes[0].contains("\"affine\" to \"profile\"") && notes[0].contains("`a`, `b`, `c`"),
+            "{notes:?}"
+        );
+    }
+
+    #[test]
+    fn a_new_kind_without_its_keys_is_refused_naming_them_and_changes_nothing() {
+        let mut s = Scenario::from_toml_str(AFFINE).unwrap();
+        let err = s.set("service.kind", "profile").unwrap_err().to_string();
+        assert!(
+            err.contains("`path`") && err.contains("dropped the old kind's `a`"),
+            "{err}"
+        );
+        assert!(
+            matches!(s.pools()[0].service_spec, Some(ServiceSpec::Affine { .. })),
+            "a failed switch leaves the scenario unchanged"
+        );
+    }
+
+    #[test]
+    fn setting_the_kind_already_written_keeps_the_tables_keys() {
+        let mut s = Scenario::from_toml_str(AFFINE).unwrap();
+        let notes = s
+            .set_all(&[("service.kind", "affine"), ("service.a", "2ms")])
+            .unwrap();
+        assert!(notes.is_empty(), "{notes:?}");
+        match &s.pools()[0].service_spec {
+            Some(ServiceSpec::Affine { a, b, .. }) => {
+                assert_eq!((a.0, b.0), (2_000_000, 100_000));
+            }
+            other => panic!("expected an affine service, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn set_service_profile_replaces_any_kind_and_keeps_the_path_verbatim() {
+        let mut s = Scenario::from_toml_str(MINIMAL).unwrap();
+        let notes = s
+            .set_service_profile(Path::new("/tmp/a dir/profile \"1\".json"))
+            .unwrap();
+        match &s.pools()[0].service_spec {
+            Some(ServiceSpec::Profile { path }) => {
+                assert_eq!(path, Path::new("/tmp/a dir/profile \"1\".json"));
+            }
+            other => panic!("expected a profile service, got {other:?}"),
+        }
+        assert!(
+            notes[0].contains("dropped the old kind's `time`"),
+            "{notes:?}"
         );
     }
 
