@@ -63,18 +63,24 @@ pub enum TraceError {
     },
     /// A required column is missing.
     #[error(
-        "{}: no column `{column}` (columns present: {}); map one with \
+        "{}: {at}: no column `{column}` (columns present: {}){}; map one with \
          --map {suggestion}",
         path.display(),
-        present.join(", ")
+        present.join(", "),
+        closest.as_ref().map(|c| format!("; did you mean `{c}`?")).unwrap_or_default()
     )]
     MissingColumn {
         /// The file that lacks the column.
         path: PathBuf,
-        /// The canonical column that nothing maps to (e.g. `arrival`).
+        /// Where the columns were looked up: `header (line 1)`, `line N` (the first JSON
+        /// object), or `schema` (Parquet).
+        at: String,
+        /// The source column asked for (a canonical name, a preset's, or a `--map` value).
         column: String,
         /// The columns the file does have, in file order.
         present: Vec<String>,
+        /// The present column closest in spelling to `column`, when one is close.
+        closest: Option<String>,
         /// A `--map` argument to copy and edit, e.g. `arrival=COL:UNIT,input_tokens=COL,...`.
         suggestion: String,
     },

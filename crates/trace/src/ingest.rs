@@ -477,6 +477,42 @@ mod tests {
     }
 
     #[test]
+    fn a_mistyped_column_is_named_with_the_file_line_columns_and_a_suggestion() {
+        let dir = tempfile::tempdir().unwrap();
+        let jsonl = write(
+            dir.path(),
+            "r.jsonl",
+            "\n{\"arrival_time\": 1, \"input_toks\": 2, \"output_toks\": 3}\n",
+        );
+        let csv = write(
+            dir.path(),
+            "r.csv",
+            "arrival_time,input_toks,output_toks\n1,2,3\n",
+        );
+        for (path, at) in [(jsonl, "line 2"), (csv, "header (line 1)")] {
+            let opts = IngestOptions {
+                maps: vec![
+                    "arrival=arrival_time:s,input_tokens=input_toks,output_tokens=output_tok"
+                        .into(),
+                ],
+                ..IngestOptions::default()
+            };
+            let err = read_trace(std::slice::from_ref(&path), &opts)
+                .unwrap_err()
+                .to_string();
+            for want in [
+                path.display().to_string().as_str(),
+                at,
+                "no column `output_tok`",
+                "arrival_time, input_toks, output_toks",
+                "did you mean `output_toks`?",
+            ] {
+                assert!(err.contains(want), "missing {want:?} in: {err}");
+            }
+        }
+    }
+
+    #[test]
     fn several_files_merge_into_one_timeline() {
         let dir = tempfile::tempdir().unwrap();
         let a = write(

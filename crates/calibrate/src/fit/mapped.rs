@@ -197,9 +197,10 @@ pub fn read_mapped(path: &Path, map: &LogMap) -> Result<MeasuredLog, LogError> {
             let line = i + 2;
             let record = record.map_err(|e| row_err(path, line, e.to_string()))?;
             let get = |name: &str| -> Result<f64, LogError> {
-                let k = headers.iter().position(|h| h == name).ok_or_else(|| {
-                    row_err(path, 1, format!("no column `{name}` named in --map"))
-                })?;
+                let k = headers
+                    .iter()
+                    .position(|h| h == name)
+                    .ok_or_else(|| row_err(path, 1, no_column(name, headers.iter())))?;
                 let cell = record.get(k).unwrap_or("").trim();
                 cell.parse::<f64>().map_err(|_| {
                     row_err(path, line, format!("`{name}` = {cell:?} is not a number"))
@@ -222,10 +223,17 @@ pub fn read_mapped(path: &Path, map: &LogMap) -> Result<MeasuredLog, LogError> {
             )
         })?;
         let get = |name: &str| -> Result<f64, LogError> {
-            value
+            let keys = || {
+                value
+                    .as_object()
+                    .into_iter()
+                    .flat_map(|o| o.keys().map(String::as_str))
+            };
+            let cell = value
                 .get(name)
-                .and_then(serde_json::Value::as_f64)
-                .ok_or_else(|| row_err(path, line, format!("no number `{name}`")))
+                .ok_or_else(|| row_err(path, line, no_column(name, keys())))?;
+            cell.as_f64()
+                .ok_or_else(|| row_err(path, line, format!("`{name}` = {cell} is not a number")))
         };
         rows.push(mapped_row(path, line, map, &get)?);
     }
@@ -273,14 +281,10 @@ impl MappedColumns {
         for name in map.column_names() {
             let Some(array) = batch.column_by_name(name) else {
                 let schema = batch.schema();
-                let present: Vec<&str> =
-                    schema.fields().iter().map(|f| f.name().as_str()).collect();
+                let present = schema.fields().iter().map(|f| f.name().as_str());
                 return Err(LogError::Parquet {
                     path: path.to_path_buf(),
-                    message: format!(
-                        "no column `{name}` named in --map; its columns are {}",
-                        present.join(", ")
-                    ),
+                    message: no_column(name, present),
                 });
             };
             if !array.is_empty() && numeric_value(array.as_ref(), 0).is_none() {
@@ -336,6 +340,19 @@ fn numeric_value(array: &dyn Array, i: usize) -> Option<f64> {
         UInt8Type
     );
     None
+}
+
+/// "No column" for a name the `--map` gave: the columns the log has, and the closest of them
+/// when one is close.
+fn no_column<'a>(name: &str, present: impl Iterator<Item = &'a str> + Clone) -> String {
+    let listed: Vec<&str> = present.clone().collect();
+    let hint = capsim_trace::closest(name, present)
+        .map(|c| format!("; did you mean `{c}`?"))
+        .unwrap_or_default();
+    format!(
+        "no column `{name}` named in --map (the log's columns: {}){hint}",
+        listed.join(", ")
+    )
 }
 
 fn row_err(path: &Path, row: usize, message: String) -> LogError {
@@ -456,6 +473,61 @@ mod tests {
         let err = read_mapped(&path, &missing).unwrap_err().to_string();
         assert!(
             err.contains("log.csv: row 1") && err.contains("no column `sent`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_mistyped_column_names_the_row_the_columns_there_are_and_the_closest() {
+        let dir = tempfile::tempdir().unwrap();
+        let jsonl = dir.path().join("requests.jsonl");
+        std::fs::write(
+            &jsonl,
+            "{\"arrival_time\": 1.0, \"first_token_ts\": 1.5, \"last_token_ts\": 2.0, \
+             \"input_toks\": 10, \"output_toks\": 5}\n",
+        )
+        .unwrap();
+        let csv = dir.path().join("requests.csv");
+        std::fs::write(
+            &csv,
+            "arrival_time,first_token_ts,last_token_ts,input_toks,output_toks\n1,1.5,2,10,5\n",
+        )
+        .unwrap();
+        let map = LogMap::parse(
+            "arrival=arrival_time,first_token=first_token_ts,last_token=last_token_ts,\
+             input_tokens=input_toks,output_tokens=output_tok",
+        )
+        .unwrap();
+        for (path, row) in [(&jsonl, "row 1"), (&csv, "row 1")] {
+            let err = read_mapped(path, &map).unwrap_err().to_string();
+            for want in [
+                path.display().to_string().as_str(),
+                row,
+                "no column `output_tok`",
+                "the log's columns: arrival_time, ",
+                "last_token_ts",
+                "did you mean `output_toks`?",
+            ] {
+                assert!(err.contains(want), "missing {want:?} in: {err}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_value_that_is_not_a_number_is_told_apart_from_a_missing_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let jsonl = dir.path().join("requests.jsonl");
+        std::fs::write(
+            &jsonl,
+            "{\"t\": 1.0, \"f\": 1.5, \"l\": 2.0, \"i\": 10, \"o\": \"five\"}\n",
+        )
+        .unwrap();
+        let map =
+            LogMap::parse("arrival=t,first_token=f,last_token=l,input_tokens=i,output_tokens=o")
+                .unwrap();
+        let err = read_mapped(&jsonl, &map).unwrap_err().to_string();
+        assert!(
+            err.contains("row 1: `o` = \"five\" is not a number"),
             "{err}"
         );
     }

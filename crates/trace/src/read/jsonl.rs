@@ -54,7 +54,7 @@ pub(crate) fn read(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceErr
         let cols = match &mut cols {
             Some(c) => c,
             None => {
-                keys = Keys::resolve(path, &obj, map)?;
+                keys = Keys::resolve(path, line_no, &obj, map)?;
                 cols.insert(Builder::new(keys.presence(map.zero_output_is_failed), 1024))
             }
         };
@@ -122,20 +122,26 @@ struct Keys {
 }
 
 impl Keys {
-    fn resolve(path: &Path, first: &Object, map: &crate::ColumnMap) -> Result<Keys, TraceError> {
+    fn resolve(
+        path: &Path,
+        line: u64,
+        first: &Object,
+        map: &crate::ColumnMap,
+    ) -> Result<Keys, TraceError> {
+        let at = format!("line {line}");
         let present = || first.keys().cloned().collect::<Vec<_>>();
         let required = |name: &str| {
             if first.contains_key(name) {
                 Ok(name.to_string())
             } else {
-                Err(super::missing_column(path, name, present()))
+                Err(super::missing_column(path, &at, name, present()))
             }
         };
         let optional = |f: &Field| -> Result<Option<String>, TraceError> {
             match &f.column {
                 None => Ok(None),
                 Some(name) if first.contains_key(name) => Ok(Some(name.clone())),
-                Some(name) if f.required => Err(super::missing_column(path, name, present())),
+                Some(name) if f.required => Err(super::missing_column(path, &at, name, present())),
                 Some(_) => Ok(None),
             }
         };

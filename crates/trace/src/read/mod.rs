@@ -306,12 +306,22 @@ pub(crate) fn parse_latency(b: &[u8]) -> Result<f64, InvalidReason> {
     Ok(v)
 }
 
-/// Builds the missing-column error.
-pub(crate) fn missing_column(path: &Path, column: &str, present: Vec<String>) -> TraceError {
+/// Builds the missing-column error, with the present column closest to `column` when one is
+/// close. `at` says where the columns were looked up (`header (line 1)`, `line 3`, `schema`).
+pub(crate) fn missing_column(
+    path: &Path,
+    at: &str,
+    column: &str,
+    present: Vec<String>,
+) -> TraceError {
+    let closest =
+        crate::suggest::closest(column, present.iter().map(String::as_str)).map(str::to_string);
     TraceError::MissingColumn {
         path: path.to_path_buf(),
+        at: at.to_string(),
         column: column.to_string(),
         present,
+        closest,
         suggestion: crate::format::MAP_HINT.to_string(),
     }
 }
