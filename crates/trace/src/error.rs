@@ -63,26 +63,26 @@ pub enum TraceError {
     },
     /// A required column is missing.
     #[error(
-        "{}: {at}: no column `{column}` (columns present: {}){}; map one with \
-         --map {suggestion}",
+        "{}: {}: no column `{column}` (columns present: {}){}; map one with \
+         --map {}",
         path.display(),
+        line.map_or("schema".to_string(), |l| format!("line {l}")),
         present.join(", "),
-        closest.as_ref().map(|c| format!("; did you mean `{c}`?")).unwrap_or_default()
+        closest.as_ref().map(|c| format!("; did you mean `{c}`?")).unwrap_or_default(),
+        crate::format::MAP_HINT
     )]
     MissingColumn {
         /// The file that lacks the column.
         path: PathBuf,
-        /// Where the columns were looked up: `header (line 1)`, `line N` (the first JSON
-        /// object), or `schema` (Parquet).
-        at: String,
+        /// The 1-based line where the columns were looked up: the CSV header (1) or the first
+        /// JSON object; `None` for a Parquet schema.
+        line: Option<u64>,
         /// The source column asked for (a canonical name, a preset's, or a `--map` value).
         column: String,
         /// The columns the file does have, in file order.
         present: Vec<String>,
         /// The present column closest in spelling to `column`, when one is close.
         closest: Option<String>,
-        /// A `--map` argument to copy and edit, e.g. `arrival=COL:UNIT,input_tokens=COL,...`.
-        suggestion: String,
     },
     /// A column exists but holds a type that cannot mean what the mapping says.
     #[error(

@@ -489,7 +489,7 @@ mod tests {
             "r.csv",
             "arrival_time,input_toks,output_toks\n1,2,3\n",
         );
-        for (path, at) in [(jsonl, "line 2"), (csv, "header (line 1)")] {
+        for (path, at) in [(jsonl, "line 2"), (csv, "line 1")] {
             let opts = IngestOptions {
                 maps: vec![
                     "arrival=arrival_time:s,input_tokens=input_toks,output_tokens=output_tok"

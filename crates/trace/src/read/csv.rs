@@ -46,20 +46,16 @@ pub(crate) fn read(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceErr
     let map = opts.map;
     let find = |name: &str| header.iter().position(|h| h == name);
     let required = |name: &str| {
-        find(name)
-            .ok_or_else(|| super::missing_column(path, "header (line 1)", name, header.clone()))
+        find(name).ok_or_else(|| super::missing_column(path, Some(1), name, header.clone()))
     };
     let optional = |field: &Field| -> Result<Option<usize>, TraceError> {
         match &field.column {
             None => Ok(None),
             Some(name) => match find(name) {
                 Some(i) => Ok(Some(i)),
-                None if field.required => Err(super::missing_column(
-                    path,
-                    "header (line 1)",
-                    name,
-                    header.clone(),
-                )),
+                None if field.required => {
+                    Err(super::missing_column(path, Some(1), name, header.clone()))
+                }
                 None => Ok(None),
             },
         }

@@ -128,20 +128,21 @@ impl Keys {
         first: &Object,
         map: &crate::ColumnMap,
     ) -> Result<Keys, TraceError> {
-        let at = format!("line {line}");
         let present = || first.keys().cloned().collect::<Vec<_>>();
         let required = |name: &str| {
             if first.contains_key(name) {
                 Ok(name.to_string())
             } else {
-                Err(super::missing_column(path, &at, name, present()))
+                Err(super::missing_column(path, Some(line), name, present()))
             }
         };
         let optional = |f: &Field| -> Result<Option<String>, TraceError> {
             match &f.column {
                 None => Ok(None),
                 Some(name) if first.contains_key(name) => Ok(Some(name.clone())),
-                Some(name) if f.required => Err(super::missing_column(path, &at, name, present())),
+                Some(name) if f.required => {
+                    Err(super::missing_column(path, Some(line), name, present()))
+                }
                 Some(_) => Ok(None),
             }
         };

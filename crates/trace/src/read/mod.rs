@@ -307,10 +307,11 @@ pub(crate) fn parse_latency(b: &[u8]) -> Result<f64, InvalidReason> {
 }
 
 /// Builds the missing-column error, with the present column closest to `column` when one is
-/// close. `at` says where the columns were looked up (`header (line 1)`, `line 3`, `schema`).
+/// close. `line` is where the columns were looked up (1 for a CSV header, the first JSON
+/// object's line), `None` for a Parquet schema.
 pub(crate) fn missing_column(
     path: &Path,
-    at: &str,
+    line: Option<u64>,
     column: &str,
     present: Vec<String>,
 ) -> TraceError {
@@ -318,10 +319,9 @@ pub(crate) fn missing_column(
         crate::suggest::closest(column, present.iter().map(String::as_str)).map(str::to_string);
     TraceError::MissingColumn {
         path: path.to_path_buf(),
-        at: at.to_string(),
+        line,
         column: column.to_string(),
         present,
         closest,
-        suggestion: crate::format::MAP_HINT.to_string(),
     }
 }

@@ -100,7 +100,7 @@ fn read_unguarded(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceErro
         if has(name) {
             Ok(name.to_string())
         } else {
-            Err(super::missing_column(path, "schema", name, present.clone()))
+            Err(super::missing_column(path, None, name, present.clone()))
         }
     };
     let optional = |f: &Field| -> Result<Option<String>, TraceError> {
@@ -108,7 +108,7 @@ fn read_unguarded(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceErro
             None => Ok(None),
             Some(name) if has(name) => Ok(Some(name.clone())),
             Some(name) if f.required => {
-                Err(super::missing_column(path, "schema", name, present.clone()))
+                Err(super::missing_column(path, None, name, present.clone()))
             }
             Some(_) => Ok(None),
         }
@@ -223,7 +223,7 @@ fn read_batch(
     let column = |name: &str| {
         batch
             .column_by_name(name)
-            .ok_or_else(|| super::missing_column(path, "schema", name, Vec::new()))
+            .ok_or_else(|| super::missing_column(path, None, name, Vec::new()))
     };
     let wrong = |name: &str, arr: &dyn Array, expected: &str| TraceError::WrongType {
         path: path.to_path_buf(),
