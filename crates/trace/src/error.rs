@@ -174,6 +174,20 @@ pub enum TraceError {
         /// Why, and what would fix it; empty for no hint.
         hint: String,
     },
+    /// A numeric arrival column with no unit stated cannot be read in the default unit.
+    #[error(
+        "{}: arrival column `{column}` has no unit and {reason}; state its unit: \
+         --map arrival={column}:s (or ms, us, ns)",
+        path.display()
+    )]
+    ArrivalUnit {
+        /// The file.
+        path: PathBuf,
+        /// The arrival column, by its name in the file.
+        column: String,
+        /// What the default reading gives, and the readings in seconds and milliseconds.
+        reason: String,
+    },
     /// A `--map` specification could not be parsed.
     #[error("bad --map {spec:?}: {reason}")]
     BadMap {

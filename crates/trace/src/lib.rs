@@ -35,6 +35,7 @@
 
 #![warn(missing_docs)]
 
+mod arrival_unit;
 mod error;
 mod format;
 mod ingest;
@@ -48,6 +49,7 @@ mod timestamp;
 mod transform;
 mod write;
 
+pub use arrival_unit::{InferredUnit, MANY_ROWS, MAX_MEAN_RATE_RPS};
 pub use error::{InvalidReason, TraceError};
 pub use format::{ColumnMap, Field, Format, MAP_KEYS, detect};
 pub use ingest::{
