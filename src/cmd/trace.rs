@@ -107,7 +107,13 @@ fn render(input: &TraceInput, loaded: &LoadedTrace, s: &Summary) -> String {
         .as_deref()
         .map(|t| format!(", from {t}"))
         .unwrap_or_default();
-    line("span", format!("{}{start}", human_duration(s.span_s)));
+    line(
+        "span",
+        format!(
+            "{}{start}",
+            capsim_trace::quantity::format_seconds_human(s.span_s)
+        ),
+    );
     line(
         "time 0",
         format!("arrivals are {}", loaded.report.time_origin.describe()),
@@ -185,21 +191,6 @@ fn fmt_num(x: f64, decimals: usize) -> String {
 
 fn opt(x: Option<f64>, decimals: usize) -> String {
     x.map_or("-".to_string(), |v| fmt_num(v, decimals))
-}
-
-fn human_duration(s: f64) -> String {
-    if s >= 3600.0 {
-        format!(
-            "{}h{:02}m{:04.1}s",
-            (s / 3600.0) as u64,
-            ((s % 3600.0) / 60.0) as u64,
-            s % 60.0
-        )
-    } else if s >= 60.0 {
-        format!("{}m{:04.1}s", (s / 60.0) as u64, s % 60.0)
-    } else {
-        format!("{s:.3}s")
-    }
 }
 
 fn convert(args: &ConvertArgs) -> Result<()> {
