@@ -823,3 +823,21 @@ fn a_mistyped_map_column_suggests_the_closest_one() {
         ],
     );
 }
+
+#[test]
+fn an_output_folder_that_cannot_be_made_is_a_usage_error() {
+    let dir = tmp();
+    let blocker = write(dir.path(), "file", "not a folder");
+    let out = format!("{blocker}/sub/x.parquet");
+    bad_input(
+        &["trace", "synth", "-o", &out, "--count", "5"],
+        &[
+            "--out: cannot create the folder",
+            "pass a path in a folder you can write",
+        ],
+    );
+    bad_input(
+        &["trace", "convert", "traces/demo.parquet", "-o", &out],
+        &["--out: cannot create the folder"],
+    );
+}

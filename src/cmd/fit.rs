@@ -132,7 +132,7 @@ fn write_outputs<'a>(args: &'a FitArgs, fitted: &str, text: &str) -> Result<Opti
     let Some(dir) = &args.report else {
         return Ok(None);
     };
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    super::create_out_dir(dir, "--report")?;
     let path = dir.join("fit.txt");
     std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     Ok(Some(dir))

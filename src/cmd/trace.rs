@@ -214,7 +214,7 @@ fn convert(args: &ConvertArgs) -> Result<()> {
 
 fn create_parent(path: &Path) -> Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        super::create_out_dir(dir, "--out")?;
     }
     Ok(())
 }
