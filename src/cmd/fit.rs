@@ -44,7 +44,8 @@ pub struct FitArgs {
     /// Read LOG (CSV, JSON lines or Parquet) through this map of its columns:
     /// `arrival=COL[:UNIT],input_tokens=COL,output_tokens=COL` plus `first_token=COL[:UNIT],
     /// last_token=COL[:UNIT]` (timestamps) or `ttft=COL[:UNIT],e2e=COL[:UNIT]` (durations);
-    /// UNIT is s (default), ms, us or ns. Latencies count from the arrival.
+    /// UNIT is s (default; a timestamp that is Unix ms, us or ns by its magnitude is read so,
+    /// with a note), ms, us or ns. Latencies count from the arrival.
     #[arg(long, value_name = "MAP")]
     pub map: Option<String>,
     /// Where to write the fitted scenario.

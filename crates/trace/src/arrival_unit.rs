@@ -106,8 +106,11 @@ fn min_max(values: &[f64]) -> Option<(f64, f64)> {
     )
 }
 
-/// The unit in which `min..=max` are Unix times of one band (see the module docs), if any.
-pub(crate) fn epoch_unit(min: f64, max: f64) -> Option<TimeUnit> {
+/// The unit in which `min..=max` (numbers as a log wrote them) are Unix times of one band,
+/// if any: seconds for about 1e9, milliseconds for 1e12, microseconds for 1e15, nanoseconds
+/// for 1e18 (dates 2001-09-09 to 2262), the span under a tenth of the distance from 1970.
+/// `None` for anything else, offsets from a trace's start included.
+pub fn epoch_unit(min: f64, max: f64) -> Option<TimeUnit> {
     [
         TimeUnit::Seconds,
         TimeUnit::Millis,

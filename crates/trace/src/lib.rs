@@ -49,7 +49,7 @@ mod timestamp;
 mod transform;
 mod write;
 
-pub use arrival_unit::{InferredUnit, MANY_ROWS, MAX_MEAN_RATE_RPS};
+pub use arrival_unit::{InferredUnit, MANY_ROWS, MAX_MEAN_RATE_RPS, epoch_unit};
 pub use error::{InvalidReason, TraceError};
 pub use format::{ColumnMap, Field, Format, MAP_KEYS, detect};
 pub use ingest::{

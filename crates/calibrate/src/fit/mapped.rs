@@ -8,7 +8,9 @@
 //!
 //! Keys: `arrival`, `input_tokens`, `output_tokens`, and either both timestamps `first_token` and
 //! `last_token` (on the arrival's clock) or both durations `ttft` and `e2e` (from the arrival). A
-//! time column takes a unit after a colon: `s`, `ms`, `us` or `ns` (default `s`). Values must be
+//! time column takes a unit after a colon: `s`, `ms`, `us` or `ns` (default `s`, except that a
+//! timestamp column whose first value is a Unix time in ms, us or ns by its magnitude is read
+//! in that unit, see [`LogMap::settle_units`]). Values must be
 //! numbers (datetimes are not read here; a Parquet column may be of any integer or float type).
 //! Latencies count from `arrival`. Parquet is told by its magic bytes; otherwise a `.csv` file is
 //! CSV and anything else JSON lines.
@@ -32,6 +34,9 @@ pub struct TimeColumn {
     pub name: String,
     /// Nanoseconds per unit of the column's values.
     pub unit_ns: f64,
+    /// Whether the map gave the unit; when not, `unit_ns` is the default (seconds) until the
+    /// values' magnitude says they are Unix times in another unit (see [`LogMap::settle_units`]).
+    pub unit_stated: bool,
 }
 
 /// Where a log keeps each request's latencies.
@@ -79,7 +84,10 @@ impl LogMap {
             let (key, value) = part
                 .split_once('=')
                 .ok_or_else(|| bad(format!("`{part}` is not key=column")))?;
-            let (name, unit) = value.split_once(':').unwrap_or((value, "s"));
+            let (name, unit, unit_stated) = match value.split_once(':') {
+                Some((name, unit)) => (name, unit, true),
+                None => (value, "s", false),
+            };
             let unit_ns = match unit {
                 "s" => 1e9,
                 "ms" => 1e6,
@@ -102,6 +110,7 @@ impl LogMap {
                 TimeColumn {
                     name: name.to_string(),
                     unit_ns,
+                    unit_stated,
                 },
             ));
         }
@@ -142,6 +151,42 @@ impl LogMap {
 }
 
 impl LogMap {
+    /// Gives each timestamp column (arrival, first and last token) whose unit the map left out
+    /// the unit its first value's magnitude implies when that is Unix milliseconds,
+    /// microseconds or nanoseconds (no request log is 30,000 years long in seconds); the
+    /// default, seconds, stays otherwise. `get` reads the first row. Returns a note for each
+    /// unit inferred.
+    pub fn settle_units(&mut self, get: &dyn Fn(&str) -> Result<f64, LogError>) -> Vec<String> {
+        let mut notes = Vec::new();
+        let mut columns: Vec<&mut TimeColumn> = vec![&mut self.arrival];
+        if let LatencyColumns::Timestamps {
+            first_token,
+            last_token,
+        } = &mut self.latencies
+        {
+            columns.extend([first_token, last_token]);
+        }
+        for column in columns.into_iter().filter(|c| !c.unit_stated) {
+            let Ok(value) = get(&column.name) else {
+                continue;
+            };
+            let unit = capsim_trace::epoch_unit(value, value)
+                .filter(|u| *u != capsim_trace::TimeUnit::Seconds);
+            if let Some(unit) = unit {
+                column.unit_ns = unit.ns_per_unit() as f64;
+                column.unit_stated = true;
+                notes.push(format!(
+                    "`{}` read as Unix time in {} by its magnitude (state it: {}:{})",
+                    column.name,
+                    unit.name(),
+                    column.name,
+                    unit.name()
+                ));
+            }
+        }
+        notes
+    }
+
     /// The columns the map names, arrival first.
     pub fn column_names(&self) -> Vec<&str> {
         let mut names = vec![
@@ -181,6 +226,8 @@ pub fn read_mapped(path: &Path, map: &LogMap) -> Result<MeasuredLog, LogError> {
     if is_parquet(path)? {
         return read_mapped_parquet(path, map);
     }
+    let mut map = map.clone();
+    let mut notes: Option<Vec<String>> = None;
     let csv = path
         .extension()
         .and_then(|e| e.to_str())
@@ -206,9 +253,11 @@ pub fn read_mapped(path: &Path, map: &LogMap) -> Result<MeasuredLog, LogError> {
                     row_err(path, line, format!("`{name}` = {cell:?} is not a number"))
                 })
             };
-            rows.push(mapped_row(path, line, map, &get)?);
+            notes.get_or_insert_with(|| map.settle_units(&get));
+            rows.push(mapped_row(path, line, &map, &get)?);
         }
-        return Ok(into_log(rows, "CSV through --map", Vec::new()));
+        let format = described("CSV through --map", notes);
+        return Ok(into_log(rows, &format, Vec::new()));
     }
     for (i, line_text) in text.lines().enumerate() {
         let line = i + 1;
@@ -235,9 +284,19 @@ pub fn read_mapped(path: &Path, map: &LogMap) -> Result<MeasuredLog, LogError> {
             cell.as_f64()
                 .ok_or_else(|| row_err(path, line, format!("`{name}` = {cell} is not a number")))
         };
-        rows.push(mapped_row(path, line, map, &get)?);
+        notes.get_or_insert_with(|| map.settle_units(&get));
+        rows.push(mapped_row(path, line, &map, &get)?);
     }
-    Ok(into_log(rows, "JSON lines through --map", Vec::new()))
+    let format = described("JSON lines through --map", notes);
+    Ok(into_log(rows, &format, Vec::new()))
+}
+
+/// The log's format, with the units inferred for its columns.
+fn described(format: &str, notes: Option<Vec<String>>) -> String {
+    match notes.filter(|n| !n.is_empty()) {
+        Some(notes) => format!("{format}; {}", notes.join("; ")),
+        None => format.to_string(),
+    }
 }
 
 /// Reads a Parquet log through `map`; rows are numbered from 0, as Parquet readers show them.
@@ -255,17 +314,21 @@ fn read_mapped_parquet(path: &Path, map: &LogMap) -> Result<MeasuredLog, LogErro
         .map_err(|e| parquet_err(e.to_string()))?;
     let mut rows = Vec::new();
     let mut base_row = 0;
+    let mut map = map.clone();
+    let mut notes: Option<Vec<String>> = None;
     for batch in reader {
         let batch = batch.map_err(|e| parquet_err(e.to_string()))?;
-        let columns = MappedColumns::of(path, &batch, map)?;
+        let columns = MappedColumns::of(path, &batch, &map)?;
         for i in 0..batch.num_rows() {
             let row = base_row + i;
             let get = |name: &str| columns.value(path, name, i, row);
-            rows.push(mapped_row(path, row, map, &get)?);
+            notes.get_or_insert_with(|| map.settle_units(&get));
+            rows.push(mapped_row(path, row, &map, &get)?);
         }
         base_row += batch.num_rows();
     }
-    Ok(into_log(rows, "Parquet through --map", Vec::new()))
+    let format = described("Parquet through --map", notes);
+    Ok(into_log(rows, &format, Vec::new()))
 }
 
 /// The numeric columns of one record batch that a map names.
@@ -530,6 +593,53 @@ mod tests {
             err.contains("row 1: `o` = \"five\" is not a number"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn unix_milliseconds_with_no_unit_are_read_as_milliseconds_not_seconds() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.csv");
+        let mut text = "send,first,last,isl,osl\n".to_string();
+        for i in 0..3 {
+            let t = 1_787_267_980_000_i64 + 1_000 * i;
+            text.push_str(&format!("{t},{},{},100,11\n", t + 250, t + 1_250));
+        }
+        std::fs::write(&path, text).unwrap();
+        let map = LogMap::parse(
+            "arrival=send,first_token=first,last_token=last,input_tokens=isl,output_tokens=osl",
+        )
+        .unwrap();
+        let log = read_mapped(&path, &map).unwrap();
+        // Unix times in ns are past f64's 2^53: within a microsecond.
+        let near = |got: u64, want: u64| assert!(got.abs_diff(want) < 1_000, "{got} vs {want}");
+        near(log.arrival_ns[2], 2_000_000_000);
+        near(log.ttft_ns[1], 250_000_000);
+        near(log.e2e_ns[1], 1_250_000_000);
+        assert!(
+            log.format
+                .contains("`send` read as Unix time in ms by its magnitude (state it: send:ms)"),
+            "{}",
+            log.format
+        );
+    }
+
+    #[test]
+    fn unix_seconds_with_no_unit_keep_the_default_without_a_note() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.csv");
+        let text = "send,first,last,isl,osl\n1787267980.5,1787267980.75,1787267981.75,100,11\n";
+        std::fs::write(&path, text).unwrap();
+        let map = LogMap::parse(
+            "arrival=send,first_token=first,last_token=last,input_tokens=isl,output_tokens=osl",
+        )
+        .unwrap();
+        let log = read_mapped(&path, &map).unwrap();
+        assert!(
+            log.ttft_ns[0].abs_diff(250_000_000) < 1_000,
+            "{}",
+            log.ttft_ns[0]
+        );
+        assert_eq!(log.format, "CSV through --map");
     }
 
     /// The CSV test's log as Parquet, times in ms (int64) and sizes as uint32.
