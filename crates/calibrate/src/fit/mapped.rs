@@ -426,6 +426,19 @@ fn row_err(path: &Path, row: usize, message: String) -> LogError {
     }
 }
 
+/// A hint for a TTFT more than a day off: the arrival is on another clock or in another unit
+/// than the token times (vLLM's `arrival_time` is Unix time, its `*_ts` a monotonic clock).
+fn clock_hint(ttft_ns: i64) -> &'static str {
+    const DAY_NS: u64 = 86_400_000_000_000;
+    if ttft_ns.unsigned_abs() > DAY_NS {
+        "; a gap of more than a day means the arrival and token columns are on different clocks \
+         or in different units: map an arrival on the token times' clock (vLLM: \
+         arrival=queued_ts:s) or give each column its unit"
+    } else {
+        ""
+    }
+}
+
 /// One request through `map`, its fields read by `get`.
 fn mapped_row(
     path: &Path,
@@ -461,9 +474,10 @@ fn mapped_row(
             line,
             format!(
                 "TTFT {:.6} s and end-to-end {:.6} s: times go backwards (the first token must \
-                 come at or after the arrival, the last at or after the first)",
+                 come at or after the arrival, the last at or after the first){}",
                 ttft as f64 / 1e9,
-                e2e as f64 / 1e9
+                e2e as f64 / 1e9,
+                clock_hint(ttft)
             ),
         ));
     }
@@ -640,6 +654,28 @@ mod tests {
             log.ttft_ns[0]
         );
         assert_eq!(log.format, "CSV through --map");
+    }
+
+    #[test]
+    fn an_arrival_on_another_clock_than_the_tokens_is_named_as_such() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("requests.jsonl");
+        std::fs::write(
+            &path,
+            "{\"arrival_time\": 1787267980.08, \"first_token_ts\": 27537.35, \
+             \"last_token_ts\": 27554.23, \"input_toks\": 10, \"output_toks\": 5}\n",
+        )
+        .unwrap();
+        let map = LogMap::parse(
+            "arrival=arrival_time,first_token=first_token_ts,last_token=last_token_ts,\
+             input_tokens=input_toks,output_tokens=output_toks",
+        )
+        .unwrap();
+        let err = read_mapped(&path, &map).unwrap_err().to_string();
+        assert!(
+            err.contains("times go backwards") && err.contains("different clocks"),
+            "{err}"
+        );
     }
 
     /// The CSV test's log as Parquet, times in ms (int64) and sizes as uint32.
