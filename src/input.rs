@@ -123,6 +123,15 @@ impl LoadedTrace {
         ) {
             parts.push(format!("arrivals read as {}", r.time_origin.describe()));
         }
+        for inferred in &r.inferred_units {
+            parts.push(format!(
+                "arrivals `{}` read as Unix {} by their magnitude (state it: --map arrival={}:{})",
+                inferred.column,
+                inferred.unit_words(),
+                inferred.column,
+                inferred.unit
+            ));
+        }
         format!("{} rows read: {}", r.rows_read, parts.join(", "))
     }
 }

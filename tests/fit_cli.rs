@@ -689,3 +689,51 @@ fn the_runs_meta_json_sets_the_engine_limits_the_fit_replays_with() {
         "{fitted}"
     );
 }
+
+#[test]
+fn a_mistyped_map_column_names_the_row_the_columns_and_the_closest_with_exit_2() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = ground_truth("vllm-rtx4090-llama-3.1-8b");
+    let out = capsim(&[
+        "fit",
+        "--scenario",
+        "scenarios/vllm-rtx4090-llama-3.1-8b.toml",
+        "--log",
+        log.to_str().unwrap(),
+        "--map",
+        "arrival=queued_ts:s,first_token=first_token_ts:s,last_token=last_token_ts:s,\
+         input_tokens=input_toks,output_tokens=output_tok",
+        "-o",
+        dir.path().join("f.toml").to_str().unwrap(),
+    ]);
+    assert_user_error(
+        &out,
+        &[
+            "requests.jsonl: row 1: no column `output_tok`",
+            "arrival_time, first_token_ts",
+            "did you mean `output_toks`?",
+        ],
+    );
+}
+
+#[test]
+fn a_report_folder_that_cannot_be_made_is_a_usage_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let blocker = dir.path().join("file");
+    std::fs::write(&blocker, "not a folder").unwrap();
+    let log = ground_truth("vllm-rtx4090-llama-3.1-8b");
+    let out = capsim(&[
+        "fit",
+        "--scenario",
+        "scenarios/vllm-rtx4090-llama-3.1-8b.toml",
+        "--log",
+        log.to_str().unwrap(),
+        "--max-iterations",
+        "1",
+        "-o",
+        dir.path().join("f.toml").to_str().unwrap(),
+        "--report",
+        blocker.join("report").to_str().unwrap(),
+    ]);
+    assert_user_error(&out, &["--report: cannot create the folder"]);
+}

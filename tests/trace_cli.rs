@@ -700,3 +700,144 @@ fn files_with_different_time_bases_are_not_merged() {
         ],
     );
 }
+
+// ---- inputs that cannot mislead (issue 30) ----
+
+/// Three requests of a vLLM-style log: Unix-seconds arrivals under vLLM's key names.
+fn vllm_log(dir: &Path) -> String {
+    write(
+        dir,
+        "requests.jsonl",
+        "{\"request_id\": \"a\", \"input_toks\": 2358, \"output_toks\": 531, \"arrival_time\": 1787267980.0827403}\n\
+         {\"request_id\": \"b\", \"input_toks\": 1034, \"output_toks\": 769, \"arrival_time\": 1787267980.3478317}\n\
+         {\"request_id\": \"c\", \"input_toks\": 1320, \"output_toks\": 700, \"arrival_time\": 1787268009.1}\n",
+    )
+}
+
+#[test]
+fn unix_seconds_mapped_without_a_unit_are_read_as_seconds_with_a_note() {
+    let dir = tmp();
+    let log = vllm_log(dir.path());
+    let map = "arrival=arrival_time,input_tokens=input_toks,output_tokens=output_toks";
+    let out = capsim(&["trace", "inspect", &log, "--map", map]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("span        29.017s"), "{text}");
+    assert!(
+        text.contains(
+            "read as Unix seconds by their magnitude (state it: --map arrival=arrival_time:s)"
+        ),
+        "{text}"
+    );
+    let s = &inspect_json(&[&log, "--map", map])["summary"];
+    close(s, "span_s", 29.017, 0.001);
+}
+
+#[test]
+fn a_unitless_arrival_column_too_dense_for_nanoseconds_is_refused_with_exit_2() {
+    let dir = tmp();
+    let mut text = "t,n\n".to_string();
+    for i in 0..200 {
+        text.push_str(&format!("{},1\n", i * 10));
+    }
+    let path = write(dir.path(), "offsets.csv", &text);
+    bad_input(
+        &[
+            "trace",
+            "inspect",
+            &path,
+            "--map",
+            "arrival=t,input_tokens=n",
+        ],
+        &[
+            "offsets.csv: arrival column `t` has no unit",
+            "as seconds they span 1990.0 s",
+            "--map arrival=t:s",
+        ],
+    );
+}
+
+#[test]
+fn synth_sizes_from_takes_the_map_and_format_of_the_other_trace_commands() {
+    let dir = tmp();
+    let log = vllm_log(dir.path());
+    let out = dir.path().join("s.parquet");
+    let o = out.to_str().unwrap();
+    let synth = |extra: &[&str]| {
+        let mut args = vec![
+            "trace",
+            "synth",
+            "-o",
+            o,
+            "--count",
+            "50",
+            "--rate",
+            "5",
+            "--sizes-from",
+            &log,
+        ];
+        args.extend_from_slice(extra);
+        capsim(&args)
+    };
+    let unmapped = synth(&[]);
+    assert_user_error(&unmapped, &["no column `arrival`", "--map"]);
+    let mapped = synth(&[
+        "--format",
+        "jsonl",
+        "--map",
+        "arrival=arrival_time:s,input_tokens=input_toks,output_tokens=output_toks",
+    ]);
+    assert!(mapped.status.success(), "{}", stderr(&mapped));
+    let s = &inspect_json(&[o])["summary"];
+    assert_eq!(num(s, "rows"), 50.0);
+    let max_in = num(s, "input_tokens.max");
+    assert!([2358.0, 1034.0, 1320.0].contains(&max_in), "{s}");
+    let stray = capsim(&[
+        "trace",
+        "synth",
+        "-o",
+        o,
+        "--count",
+        "5",
+        "--map",
+        "arrival=t",
+    ]);
+    assert_user_error(&stray, &["--sizes-from"]);
+}
+
+#[test]
+fn a_mistyped_map_column_suggests_the_closest_one() {
+    let dir = tmp();
+    let log = vllm_log(dir.path());
+    bad_input(
+        &[
+            "trace",
+            "inspect",
+            &log,
+            "--map",
+            "arrival=arrival_time:s,input_tokens=input_tok",
+        ],
+        &[
+            "requests.jsonl: line 1: no column `input_tok`",
+            "did you mean `input_toks`?",
+        ],
+    );
+}
+
+#[test]
+fn an_output_folder_that_cannot_be_made_is_a_usage_error() {
+    let dir = tmp();
+    let blocker = write(dir.path(), "file", "not a folder");
+    let out = format!("{blocker}/sub/x.parquet");
+    bad_input(
+        &["trace", "synth", "-o", &out, "--count", "5"],
+        &[
+            "--out: cannot create the folder",
+            "pass a path in a folder you can write",
+        ],
+    );
+    bad_input(
+        &["trace", "convert", "traces/demo.parquet", "-o", &out],
+        &["--out: cannot create the folder"],
+    );
+}

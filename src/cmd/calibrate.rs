@@ -293,8 +293,7 @@ pub fn run(args: CalibrateArgs) -> Result<()> {
     .map_err(|err| decoder_hint(err, &runtime, &args.model))?;
     bar.finish_and_clear();
     if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("creating the folder {} for the profile", dir.display()))?;
+        super::create_out_dir(dir, "--out")?;
     }
     profile
         .write(&args.out)
@@ -435,9 +434,7 @@ fn run_decoder(args: CalibrateArgs) -> Result<()> {
     .map_err(user_facing)?;
     bar.finish_and_clear();
     if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| {
-            format!("creating the folder {} for the step profile", dir.display())
-        })?;
+        super::create_out_dir(dir, "--out")?;
     }
     profile
         .write(&args.out)

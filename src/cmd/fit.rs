@@ -44,7 +44,8 @@ pub struct FitArgs {
     /// Read LOG (CSV, JSON lines or Parquet) through this map of its columns:
     /// `arrival=COL[:UNIT],input_tokens=COL,output_tokens=COL` plus `first_token=COL[:UNIT],
     /// last_token=COL[:UNIT]` (timestamps) or `ttft=COL[:UNIT],e2e=COL[:UNIT]` (durations);
-    /// UNIT is s (default), ms, us or ns. Latencies count from the arrival.
+    /// UNIT is s (default; a timestamp that is Unix ms, us or ns by its magnitude is read so,
+    /// with a note), ms, us or ns. Latencies count from the arrival.
     #[arg(long, value_name = "MAP")]
     pub map: Option<String>,
     /// Where to write the fitted scenario.
@@ -132,7 +133,7 @@ fn write_outputs<'a>(args: &'a FitArgs, fitted: &str, text: &str) -> Result<Opti
     let Some(dir) = &args.report else {
         return Ok(None);
     };
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    super::create_out_dir(dir, "--report")?;
     let path = dir.join("fit.txt");
     std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     Ok(Some(dir))

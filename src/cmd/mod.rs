@@ -23,6 +23,18 @@ impl std::fmt::Display for BadInput {
 
 impl std::error::Error for BadInput {}
 
+/// Creates `dir` and its parents for the output that `flag` names. A folder that cannot be
+/// made there is bad input (exit 2): the user picks another path.
+pub fn create_out_dir(dir: &std::path::Path, flag: &str) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| {
+        BadInput(format!(
+            "{flag}: cannot create the folder {} ({e}); pass a path in a folder you can write",
+            dir.display()
+        ))
+        .into()
+    })
+}
+
 /// Applies `--set KEY=VALUE` overrides to `scenario`, in order, validating once after the last
 /// (so `--set service.kind=profile --set service.path=P` switches the model); prints a note for
 /// each table whose kind changed.

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use capsim_calibrate::check_model_file;
 use capsim_calibrate::live::{
     LiveConfig, LiveRequest, LiveRun, check_servable, replay, timeseries_of,
@@ -200,8 +200,7 @@ pub fn run(args: ReplayArgs) -> Result<()> {
         eprintln!("note: {note}");
     }
 
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("cannot create output directory {}", args.out.display()))?;
+    super::create_out_dir(&args.out, "--out")?;
     write_requests_parquet(
         &args.out.join("requests.parquet"),
         &live.records,
@@ -376,8 +375,7 @@ fn run_endpoint(args: &ReplayArgs, url: &str) -> Result<()> {
     if let Some(note) = run.summary.timeseries_note() {
         eprintln!("note: {note}");
     }
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("cannot create output directory {}", args.out.display()))?;
+    super::create_out_dir(&args.out, "--out")?;
     write_requests_parquet(
         &args.out.join("requests.parquet"),
         &run.records,

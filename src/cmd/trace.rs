@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use capsim_trace::{
-    Arrivals, Distribution, IngestOptions, SizeDist, Sizes, Summary, SynthSpec, Transforms,
+    Arrivals, Distribution, Format, IngestOptions, SizeDist, Sizes, Summary, SynthSpec, Transforms,
     parse_duration_ns,
 };
 use clap::{Args, Subcommand};
@@ -67,6 +67,17 @@ pub struct SynthArgs {
     /// Resample (input, output) sizes jointly from this trace instead of --input/--output-tokens.
     #[arg(long, value_name = "TRACE")]
     pub sizes_from: Option<PathBuf>,
+    /// Format of the --sizes-from trace, as for `trace inspect` (detected when omitted).
+    #[arg(long, value_name = "FORMAT", requires = "sizes_from")]
+    pub format: Option<String>,
+    /// Column mapping of the --sizes-from trace, as for `trace inspect`, e.g.
+    /// `arrival=ts:s,input_tokens=prompt,output_tokens=completion`; repeatable.
+    #[arg(
+        long = "map",
+        value_name = "KEY=COL[:UNIT],...",
+        requires = "sizes_from"
+    )]
+    pub maps: Vec<String>,
     /// Random seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -107,7 +118,13 @@ fn render(input: &TraceInput, loaded: &LoadedTrace, s: &Summary) -> String {
         .as_deref()
         .map(|t| format!(", from {t}"))
         .unwrap_or_default();
-    line("span", format!("{}{start}", human_duration(s.span_s)));
+    line(
+        "span",
+        format!(
+            "{}{start}",
+            capsim_trace::quantity::format_seconds_human(s.span_s)
+        ),
+    );
     line(
         "time 0",
         format!("arrivals are {}", loaded.report.time_origin.describe()),
@@ -187,21 +204,6 @@ fn opt(x: Option<f64>, decimals: usize) -> String {
     x.map_or("-".to_string(), |v| fmt_num(v, decimals))
 }
 
-fn human_duration(s: f64) -> String {
-    if s >= 3600.0 {
-        format!(
-            "{}h{:02}m{:04.1}s",
-            (s / 3600.0) as u64,
-            ((s % 3600.0) / 60.0) as u64,
-            s % 60.0
-        )
-    } else if s >= 60.0 {
-        format!("{}m{:04.1}s", (s / 60.0) as u64, s % 60.0)
-    } else {
-        format!("{s:.3}s")
-    }
-}
-
 fn convert(args: &ConvertArgs) -> Result<()> {
     let loaded = args.input.load()?;
     create_parent(&args.out)?;
@@ -212,7 +214,7 @@ fn convert(args: &ConvertArgs) -> Result<()> {
 
 fn create_parent(path: &Path) -> Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        super::create_out_dir(dir, "--out")?;
     }
     Ok(())
 }
@@ -238,16 +240,15 @@ fn synth(args: &SynthArgs) -> Result<()> {
         .transpose()?;
     let sizes = match &args.sizes_from {
         Some(path) => {
-            let (src, _) = capsim_trace::load(
-                std::slice::from_ref(path),
-                &IngestOptions::default(),
-                &Transforms::default(),
-            )
-            .with_context(|| format!("reading --sizes-from {}", path.display()))?;
-            Sizes::Resampled {
-                input: src.input_tokens().to_vec(),
-                output: src.output_tokens().map(<[u32]>::to_vec),
-            }
+            let opts = IngestOptions {
+                format: args.format.as_deref().map(Format::parse).transpose()?,
+                maps: args.maps.clone(),
+                ..IngestOptions::default()
+            };
+            let (src, _) =
+                capsim_trace::load(std::slice::from_ref(path), &opts, &Transforms::default())
+                    .with_context(|| format!("reading --sizes-from {}", path.display()))?;
+            Sizes::resampled_from(&src)
         }
         None => Sizes::Parametric {
             input: SizeDist::parse("--input-tokens", &args.input_tokens)?,

@@ -229,8 +229,7 @@ pub fn run(args: ValidateArgs) -> Result<()> {
         let measured = live_summary(&scenario, args.seed, &live, capsim_sim::Warmup::None);
         if let Some(out) = &args.out {
             let dir = out.join(format!("load-{:.0}", load * 100.0));
-            std::fs::create_dir_all(&dir)
-                .with_context(|| format!("cannot create output directory {}", dir.display()))?;
+            super::create_out_dir(&dir, "--out")?;
             let pools = std::slice::from_ref(&pool.name);
             write_requests_parquet(
                 &dir.join("simulated.parquet"),

@@ -904,7 +904,8 @@ impl Summary {
 }
 
 /// Seconds written with the largest unit that keeps the number at or above 1 (`250 ms`,
-/// `3.5 h`, `1000 d`).
+/// `3.5 h`, `1000 d`), chosen after rounding to 3 decimals so that 59.9996 s is `1 min`, not
+/// `60.000 s`.
 fn human_seconds(s: f64) -> String {
     const UNITS: [(f64, &str); 6] = [
         (86_400.0, "d"),
@@ -914,12 +915,17 @@ fn human_seconds(s: f64) -> String {
         (1e-3, "ms"),
         (1e-6, "us"),
     ];
-    let (scale, unit) = UNITS
-        .iter()
-        .copied()
-        .find(|&(scale, _)| s >= scale)
-        .unwrap_or((1e-9, "ns"));
-    let v = s / scale;
+    let unit_of = |s: f64| {
+        UNITS
+            .iter()
+            .copied()
+            .find(|&(scale, _)| s >= scale)
+            .unwrap_or((1e-9, "ns"))
+    };
+    let (scale, _) = unit_of(s);
+    let rounded = (s / scale * 1e3).round() / 1e3 * scale;
+    let (scale, unit) = unit_of(rounded);
+    let v = rounded / scale;
     if (v - v.round()).abs() < 1e-9 {
         format!("{v:.0} {unit}")
     } else {
@@ -930,6 +936,14 @@ fn human_seconds(s: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn human_seconds_that_round_up_to_the_next_unit_take_it() {
+        assert_eq!(human_seconds(59.9996), "1 min");
+        assert_eq!(human_seconds(3599.9999), "1 h");
+        assert_eq!(human_seconds(0.25), "250 ms");
+        assert_eq!(human_seconds(5400.0), "1.500 h");
+    }
     use rand::{RngExt, SeedableRng};
 
     #[test]

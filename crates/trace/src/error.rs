@@ -63,20 +63,26 @@ pub enum TraceError {
     },
     /// A required column is missing.
     #[error(
-        "{}: no column `{column}` (columns present: {}); map one with \
-         --map {suggestion}",
+        "{}: {}: no column `{column}` (columns present: {}){}; map one with \
+         --map {}",
         path.display(),
-        present.join(", ")
+        line.map_or("schema".to_string(), |l| format!("line {l}")),
+        present.join(", "),
+        closest.as_ref().map(|c| format!("; did you mean `{c}`?")).unwrap_or_default(),
+        crate::format::MAP_HINT
     )]
     MissingColumn {
         /// The file that lacks the column.
         path: PathBuf,
-        /// The canonical column that nothing maps to (e.g. `arrival`).
+        /// The 1-based line where the columns were looked up: the CSV header (1) or the first
+        /// JSON object; `None` for a Parquet schema.
+        line: Option<u64>,
+        /// The source column asked for (a canonical name, a preset's, or a `--map` value).
         column: String,
         /// The columns the file does have, in file order.
         present: Vec<String>,
-        /// A `--map` argument to copy and edit, e.g. `arrival=COL:UNIT,input_tokens=COL,...`.
-        suggestion: String,
+        /// The present column closest in spelling to `column`, when one is close.
+        closest: Option<String>,
     },
     /// A column exists but holds a type that cannot mean what the mapping says.
     #[error(
@@ -167,6 +173,20 @@ pub enum TraceError {
         what: String,
         /// Why, and what would fix it; empty for no hint.
         hint: String,
+    },
+    /// A numeric arrival column with no unit stated cannot be read in the default unit.
+    #[error(
+        "{}: arrival column `{column}` has no unit and {reason}; state its unit: \
+         --map arrival={column}:s (or ms, us, ns)",
+        path.display()
+    )]
+    ArrivalUnit {
+        /// The file.
+        path: PathBuf,
+        /// The arrival column, by its name in the file.
+        column: String,
+        /// What the default reading gives, and the readings in seconds and milliseconds.
+        reason: String,
     },
     /// A `--map` specification could not be parsed.
     #[error("bad --map {spec:?}: {reason}")]

@@ -145,7 +145,8 @@ pub struct ColumnMap {
     /// Source column of arrival times (required).
     pub arrival: String,
     /// Unit of the arrival column; `None` infers it: Parquet timestamps and text are datetimes,
-    /// numbers are nanoseconds.
+    /// numbers are Unix times in the unit their magnitude implies, or else nanoseconds (see
+    /// `docs/trace-format.md`).
     pub arrival_unit: Option<TimeUnit>,
     /// Source column of input sizes (required).
     pub input_tokens: String,

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::arrival_unit::InferredUnit;
 use crate::format::{self, ColumnMap, Format};
 use crate::read::{self, Builder, Part, ReadOptions, TimeBase};
 use crate::table::{Columns, ObservedLatencies};
@@ -85,6 +86,9 @@ pub struct IngestReport {
     pub out_of_order: u64,
     /// What the arrival times were read as, and where time 0 is.
     pub time_origin: TimeOrigin,
+    /// Numeric arrival columns with no unit stated whose unit was inferred from their values'
+    /// magnitude (Unix times), one per file.
+    pub inferred_units: Vec<InferredUnit>,
     /// Rows flagged failed (kept in the trace).
     pub failed: u64,
     /// Rows dropped by `--window`.
@@ -182,11 +186,14 @@ pub fn read_trace(
             map: &map,
             skip_invalid: opts.skip_invalid,
         };
-        let part = match format.container() {
+        let mut part = match format.container() {
             format::Container::Parquet => read::parquet::read(path, &ro)?,
             format::Container::Csv => read::csv::read(path, &ro)?,
             format::Container::Jsonl => read::jsonl::read(path, &ro)?,
         };
+        if let Some(inferred) = crate::arrival_unit::settle(&mut part, &map.arrival)? {
+            report.inferred_units.push(inferred);
+        }
         let skipped: u64 = part.skipped.values().sum();
         report.files.push(FileReport {
             path: path.clone(),
@@ -339,6 +346,7 @@ fn permute(b: Builder, order: &[usize]) -> Builder {
     }
     Builder {
         arrival: take(&b.arrival, order),
+        arrival_raw: None,
         input: take(&b.input, order),
         output: b.output.as_deref().map(|v| take(v, order)),
         request_id: b.request_id.as_ref().map(|c| c.take(order)),
@@ -459,6 +467,112 @@ mod tests {
     }
 
     #[test]
+    fn unix_seconds_with_no_unit_are_read_as_seconds_and_noted() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(
+            dir.path(),
+            "requests.jsonl",
+            "{\"arrival_time\": 1787267980.0827403, \"input_toks\": 2358}\n\
+             {\"arrival_time\": 1787267980.3478317, \"input_toks\": 1034}\n\
+             {\"arrival_time\": 1787268009.0, \"input_toks\": 10}\n",
+        );
+        let opts = IngestOptions {
+            maps: vec!["arrival=arrival_time,input_tokens=input_toks".into()],
+            ..IngestOptions::default()
+        };
+        let (trace, report) = read_trace(std::slice::from_ref(&p), &opts).unwrap();
+        let got = trace.arrival_ns();
+        assert_eq!(got[0], 0);
+        assert!(got[1].abs_diff(265_091_400) < 1_000, "{got:?}");
+        assert!(got[2].abs_diff(28_917_259_700) < 1_000, "{got:?}");
+        assert_eq!(report.time_origin, TimeOrigin::UnixNumbers);
+        assert_eq!(
+            report.inferred_units,
+            vec![InferredUnit {
+                path: p,
+                column: "arrival_time".into(),
+                unit: "s"
+            }]
+        );
+        let note = report.inferred_units[0].note();
+        assert!(note.contains("--map arrival=arrival_time:s"), "{note}");
+    }
+
+    #[test]
+    fn unix_milliseconds_with_no_unit_are_read_as_milliseconds() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(
+            dir.path(),
+            "t.csv",
+            "t,n\n1777142839500,2\n1777142838300,1\n",
+        );
+        let opts = IngestOptions {
+            maps: vec!["arrival=t,input_tokens=n".into()],
+            ..IngestOptions::default()
+        };
+        let (trace, report) = read_trace(&[p], &opts).unwrap();
+        assert_eq!(trace.arrival_ns(), &[0, 1_200_000_000]);
+        assert_eq!(trace.start_unix_ns(), Some(1_777_142_838_300_000_000));
+        assert_eq!(report.inferred_units[0].unit, "ms");
+    }
+
+    #[test]
+    fn nanosecond_offsets_that_only_look_like_seconds_stay_nanoseconds() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(
+            dir.path(),
+            "t.csv",
+            "arrival,input_tokens\n1500000000,1\n3000000000,2\n",
+        );
+        let (trace, report) = read_trace(&[p], &IngestOptions::default()).unwrap();
+        assert_eq!(trace.arrival_ns(), &[1_500_000_000, 3_000_000_000]);
+        assert!(report.inferred_units.is_empty());
+        assert_eq!(report.time_origin, TimeOrigin::Offsets);
+    }
+
+    #[test]
+    fn many_arrivals_within_nanoseconds_are_refused_naming_the_likely_units() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut text = "t,n\n".to_string();
+        for i in 0..300 {
+            text.push_str(&format!("{i},1\n"));
+        }
+        let p = write(dir.path(), "offsets.csv", &text);
+        let opts = IngestOptions {
+            maps: vec!["arrival=t,input_tokens=n".into()],
+            ..IngestOptions::default()
+        };
+        let err = read_trace(&[p], &opts).unwrap_err().to_string();
+        for want in [
+            "offsets.csv: arrival column `t` has no unit",
+            "its 300 arrivals span 299 ns",
+            "as seconds they span 299.0 s (1.0 req/s)",
+            "as milliseconds 299.0 ms",
+            "--map arrival=t:s",
+        ] {
+            assert!(err.contains(want), "missing {want:?} in: {err}");
+        }
+    }
+
+    #[test]
+    fn fractions_with_no_unit_are_refused_not_rounded_to_nanoseconds() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(
+            dir.path(),
+            "t.jsonl",
+            "{\"arrival\": 0.0, \"input_tokens\": 1}\n{\"arrival\": 2.5, \"input_tokens\": 1}\n",
+        );
+        let err = read_trace(&[p], &IngestOptions::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("arrival column `arrival` has no unit and holds fractions (2.5)")
+                && err.contains("--map arrival=arrival:s"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn offsets_below_the_year_2000_keep_their_values() {
         let dir = tempfile::tempdir().unwrap();
         // 29 years of seconds: a long offset, still not a Unix time of this century.
@@ -474,6 +588,42 @@ mod tests {
         );
         assert_eq!(trace.start_unix_ns(), None);
         assert_eq!(report.time_origin, TimeOrigin::Offsets);
+    }
+
+    #[test]
+    fn a_mistyped_column_is_named_with_the_file_line_columns_and_a_suggestion() {
+        let dir = tempfile::tempdir().unwrap();
+        let jsonl = write(
+            dir.path(),
+            "r.jsonl",
+            "\n{\"arrival_time\": 1, \"input_toks\": 2, \"output_toks\": 3}\n",
+        );
+        let csv = write(
+            dir.path(),
+            "r.csv",
+            "arrival_time,input_toks,output_toks\n1,2,3\n",
+        );
+        for (path, at) in [(jsonl, "line 2"), (csv, "line 1")] {
+            let opts = IngestOptions {
+                maps: vec![
+                    "arrival=arrival_time:s,input_tokens=input_toks,output_tokens=output_tok"
+                        .into(),
+                ],
+                ..IngestOptions::default()
+            };
+            let err = read_trace(std::slice::from_ref(&path), &opts)
+                .unwrap_err()
+                .to_string();
+            for want in [
+                path.display().to_string().as_str(),
+                at,
+                "no column `output_tok`",
+                "arrival_time, input_toks, output_toks",
+                "did you mean `output_toks`?",
+            ] {
+                assert!(err.contains(want), "missing {want:?} in: {err}");
+            }
+        }
     }
 
     #[test]

@@ -35,11 +35,13 @@
 
 #![warn(missing_docs)]
 
+mod arrival_unit;
 mod error;
 mod format;
 mod ingest;
 pub mod quantity;
 mod read;
+pub mod suggest;
 mod summary;
 mod synth;
 mod table;
@@ -47,6 +49,7 @@ mod timestamp;
 mod transform;
 mod write;
 
+pub use arrival_unit::{InferredUnit, MANY_ROWS, MAX_MEAN_RATE_RPS, epoch_unit};
 pub use error::{InvalidReason, TraceError};
 pub use format::{ColumnMap, Field, Format, MAP_KEYS, detect};
 pub use ingest::{
@@ -54,6 +57,7 @@ pub use ingest::{
     read_trace,
 };
 pub use quantity::parse_duration_ns;
+pub use suggest::closest;
 pub use summary::{Distribution, Summary, bin_counts, peak_count, percentile_sorted};
 pub use synth::{Arrivals, MAX_REQUESTS, SizeDist, Sizes, SynthSpec, synthesize};
 pub use table::{Columns, ListColumn, ObservedLatencies, StringColumn, Trace};

@@ -169,6 +169,30 @@ pub fn format_duration_ns(ns: u64) -> String {
     D(ns).to_string()
 }
 
+/// Formats seconds for people: `12.345s` under a minute, `4m05.3s` under an hour, `2h03m07.5s`
+/// beyond. Rounding comes first and carries: 59.9996 s is `1m00.0s`, 299.96 s is `5m00.0s`,
+/// 3599.96 s is `1h00m00.0s`, never `4m60.0s`. Negative and non-finite seconds print as `0.000s`.
+pub fn format_seconds_human(seconds: f64) -> String {
+    let s = if seconds.is_finite() {
+        seconds.max(0.0)
+    } else {
+        0.0
+    };
+    let ms = (s * 1e3).round() as u64;
+    if ms < 60_000 {
+        return format!("{}.{:03}s", ms / 1_000, ms % 1_000);
+    }
+    let tenths = (s * 10.0).round() as u64;
+    let (hours, rest) = (tenths / 36_000, tenths % 36_000);
+    let (minutes, rest) = (rest / 600, rest % 600);
+    let seconds = format!("{:02}.{}s", rest / 10, rest % 10);
+    if hours > 0 {
+        format!("{hours}h{minutes:02}m{seconds}")
+    } else {
+        format!("{minutes}m{seconds}")
+    }
+}
+
 /// A duration read from a scenario file or flag, in nanoseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DurationNs(pub u64);
@@ -255,6 +279,24 @@ fn quantity_text<'de, D: serde::Deserializer<'de>>(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn human_seconds_carry_a_rounded_minute_and_hour() {
+        for (seconds, want) in [
+            (12.3456, "12.346s"),
+            (59.9996, "1m00.0s"),
+            (59.96, "59.960s"),
+            (65.3, "1m05.3s"),
+            (299.96, "5m00.0s"),
+            (299.94, "4m59.9s"),
+            (3599.96, "1h00m00.0s"),
+            (7387.5, "2h03m07.5s"),
+            (-1.0, "0.000s"),
+            (f64::NAN, "0.000s"),
+        ] {
+            assert_eq!(format_seconds_human(seconds), want, "{seconds} s");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -102,6 +102,17 @@ pub enum Sizes {
     },
 }
 
+impl Sizes {
+    /// Sizes resampled jointly from `trace`'s requests: its input tokens, and its output tokens
+    /// when it has them.
+    pub fn resampled_from(trace: &Trace) -> Sizes {
+        Sizes::Resampled {
+            input: trace.input_tokens().to_vec(),
+            output: trace.output_tokens().map(<[u32]>::to_vec),
+        }
+    }
+}
+
 /// Everything a synthesis needs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SynthSpec {

@@ -90,7 +90,12 @@ fn make_canonical_parquet() -> Vec<u8> {
         ));
     }
     std::fs::write(&csv, text).unwrap();
-    let (trace, _) = read_trace(&[csv], &IngestOptions::default()).unwrap();
+    // 300 arrivals 1 us apart: a unitless column that dense is refused, so state the unit.
+    let opts = IngestOptions {
+        maps: vec!["arrival=arrival:ns".into()],
+        ..IngestOptions::default()
+    };
+    let (trace, _) = read_trace(&[csv], &opts).unwrap();
     let out = dir.path().join("t.parquet");
     capsim_trace::write_parquet(&trace, &out).unwrap();
     std::fs::read(out).unwrap()

@@ -126,8 +126,7 @@ pub(super) fn run(args: &ValidateArgs, url: &str) -> Result<()> {
         .out
         .clone()
         .unwrap_or_else(|| PathBuf::from(DEFAULT_OUT));
-    std::fs::create_dir_all(&out)
-        .with_context(|| format!("cannot create output directory {}", out.display()))?;
+    crate::cmd::create_out_dir(&out, "--out")?;
     let mut report = EndpointValidation {
         endpoint: url.to_string(),
         protocol: match protocol {
@@ -210,8 +209,7 @@ pub(super) fn run(args: &ValidateArgs, url: &str) -> Result<()> {
             }
             None => None,
         };
-        std::fs::create_dir_all(&dir)
-            .with_context(|| format!("cannot create output directory {}", dir.display()))?;
+        crate::cmd::create_out_dir(&dir, "--out")?;
         let pools = std::slice::from_ref(&pool.name);
         write_requests_parquet(
             &dir.join("measured.parquet"),

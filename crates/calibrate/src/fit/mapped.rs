@@ -8,7 +8,9 @@
 //!
 //! Keys: `arrival`, `input_tokens`, `output_tokens`, and either both timestamps `first_token` and
 //! `last_token` (on the arrival's clock) or both durations `ttft` and `e2e` (from the arrival). A
-//! time column takes a unit after a colon: `s`, `ms`, `us` or `ns` (default `s`). Values must be
+//! time column takes a unit after a colon: `s`, `ms`, `us` or `ns` (default `s`, except that a
+//! timestamp column whose first value is a Unix time in ms, us or ns by its magnitude is read
+//! in that unit, see [`LogMap::settle_units`]). Values must be
 //! numbers (datetimes are not read here; a Parquet column may be of any integer or float type).
 //! Latencies count from `arrival`. Parquet is told by its magic bytes; otherwise a `.csv` file is
 //! CSV and anything else JSON lines.
@@ -32,6 +34,9 @@ pub struct TimeColumn {
     pub name: String,
     /// Nanoseconds per unit of the column's values.
     pub unit_ns: f64,
+    /// Whether the map gave the unit; when not, `unit_ns` is the default (seconds) until the
+    /// values' magnitude says they are Unix times in another unit (see [`LogMap::settle_units`]).
+    pub unit_stated: bool,
 }
 
 /// Where a log keeps each request's latencies.
@@ -79,7 +84,10 @@ impl LogMap {
             let (key, value) = part
                 .split_once('=')
                 .ok_or_else(|| bad(format!("`{part}` is not key=column")))?;
-            let (name, unit) = value.split_once(':').unwrap_or((value, "s"));
+            let (name, unit, unit_stated) = match value.split_once(':') {
+                Some((name, unit)) => (name, unit, true),
+                None => (value, "s", false),
+            };
             let unit_ns = match unit {
                 "s" => 1e9,
                 "ms" => 1e6,
@@ -102,6 +110,7 @@ impl LogMap {
                 TimeColumn {
                     name: name.to_string(),
                     unit_ns,
+                    unit_stated,
                 },
             ));
         }
@@ -142,6 +151,42 @@ impl LogMap {
 }
 
 impl LogMap {
+    /// Gives each timestamp column (arrival, first and last token) whose unit the map left out
+    /// the unit its first value's magnitude implies when that is Unix milliseconds,
+    /// microseconds or nanoseconds (no request log is 30,000 years long in seconds); the
+    /// default, seconds, stays otherwise. `get` reads the first row. Returns a note for each
+    /// unit inferred.
+    pub fn settle_units(&mut self, get: &dyn Fn(&str) -> Result<f64, LogError>) -> Vec<String> {
+        let mut notes = Vec::new();
+        let mut columns: Vec<&mut TimeColumn> = vec![&mut self.arrival];
+        if let LatencyColumns::Timestamps {
+            first_token,
+            last_token,
+        } = &mut self.latencies
+        {
+            columns.extend([first_token, last_token]);
+        }
+        for column in columns.into_iter().filter(|c| !c.unit_stated) {
+            let Ok(value) = get(&column.name) else {
+                continue;
+            };
+            let unit = capsim_trace::epoch_unit(value, value)
+                .filter(|u| *u != capsim_trace::TimeUnit::Seconds);
+            if let Some(unit) = unit {
+                column.unit_ns = unit.ns_per_unit() as f64;
+                column.unit_stated = true;
+                notes.push(format!(
+                    "`{}` read as Unix time in {} by its magnitude (state it: {}:{})",
+                    column.name,
+                    unit.name(),
+                    column.name,
+                    unit.name()
+                ));
+            }
+        }
+        notes
+    }
+
     /// The columns the map names, arrival first.
     pub fn column_names(&self) -> Vec<&str> {
         let mut names = vec![
@@ -181,6 +226,8 @@ pub fn read_mapped(path: &Path, map: &LogMap) -> Result<MeasuredLog, LogError> {
     if is_parquet(path)? {
         return read_mapped_parquet(path, map);
     }
+    let mut map = map.clone();
+    let mut notes: Option<Vec<String>> = None;
     let csv = path
         .extension()
         .and_then(|e| e.to_str())
@@ -197,17 +244,20 @@ pub fn read_mapped(path: &Path, map: &LogMap) -> Result<MeasuredLog, LogError> {
             let line = i + 2;
             let record = record.map_err(|e| row_err(path, line, e.to_string()))?;
             let get = |name: &str| -> Result<f64, LogError> {
-                let k = headers.iter().position(|h| h == name).ok_or_else(|| {
-                    row_err(path, 1, format!("no column `{name}` named in --map"))
-                })?;
+                let k = headers
+                    .iter()
+                    .position(|h| h == name)
+                    .ok_or_else(|| row_err(path, 1, no_column(name, headers.iter())))?;
                 let cell = record.get(k).unwrap_or("").trim();
                 cell.parse::<f64>().map_err(|_| {
                     row_err(path, line, format!("`{name}` = {cell:?} is not a number"))
                 })
             };
-            rows.push(mapped_row(path, line, map, &get)?);
+            notes.get_or_insert_with(|| map.settle_units(&get));
+            rows.push(mapped_row(path, line, &map, &get)?);
         }
-        return Ok(into_log(rows, "CSV through --map", Vec::new()));
+        let format = described("CSV through --map", notes);
+        return Ok(into_log(rows, &format, Vec::new()));
     }
     for (i, line_text) in text.lines().enumerate() {
         let line = i + 1;
@@ -222,14 +272,31 @@ pub fn read_mapped(path: &Path, map: &LogMap) -> Result<MeasuredLog, LogError> {
             )
         })?;
         let get = |name: &str| -> Result<f64, LogError> {
-            value
+            let keys = || {
+                value
+                    .as_object()
+                    .into_iter()
+                    .flat_map(|o| o.keys().map(String::as_str))
+            };
+            let cell = value
                 .get(name)
-                .and_then(serde_json::Value::as_f64)
-                .ok_or_else(|| row_err(path, line, format!("no number `{name}`")))
+                .ok_or_else(|| row_err(path, line, no_column(name, keys())))?;
+            cell.as_f64()
+                .ok_or_else(|| row_err(path, line, format!("`{name}` = {cell} is not a number")))
         };
-        rows.push(mapped_row(path, line, map, &get)?);
+        notes.get_or_insert_with(|| map.settle_units(&get));
+        rows.push(mapped_row(path, line, &map, &get)?);
     }
-    Ok(into_log(rows, "JSON lines through --map", Vec::new()))
+    let format = described("JSON lines through --map", notes);
+    Ok(into_log(rows, &format, Vec::new()))
+}
+
+/// The log's format, with the units inferred for its columns.
+fn described(format: &str, notes: Option<Vec<String>>) -> String {
+    match notes.filter(|n| !n.is_empty()) {
+        Some(notes) => format!("{format}; {}", notes.join("; ")),
+        None => format.to_string(),
+    }
 }
 
 /// Reads a Parquet log through `map`; rows are numbered from 0, as Parquet readers show them.
@@ -247,17 +314,21 @@ fn read_mapped_parquet(path: &Path, map: &LogMap) -> Result<MeasuredLog, LogErro
         .map_err(|e| parquet_err(e.to_string()))?;
     let mut rows = Vec::new();
     let mut base_row = 0;
+    let mut map = map.clone();
+    let mut notes: Option<Vec<String>> = None;
     for batch in reader {
         let batch = batch.map_err(|e| parquet_err(e.to_string()))?;
-        let columns = MappedColumns::of(path, &batch, map)?;
+        let columns = MappedColumns::of(path, &batch, &map)?;
         for i in 0..batch.num_rows() {
             let row = base_row + i;
             let get = |name: &str| columns.value(path, name, i, row);
-            rows.push(mapped_row(path, row, map, &get)?);
+            notes.get_or_insert_with(|| map.settle_units(&get));
+            rows.push(mapped_row(path, row, &map, &get)?);
         }
         base_row += batch.num_rows();
     }
-    Ok(into_log(rows, "Parquet through --map", Vec::new()))
+    let format = described("Parquet through --map", notes);
+    Ok(into_log(rows, &format, Vec::new()))
 }
 
 /// The numeric columns of one record batch that a map names.
@@ -273,14 +344,10 @@ impl MappedColumns {
         for name in map.column_names() {
             let Some(array) = batch.column_by_name(name) else {
                 let schema = batch.schema();
-                let present: Vec<&str> =
-                    schema.fields().iter().map(|f| f.name().as_str()).collect();
+                let present = schema.fields().iter().map(|f| f.name().as_str());
                 return Err(LogError::Parquet {
                     path: path.to_path_buf(),
-                    message: format!(
-                        "no column `{name}` named in --map; its columns are {}",
-                        present.join(", ")
-                    ),
+                    message: no_column(name, present),
                 });
             };
             if !array.is_empty() && numeric_value(array.as_ref(), 0).is_none() {
@@ -338,11 +405,37 @@ fn numeric_value(array: &dyn Array, i: usize) -> Option<f64> {
     None
 }
 
+/// "No column" for a name the `--map` gave: the columns the log has, and the closest of them
+/// when one is close.
+fn no_column<'a>(name: &str, present: impl Iterator<Item = &'a str> + Clone) -> String {
+    let listed: Vec<&str> = present.clone().collect();
+    let hint = capsim_trace::closest(name, present)
+        .map(|c| format!("; did you mean `{c}`?"))
+        .unwrap_or_default();
+    format!(
+        "no column `{name}` named in --map (the log's columns: {}){hint}",
+        listed.join(", ")
+    )
+}
+
 fn row_err(path: &Path, row: usize, message: String) -> LogError {
     LogError::Row {
         path: path.to_path_buf(),
         row,
         message,
+    }
+}
+
+/// A hint for a TTFT more than a day off: the arrival is on another clock or in another unit
+/// than the token times (vLLM's `arrival_time` is Unix time, its `*_ts` a monotonic clock).
+fn clock_hint(ttft_ns: i64) -> &'static str {
+    const DAY_NS: u64 = 86_400_000_000_000;
+    if ttft_ns.unsigned_abs() > DAY_NS {
+        "; a gap of more than a day means the arrival and token columns are on different clocks \
+         or in different units: map an arrival on the token times' clock (vLLM: \
+         arrival=queued_ts:s) or give each column its unit"
+    } else {
+        ""
     }
 }
 
@@ -381,9 +474,10 @@ fn mapped_row(
             line,
             format!(
                 "TTFT {:.6} s and end-to-end {:.6} s: times go backwards (the first token must \
-                 come at or after the arrival, the last at or after the first)",
+                 come at or after the arrival, the last at or after the first){}",
                 ttft as f64 / 1e9,
-                e2e as f64 / 1e9
+                e2e as f64 / 1e9,
+                clock_hint(ttft)
             ),
         ));
     }
@@ -456,6 +550,130 @@ mod tests {
         let err = read_mapped(&path, &missing).unwrap_err().to_string();
         assert!(
             err.contains("log.csv: row 1") && err.contains("no column `sent`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_mistyped_column_names_the_row_the_columns_there_are_and_the_closest() {
+        let dir = tempfile::tempdir().unwrap();
+        let jsonl = dir.path().join("requests.jsonl");
+        std::fs::write(
+            &jsonl,
+            "{\"arrival_time\": 1.0, \"first_token_ts\": 1.5, \"last_token_ts\": 2.0, \
+             \"input_toks\": 10, \"output_toks\": 5}\n",
+        )
+        .unwrap();
+        let csv = dir.path().join("requests.csv");
+        std::fs::write(
+            &csv,
+            "arrival_time,first_token_ts,last_token_ts,input_toks,output_toks\n1,1.5,2,10,5\n",
+        )
+        .unwrap();
+        let map = LogMap::parse(
+            "arrival=arrival_time,first_token=first_token_ts,last_token=last_token_ts,\
+             input_tokens=input_toks,output_tokens=output_tok",
+        )
+        .unwrap();
+        for (path, row) in [(&jsonl, "row 1"), (&csv, "row 1")] {
+            let err = read_mapped(path, &map).unwrap_err().to_string();
+            for want in [
+                path.display().to_string().as_str(),
+                row,
+                "no column `output_tok`",
+                "the log's columns: arrival_time, ",
+                "last_token_ts",
+                "did you mean `output_toks`?",
+            ] {
+                assert!(err.contains(want), "missing {want:?} in: {err}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_value_that_is_not_a_number_is_told_apart_from_a_missing_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let jsonl = dir.path().join("requests.jsonl");
+        std::fs::write(
+            &jsonl,
+            "{\"t\": 1.0, \"f\": 1.5, \"l\": 2.0, \"i\": 10, \"o\": \"five\"}\n",
+        )
+        .unwrap();
+        let map =
+            LogMap::parse("arrival=t,first_token=f,last_token=l,input_tokens=i,output_tokens=o")
+                .unwrap();
+        let err = read_mapped(&jsonl, &map).unwrap_err().to_string();
+        assert!(
+            err.contains("row 1: `o` = \"five\" is not a number"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn unix_milliseconds_with_no_unit_are_read_as_milliseconds_not_seconds() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.csv");
+        let mut text = "send,first,last,isl,osl\n".to_string();
+        for i in 0..3 {
+            let t = 1_787_267_980_000_i64 + 1_000 * i;
+            text.push_str(&format!("{t},{},{},100,11\n", t + 250, t + 1_250));
+        }
+        std::fs::write(&path, text).unwrap();
+        let map = LogMap::parse(
+            "arrival=send,first_token=first,last_token=last,input_tokens=isl,output_tokens=osl",
+        )
+        .unwrap();
+        let log = read_mapped(&path, &map).unwrap();
+        // Unix times in ns are past f64's 2^53: within a microsecond.
+        let near = |got: u64, want: u64| assert!(got.abs_diff(want) < 1_000, "{got} vs {want}");
+        near(log.arrival_ns[2], 2_000_000_000);
+        near(log.ttft_ns[1], 250_000_000);
+        near(log.e2e_ns[1], 1_250_000_000);
+        assert!(
+            log.format
+                .contains("`send` read as Unix time in ms by its magnitude (state it: send:ms)"),
+            "{}",
+            log.format
+        );
+    }
+
+    #[test]
+    fn unix_seconds_with_no_unit_keep_the_default_without_a_note() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.csv");
+        let text = "send,first,last,isl,osl\n1787267980.5,1787267980.75,1787267981.75,100,11\n";
+        std::fs::write(&path, text).unwrap();
+        let map = LogMap::parse(
+            "arrival=send,first_token=first,last_token=last,input_tokens=isl,output_tokens=osl",
+        )
+        .unwrap();
+        let log = read_mapped(&path, &map).unwrap();
+        assert!(
+            log.ttft_ns[0].abs_diff(250_000_000) < 1_000,
+            "{}",
+            log.ttft_ns[0]
+        );
+        assert_eq!(log.format, "CSV through --map");
+    }
+
+    #[test]
+    fn an_arrival_on_another_clock_than_the_tokens_is_named_as_such() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("requests.jsonl");
+        std::fs::write(
+            &path,
+            "{\"arrival_time\": 1787267980.08, \"first_token_ts\": 27537.35, \
+             \"last_token_ts\": 27554.23, \"input_toks\": 10, \"output_toks\": 5}\n",
+        )
+        .unwrap();
+        let map = LogMap::parse(
+            "arrival=arrival_time,first_token=first_token_ts,last_token=last_token_ts,\
+             input_tokens=input_toks,output_tokens=output_toks",
+        )
+        .unwrap();
+        let err = read_mapped(&path, &map).unwrap_err().to_string();
+        assert!(
+            err.contains("times go backwards") && err.contains("different clocks"),
             "{err}"
         );
     }

@@ -45,14 +45,17 @@ pub(crate) fn read(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceErr
         .collect();
     let map = opts.map;
     let find = |name: &str| header.iter().position(|h| h == name);
-    let required =
-        |name: &str| find(name).ok_or_else(|| super::missing_column(path, name, header.clone()));
+    let required = |name: &str| {
+        find(name).ok_or_else(|| super::missing_column(path, Some(1), name, header.clone()))
+    };
     let optional = |field: &Field| -> Result<Option<usize>, TraceError> {
         match &field.column {
             None => Ok(None),
             Some(name) => match find(name) {
                 Some(i) => Ok(Some(i)),
-                None if field.required => Err(super::missing_column(path, name, header.clone())),
+                None if field.required => {
+                    Err(super::missing_column(path, Some(1), name, header.clone()))
+                }
                 None => Ok(None),
             },
         }
@@ -88,6 +91,7 @@ pub(crate) fn read(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceErr
     let mut cols = Builder::new(presence, SAMPLE_ROWS);
     let mut issues = Issues::new(path, opts.skip_invalid);
     let mut unit = map.arrival_unit;
+    let mut unstated = false;
     let mut row = RowBuf::default();
     let mut rec = csv::ByteRecord::new();
     let mut rows_read = 0u64;
@@ -121,13 +125,22 @@ pub(crate) fn read(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceErr
         let field = |i: usize| rec.get(i).unwrap_or_default();
         // Arrival.
         let raw = field(idx.arrival);
-        let unit_now = *unit.get_or_insert_with(|| {
-            if timestamp::parse_u64(raw).is_some() {
-                TimeUnit::Nanos
-            } else {
-                TimeUnit::Datetime
+        let unit_now = match unit {
+            Some(u) => u,
+            None => {
+                // A number with no unit stated is read as ns until `arrival_unit::settle`
+                // decides from the whole column.
+                unstated = timestamp::parse_f64(raw).is_ok();
+                if unstated {
+                    cols.arrival_raw = Some(Vec::with_capacity(SAMPLE_ROWS));
+                }
+                *unit.insert(if unstated {
+                    TimeUnit::Nanos
+                } else {
+                    TimeUnit::Datetime
+                })
             }
-        });
+        };
         let parsed = if raw.is_empty() {
             Err(InvalidReason::MissingValue)
         } else if unit_now == TimeUnit::Datetime {
@@ -135,6 +148,9 @@ pub(crate) fn read(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceErr
         } else {
             timestamp::parse_offset_ns(raw, unit_now)
         };
+        if unstated && parsed.is_ok() {
+            row.arrival_raw = timestamp::parse_f64(raw).unwrap_or(f64::NAN);
+        }
         match parsed {
             Ok(v) => row.arrival = v,
             Err(reason) => {
@@ -181,6 +197,7 @@ pub(crate) fn read(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceErr
         path: path.to_path_buf(),
         cols,
         base,
+        arrival_unstated: unstated,
         rows_read,
         skipped: issues.counts,
     })

@@ -31,6 +31,7 @@ pub(crate) fn read(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceErr
     let mut cols: Option<Builder> = None;
     let mut keys = Keys::default();
     let mut unit = map.arrival_unit;
+    let mut unstated = false;
     let mut row = RowBuf::default();
     loop {
         line_buf.clear();
@@ -54,18 +55,36 @@ pub(crate) fn read(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceErr
         let cols = match &mut cols {
             Some(c) => c,
             None => {
-                keys = Keys::resolve(path, &obj, map)?;
+                keys = Keys::resolve(path, line_no, &obj, map)?;
                 cols.insert(Builder::new(keys.presence(map.zero_output_is_failed), 1024))
             }
         };
         // Arrival.
         let raw = obj.get(&keys.arrival).unwrap_or(&Value::Null);
-        let unit_now = *unit.get_or_insert(match raw {
-            Value::String(_) => TimeUnit::Datetime,
-            _ => TimeUnit::Nanos,
-        });
+        let unit_now = match unit {
+            Some(u) => u,
+            None => {
+                // A number with no unit stated is read as ns until `arrival_unit::settle`
+                // decides from the whole column.
+                unstated = !matches!(raw, Value::String(_));
+                if unstated {
+                    cols.arrival_raw = Some(Vec::with_capacity(1024));
+                }
+                *unit.insert(if unstated {
+                    TimeUnit::Nanos
+                } else {
+                    TimeUnit::Datetime
+                })
+            }
+        };
         match arrival_value(raw, unit_now) {
-            Ok(v) => row.arrival = v,
+            Ok(v) => {
+                row.arrival = v;
+                row.arrival_raw = raw
+                    .as_f64()
+                    .or_else(|| raw.as_str().and_then(|s| s.trim().parse().ok()))
+                    .unwrap_or(f64::NAN);
+            }
             Err(reason) => {
                 issues.bad(line_no, &keys.arrival, &show(raw), reason)?;
                 continue;
@@ -100,6 +119,7 @@ pub(crate) fn read(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceErr
         path: path.to_path_buf(),
         cols,
         base,
+        arrival_unstated: unstated,
         rows_read,
         skipped: issues.counts,
     })
@@ -122,20 +142,27 @@ struct Keys {
 }
 
 impl Keys {
-    fn resolve(path: &Path, first: &Object, map: &crate::ColumnMap) -> Result<Keys, TraceError> {
+    fn resolve(
+        path: &Path,
+        line: u64,
+        first: &Object,
+        map: &crate::ColumnMap,
+    ) -> Result<Keys, TraceError> {
         let present = || first.keys().cloned().collect::<Vec<_>>();
         let required = |name: &str| {
             if first.contains_key(name) {
                 Ok(name.to_string())
             } else {
-                Err(super::missing_column(path, name, present()))
+                Err(super::missing_column(path, Some(line), name, present()))
             }
         };
         let optional = |f: &Field| -> Result<Option<String>, TraceError> {
             match &f.column {
                 None => Ok(None),
                 Some(name) if first.contains_key(name) => Ok(Some(name.clone())),
-                Some(name) if f.required => Err(super::missing_column(path, name, present())),
+                Some(name) if f.required => {
+                    Err(super::missing_column(path, Some(line), name, present()))
+                }
                 Some(_) => Ok(None),
             }
         };

@@ -68,6 +68,8 @@ impl Presence {
 #[derive(Debug, Default)]
 pub(crate) struct RowBuf {
     pub arrival: i64,
+    /// The arrival as written, kept when its unit is not stated (see `Builder::arrival_raw`).
+    pub arrival_raw: f64,
     pub input: u32,
     pub output: u32,
     pub request_id: String,
@@ -85,6 +87,10 @@ pub(crate) struct RowBuf {
 #[derive(Debug, Default)]
 pub(crate) struct Builder {
     pub arrival: Vec<i64>,
+    /// Arrivals as written, while a numeric column with no unit stated waits for
+    /// `arrival_unit::settle` (which takes it); `None` otherwise, and when `arrival` holds the
+    /// written values exactly (whole numbers read as nanoseconds).
+    pub arrival_raw: Option<Vec<f64>>,
     pub input: Vec<u32>,
     pub output: Option<Vec<u32>>,
     pub request_id: Option<StringColumn>,
@@ -101,6 +107,7 @@ impl Builder {
     pub(crate) fn new(p: Presence, rows: usize) -> Builder {
         Builder {
             arrival: Vec::with_capacity(rows),
+            arrival_raw: None,
             input: Vec::with_capacity(rows),
             output: p.output_tokens.then(|| Vec::with_capacity(rows)),
             request_id: p.request_id.then(|| StringColumn::with_capacity(rows)),
@@ -135,6 +142,9 @@ impl Builder {
     /// Reserves room for `more` rows in the fixed-width columns.
     pub(crate) fn reserve(&mut self, more: usize) {
         self.arrival.reserve_exact(more);
+        if let Some(raw) = &mut self.arrival_raw {
+            raw.reserve_exact(more);
+        }
         self.input.reserve_exact(more);
         for v in [&mut self.output, &mut self.class].into_iter().flatten() {
             v.reserve_exact(more);
@@ -153,6 +163,9 @@ impl Builder {
     /// Appends one row; columns the builder does not have are ignored.
     pub(crate) fn push(&mut self, row: &RowBuf) {
         self.arrival.push(row.arrival);
+        if let Some(raw) = &mut self.arrival_raw {
+            raw.push(row.arrival_raw);
+        }
         self.input.push(row.input);
         if let Some(c) = &mut self.output {
             c.push(row.output);
@@ -183,7 +196,7 @@ impl Builder {
         }
     }
 
-    /// Appends all rows of `other`, which must have the same presence.
+    /// Appends all rows of `other`, which must have the same presence and settled arrivals.
     pub(crate) fn append(&mut self, other: Builder) {
         fn cat<T: Clone>(a: &mut Option<Vec<T>>, b: Option<Vec<T>>) {
             if let (Some(a), Some(b)) = (a, b) {
@@ -216,6 +229,9 @@ pub(crate) struct Part {
     pub path: PathBuf,
     pub cols: Builder,
     pub base: TimeBase,
+    /// The arrival column is numeric and no unit was stated: `cols.arrival` holds it read as
+    /// nanoseconds until `arrival_unit::settle` decides.
+    pub arrival_unstated: bool,
     /// Data rows in the file (kept + skipped).
     pub rows_read: u64,
     pub skipped: BTreeMap<InvalidReason, u64>,
@@ -306,12 +322,22 @@ pub(crate) fn parse_latency(b: &[u8]) -> Result<f64, InvalidReason> {
     Ok(v)
 }
 
-/// Builds the missing-column error.
-pub(crate) fn missing_column(path: &Path, column: &str, present: Vec<String>) -> TraceError {
+/// Builds the missing-column error, with the present column closest to `column` when one is
+/// close. `line` is where the columns were looked up (1 for a CSV header, the first JSON
+/// object's line), `None` for a Parquet schema.
+pub(crate) fn missing_column(
+    path: &Path,
+    line: Option<u64>,
+    column: &str,
+    present: Vec<String>,
+) -> TraceError {
+    let closest =
+        crate::suggest::closest(column, present.iter().map(String::as_str)).map(str::to_string);
     TraceError::MissingColumn {
         path: path.to_path_buf(),
+        line,
         column: column.to_string(),
         present,
-        suggestion: crate::format::MAP_HINT.to_string(),
+        closest,
     }
 }

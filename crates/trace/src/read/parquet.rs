@@ -100,14 +100,16 @@ fn read_unguarded(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceErro
         if has(name) {
             Ok(name.to_string())
         } else {
-            Err(super::missing_column(path, name, present.clone()))
+            Err(super::missing_column(path, None, name, present.clone()))
         }
     };
     let optional = |f: &Field| -> Result<Option<String>, TraceError> {
         match &f.column {
             None => Ok(None),
             Some(name) if has(name) => Ok(Some(name.clone())),
-            Some(name) if f.required => Err(super::missing_column(path, name, present.clone())),
+            Some(name) if f.required => {
+                Err(super::missing_column(path, None, name, present.clone()))
+            }
             Some(_) => Ok(None),
         }
     };
@@ -170,6 +172,13 @@ fn read_unguarded(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceErro
         compute_ms: names.compute_ms.is_some(),
     };
     let mut cols = Builder::new(presence, rows);
+    let unstated = arrival_unstated(&schema, &names.arrival, map, start_unix_ns);
+    let floats = schema
+        .field_with_name(&names.arrival)
+        .is_ok_and(|f| f.data_type().is_floating());
+    if unstated && floats {
+        cols.arrival_raw = Some(Vec::with_capacity(rows));
+    }
     let mut issues = Issues::new(path, opts.skip_invalid);
     issues.at = "row";
     let mut base = None;
@@ -192,9 +201,27 @@ fn read_unguarded(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceErro
         path: path.to_path_buf(),
         cols,
         base,
+        arrival_unstated: unstated,
         rows_read,
         skipped: issues.counts,
     })
+}
+
+/// True when the arrival column is numeric and nothing states its unit: no `--map` unit, no
+/// wall-clock start in the metadata, and not the canonical Int64 `arrival` (nanoseconds by the
+/// schema).
+fn arrival_unstated(
+    schema: &arrow_schema::Schema,
+    name: &str,
+    map: &crate::ColumnMap,
+    start_unix_ns: Option<i64>,
+) -> bool {
+    let Ok(field) = schema.field_with_name(name) else {
+        return false;
+    };
+    let data_type = field.data_type();
+    let canonical = name == "arrival" && *data_type == DataType::Int64;
+    map.arrival_unit.is_none() && start_unix_ns.is_none() && data_type.is_numeric() && !canonical
 }
 
 /// One problem found while converting a batch: batch row, source column, value, reason.
@@ -221,7 +248,7 @@ fn read_batch(
     let column = |name: &str| {
         batch
             .column_by_name(name)
-            .ok_or_else(|| super::missing_column(path, name, Vec::new()))
+            .ok_or_else(|| super::missing_column(path, None, name, Vec::new()))
     };
     let wrong = |name: &str, arr: &dyn Array, expected: &str| TraceError::WrongType {
         path: path.to_path_buf(),
@@ -245,6 +272,16 @@ fn read_batch(
             "integer or float offsets (with --map arrival=COL:UNIT), a timestamp, or datetime text",
         )
     })?;
+    if let Some(raw) = &mut cols.arrival_raw {
+        visit(arr.as_ref(), |_, v| {
+            raw.push(match v {
+                Some(Scalar::F(x)) => x,
+                Some(Scalar::I(x)) => x as f64,
+                Some(Scalar::U(x)) => x as f64,
+                _ => f64::NAN,
+            });
+        });
+    }
     let sizes = "a non-negative integer";
     let arr = column(&names.input)?;
     append_sizes(arr.as_ref(), &names.input, &mut cols.input, &mut bad)
@@ -315,6 +352,9 @@ fn read_batch(
             }
         }
         compact_tail(&mut cols.arrival, start, &mask);
+        if let Some(raw) = &mut cols.arrival_raw {
+            compact_tail(raw, start, &mask);
+        }
         compact_tail(&mut cols.input, start, &mask);
         for v in [&mut cols.output, &mut cols.class].into_iter().flatten() {
             compact_tail(v, start, &mask);
