@@ -26,6 +26,7 @@
 
 mod file;
 mod pool;
+mod suggest;
 
 use std::path::{Path, PathBuf};
 
@@ -36,6 +37,7 @@ pub use file::{
     TimeoutAction, TimeseriesSpec,
 };
 pub use pool::{LlmPool, MAX_MODEL_INSTANCES, MAX_SERVERS, Pool};
+pub use suggest::closest;
 
 use crate::quantity::DurationNs;
 use crate::timeseries::MAX_ROWS_LIMIT;
@@ -107,6 +109,7 @@ pub struct Scenario {
     /// Timeseries sampling.
     pub timeseries: TimeseriesSpec,
     pools: Vec<Pool>,
+    notes: Vec<String>,
 }
 
 impl Scenario {
@@ -144,7 +147,7 @@ impl Scenario {
                 .try_into()
                 .map_err(|e: toml::de::Error| ScenarioError::Parse {
                     origin: origin.clone(),
-                    message: e.to_string(),
+                    message: suggest::with_suggestion(&e.to_string()),
                 })?;
         let default_pool = PoolFile {
             models: Vec::new(),
@@ -245,6 +248,7 @@ impl Scenario {
             slo: file.slo,
             timeseries: file.timeseries,
             pools,
+            notes: Vec::new(),
         })
     }
 
@@ -298,13 +302,49 @@ impl Scenario {
                 .ok_or_else(|| override_err(format!("`{part}` is not a table")))?;
         }
         table.insert(parts[parts.len() - 1].to_string(), parsed);
+        let note = drop_preferred_above_max(table, &parts);
         let mut next = Scenario::from_table(raw, self.origin.clone())
-            .map_err(|e| override_err(e.to_string()))?;
+            .map_err(|e| override_err(suggest_full_path(&e.to_string(), &parts)))?;
         if self.raw.get("name").is_none() && path != "name" {
             next.name = self.name.clone();
         }
+        next.notes = self.notes.clone();
+        next.notes.extend(note);
+        if !next.notes.is_empty() {
+            let notes = next.notes.join("; ");
+            next.description = Some(match next.description {
+                Some(description) => format!("{description} (note: {notes})"),
+                None => format!("note: {notes}"),
+            });
+        }
         *self = next;
         Ok(())
+    }
+
+    /// What [`Scenario::set`] changed beyond the key it was given, one sentence each, in the
+    /// order set: a `batcher.max_batch_size` below some `preferred_batch_size` drops those
+    /// sizes. Empty for a scenario as read. The same notes end the scenario's description.
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    /// The keys of the run summary's `latency_ms` a run of this scenario reports: `end_to_end`,
+    /// `queue` and `execution` always, the other stages of [`crate::summary::STAGES`] it models
+    /// (a stage it does not model takes no time and is left out), and
+    /// [`crate::summary::TOKEN_METRICS`] when a pool batches continuously.
+    pub fn latency_keys(&self) -> Vec<&'static str> {
+        let uplink_instant = crate::network::NetworkPath::uplink(&self.network).is_instant();
+        let downlink_instant = crate::network::NetworkPath::downlink(&self.network).is_instant();
+        let modeled = crate::engine::modeled_stages(self, uplink_instant, downlink_instant).flags();
+        let stages = crate::summary::STAGES
+            .into_iter()
+            .zip(modeled)
+            .filter_map(|(key, on)| on.then_some(key));
+        let continuous = self.pools.iter().any(|p| p.llm.is_some());
+        let tokens = crate::summary::TOKEN_METRICS
+            .into_iter()
+            .filter(|_| continuous);
+        stages.chain(tokens).collect()
     }
 
     /// The value written at dotted `path` (the file as read, with overrides applied); `None`
@@ -325,6 +365,56 @@ impl Scenario {
     /// The scenario as TOML (the file as read, with overrides applied).
     pub fn to_toml_string(&self) -> String {
         toml::to_string(&self.raw).unwrap_or_default()
+    }
+}
+
+/// When `parts` sets a batcher's `max_batch_size` below some of the `preferred_batch_size` that
+/// `batcher` (the table holding the key) lists, drops those sizes and says so. A grid over the
+/// maximum would otherwise refuse every value below the file's largest preferred size.
+fn drop_preferred_above_max(batcher: &mut toml::Table, parts: &[&str]) -> Option<String> {
+    let [.., table, "max_batch_size"] = parts else {
+        return None;
+    };
+    if *table != "batcher" {
+        return None;
+    }
+    let max = batcher.get("max_batch_size")?.as_integer()?;
+    let preferred = batcher.get("preferred_batch_size")?.as_array()?;
+    let sizes: Vec<i64> = preferred
+        .iter()
+        .filter_map(toml::Value::as_integer)
+        .collect();
+    if sizes.len() != preferred.len() || sizes.iter().all(|&s| s <= max) {
+        return None;
+    }
+    let kept: Vec<i64> = sizes.iter().copied().filter(|&s| s <= max).collect();
+    let dropped: Vec<i64> = sizes.iter().copied().filter(|&s| s > max).collect();
+    batcher.insert(
+        "preferred_batch_size".to_string(),
+        toml::Value::Array(kept.iter().map(|&s| toml::Value::Integer(s)).collect()),
+    );
+    let prefix = parts[..parts.len() - 1].join(".");
+    Some(format!(
+        "`{prefix}.max_batch_size` = {max} is below `{prefix}.preferred_batch_size` {sizes:?}: dropped {dropped:?}, leaving {kept:?}"
+    ))
+}
+
+/// `message` with a "did you mean" for a misspelt part of the dotted key `parts` given as the
+/// whole corrected key (`batcher.max_batch_size`, not `max_batch_size`).
+fn suggest_full_path(message: &str, parts: &[&str]) -> String {
+    let Some((unknown, suggested)) = suggest::suggestion_in(message) else {
+        return message.to_string();
+    };
+    let Some(i) = parts.iter().rposition(|p| *p == unknown) else {
+        return message.to_string();
+    };
+    let mut fixed: Vec<&str> = parts.to_vec();
+    fixed[i] = suggested;
+    let short = format!("did you mean `{suggested}`?");
+    let full = format!("did you mean `{}`?", fixed.join("."));
+    match message.rfind(&short) {
+        Some(at) => format!("{}{full}{}", &message[..at], &message[at + short.len()..]),
+        None => format!("{message}; {full}"),
     }
 }
 
@@ -721,5 +811,101 @@ mod tests {
         assert_eq!(s.pools().len(), 2);
         assert_eq!(s.pools()[1].name, "large");
         assert_eq!(s.pools()[1].models, vec!["llama".to_string()]);
+    }
+
+    const PREFERRED: &str = "[batcher]\nmax_batch_size = 32\npreferred_batch_size = [8, 16, 32]\n[service]\nkind = \"constant\"\ntime = \"5ms\"\n";
+
+    #[test]
+    fn a_max_batch_size_below_preferred_sizes_drops_them_with_a_note() {
+        let mut s = Scenario::from_toml_str(PREFERRED).unwrap();
+        assert!(s.notes().is_empty());
+        s.set("batcher.max_batch_size", "12").unwrap();
+        assert_eq!(s.pools()[0].batcher.max_batch_size, 12);
+        assert_eq!(s.pools()[0].batcher.preferred_batch_size, vec![8]);
+        let expected = "`batcher.max_batch_size` = 12 is below `batcher.preferred_batch_size` [8, 16, 32]: dropped [16, 32], leaving [8]";
+        assert_eq!(s.notes(), [expected.to_string()]);
+        assert_eq!(
+            s.description.as_deref(),
+            Some(format!("note: {expected}").as_str())
+        );
+        s.set("batcher.max_batch_size", "4").unwrap();
+        assert!(s.pools()[0].batcher.preferred_batch_size.is_empty());
+        assert_eq!(s.notes().len(), 2, "{:?}", s.notes());
+    }
+
+    #[test]
+    fn a_max_batch_size_at_or_above_every_preferred_size_adds_no_note() {
+        let mut s = Scenario::from_toml_str(PREFERRED).unwrap();
+        s.set("batcher.max_batch_size", "32").unwrap();
+        s.set("instances", "3").unwrap();
+        assert!(s.notes().is_empty());
+        assert_eq!(s.description, None);
+    }
+
+    #[test]
+    fn preferred_sizes_set_above_the_max_are_still_refused() {
+        let mut s = Scenario::from_toml_str(PREFERRED).unwrap();
+        let err = s
+            .set("batcher.preferred_batch_size", "[8, 64]")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("batcher.preferred_batch_size") && err.contains("max_batch_size (32)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn misspelt_keys_suggest_the_intended_one() {
+        let mut s = Scenario::from_toml_str(MINIMAL).unwrap();
+        let err = s.set("instance", "2").unwrap_err().to_string();
+        assert!(err.ends_with("did you mean `instances`?"), "{err}");
+        let err = s.set("batcher.max_batch_sze", "2").unwrap_err().to_string();
+        assert!(
+            err.ends_with("did you mean `batcher.max_batch_size`?"),
+            "{err}"
+        );
+        let err = s.set("batchr.max_batch_size", "2").unwrap_err().to_string();
+        assert!(
+            err.ends_with("did you mean `batcher.max_batch_size`?"),
+            "{err}"
+        );
+        let err = Scenario::from_toml_str(&format!(
+            "{MINIMAL}[gateway]\nload_balancing = \"least_outstandin\"\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("did you mean `least_outstanding`?"), "{err}");
+        let err = Scenario::from_toml_str(&format!("{MINIMAL}[batcher]\nmax_batchsize = 4\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("did you mean `max_batch_size`?"), "{err}");
+    }
+
+    #[test]
+    fn latency_keys_are_the_modelled_stages_and_token_metrics_only_when_continuous() {
+        let s = Scenario::from_toml_str(MINIMAL).unwrap();
+        assert_eq!(s.latency_keys(), ["end_to_end", "queue", "execution"]);
+        let s = Scenario::from_toml_str(&format!(
+            "{MINIMAL}[gateway]\noverhead = \"50us\"\n[preprocess]\nbase = \"1ms\"\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            s.latency_keys(),
+            ["end_to_end", "gateway", "preprocess", "queue", "execution"]
+        );
+        let s = Scenario::from_toml_str(CONTINUOUS).unwrap();
+        assert_eq!(
+            s.latency_keys(),
+            [
+                "end_to_end",
+                "queue",
+                "execution",
+                "ttft",
+                "tpot",
+                "itl",
+                "normalized"
+            ]
+        );
     }
 }
