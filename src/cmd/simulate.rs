@@ -69,6 +69,9 @@ fn parse_timeline_window(text: &str) -> Result<TimelineWindow> {
 pub fn run(args: SimulateArgs) -> Result<()> {
     let mut scenario = Scenario::from_path(&args.scenario).map_err(|e| BadInput(e.to_string()))?;
     super::apply_sets(&mut scenario, &args.sets)?;
+    for note in scenario.notes() {
+        eprintln!("note: {note}");
+    }
     let built = super::build_scenario(&scenario, &mut capsim_sim::Profiles::default())?;
     let warmup = super::sweep::parse_warmup(args.warmup.as_deref())?;
     let loaded = args.input.load()?;

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, Result};
 use capsim_report::experiment::Workload;
-use capsim_report::grid::{Grid, GridAxis};
+use capsim_report::grid::{Grid, GridAxis, check_configurations};
 use capsim_report::load::{LoadAxis, LoadKind};
 use capsim_report::output::{merge, read_sweep, write_sweep_outputs};
 use capsim_report::plot::PlotSize;
@@ -32,6 +32,11 @@ pub struct GridArgs {
 
     #[command(flatten)]
     pub input: TraceInput,
+
+    /// Override a scenario key before the grid applies, e.g. `batcher.max_queue_delay=2ms`
+    /// (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub sets: Vec<String>,
 
     /// A grid axis over any scenario key: `batcher.max_batch_size=1,4,8`, `instances=1..8`,
     /// `batcher.max_queue_delay=0ms,2ms` (repeatable; the grid is their product).
@@ -140,12 +145,15 @@ pub fn parse_warmup(text: Option<&str>) -> Result<Warmup> {
         .map_err(|e| bad(format!("--warmup: {e}, or a request count such as 1000")))
 }
 
-/// The scenario (with the profiles it names, read), the grid and the SLO of `args`, checked.
+/// The scenario (with `--set` applied and the profiles it names, read), the grid and the SLO of
+/// `args`, checked: every configuration is set up and the SLO checked against it before the
+/// trace is read. Notes of settings that resolved a conflict are printed once on stderr.
 pub fn parse_grid_args(
     args: &GridArgs,
     extra_axes: Vec<GridAxis>,
 ) -> Result<(Scenario, Profiles, Grid, Slo)> {
-    let scenario = Scenario::from_path(&args.scenario).map_err(bad)?;
+    let mut scenario = Scenario::from_path(&args.scenario).map_err(bad)?;
+    super::apply_sets(&mut scenario, &args.sets)?;
     let mut profiles = Profiles::default();
     profiles.load(&scenario).map_err(bad)?;
     let mut axes: Vec<GridAxis> = args
@@ -159,6 +167,13 @@ pub fn parse_grid_args(
     axes.extend(extra_axes);
     let grid = Grid::new(axes).map_err(bad)?;
     let slo: Slo = args.slo.parse().map_err(|e| bad(format!("--slo: {e}")))?;
+    let grid_notes = check_configurations(&scenario, &grid, &slo).map_err(|e| match e {
+        capsim_report::ConfigurationError::Slo { .. } => bad(format!("--slo: {e}")),
+        _ => bad(format!("--grid: {e}")),
+    })?;
+    for note in scenario.notes().iter().chain(&grid_notes) {
+        eprintln!("note: {note}");
+    }
     if args.seeds == 0 {
         return Err(bad("--seeds must be at least 1"));
     }
