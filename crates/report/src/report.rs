@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use crate::load::LoadKind;
 use crate::plot::{
     CapacityHeatmap, CdfPlot, CdfSeries, PlotSize, StageBars, StageBreakdownPlot, TimeSeriesPanel,
     TimeSeriesPlot, draw_capacity_heatmap, draw_latency_cdf, draw_stage_breakdown,
@@ -71,7 +72,7 @@ pub fn write_report(
         })
         .collect();
     let detail_load = result.details.first().map(|d| d.load);
-    let load_text = |load: f64| format!("{}={}", result.load_kind.column(), trim(load));
+    let load_text = |load: f64| load_title(result, load);
     if !cdf_series.is_empty() {
         let path = dir.join("latency_cdf.png");
         let plot = CdfPlot {
@@ -270,6 +271,34 @@ fn heatmap(result: &SweepResult, slo: &Slo) -> Option<CapacityHeatmap> {
         y_labels: y_values,
         values_rps: values,
     })
+}
+
+/// A load as a figure title states it: the offered rate in req/s (with the multiple of the
+/// trace for a rate-scale axis), or the client count of a closed loop.
+fn load_title(result: &SweepResult, load: f64) -> String {
+    let offered: Vec<f64> = result
+        .curves
+        .iter()
+        .filter(|row| row.load == load)
+        .map(|row| row.offered_rps)
+        .collect();
+    let measured =
+        (!offered.is_empty()).then(|| offered.iter().sum::<f64>() / offered.len() as f64);
+    match result.load_kind {
+        LoadKind::Concurrency => format!("{} clients", trim(load)),
+        LoadKind::TargetRate => format!("{:.0} req/s offered", load),
+        LoadKind::RateScale => {
+            let rate = result
+                .review
+                .as_ref()
+                .map(|review| review.question.mean_rate_rps * load)
+                .or(measured);
+            match rate {
+                Some(rate) => format!("{rate:.0} req/s offered ({}x the trace)", trim(load)),
+                None => format!("{}x the trace's rate", trim(load)),
+            }
+        }
+    }
 }
 
 fn trim(value: f64) -> String {
