@@ -43,7 +43,8 @@ pub struct GridArgs {
     #[arg(long = "grid", value_name = "KEY=VALUES")]
     pub grids: Vec<String>,
 
-    /// The service-level objective, e.g. `e2e.p99<=800ms` (several joined by `,`).
+    /// The service-level objective, e.g. `e2e.p99<=800ms` (several joined by `,`; `<=` is
+    /// inclusive, `<` strict), on a metric the scenario reports.
     #[arg(long, value_name = "SLO")]
     pub slo: String,
 
