@@ -40,6 +40,7 @@ mod format;
 mod ingest;
 pub mod quantity;
 mod read;
+pub mod suggest;
 mod summary;
 mod synth;
 mod table;
@@ -54,6 +55,7 @@ pub use ingest::{
     read_trace,
 };
 pub use quantity::parse_duration_ns;
+pub use suggest::closest;
 pub use summary::{Distribution, Summary, bin_counts, peak_count, percentile_sorted};
 pub use synth::{Arrivals, MAX_REQUESTS, SizeDist, Sizes, SynthSpec, synthesize};
 pub use table::{Columns, ListColumn, ObservedLatencies, StringColumn, Trace};
