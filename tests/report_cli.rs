@@ -314,3 +314,14 @@ fn report_and_merge_of_a_folder_without_a_sweep_exit_2() {
     let merge = capsim(&["merge", empty, "-o", out.to_str().unwrap()]);
     assert_eq!(merge.status.code(), Some(2), "{}", text(&merge));
 }
+
+#[test]
+fn report_with_a_plot_size_out_of_range_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = sweep(dir.path(), "small", SLO, &["--no-report"]);
+    assert!(output.status.success(), "{}", text(&output));
+    let out = dir.path().join("small");
+    let report = capsim(&["report", out.to_str().unwrap(), "--width", "50"]);
+    assert_eq!(report.status.code(), Some(2), "{}", text(&report));
+    assert!(text(&report).contains("50x800"), "{}", text(&report));
+}

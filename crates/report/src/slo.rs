@@ -10,7 +10,7 @@ use std::str::FromStr;
 
 use capsim_sim::Scenario;
 use capsim_sim::quantity::parse_duration_ns;
-use capsim_sim::scenario::closest;
+use capsim_trace::closest;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ParseError;

@@ -50,6 +50,20 @@ impl PlotSize {
         width_px: 1200,
         height_px: 800,
     };
+
+    /// Refuses a size outside 200 × 150 to 10000 × 10000 pixels, saying so.
+    pub fn check(self) -> Result<(), String> {
+        let ok =
+            (200..=10_000).contains(&self.width_px) && (150..=10_000).contains(&self.height_px);
+        if ok {
+            Ok(())
+        } else {
+            Err(format!(
+                "size {}x{} px is outside 200x150 to 10000x10000",
+                self.width_px, self.height_px
+            ))
+        }
+    }
 }
 
 /// Why a plot could not be drawn.
@@ -116,19 +130,7 @@ fn canvas(path: &Path, size: PlotSize) -> Result<DrawingArea<Png<'_>, Shift>, Pl
     if path.extension().and_then(|e| e.to_str()) != Some("png") {
         return Err(bad_data(path, "the file name must end in .png"));
     }
-    if size.width_px < 200
-        || size.height_px < 150
-        || size.width_px > 10_000
-        || size.height_px > 10_000
-    {
-        return Err(bad_data(
-            path,
-            format!(
-                "size {}x{} px is outside 200x150 to 10000x10000",
-                size.width_px, size.height_px
-            ),
-        ));
-    }
+    size.check().map_err(|reason| bad_data(path, reason))?;
     let root = Png(BitMapBackend::new(path, (size.width_px, size.height_px))).into_drawing_area();
     root.fill(&WHITE).at(path)?;
     Ok(root)

@@ -37,7 +37,6 @@ pub use file::{
     TimeoutAction, TimeseriesSpec,
 };
 pub use pool::{LlmPool, MAX_MODEL_INSTANCES, MAX_SERVERS, Pool};
-pub use suggest::closest;
 
 use crate::quantity::DurationNs;
 use crate::timeseries::MAX_ROWS_LIMIT;

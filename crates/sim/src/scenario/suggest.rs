@@ -1,46 +1,6 @@
-//! "Did you mean …?" for names a user wrote: scenario keys, and (through the re-export) SLO
-//! metrics.
-//!
-//! `closest` has the signature of `capsim_trace::closest`, which another branch adds; once both
-//! are merged this copy goes and its callers use that one.
+//! "Did you mean …?" for serde's unknown-field and unknown-variant messages about scenario keys.
 
-/// The candidate closest to `word`, when it is close enough to be a likely typo.
-///
-/// Closeness is the edit distance (insertions, deletions, substitutions of characters),
-/// compared without regard to ASCII case. A candidate counts as close when its distance is at
-/// most a third of the longer of the two names (at least 1). Ties go to the earlier candidate;
-/// an empty `word` or no close candidate gives `None`.
-pub fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
-    if word.is_empty() {
-        return None;
-    }
-    let word: Vec<char> = word.to_lowercase().chars().collect();
-    let mut best: Option<(usize, &'a str)> = None;
-    for candidate in candidates {
-        let other: Vec<char> = candidate.to_lowercase().chars().collect();
-        let limit = (word.len().max(other.len()) / 3).max(1);
-        let distance = edit_distance(&word, &other);
-        if distance <= limit && best.is_none_or(|(d, _)| distance < d) {
-            best = Some((distance, candidate));
-        }
-    }
-    best.map(|(_, candidate)| candidate)
-}
-
-/// Levenshtein distance, one row of memory.
-fn edit_distance(a: &[char], b: &[char]) -> usize {
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, &ca) in a.iter().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let substitute = diagonal + usize::from(ca != cb);
-            diagonal = row[j + 1];
-            row[j + 1] = substitute.min(row[j] + 1).min(diagonal + 1);
-        }
-    }
-    row[b.len()]
-}
+use capsim_trace::closest;
 
 /// `message` (a serde/TOML error) with "did you mean `X`?" appended when it names an unknown
 /// field or variant and one of the names it expects is close; otherwise `message` unchanged.
@@ -75,29 +35,6 @@ pub(crate) fn suggestion_in(message: &str) -> Option<(&str, &str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_missing_letter_finds_the_intended_name() {
-        assert_eq!(
-            closest("instance", ["name", "instances", "batcher"]),
-            Some("instances")
-        );
-        assert_eq!(closest("ttf", ["e2e", "ttft", "tpot"]), Some("ttft"));
-    }
-
-    #[test]
-    fn unrelated_or_empty_words_get_no_suggestion() {
-        assert_eq!(closest("latency", ["model", "class"]), None);
-        assert_eq!(closest("", ["a"]), None);
-        assert_eq!(closest("ttft", ["e2e", "queue", "tpot"]), None);
-    }
-
-    #[test]
-    fn edit_distance_counts_each_change_once() {
-        let chars = |s: &str| s.chars().collect::<Vec<_>>();
-        assert_eq!(edit_distance(&chars("kitten"), &chars("sitting")), 3);
-        assert_eq!(edit_distance(&chars(""), &chars("abc")), 3);
-    }
 
     #[test]
     fn serde_unknown_field_messages_get_the_closest_expected_name() {
