@@ -335,3 +335,146 @@ fn plan_with_a_profile_rests_on_it_and_says_the_answer_is_for_the_profiles_machi
     }
     assert!(!stdout.contains("UNMEASURED"), "{}", text(&output));
 }
+
+/// `capsim plan` on the BERT example and the demo trace, with `extra` flags.
+fn plan_bert(slo: &str, extra: &[&str]) -> Output {
+    let scenario = repo("scenarios/bert-dynamic-batching.toml");
+    let trace = repo("traces/demo.parquet");
+    let mut args = vec![
+        "plan",
+        "--scenario",
+        scenario.to_str().unwrap(),
+        "--trace",
+        trace.to_str().unwrap(),
+        "--slo",
+        slo,
+    ];
+    args.extend_from_slice(extra);
+    capsim(&args)
+}
+
+#[test]
+fn misleading_slos_grids_sets_and_flags_exit_2_before_any_run_with_the_fix() {
+    let cases: [(&str, &[&str], &[&str]); 7] = [
+        (
+            "ttft.p99<=2s",
+            &["--grid", "instances=2"],
+            &["reports no `ttft`", "continuous batcher", "e2e, end_to_end"],
+        ),
+        (
+            "e2e.p99<=100ms;ttft.p99<=1s",
+            &[],
+            &["join objectives with `,`"],
+        ),
+        ("ttf.p99<=1s", &[], &["did you mean `ttft`?"]),
+        (
+            "e2e.p99<=100ms",
+            &["--grid", "instance=1,2"],
+            &["--grid", "did you mean `instances`?"],
+        ),
+        (
+            "e2e.p99<=100ms",
+            &["--set", "batcher.max_batch_sze=4"],
+            &["did you mean `batcher.max_batch_size`?"],
+        ),
+        (
+            "e2e.p99<=100ms",
+            &["--grid", "gateway.load_balancing=least_outstandin"],
+            &["did you mean `least_outstanding`?"],
+        ),
+        ("e2e.p99<=100ms", &["--growht", "2x"], &["--growth"]),
+    ];
+    for (slo, extra, needles) in cases {
+        let output = plan_bert(slo, extra);
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{slo} {extra:?}: {}",
+            text(&output)
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        for needle in needles {
+            assert!(
+                stderr.contains(needle),
+                "{slo} {extra:?}: stderr should say `{needle}`: {stderr}"
+            );
+        }
+        assert!(
+            !stderr.contains("rows read"),
+            "{slo} {extra:?}: refused only after reading the trace: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn a_grid_max_batch_size_below_the_preferred_sizes_runs_with_one_note() {
+    let output = plan_bert(
+        "e2e.p99<=100ms",
+        &[
+            "--grid",
+            "batcher.max_batch_size=4",
+            "--grid",
+            "instances=1,2",
+        ],
+    );
+    assert!(output.status.success(), "{}", text(&output));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let notes: Vec<&str> = stderr.lines().filter(|l| l.starts_with("note:")).collect();
+    assert_eq!(
+        notes,
+        [
+            "note: `batcher.max_batch_size` = 4 is below `batcher.preferred_batch_size` [8, 16, 32]: dropped [8, 16, 32], leaving []"
+        ],
+        "{}",
+        text(&output)
+    );
+}
+
+#[test]
+fn plan_set_changes_the_base_scenario_before_the_grid_and_a_strict_slo_prints_back_strict() {
+    let slower = plan_bert(
+        "e2e.p99<100ms",
+        &["--set", "service.a=500ms", "--grid", "instances=1,2"],
+    );
+    assert!(slower.status.success(), "{}", text(&slower));
+    let stdout = String::from_utf8_lossy(&slower.stdout);
+    assert!(
+        stdout.contains("SLO e2e.p99<100ms;"),
+        "a strict bound prints back as `<`: {}",
+        text(&slower)
+    );
+    assert!(
+        stdout.contains("no configuration of the grid meets the SLO"),
+        "a 500 ms batch cannot meet 100 ms: {}",
+        text(&slower)
+    );
+    let as_written = plan_bert("e2e.p99<100ms", &["--grid", "instances=1,2"]);
+    assert!(as_written.status.success(), "{}", text(&as_written));
+    assert!(
+        String::from_utf8_lossy(&as_written.stdout).contains("plan: "),
+        "{}",
+        text(&as_written)
+    );
+}
+
+#[test]
+fn report_and_merge_of_a_folder_without_a_sweep_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().to_str().unwrap();
+    let report = capsim(&["report", empty]);
+    assert_eq!(report.status.code(), Some(2), "{}", text(&report));
+    let out = dir.path().join("out");
+    let merge = capsim(&["merge", empty, "-o", out.to_str().unwrap()]);
+    assert_eq!(merge.status.code(), Some(2), "{}", text(&merge));
+}
+
+#[test]
+fn report_with_a_plot_size_out_of_range_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = sweep(dir.path(), "small", SLO, &["--no-report"]);
+    assert!(output.status.success(), "{}", text(&output));
+    let out = dir.path().join("small");
+    let report = capsim(&["report", out.to_str().unwrap(), "--width", "50"]);
+    assert_eq!(report.status.code(), Some(2), "{}", text(&report));
+    assert!(text(&report).contains("50x800"), "{}", text(&report));
+}

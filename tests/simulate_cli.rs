@@ -284,3 +284,24 @@ fn a_service_kind_set_without_its_keys_exits_2_naming_the_missing_key() {
     );
     common::assert_user_error(&output, &["no-such-profile.json"]);
 }
+
+#[test]
+fn set_below_the_preferred_sizes_runs_with_a_note_and_a_misspelt_key_gets_a_suggestion() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = simulate(
+        &dir.path().join("a"),
+        &["--no-requests", "--set", "batcher.max_batch_size=4"],
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "note: `batcher.max_batch_size` = 4 is below `batcher.preferred_batch_size` [8, 16, 32]"
+        ),
+        "{stderr}"
+    );
+    let output = simulate(&dir.path().join("b"), &["--set", "instance=4"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("did you mean `instances`?"), "{stderr}");
+}

@@ -94,6 +94,12 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
     let bad_input = err.chain().any(|cause| {
         cause.is::<BadInput>()
             || cause.is::<capsim_sim::SimError>()
+            || cause.is::<capsim_sim::ScenarioError>()
+            || cause.is::<capsim_report::ParseError>()
+            || cause.is::<capsim_report::ConfigurationError>()
+            || cause
+                .downcast_ref::<capsim_report::report::ReportError>()
+                .is_some_and(capsim_report::report::ReportError::is_bad_input)
             || cause
                 .downcast_ref::<capsim_trace::TraceError>()
                 .is_some_and(capsim_trace::TraceError::is_bad_input)

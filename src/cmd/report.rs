@@ -31,6 +31,12 @@ pub fn run(args: ReportArgs) -> Result<()> {
         width_px: args.width,
         height_px: args.height,
     };
+    size.check().map_err(|e| {
+        BadInput(format!(
+            "--width {} --height {}: {e}",
+            args.width, args.height
+        ))
+    })?;
     let written = write_report(&args.dir, &result, size).context("drawing the report")?;
     for path in written {
         println!("{}", path.display());

@@ -77,6 +77,9 @@ pub fn run(args: SimulateArgs) -> Result<()> {
     let mut scenario = Scenario::from_path(&args.scenario).map_err(|e| BadInput(e.to_string()))?;
     super::apply_profile(&mut scenario, args.profile.as_deref())?;
     super::apply_sets(&mut scenario, &args.sets)?;
+    for note in scenario.notes() {
+        eprintln!("note: {note}");
+    }
     let built = super::build_scenario(&scenario, &mut capsim_sim::Profiles::default())?;
     let warmup = super::sweep::parse_warmup(args.warmup.as_deref())?;
     let loaded = args.input.load()?;

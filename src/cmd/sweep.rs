@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, Result};
 use capsim_report::experiment::Workload;
-use capsim_report::grid::{Grid, GridAxis};
+use capsim_report::grid::{Grid, GridAxis, check_configurations};
 use capsim_report::load::{LoadAxis, LoadKind};
 use capsim_report::output::{merge, read_sweep, write_sweep_outputs};
 use capsim_report::plot::PlotSize;
@@ -39,12 +39,18 @@ pub struct GridArgs {
     #[arg(long, value_name = "P.json")]
     pub profile: Option<PathBuf>,
 
+    /// Override a scenario key before the grid applies, e.g. `batcher.max_queue_delay=2ms`
+    /// (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub sets: Vec<String>,
+
     /// A grid axis over any scenario key: `batcher.max_batch_size=1,4,8`, `instances=1..8`,
     /// `batcher.max_queue_delay=0ms,2ms` (repeatable; the grid is their product).
     #[arg(long = "grid", value_name = "KEY=VALUES")]
     pub grids: Vec<String>,
 
-    /// The service-level objective, e.g. `e2e.p99<=800ms` (several joined by `,`).
+    /// The service-level objective, e.g. `e2e.p99<=800ms` (several joined by `,`; `<=` is
+    /// inclusive, `<` strict), on a metric the scenario reports.
     #[arg(long, value_name = "SLO")]
     pub slo: String,
 
@@ -146,13 +152,16 @@ pub fn parse_warmup(text: Option<&str>) -> Result<Warmup> {
         .map_err(|e| bad(format!("--warmup: {e}, or a request count such as 1000")))
 }
 
-/// The scenario (with the profiles it names, read), the grid and the SLO of `args`, checked.
+/// The scenario (with `--set` applied and the profiles it names, read), the grid and the SLO of
+/// `args`, checked: every configuration is set up and the SLO checked against it before the
+/// trace is read. Notes of settings that resolved a conflict are printed once on stderr.
 pub fn parse_grid_args(
     args: &GridArgs,
     extra_axes: Vec<GridAxis>,
 ) -> Result<(Scenario, Profiles, Grid, Slo)> {
     let mut scenario = Scenario::from_path(&args.scenario).map_err(bad)?;
     super::apply_profile(&mut scenario, args.profile.as_deref())?;
+    super::apply_sets(&mut scenario, &args.sets)?;
     let mut profiles = Profiles::default();
     profiles.load(&scenario).map_err(bad)?;
     let mut axes: Vec<GridAxis> = args
@@ -166,6 +175,13 @@ pub fn parse_grid_args(
     axes.extend(extra_axes);
     let grid = Grid::new(axes).map_err(bad)?;
     let slo: Slo = args.slo.parse().map_err(|e| bad(format!("--slo: {e}")))?;
+    let grid_notes = check_configurations(&scenario, &grid, &slo).map_err(|e| match e {
+        capsim_report::ConfigurationError::Slo { .. } => bad(format!("--slo: {e}")),
+        _ => bad(format!("--grid: {e}")),
+    })?;
+    for note in scenario.notes().iter().chain(&grid_notes) {
+        eprintln!("note: {note}");
+    }
     if args.seeds == 0 {
         return Err(bad("--seeds must be at least 1"));
     }

@@ -27,6 +27,30 @@ impl ParseError {
     }
 }
 
+/// A configuration of a grid that cannot run: the user's grid, `--set` or SLO is at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigurationError {
+    /// The scenario refused a setting of the configuration.
+    #[error("configuration `{configuration}`: {source}")]
+    Scenario {
+        /// The configuration's label (`key=value ...`).
+        configuration: String,
+        /// Why the scenario refused it.
+        source: Box<capsim_sim::ScenarioError>,
+    },
+    /// The SLO bounds a metric the configuration does not report.
+    #[error("configuration `{configuration}`: {source}")]
+    Slo {
+        /// The configuration's label (`key=value ...`).
+        configuration: String,
+        /// The SLO's refusal, naming the metrics the configuration reports.
+        source: ParseError,
+    },
+    /// Any other failure to configure.
+    #[error("{0}")]
+    Other(String),
+}
+
 /// Why a report could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
@@ -48,4 +72,12 @@ pub enum ReportError {
     /// Nothing to report.
     #[error("the sweep has no capacity rows to report (did every run get interrupted?)")]
     Empty,
+}
+
+impl ReportError {
+    /// Whether the sweep's outputs the user pointed at are at fault (an unreadable SLO, no rows),
+    /// rather than drawing or writing.
+    pub fn is_bad_input(&self) -> bool {
+        matches!(self, ReportError::Slo(_) | ReportError::Empty)
+    }
 }

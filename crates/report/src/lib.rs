@@ -34,4 +34,4 @@ pub mod slo;
 pub mod sweep;
 pub mod validation;
 
-pub use error::ParseError;
+pub use error::{ConfigurationError, ParseError};

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use crate::load::LoadKind;
 use crate::plot::{
     CapacityHeatmap, CdfPlot, CdfSeries, PlotSize, StageBars, StageBreakdownPlot, TimeSeriesPanel,
     TimeSeriesPlot, draw_capacity_heatmap, draw_latency_cdf, draw_stage_breakdown,
@@ -71,7 +72,7 @@ pub fn write_report(
         })
         .collect();
     let detail_load = result.details.first().map(|d| d.load);
-    let load_text = |load: f64| format!("{}={}", result.load_kind.column(), trim(load));
+    let load_text = |load: f64| load_title(result, load);
     if !cdf_series.is_empty() {
         let path = dir.join("latency_cdf.png");
         let plot = CdfPlot {
@@ -272,7 +273,61 @@ fn heatmap(result: &SweepResult, slo: &Slo) -> Option<CapacityHeatmap> {
     })
 }
 
+/// A load as a figure title states it: the offered rate in req/s (with the multiple of the
+/// trace for a rate-scale axis), or the client count of a closed loop.
+fn load_title(result: &SweepResult, load: f64) -> String {
+    let offered: Vec<f64> = result
+        .curves
+        .iter()
+        .filter(|row| row.load == load)
+        .map(|row| row.offered_rps)
+        .collect();
+    let measured =
+        (!offered.is_empty()).then(|| offered.iter().sum::<f64>() / offered.len() as f64);
+    let trace_rate_rps = result
+        .review
+        .as_ref()
+        .map(|review| review.question.mean_rate_rps);
+    let rate_rps = match result.load_kind {
+        LoadKind::RateScale => trace_rate_rps.map(|rate| rate * load).or(measured),
+        _ => measured,
+    };
+    title_of_load(result.load_kind, load, rate_rps)
+}
+
+/// [`load_title`] from the load's kind and value and, for a rate-scale axis, its offered rate.
+fn title_of_load(kind: LoadKind, load: f64, rate_rps: Option<f64>) -> String {
+    match (kind, rate_rps) {
+        (LoadKind::Concurrency, _) => format!("{} clients", trim(load)),
+        (LoadKind::TargetRate, _) => format!("{load:.0} req/s offered"),
+        (LoadKind::RateScale, Some(rate)) => {
+            format!("{rate:.0} req/s offered ({}x the trace)", trim(load))
+        }
+        (LoadKind::RateScale, None) => format!("{}x the trace's rate", trim(load)),
+    }
+}
+
 fn trim(value: f64) -> String {
     let text = format!("{value:.3}");
     text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn figure_titles_state_the_load_as_an_offered_rate_not_a_multiplier_key() {
+        let title = title_of_load(LoadKind::RateScale, 2.828, Some(282.8));
+        assert_eq!(title, "283 req/s offered (2.828x the trace)");
+        assert!(!title.contains("rate_scale"), "{title}");
+        assert_eq!(
+            title_of_load(LoadKind::TargetRate, 150.0, None),
+            "150 req/s offered"
+        );
+        assert_eq!(
+            title_of_load(LoadKind::Concurrency, 16.0, None),
+            "16 clients"
+        );
+    }
 }

@@ -1,13 +1,16 @@
 //! Service-level objectives: `e2e.p99<=800ms`, several joined by `,` or `&&`.
 //!
 //! An objective names a latency metric of the run summary (`e2e`, `queue`, ...), a statistic
-//! (`p50`, `p99`, `p99.9`, `mean`, `max`) and an upper bound with a unit. An [`Slo`] holds when
-//! every objective holds.
+//! (`p50`, `p99`, `p99.9`, `mean`, `max`) and an upper bound with a unit, inclusive (`<=`) or
+//! strict (`<`). An [`Slo`] holds when every objective holds. [`Slo::check_against`] refuses an
+//! SLO on a metric the scenario does not produce, before anything runs.
 
 use std::fmt;
 use std::str::FromStr;
 
+use capsim_sim::Scenario;
 use capsim_sim::quantity::parse_duration_ns;
+use capsim_trace::closest;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ParseError;
@@ -114,6 +117,14 @@ impl Metric {
         matches!(self, Metric::E2e | Metric::EndToEnd)
     }
 
+    /// Whether this is a token latency, which only continuous batching produces.
+    pub fn is_token_latency(self) -> bool {
+        matches!(
+            self,
+            Metric::Ttft | Metric::Tpot | Metric::Itl | Metric::Normalized
+        )
+    }
+
     /// The valid names, joined by `, ` (for error messages).
     fn names() -> String {
         Metric::ALL
@@ -121,6 +132,17 @@ impl Metric {
             .map(|m| m.name())
             .collect::<Vec<_>>()
             .join(", ")
+    }
+
+    /// "unknown metric `x`", with the closest known name when one is close, and every name.
+    fn unknown(text: &str) -> String {
+        let hint = closest(text, Metric::ALL.iter().map(|m| m.name()))
+            .map(|name| format!("; did you mean `{name}`?"))
+            .unwrap_or_default();
+        format!(
+            "unknown metric `{text}`{hint} (known metrics: {})",
+            Metric::names()
+        )
     }
 }
 
@@ -138,13 +160,7 @@ impl FromStr for Metric {
         Metric::ALL
             .into_iter()
             .find(|m| m.name() == text)
-            .ok_or_else(|| {
-                ParseError::new(
-                    "SLO metric",
-                    text,
-                    format!("known metrics: {}", Metric::names()),
-                )
-            })
+            .ok_or_else(|| ParseError::new("SLO metric", text, Metric::unknown(text)))
     }
 }
 
@@ -205,21 +221,35 @@ impl fmt::Display for LatencyStat {
     }
 }
 
-/// One bound: `metric.stat <= bound`.
+/// One bound: `metric.stat <= bound`, or `metric.stat < bound` when strict.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Objective {
     /// The latency bounded.
     pub metric: Metric,
     /// The statistic bounded.
     pub stat: LatencyStat,
-    /// The largest allowed value, in nanoseconds (inclusive).
+    /// The bound, in nanoseconds: the largest allowed value, or with [`Objective::strict`] the
+    /// smallest value refused.
     pub bound_ns: u64,
+    /// Written `<`: a value equal to the bound fails.
+    pub strict: bool,
 }
 
 impl Objective {
-    /// Whether a measured value, in nanoseconds, meets the bound.
+    /// Whether a measured value, in nanoseconds, meets the bound (strictly below it when
+    /// [`Objective::strict`]).
     pub fn holds(&self, value_ns: f64) -> bool {
-        value_ns <= self.bound_ns as f64
+        let bound = self.bound_ns as f64;
+        if self.strict {
+            value_ns < bound
+        } else {
+            value_ns <= bound
+        }
+    }
+
+    /// The comparison as written: `<=` or `<`.
+    pub fn comparison(&self) -> &'static str {
+        if self.strict { "<" } else { "<=" }
     }
 }
 
@@ -227,9 +257,10 @@ impl fmt::Display for Objective {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{}.{}<={}ms",
+            "{}.{}{}{}ms",
             self.metric,
             self.stat,
+            self.comparison(),
             self.bound_ns as f64 / 1e6
         )
     }
@@ -250,6 +281,40 @@ impl Slo {
     /// The first objective, which plots draw as the SLO line.
     pub fn primary(&self) -> &Objective {
         &self.objectives[0]
+    }
+
+    /// Refuses an objective on a metric no run of `scenario` reports (a token latency without a
+    /// continuous batcher, or a stage the scenario does not model), naming the metrics it can
+    /// report. Without this check such an SLO fails at every load and the capacity reads 0.
+    pub fn check_against(&self, scenario: &Scenario) -> Result<(), ParseError> {
+        let keys = scenario.latency_keys();
+        let Some(missing) = self
+            .objectives
+            .iter()
+            .find(|o| !keys.contains(&o.metric.summary_key()))
+        else {
+            return Ok(());
+        };
+        let metric = missing.metric;
+        let why = if metric.is_token_latency() {
+            "token latencies (ttft, tpot, itl, normalized) come only from a continuous batcher (`batcher.kind = \"continuous\"`)".to_string()
+        } else {
+            format!("the scenario does not model the {metric} stage (it takes no time there)")
+        };
+        let reported: Vec<&str> = Metric::ALL
+            .iter()
+            .filter(|m| keys.contains(&m.summary_key()))
+            .map(|m| m.name())
+            .collect();
+        Err(ParseError::new(
+            "SLO",
+            &self.to_string(),
+            format!(
+                "scenario `{}` reports no `{metric}`: {why}; bound one of the metrics it reports: {}",
+                scenario.name,
+                reported.join(", ")
+            ),
+        ))
     }
 
     /// Whether every objective holds, reading each measured value with `value_ns(metric, stat)`.
@@ -277,6 +342,13 @@ impl FromStr for Slo {
     type Err = ParseError;
 
     fn from_str(text: &str) -> Result<Slo, ParseError> {
+        if text.contains(';') {
+            return Err(ParseError::new(
+                "SLO",
+                text,
+                "`;` does not join objectives: join objectives with `,`, e.g. `e2e.p99<=800ms,queue.mean<=20ms`",
+            ));
+        }
         let objectives = text
             .split([',', '&'])
             .map(str::trim)
@@ -296,32 +368,38 @@ impl FromStr for Slo {
 
 fn parse_objective(whole: &str, part: &str) -> Result<Objective, ParseError> {
     let error = |reason: String| ParseError::new("SLO", whole, reason);
-    let (lhs, bound) = part
-        .split_once("<=")
-        .or_else(|| part.split_once('<'))
-        .ok_or_else(|| error(format!("`{part}` has no `<=`; write e.g. `e2e.p99<=800ms`")))?;
+    let (lhs, bound, strict) = match part.split_once("<=") {
+        Some((lhs, bound)) => (lhs, bound, false),
+        None => part
+            .split_once('<')
+            .map(|(lhs, bound)| (lhs, bound, true))
+            .ok_or_else(|| error(format!("`{part}` has no `<=`; write e.g. `e2e.p99<=800ms`")))?,
+    };
     let (metric, stat) = lhs.trim().split_once('.').ok_or_else(|| {
         error(format!(
             "`{lhs}` must be metric.statistic, e.g. `e2e.p99` or `queue.mean`"
         ))
     })?;
-    let metric: Metric = metric.parse().map_err(|_| {
-        error(format!(
-            "unknown metric `{metric}`; known metrics: {}",
-            Metric::names()
-        ))
-    })?;
-    let stat = LatencyStat::parse(stat).ok_or_else(|| {
-        error(format!(
-            "unknown statistic `{stat}`; the summary reports p50, p90, p95, p99, p99.9 (or p999), mean and max"
-        ))
-    })?;
+    let metric: Metric = metric.parse().map_err(|_| error(Metric::unknown(metric)))?;
+    let stat = LatencyStat::parse(stat).ok_or_else(|| error(unknown_stat(stat)))?;
     let bound_ns = parse_duration_ns(bound).map_err(|e| error(e.to_string()))?;
     Ok(Objective {
         metric,
         stat,
         bound_ns,
+        strict,
     })
+}
+
+/// "unknown statistic `x`", with the closest reported one when one is close.
+fn unknown_stat(text: &str) -> String {
+    const STATS: [&str; 8] = ["p50", "p90", "p95", "p99", "p99.9", "p999", "mean", "max"];
+    let hint = closest(text, STATS)
+        .map(|name| format!("; did you mean `{name}`?"))
+        .unwrap_or_default();
+    format!(
+        "unknown statistic `{text}`{hint} (the summary reports p50, p90, p95, p99, p99.9 (or p999), mean and max)"
+    )
 }
 
 #[cfg(test)]
@@ -336,7 +414,8 @@ mod tests {
             &[Objective {
                 metric: Metric::E2e,
                 stat: LatencyStat::Percentile(99.0),
-                bound_ns: 800_000_000
+                bound_ns: 800_000_000,
+                strict: false,
             }]
         );
     }
@@ -423,5 +502,79 @@ mod tests {
                 && err.contains("normalized"),
             "error `{err}` should quote the name and list the metrics"
         );
+    }
+
+    #[test]
+    fn a_strict_bound_refuses_the_bound_itself_and_prints_back_as_strict() {
+        let strict: Slo = "e2e.p99<100ms".parse().unwrap();
+        let inclusive: Slo = "e2e.p99<=100ms".parse().unwrap();
+        assert!(strict.objectives()[0].strict && !inclusive.objectives()[0].strict);
+        let at_bound = |_: Metric, _: LatencyStat| Some(100e6);
+        assert!(!strict.holds(at_bound), "100ms is not < 100ms");
+        assert!(inclusive.holds(at_bound));
+        assert!(strict.holds(|_, _| Some(99.9e6)));
+        assert_eq!(strict.to_string(), "e2e.p99<100ms");
+        assert_eq!(strict.to_string().parse::<Slo>().unwrap(), strict);
+    }
+
+    #[test]
+    fn a_semicolon_between_objectives_says_to_join_them_with_a_comma() {
+        let err = "e2e.p99<=100ms;ttft.p99<=1s"
+            .parse::<Slo>()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("join objectives with `,`"), "{err}");
+    }
+
+    #[test]
+    fn misspelt_metrics_and_statistics_get_a_did_you_mean() {
+        let cases = [
+            ("ttf.p99<=1s", "did you mean `ttft`?"),
+            ("e2f.p99<=1s", "did you mean `e2e`?"),
+            ("queu.mean<=1s", "did you mean `queue`?"),
+            ("e2e.p9999<=1s", "did you mean `p99.9`?"),
+            ("e2e.maxx<=1s", "did you mean `max`?"),
+        ];
+        for (text, hint) in cases {
+            let err = text.parse::<Slo>().unwrap_err().to_string();
+            assert!(err.contains(hint), "error `{err}` should say {hint}");
+        }
+        let err = "latency.p99<=1s".parse::<Slo>().unwrap_err().to_string();
+        assert!(!err.contains("did you mean"), "{err}");
+    }
+
+    fn scenario(text: &str) -> Scenario {
+        Scenario::from_toml_str(text).unwrap()
+    }
+
+    #[test]
+    fn an_slo_on_a_metric_the_scenario_cannot_report_is_refused_naming_those_it_can() {
+        let dynamic = scenario(
+            "name = \"bert\"\n[gateway]\noverhead = \"50us\"\n[service]\nkind = \"constant\"\ntime = \"5ms\"\n",
+        );
+        let slo: Slo = "e2e.p99<=1s,ttft.p99<=2s".parse().unwrap();
+        let err = slo.check_against(&dynamic).unwrap_err().to_string();
+        assert!(
+            err.contains("reports no `ttft`")
+                && err.contains("continuous batcher")
+                && err.ends_with("metrics it reports: e2e, end_to_end, gateway, queue, execution"),
+            "{err}"
+        );
+        let err = "preprocess.p99<=1s"
+            .parse::<Slo>()
+            .unwrap()
+            .check_against(&dynamic)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("does not model the preprocess stage"), "{err}");
+        for ok in ["e2e.p99<=1s", "gateway.mean<=1ms,queue.p99<=5ms"] {
+            let slo: Slo = ok.parse().unwrap();
+            assert!(slo.check_against(&dynamic).is_ok(), "{ok}");
+        }
+        let continuous = scenario(
+            "[batcher]\nkind = \"continuous\"\n[kv_cache]\nnum_gpu_blocks = 1000\n[step_time]\nkind = \"linear\"\nbase = \"5ms\"\n",
+        );
+        let slo: Slo = "ttft.p99<=2s,tpot.p99<=100ms".parse().unwrap();
+        assert!(slo.check_against(&continuous).is_ok());
     }
 }

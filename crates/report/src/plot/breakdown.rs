@@ -5,6 +5,8 @@ use std::path::Path;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
+use super::Png;
+
 use super::{
     DrawResult, FONT, LegendEntry, LegendMark, PlotError, PlotSize, TextSizes, bad_data, canvas,
     compact, draw_legend, legend_width_px, series_colour,
@@ -110,7 +112,7 @@ pub fn draw_stage_breakdown(
 }
 
 fn draw_panel(
-    area: &DrawingArea<BitMapBackend<'_>, Shift>,
+    area: &DrawingArea<Png<'_>, Shift>,
     plot: &StageBreakdownPlot,
     values: fn(&StageBars) -> &Vec<f64>,
     x_desc: &str,

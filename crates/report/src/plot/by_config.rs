@@ -7,6 +7,8 @@ use plotters::coord::Shift;
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::prelude::*;
 
+use super::Png;
+
 use super::{
     DrawResult, FONT, PlotError, PlotSize, SLO_COLOUR, TextSizes, bad_data, canvas, compact, elide,
     extent, legend_width_px, log_padded, padded, series_colour, wants_log,
@@ -135,9 +137,9 @@ fn compact_rate(rps: f64) -> String {
 
 #[allow(clippy::too_many_arguments)]
 fn draw_chart<Y>(
-    root: &DrawingArea<BitMapBackend<'_>, Shift>,
-    area: &DrawingArea<BitMapBackend<'_>, Shift>,
-    gutter: &DrawingArea<BitMapBackend<'_>, Shift>,
+    root: &DrawingArea<Png<'_>, Shift>,
+    area: &DrawingArea<Png<'_>, Shift>,
+    gutter: &DrawingArea<Png<'_>, Shift>,
     plot: &LatencyByConfigPlot,
     labels: &[String],
     (x_range, y_range): (std::ops::Range<f64>, Y),
@@ -221,8 +223,8 @@ where
 /// Labels in the gutter at their line ends' heights, pushed apart to one text row each, with a
 /// leader from each end to its label.
 fn draw_end_labels(
-    root: &DrawingArea<BitMapBackend<'_>, Shift>,
-    gutter: &DrawingArea<BitMapBackend<'_>, Shift>,
+    root: &DrawingArea<Png<'_>, Shift>,
+    gutter: &DrawingArea<Png<'_>, Shift>,
     ends: &[(usize, (i32, i32))],
     labels: &[String],
     text_px: u32,

@@ -6,6 +6,8 @@ use plotters::coord::Shift;
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::prelude::*;
 
+use super::Png;
+
 use super::{
     DrawResult, FONT, LegendEntry, LegendMark, PlotError, PlotSize, TextSizes, bad_data, canvas,
     compact, draw_legend, extent, legend_width_px, log_padded, padded, series_colour,
@@ -127,7 +129,7 @@ fn cdf_points(latencies_ms: &[f64]) -> Vec<(f64, f64)> {
 }
 
 fn draw_chart<X>(
-    area: &DrawingArea<BitMapBackend<'_>, Shift>,
+    area: &DrawingArea<Png<'_>, Shift>,
     plot: &CdfPlot,
     curves: &[Vec<(f64, f64)>],
     x_range: X,

@@ -12,6 +12,8 @@ use std::path::Path;
 use plotters::coord::Shift;
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::prelude::*;
+
+use super::Png;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::capacity::Limit;
@@ -309,7 +311,7 @@ struct Frame {
 
 #[allow(clippy::too_many_arguments)]
 fn draw_panel<Y>(
-    area: &DrawingArea<BitMapBackend<'_>, Shift>,
+    area: &DrawingArea<Png<'_>, Shift>,
     plot: &LoadLatencyPlot,
     panel: &LoadPanel,
     (x_range, y_range): (std::ops::Range<f64>, Y),
@@ -486,12 +488,8 @@ where
 /// panel without one), beside its line (to the right when the line is in the left half, else
 /// to the left), on a white box.
 fn draw_capacity_label<Y>(
-    chart: &ChartContext<
-        '_,
-        BitMapBackend<'_>,
-        Cartesian2d<plotters::coord::types::RangedCoordf64, Y>,
-    >,
-    area: &DrawingArea<BitMapBackend<'_>, Shift>,
+    chart: &ChartContext<'_, Png<'_>, Cartesian2d<plotters::coord::types::RangedCoordf64, Y>>,
+    area: &DrawingArea<Png<'_>, Shift>,
     capacity: &CapacityMark,
     anchor_y: Option<f64>,
     sizes: TextSizes,
@@ -545,7 +543,7 @@ where
 
 /// The figure's one legend, in a row under the title.
 fn draw_key(
-    area: &DrawingArea<BitMapBackend<'_>, Shift>,
+    area: &DrawingArea<Png<'_>, Shift>,
     plot: &LoadLatencyPlot,
     text_px: u32,
     path: &Path,

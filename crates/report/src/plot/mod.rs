@@ -10,6 +10,7 @@ mod cdf;
 mod heatmap;
 mod load_latency;
 mod profile_fit;
+mod text;
 mod timeseries;
 
 pub use breakdown::{StageBars, StageBreakdownPlot, draw_stage_breakdown};
@@ -21,6 +22,7 @@ pub use load_latency::{
     P50_COLOUR, P95_COLOUR, P99_COLOUR, SLO_COLOUR, draw_load_latency,
 };
 pub use profile_fit::{FitSeries, MeasuredPoint, ProfileFitPlot, draw_profile_fit};
+pub(crate) use text::Png;
 pub use timeseries::{TimeSeriesPanel, TimeSeriesPlot, draw_time_series};
 
 use std::path::{Path, PathBuf};
@@ -48,6 +50,20 @@ impl PlotSize {
         width_px: 1200,
         height_px: 800,
     };
+
+    /// Refuses a size outside 200 × 150 to 10000 × 10000 pixels, saying so.
+    pub fn check(self) -> Result<(), String> {
+        let ok =
+            (200..=10_000).contains(&self.width_px) && (150..=10_000).contains(&self.height_px);
+        if ok {
+            Ok(())
+        } else {
+            Err(format!(
+                "size {}x{} px is outside 200x150 to 10000x10000",
+                self.width_px, self.height_px
+            ))
+        }
+    }
 }
 
 /// Why a plot could not be drawn.
@@ -109,25 +125,13 @@ fn ensure_font() -> Result<(), PlotError> {
 }
 
 /// Opens a white canvas of `size` that writes to `path` (which must end in `.png`).
-fn canvas(path: &Path, size: PlotSize) -> Result<DrawingArea<BitMapBackend<'_>, Shift>, PlotError> {
+fn canvas(path: &Path, size: PlotSize) -> Result<DrawingArea<Png<'_>, Shift>, PlotError> {
     ensure_font()?;
     if path.extension().and_then(|e| e.to_str()) != Some("png") {
         return Err(bad_data(path, "the file name must end in .png"));
     }
-    if size.width_px < 200
-        || size.height_px < 150
-        || size.width_px > 10_000
-        || size.height_px > 10_000
-    {
-        return Err(bad_data(
-            path,
-            format!(
-                "size {}x{} px is outside 200x150 to 10000x10000",
-                size.width_px, size.height_px
-            ),
-        ));
-    }
-    let root = BitMapBackend::new(path, (size.width_px, size.height_px)).into_drawing_area();
+    size.check().map_err(|reason| bad_data(path, reason))?;
+    let root = Png(BitMapBackend::new(path, (size.width_px, size.height_px))).into_drawing_area();
     root.fill(&WHITE).at(path)?;
     Ok(root)
 }
@@ -206,7 +210,7 @@ fn series_legend<'a>(labels: impl Iterator<Item = &'a str>) -> Vec<LegendEntry> 
 
 /// Draws a legend as rows in its own area (beside the chart, so it never hides data).
 fn draw_legend(
-    area: &DrawingArea<BitMapBackend<'_>, Shift>,
+    area: &DrawingArea<Png<'_>, Shift>,
     entries: &[LegendEntry],
     text_px: u32,
     path: &Path,

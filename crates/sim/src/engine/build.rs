@@ -30,7 +30,11 @@ use crate::time::SimTime;
 use crate::timeseries::{IntervalCounters, LlmState, Timeseries};
 
 /// The stages the scenario models (the others take no time).
-fn modeled_stages(scenario: &Scenario, uplink_instant: bool, downlink_instant: bool) -> StageSet {
+pub(crate) fn modeled_stages(
+    scenario: &Scenario,
+    uplink_instant: bool,
+    downlink_instant: bool,
+) -> StageSet {
     let pools = scenario.pools();
     StageSet::default()
         .with(Stage::EndToEnd, true)

@@ -43,6 +43,7 @@ pub use crate::client::Warmup;
 pub use crate::observe::Run;
 
 mod build;
+pub(crate) use build::modeled_stages;
 #[cfg(test)]
 mod tests;
 

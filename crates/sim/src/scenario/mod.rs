@@ -26,6 +26,7 @@
 
 mod file;
 mod pool;
+mod suggest;
 
 use std::path::{Path, PathBuf};
 
@@ -107,6 +108,7 @@ pub struct Scenario {
     /// Timeseries sampling.
     pub timeseries: TimeseriesSpec,
     pools: Vec<Pool>,
+    notes: Vec<String>,
 }
 
 impl Scenario {
@@ -144,7 +146,7 @@ impl Scenario {
                 .try_into()
                 .map_err(|e: toml::de::Error| ScenarioError::Parse {
                     origin: origin.clone(),
-                    message: e.to_string(),
+                    message: suggest::with_suggestion(&e.to_string()),
                 })?;
         let default_pool = PoolFile {
             models: Vec::new(),
@@ -245,6 +247,7 @@ impl Scenario {
             slo: file.slo,
             timeseries: file.timeseries,
             pools,
+            notes: Vec::new(),
         })
     }
 
@@ -285,14 +288,16 @@ impl Scenario {
     pub fn set_all(&mut self, overrides: &[(&str, &str)]) -> Result<Vec<String>, ScenarioError> {
         let mut raw = self.raw.clone();
         let mut notes = Vec::new();
+        let mut kept = Vec::new();
         for (path, value) in overrides {
-            if let Some(note) = set_raw(&mut raw, path, value)? {
-                notes.push(note);
-            }
+            let (switched, dropped) = set_raw(&mut raw, path, value)?;
+            notes.extend(switched);
+            kept.extend(dropped);
         }
         let mut next = Scenario::from_table(raw, self.origin.clone()).map_err(|e| {
-            let e = e.to_string().trim_end().to_string();
             let (path, value) = overrides.last().copied().unwrap_or_default();
+            let parts: Vec<&str> = path.split('.').collect();
+            let e = suggest_full_path(e.to_string().trim_end(), &parts);
             let keys: Vec<String> = overrides.iter().map(|(k, _)| format!("`{k}`")).collect();
             let switched = if notes.is_empty() {
                 String::new()
@@ -314,6 +319,15 @@ impl Scenario {
         if self.raw.get("name").is_none() && overrides.iter().all(|(k, _)| *k != "name") {
             next.name = self.name.clone();
         }
+        next.notes = self.notes.clone();
+        next.notes.extend(kept);
+        if !next.notes.is_empty() {
+            let notes = next.notes.join("; ");
+            next.description = Some(match next.description {
+                Some(description) => format!("{description} (note: {notes})"),
+                None => format!("note: {notes}"),
+            });
+        }
         *self = next;
         Ok(notes)
     }
@@ -325,6 +339,32 @@ impl Scenario {
     pub fn set_service_profile(&mut self, path: &Path) -> Result<Vec<String>, ScenarioError> {
         let quoted = toml::Value::String(path.display().to_string()).to_string();
         self.set_all(&[("service.kind", "profile"), ("service.path", &quoted)])
+    }
+
+    /// What [`Scenario::set`] changed beyond the key it was given, one sentence each, in the
+    /// order set: a `batcher.max_batch_size` below some `preferred_batch_size` drops those
+    /// sizes. Empty for a scenario as read. The same notes end the scenario's description.
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    /// The keys of the run summary's `latency_ms` a run of this scenario reports: `end_to_end`,
+    /// `queue` and `execution` always, the other stages of [`crate::summary::STAGES`] it models
+    /// (a stage it does not model takes no time and is left out), and
+    /// [`crate::summary::TOKEN_METRICS`] when a pool batches continuously.
+    pub fn latency_keys(&self) -> Vec<&'static str> {
+        let uplink_instant = crate::network::NetworkPath::uplink(&self.network).is_instant();
+        let downlink_instant = crate::network::NetworkPath::downlink(&self.network).is_instant();
+        let modeled = crate::engine::modeled_stages(self, uplink_instant, downlink_instant).flags();
+        let stages = crate::summary::STAGES
+            .into_iter()
+            .zip(modeled)
+            .filter_map(|(key, on)| on.then_some(key));
+        let continuous = self.pools.iter().any(|p| p.llm.is_some());
+        let tokens = crate::summary::TOKEN_METRICS
+            .into_iter()
+            .filter(|_| continuous);
+        stages.chain(tokens).collect()
     }
 
     /// The value written at dotted `path` (the file as read, with overrides applied); `None`
@@ -348,6 +388,56 @@ impl Scenario {
     }
 }
 
+/// When `parts` sets a batcher's `max_batch_size` below some of the `preferred_batch_size` that
+/// `batcher` (the table holding the key) lists, drops those sizes and says so. A grid over the
+/// maximum would otherwise refuse every value below the file's largest preferred size.
+fn drop_preferred_above_max(batcher: &mut toml::Table, parts: &[&str]) -> Option<String> {
+    let [.., table, "max_batch_size"] = parts else {
+        return None;
+    };
+    if *table != "batcher" {
+        return None;
+    }
+    let max = batcher.get("max_batch_size")?.as_integer()?;
+    let preferred = batcher.get("preferred_batch_size")?.as_array()?;
+    let sizes: Vec<i64> = preferred
+        .iter()
+        .filter_map(toml::Value::as_integer)
+        .collect();
+    if sizes.len() != preferred.len() || sizes.iter().all(|&s| s <= max) {
+        return None;
+    }
+    let kept: Vec<i64> = sizes.iter().copied().filter(|&s| s <= max).collect();
+    let dropped: Vec<i64> = sizes.iter().copied().filter(|&s| s > max).collect();
+    batcher.insert(
+        "preferred_batch_size".to_string(),
+        toml::Value::Array(kept.iter().map(|&s| toml::Value::Integer(s)).collect()),
+    );
+    let prefix = parts[..parts.len() - 1].join(".");
+    Some(format!(
+        "`{prefix}.max_batch_size` = {max} is below `{prefix}.preferred_batch_size` {sizes:?}: dropped {dropped:?}, leaving {kept:?}"
+    ))
+}
+
+/// `message` with a "did you mean" for a misspelt part of the dotted key `parts` given as the
+/// whole corrected key (`batcher.max_batch_size`, not `max_batch_size`).
+fn suggest_full_path(message: &str, parts: &[&str]) -> String {
+    let Some((unknown, suggested)) = suggest::suggestion_in(message) else {
+        return message.to_string();
+    };
+    let Some(i) = parts.iter().rposition(|p| *p == unknown) else {
+        return message.to_string();
+    };
+    let mut fixed: Vec<&str> = parts.to_vec();
+    fixed[i] = suggested;
+    let short = format!("did you mean `{suggested}`?");
+    let full = format!("did you mean `{}`?", fixed.join("."));
+    match message.rfind(&short) {
+        Some(at) => format!("{}{full}{}", &message[..at], &message[at + short.len()..]),
+        None => format!("{message}; {full}"),
+    }
+}
+
 pub(crate) fn invalid(key: &str, message: impl Into<String>) -> ScenarioError {
     ScenarioError::Invalid {
         key: key.to_string(),
@@ -356,12 +446,14 @@ pub(crate) fn invalid(key: &str, message: impl Into<String>) -> ScenarioError {
 }
 
 /// Writes `value` at dotted `path` into `raw`, unvalidated. A string `kind` that differs from
-/// the one written empties the table first; the note returned names the keys dropped.
+/// the one written empties the table first. Returns the note of a table whose kind it changed
+/// (naming the old kind's keys dropped) and the note of preferred batch sizes it dropped (above
+/// a new `max_batch_size`).
 fn set_raw(
     raw: &mut toml::Table,
     path: &str,
     value: &str,
-) -> Result<Option<String>, ScenarioError> {
+) -> Result<(Option<String>, Option<String>), ScenarioError> {
     let override_err = |message: String| ScenarioError::Override {
         key: path.to_string(),
         value: value.to_string(),
@@ -393,7 +485,8 @@ fn set_raw(
         None
     };
     table.insert(last.to_string(), parsed);
-    Ok(note)
+    let dropped = drop_preferred_above_max(table, &parts);
+    Ok((note, dropped))
 }
 
 /// Empties `table` when `kind` differs from the string kind it has; the note says what went.
@@ -871,5 +964,101 @@ mod tests {
         assert_eq!(s.pools().len(), 2);
         assert_eq!(s.pools()[1].name, "large");
         assert_eq!(s.pools()[1].models, vec!["llama".to_string()]);
+    }
+
+    const PREFERRED: &str = "[batcher]\nmax_batch_size = 32\npreferred_batch_size = [8, 16, 32]\n[service]\nkind = \"constant\"\ntime = \"5ms\"\n";
+
+    #[test]
+    fn a_max_batch_size_below_preferred_sizes_drops_them_with_a_note() {
+        let mut s = Scenario::from_toml_str(PREFERRED).unwrap();
+        assert!(s.notes().is_empty());
+        s.set("batcher.max_batch_size", "12").unwrap();
+        assert_eq!(s.pools()[0].batcher.max_batch_size, 12);
+        assert_eq!(s.pools()[0].batcher.preferred_batch_size, vec![8]);
+        let expected = "`batcher.max_batch_size` = 12 is below `batcher.preferred_batch_size` [8, 16, 32]: dropped [16, 32], leaving [8]";
+        assert_eq!(s.notes(), [expected.to_string()]);
+        assert_eq!(
+            s.description.as_deref(),
+            Some(format!("note: {expected}").as_str())
+        );
+        s.set("batcher.max_batch_size", "4").unwrap();
+        assert!(s.pools()[0].batcher.preferred_batch_size.is_empty());
+        assert_eq!(s.notes().len(), 2, "{:?}", s.notes());
+    }
+
+    #[test]
+    fn a_max_batch_size_at_or_above_every_preferred_size_adds_no_note() {
+        let mut s = Scenario::from_toml_str(PREFERRED).unwrap();
+        s.set("batcher.max_batch_size", "32").unwrap();
+        s.set("instances", "3").unwrap();
+        assert!(s.notes().is_empty());
+        assert_eq!(s.description, None);
+    }
+
+    #[test]
+    fn preferred_sizes_set_above_the_max_are_still_refused() {
+        let mut s = Scenario::from_toml_str(PREFERRED).unwrap();
+        let err = s
+            .set("batcher.preferred_batch_size", "[8, 64]")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("batcher.preferred_batch_size") && err.contains("max_batch_size (32)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn misspelt_keys_suggest_the_intended_one() {
+        let mut s = Scenario::from_toml_str(MINIMAL).unwrap();
+        let err = s.set("instance", "2").unwrap_err().to_string();
+        assert!(err.ends_with("did you mean `instances`?"), "{err}");
+        let err = s.set("batcher.max_batch_sze", "2").unwrap_err().to_string();
+        assert!(
+            err.ends_with("did you mean `batcher.max_batch_size`?"),
+            "{err}"
+        );
+        let err = s.set("batchr.max_batch_size", "2").unwrap_err().to_string();
+        assert!(
+            err.ends_with("did you mean `batcher.max_batch_size`?"),
+            "{err}"
+        );
+        let err = Scenario::from_toml_str(&format!(
+            "{MINIMAL}[gateway]\nload_balancing = \"least_outstandin\"\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("did you mean `least_outstanding`?"), "{err}");
+        let err = Scenario::from_toml_str(&format!("{MINIMAL}[batcher]\nmax_batchsize = 4\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("did you mean `max_batch_size`?"), "{err}");
+    }
+
+    #[test]
+    fn latency_keys_are_the_modelled_stages_and_token_metrics_only_when_continuous() {
+        let s = Scenario::from_toml_str(MINIMAL).unwrap();
+        assert_eq!(s.latency_keys(), ["end_to_end", "queue", "execution"]);
+        let s = Scenario::from_toml_str(&format!(
+            "{MINIMAL}[gateway]\noverhead = \"50us\"\n[preprocess]\nbase = \"1ms\"\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            s.latency_keys(),
+            ["end_to_end", "gateway", "preprocess", "queue", "execution"]
+        );
+        let s = Scenario::from_toml_str(CONTINUOUS).unwrap();
+        assert_eq!(
+            s.latency_keys(),
+            [
+                "end_to_end",
+                "queue",
+                "execution",
+                "ttft",
+                "tpot",
+                "itl",
+                "normalized"
+            ]
+        );
     }
 }
