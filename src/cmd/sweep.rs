@@ -303,6 +303,7 @@ pub fn run(args: SweepArgs) -> Result<()> {
     let growth = parse_growth(&args.grid.growth)?;
     let started = std::time::Instant::now();
     let mut result = run_with_progress(&spec, &workload)?;
+    super::steady::refuse_short_trace(&spec, &workload, &result.capacities)?;
     if workload.trace_rate_rps.is_some() {
         result.review = Some(review_of(&args.grid, &spec, &workload, &result, growth)?);
     }

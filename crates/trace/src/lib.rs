@@ -36,6 +36,7 @@
 #![warn(missing_docs)]
 
 mod error;
+pub mod extend;
 mod format;
 mod ingest;
 pub mod quantity;
