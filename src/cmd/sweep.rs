@@ -204,7 +204,14 @@ pub fn review_of(
         .chain(&args.input.trace)
         .map(|p| p.display().to_string())
         .collect();
-    let question = Question::of(names.join(", "), &summary, growth);
+    let mut trace = names.join(", ");
+    if let Some(duration) = &args.input.extend_to {
+        trace += &format!(
+            " extended to {duration} by --extend-to (a block bootstrap of its own gaps and sizes, seed {})",
+            args.input.extend_seed
+        );
+    }
+    let question = Question::of(trace, &summary, growth);
     let basis = Basis::of(
         &spec.base,
         &args.scenario,

@@ -12,10 +12,12 @@
 //! 3. **Drain**: requests sent within `L` of the last send are left out (they would still be in
 //!    the system when it starts to empty); the window ends at `last send - L`.
 //! 4. **Warm-up**: MSER-5 (White, 1997) on the latencies of the requests sent before the window's
-//!    end, in send order: batch means of 5 requests `Y_1..Y_k`; the truncation `d` in
-//!    `0..=k/2` that minimises `sum_{j>d} (Y_j - mean_{j>d} Y)^2 / (k - d)^2` (the squared
-//!    standard error of the mean of what is kept) sets the window's start at the first send of
-//!    batch `d + 1`. An explicit warm-up ([`Warmup::DurationNs`], [`Warmup::Count`]) replaces
+//!    end, in send order: batch means of 5 requests `Y_1..Y_k`; the truncation `d` that
+//!    minimises `sum_{j>d} (Y_j - mean_{j>d} Y)^2 / (k - d)^2` (the squared standard error of
+//!    the mean of what is kept) sets the window's start at the first send of batch `d + 1`.
+//!    `d` is at most `k/2`, and covers at most the sends of the first [`WARMUP_LIFETIMES`]
+//!    lifetimes: the empty start's effect fades within a few lifetimes, while a burst of the
+//!    trace, which MSER-5 alone would also cut as a transient, is load to be measured. An explicit warm-up ([`Warmup::DurationNs`], [`Warmup::Count`]) replaces
 //!    this step; [`Warmup::Window`] replaces the whole rule.
 //! 5. **Floor**: the window keeps at least the later half of the sends after the warm-up, so
 //!    that an overloaded run (whose lifetime grows with the run) is still measured on its worst
@@ -39,6 +41,9 @@ use crate::record::{Outcome, RecordSink, RequestRecord};
 
 /// Lifetimes a steady window must span; a shorter one marks the trace too short for its load.
 pub const SHORT_LIFETIMES: f64 = 3.0;
+
+/// Lifetimes from the first send within which the warm-up may end.
+pub const WARMUP_LIFETIMES: f64 = 10.0;
 
 /// Requests per batch of the MSER-5 rule.
 const MSER_BATCH: usize = 5;
@@ -187,7 +192,12 @@ impl Pilot {
                     .completed
                     .partition_point(|&(sent, _)| sent < drain_from_ns);
                 let latencies: Vec<u64> = self.completed[..kept].iter().map(|&(_, l)| l).collect();
-                let batch = mser5_truncation(&latencies);
+                let first_ns = self.completed.first().map_or(0, |&(sent, _)| sent);
+                let warmup_end_ns =
+                    first_ns.saturating_add((WARMUP_LIFETIMES * lifetime_ns as f64) as u64);
+                let most =
+                    self.completed[..kept].partition_point(|&(sent, _)| sent < warmup_end_ns);
+                let batch = mser5_truncation(&latencies, most / MSER_BATCH);
                 self.completed
                     .get(batch * MSER_BATCH)
                     .map_or(0, |&(sent, _)| sent)
@@ -257,10 +267,10 @@ fn mean_latency_ns(completed: &[(u64, u64)]) -> u64 {
 }
 
 /// MSER-5's truncation of `series`: how many leading batches of [`MSER_BATCH`] values to drop
-/// (at most half of them), the first minimum of the squared standard error of what is left
-/// (ties within rounding go to the smaller truncation). 0 for a series of fewer than two
-/// batches.
-pub fn mser5_truncation(series: &[u64]) -> usize {
+/// (at most half of them, and at most `most_batches`), the first minimum of the squared
+/// standard error of what is left (ties within rounding go to the smaller truncation). 0 for a
+/// series of fewer than two batches.
+pub fn mser5_truncation(series: &[u64], most_batches: usize) -> usize {
     let means: Vec<f64> = series
         .chunks_exact(MSER_BATCH)
         .map(|c| c.iter().map(|&v| v as f64).sum::<f64>() / MSER_BATCH as f64)
@@ -271,7 +281,7 @@ pub fn mser5_truncation(series: &[u64]) -> usize {
     }
     // Centred, so that the suffix sums below lose little to cancellation.
     let centre = means.iter().sum::<f64>() / k as f64;
-    let mut statistics = vec![0.0; k / 2 + 1];
+    let mut statistics = vec![0.0; (k / 2).min(most_batches) + 1];
     let (mut sum, mut sum_sq) = (0.0, 0.0);
     for d in (0..k).rev() {
         let y = means[d] - centre;
@@ -316,32 +326,58 @@ mod tests {
         let transient: Vec<u64> = (0..1000u64)
             .map(|i| if i < 100 { i * 10 } else { 1000 + wobble(i) })
             .collect();
-        let cut = mser5_truncation(&transient);
+        let cut = mser5_truncation(&transient, usize::MAX);
         assert!(
             (18..=22).contains(&cut),
             "the 20 batches of the transient are dropped, got {cut}"
         );
         let stationary: Vec<u64> = (0..1000u64).map(|i| 1000 + wobble(i)).collect();
-        assert!(
-            mser5_truncation(&stationary) <= 2,
-            "{}",
-            mser5_truncation(&stationary)
+        let kept = mser5_truncation(&stationary, usize::MAX);
+        assert!(kept <= 2, "{kept}");
+        assert_eq!(
+            mser5_truncation(&[1, 2, 3], usize::MAX),
+            0,
+            "under two batches"
         );
-        assert_eq!(mser5_truncation(&[1, 2, 3]), 0, "under two batches");
+        assert_eq!(
+            mser5_truncation(&transient, 5),
+            5,
+            "at most the batches allowed"
+        );
     }
 
     #[test]
     fn the_window_leaves_out_the_warm_up_and_one_lifetime_before_the_last_send() {
-        // Latency 1 s for the first 100 requests (an empty system), 10 s afterwards.
-        let window = pilot(1000, Warmup::None, |i| if i < 100 { 1.0 } else { 10.0 }).window();
-        let lifetime_s = (100.0 * 1.0 + 900.0 * 10.0) / 1000.0;
+        // Latency 1 s for the first 50 requests (an empty system), 10 s afterwards.
+        let window = pilot(1000, Warmup::None, |i| if i < 50 { 1.0 } else { 10.0 }).window();
+        let lifetime_s = (50.0 * 1.0 + 950.0 * 10.0) / 1000.0;
         assert_eq!(window.lifetime_ns, (lifetime_s * 1e9) as u64);
-        assert_eq!(window.from_ns, 100 * S, "MSER-5 cuts the first 20 batches");
+        assert_eq!(window.from_ns, 50 * S, "MSER-5 cuts the first 10 batches");
         assert_eq!(window.to_ns, 999 * S + 1 - window.lifetime_ns);
         let described = window.describe();
         assert!(!described.too_short(), "{described:?}");
         assert_eq!(described.warmup_rule, "mser-5");
         assert!(described.why.contains("draining"), "{}", described.why);
+    }
+
+    #[test]
+    fn a_burst_long_after_the_start_is_load_not_warm_up() {
+        // Latency 1 s throughout but 30 s for the requests sent in 100..300 s (a burst), 1000 s
+        // of sends: MSER-5 alone would cut the burst as a transient.
+        let window = pilot(1000, Warmup::None, |i| {
+            if (100..300).contains(&i) { 30.0 } else { 1.0 }
+        })
+        .window();
+        let lifetime_s = window.lifetime_ns as f64 * 1e-9;
+        assert!(
+            (window.from_ns as f64) * 1e-9 <= WARMUP_LIFETIMES * lifetime_s,
+            "warm-up ends at {} s, lifetime {lifetime_s} s",
+            window.from_ns as f64 * 1e-9
+        );
+        assert!(
+            window.from_ns < 100 * S,
+            "the burst is measured: {window:?}"
+        );
     }
 
     #[test]
