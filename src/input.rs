@@ -17,7 +17,8 @@
 //!
 //! That gives the command `TRACE...` positionals (or `--trace PATH`, repeatable, for commands
 //! that have positionals of their own), `--format`, `--map`, `--skip-invalid`, `--keep-offsets` and the
-//! transforms `--window`, `--sample`/`--sample-seed`, `--rate-scale`, `--limit`. All the logic
+//! transforms `--window`, `--sample`/`--sample-seed`, `--rate-scale`,
+//! `--extend-to`/`--extend-seed`, `--limit`. All the logic
 //! lives in `capsim_trace`; this struct only maps flags onto it. Errors from `load` are
 //! `capsim_trace::TraceError`s, which the command's exit code maps to 2.
 
@@ -73,6 +74,16 @@ pub struct TraceInput {
     #[arg(long, value_name = "K")]
     pub rate_scale: Option<f64>,
 
+    /// Lengthen the trace to DURATION from its first arrival (e.g. `10m`) by a seeded block
+    /// bootstrap of its own gaps, each with its request's sizes (docs/trace-format.md); for a
+    /// log too short for the load it should drive. Applied after --rate-scale.
+    #[arg(long, value_name = "DURATION")]
+    pub extend_to: Option<String>,
+
+    /// Seed of --extend-to's draws.
+    #[arg(long, value_name = "SEED", default_value_t = 0)]
+    pub extend_seed: u64,
+
     /// Keep only the first N requests (after the other transforms).
     #[arg(long, value_name = "N")]
     pub limit: Option<usize>,
@@ -110,6 +121,12 @@ impl LoadedTrace {
             if n > 0 {
                 parts.push(format!("{n} {what}"));
             }
+        }
+        if r.added_by_extend > 0 {
+            parts.push(format!(
+                "{} added by --extend-to (block bootstrap of the trace's own gaps and sizes)",
+                r.added_by_extend
+            ));
         }
         if r.failed > 0 {
             parts.push(format!("{} flagged failed", r.failed));
@@ -160,11 +177,22 @@ impl TraceInput {
             .as_deref()
             .map(Transforms::parse_window)
             .transpose()?;
+        let extend_to_ns = self
+            .extend_to
+            .as_deref()
+            .map(|text| {
+                capsim_trace::parse_duration_ns(text).map_err(|e| {
+                    crate::cmd::BadInput(format!("--extend-to {text:?}: {e}; write e.g. 10m"))
+                })
+            })
+            .transpose()?;
         let t = Transforms {
             window,
             sample: self.sample,
             sample_seed: self.sample_seed,
             rate_scale: self.rate_scale,
+            extend_to_ns,
+            extend_seed: self.extend_seed,
             limit: self.limit,
         };
         t.validate()?;

@@ -6,6 +6,7 @@ pub mod plan;
 pub mod replay;
 pub mod report;
 pub mod simulate;
+pub mod steady;
 pub mod sweep;
 pub mod trace;
 pub mod validate;

@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use capsim_sim::output::{write_requests_parquet, write_summary_json, write_timeseries_parquet};
 use capsim_sim::quantity::parse_duration_ns;
 use capsim_sim::timeline::{TimelineWindow, write_timeline_json};
-use capsim_sim::{RunOptions, Scenario, run_with_sink, simulate_with_requests};
+use capsim_sim::{RequestLog, RunOptions, Scenario};
 use clap::Args;
 
 use super::BadInput;
@@ -93,14 +93,16 @@ pub fn run(args: SimulateArgs) -> Result<()> {
         .with_context(|| format!("cannot create output directory {}", args.out.display()))?;
     let window = parse_timeline_window(&args.timeline_window)?;
     let run = if args.no_requests && args.timeline.is_none() {
-        run_with_sink(
+        capsim_sim::steady::run(
             &built,
             &loaded.trace,
             &options,
             &mut capsim_sim::record::NoRecords,
         )?
     } else {
-        let (run, log) = simulate_with_requests(&built, &loaded.trace, &options)?;
+        let mut log = RequestLog::with_capacity(loaded.trace.len());
+        let run = capsim_sim::steady::run(&built, &loaded.trace, &options, &mut log)?;
+        log.sort_by_request();
         let pool_names: Vec<String> = scenario.pools().iter().map(|p| p.name.clone()).collect();
         if !args.no_requests {
             write_requests_parquet(
@@ -114,6 +116,9 @@ pub fn run(args: SimulateArgs) -> Result<()> {
         }
         run
     };
+    if let Some(note) = super::steady::short_trace_note(&run.summary) {
+        eprintln!("note: {note}");
+    }
     if let Some(note) = run.summary.timeseries_note() {
         eprintln!("note: {note}");
     }

@@ -227,7 +227,14 @@ pub fn review_of(
         .chain(&args.input.trace)
         .map(|p| p.display().to_string())
         .collect();
-    let question = Question::of(names.join(", "), &summary, growth);
+    let mut trace = names.join(", ");
+    if let Some(duration) = &args.input.extend_to {
+        trace += &format!(
+            " extended to {duration} by --extend-to (a block bootstrap of its own gaps and sizes, seed {})",
+            args.input.extend_seed
+        );
+    }
+    let question = Question::of(trace, &summary, growth);
     let basis = Basis::of(
         &spec.base,
         &args.scenario,
@@ -326,6 +333,7 @@ pub fn run(args: SweepArgs) -> Result<()> {
     let growth = parse_growth(&args.grid.growth)?;
     let started = std::time::Instant::now();
     let mut result = run_with_progress(&spec, &workload)?;
+    super::steady::refuse_short_trace(&spec, &workload, &result.capacities)?;
     if workload.trace_rate_rps.is_some() {
         result.review = Some(review_of(&args.grid, &spec, &workload, &result, growth)?);
         result.shard_sensitivities = shard_sensitivities(&spec, &workload, &result)?;

@@ -132,10 +132,15 @@ fn render(input: &TraceInput, loaded: &LoadedTrace, s: &Summary) -> String {
     line(
         "rate",
         format!(
-            "mean {} req/s; peak {} req/s (1 s window), {} req/s (60 s window)",
+            "mean {} req/s; peak {} req/s (1 s window), {} req/s ({})",
             s.mean_rate_rps.map_or("-".to_string(), rate),
             s.peak_rate_1s_rps,
-            fmt_num(s.peak_rate_60s_rps, 2)
+            fmt_num(s.peak_rate_60s_rps, 2),
+            if s.span_s > 0.0 && s.span_s < 60.0 {
+                "over its whole span, shorter than a 60 s window"
+            } else {
+                "60 s window"
+            }
         ),
     );
     line(

@@ -5,9 +5,11 @@
 //! or to the scenario (closed-loop concurrency), [`capsim_sim::run_with_sink`] runs it, and the
 //! summary and the queue-depth timeseries become an [`Outcome`].
 
+use std::borrow::Cow;
+
 use capsim_sim::record::NoRecords;
 use capsim_sim::summary::{LatencyStats, Summary};
-use capsim_sim::{Profiles, RunOptions, Scenario, Warmup, run_with_sink};
+use capsim_sim::{Profiles, RunOptions, Scenario, Warmup};
 use capsim_trace::{IngestReport, Trace, Transforms};
 
 use crate::capacity::{Outcome, QueueGrowth};
@@ -76,7 +78,8 @@ pub struct Workload<'a> {
     pub trace_rate_rps: Option<f64>,
     /// What load values mean.
     pub load_kind: LoadKind,
-    /// Requests excluded from statistics at the start of each run.
+    /// The warm-up given (`--warmup`); [`Warmup::None`] lets each run derive its own
+    /// steady-state window ([`capsim_sim::steady`]).
     pub warmup: Warmup,
 }
 
@@ -102,8 +105,57 @@ impl<'a> Workload<'a> {
         }
     }
 
+    /// The trace and scenario that run `scenario` at `load`: the trace rescaled for a rate, the
+    /// scenario set to closed loop for a concurrency.
+    fn at_load<'s>(
+        &self,
+        scenario: &'s Scenario,
+        load: f64,
+    ) -> Result<(Cow<'a, Trace>, Cow<'s, Scenario>), RunError> {
+        let factor = match self.load_kind {
+            LoadKind::RateScale => Some(load),
+            LoadKind::TargetRate => Some(load / self.trace_rate_rps.ok_or(RunError::NoTraceRate)?),
+            LoadKind::Concurrency => None,
+        };
+        if let Some(factor) = factor {
+            let transforms = Transforms {
+                rate_scale: Some(factor),
+                ..Transforms::default()
+            };
+            let scaled = transforms
+                .apply(self.trace.clone(), &mut IngestReport::default())
+                .map_err(|source| RunError::Rescale {
+                    factor,
+                    source: Box::new(source),
+                })?;
+            return Ok((Cow::Owned(scaled), Cow::Borrowed(scenario)));
+        }
+        let mut closed = scenario.clone();
+        let set = |s: &mut Scenario, key: &str, value: String| {
+            s.set(key, &value).map_err(|source| RunError::Configure {
+                configuration: format!("{key}={value}"),
+                source: Box::new(source),
+            })
+        };
+        set(&mut closed, "load.mode", "\"closed\"".into())?;
+        set(
+            &mut closed,
+            "load.concurrency",
+            format!("{}", load.round() as u64),
+        )?;
+        Ok((Cow::Borrowed(self.trace), Cow::Owned(closed)))
+    }
+
+    fn options(&self, seed: u64) -> RunOptions {
+        RunOptions {
+            seed,
+            warmup: self.warmup,
+            ..RunOptions::default()
+        }
+    }
+
     /// Runs `scenario` at `load` with `seed`, its models built from `profiles` (which must hold
-    /// the profiles it names: see [`Profiles::load`]).
+    /// the profiles it names: see [`Profiles::load`]), measured over its steady-state window.
     pub fn run(
         &self,
         scenario: &Scenario,
@@ -111,70 +163,132 @@ impl<'a> Workload<'a> {
         load: f64,
         seed: u64,
     ) -> Result<RunResult, RunError> {
-        let options = RunOptions {
-            seed,
-            warmup: self.warmup,
-            ..RunOptions::default()
+        let (trace, scenario) = self.at_load(scenario, load)?;
+        let run = capsim_sim::steady::run(
+            &profiles.build(&scenario)?,
+            &trace,
+            &self.options(seed),
+            &mut NoRecords,
+        )?;
+        // Open loop: the arrivals end at the trace's last; closed loop: the run's own sends.
+        let arrivals_end_ns = match self.load_kind {
+            LoadKind::Concurrency => u64::MAX,
+            _ => trace.arrival_ns().last().copied().unwrap_or(0),
         };
-        let factor = match self.load_kind {
-            LoadKind::RateScale => Some(load),
-            LoadKind::TargetRate => Some(load / self.trace_rate_rps.ok_or(RunError::NoTraceRate)?),
-            LoadKind::Concurrency => None,
-        };
-        let mut arrivals_end_ns = u64::MAX;
-        let run = match factor {
-            Some(factor) => {
-                let transforms = Transforms {
-                    rate_scale: Some(factor),
-                    ..Transforms::default()
-                };
-                let scaled = transforms
-                    .apply(self.trace.clone(), &mut IngestReport::default())
-                    .map_err(|source| RunError::Rescale {
-                        factor,
-                        source: Box::new(source),
-                    })?;
-                arrivals_end_ns = scaled.arrival_ns().last().copied().unwrap_or(0);
-                run_with_sink(
-                    &profiles.build(scenario)?,
-                    &scaled,
-                    &options,
-                    &mut NoRecords,
-                )?
-            }
-            None => {
-                let mut closed = scenario.clone();
-                let set = |s: &mut Scenario, key: &str, value: String| {
-                    s.set(key, &value).map_err(|source| RunError::Configure {
-                        configuration: format!("{key}={value}"),
-                        source: Box::new(source),
-                    })
-                };
-                set(&mut closed, "load.mode", "\"closed\"".into())?;
-                set(
-                    &mut closed,
-                    "load.concurrency",
-                    format!("{}", load.round() as u64),
-                )?;
-                run_with_sink(
-                    &profiles.build(&closed)?,
-                    self.trace,
-                    &options,
-                    &mut NoRecords,
-                )?
-            }
-        };
-        // Only samples while requests still arrive: after the last arrival the queue drains, and
-        // the drain would hide growth.
+        // Only samples after the warm-up (filling an empty system is not growth) and while
+        // requests still arrive (after the last arrival the queue drains, and the drain would
+        // hide growth).
+        let warmup_end_ns = run
+            .summary
+            .steady_window
+            .as_ref()
+            .map_or(0, |w| (w.from_s * 1e9) as u64);
         let ts = &run.timeseries;
         let depths: Vec<f64> = (0..ts.len())
-            .filter(|&i| ts.time_ns[i] <= arrivals_end_ns)
+            .filter(|&i| (warmup_end_ns..=arrivals_end_ns).contains(&ts.time_ns[i]))
             .map(|i| f64::from(ts.queued[i]) + f64::from(ts.preprocess_waiting[i]))
             .collect();
         Ok(RunResult {
             queue_growth: QueueGrowth::from_samples(&depths),
             summary: run.summary,
         })
+    }
+
+    /// Whether the trace is long enough to measure `scenario` (labelled `configuration`) at
+    /// `load` in a steady state; `None` when it is, else why not and how long it needs to be.
+    /// Costs one run. Closed-loop loads are not checked (their clients set the pace, not the
+    /// trace's arrivals).
+    pub fn check_length(
+        &self,
+        scenario: &Scenario,
+        profiles: &Profiles,
+        configuration: &str,
+        load: f64,
+        seed: u64,
+    ) -> Result<Option<ShortTrace>, RunError> {
+        if self.load_kind == LoadKind::Concurrency {
+            return Ok(None);
+        }
+        let (trace, scenario) = self.at_load(scenario, load)?;
+        let window =
+            capsim_sim::steady::window(&profiles.build(&scenario)?, &trace, &self.options(seed))?;
+        let Some(needs_run_s) = window.too_short_needs_s else {
+            return Ok(None);
+        };
+        let rows = self.trace.len() as u64;
+        let run_span_s = window.last_send_s;
+        let needs_rows = if run_span_s > 0.0 {
+            (rows as f64 * needs_run_s / run_span_s).ceil() as u64
+        } else {
+            rows.saturating_mul(10)
+        }
+        .max(rows + 1);
+        Ok(Some(ShortTrace {
+            configuration: configuration.to_string(),
+            load,
+            load_kind: self.load_kind,
+            lifetime_s: window.lifetime_s,
+            run_span_s,
+            needs_run_s,
+            rows,
+            needs_rows,
+            needs_trace_s: self.trace_rate_rps.map(|r| needs_rows as f64 / r),
+        }))
+    }
+}
+
+/// A trace too short for the load it drives: at that load its requests do not turn over often
+/// enough for a steady-state window (docs/report.md, "Steady state").
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShortTrace {
+    /// The configuration checked (`key=value,...`).
+    pub configuration: String,
+    /// The load it was checked at, in `load_kind`'s unit.
+    pub load: f64,
+    /// What `load` means.
+    pub load_kind: LoadKind,
+    /// Mean end-to-end latency of a request at that load, seconds.
+    pub lifetime_s: f64,
+    /// The run's last send, seconds: the span of its arrivals at that load.
+    pub run_span_s: f64,
+    /// The span of arrivals a steady window needs at that load, seconds.
+    pub needs_run_s: f64,
+    /// Requests in the trace.
+    pub rows: u64,
+    /// Requests a trace as dense needs.
+    pub needs_rows: u64,
+    /// How long such a trace lasts at the trace's own rate, seconds, when it has one.
+    pub needs_trace_s: Option<f64>,
+}
+
+impl std::fmt::Display for ShortTrace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let load = match self.load_kind {
+            LoadKind::RateScale => format!("{:.2}x the trace's rate", self.load),
+            LoadKind::TargetRate => format!("{:.1} req/s", self.load),
+            LoadKind::Concurrency => format!("{} clients", self.load),
+        };
+        write!(
+            f,
+            "the trace is too short to measure `{}` at {load}: there a request lives {:.1} s on average, and a steady-state window needs {} lifetimes after the warm-up and before the drain, arrivals over at least {:.1} s, but the trace's span is {:.1} s ({} requests). ",
+            self.configuration,
+            self.lifetime_s,
+            capsim_sim::steady::SHORT_LIFETIMES,
+            self.needs_run_s,
+            self.run_span_s,
+            self.rows,
+        )?;
+        match self.needs_trace_s {
+            Some(trace_s) => {
+                let minutes = (trace_s / 60.0).ceil().max(1.0);
+                write!(
+                    f,
+                    "Use a trace of at least {} requests ({:.0} s at its own rate): a longer log, or this one extended with `--extend-to {minutes:.0}m` (a seeded block bootstrap of its own gaps and sizes; docs/trace-format.md)",
+                    self.needs_rows, trace_s
+                )
+            }
+            None => write!(f, "Use a trace of at least {} requests", self.needs_rows),
+        }
     }
 }
 

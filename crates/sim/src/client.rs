@@ -12,13 +12,22 @@ use crate::rng::SimRng;
 /// Which requests are excluded from statistics as warm-up (they are still simulated and counted).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Warmup {
-    /// Measure everything.
+    /// Measure everything. [`crate::steady::run`] reads it as "no warm-up given" and derives
+    /// the measurement window from the run.
     #[default]
     None,
     /// Exclude requests sent before this time, in nanoseconds.
     DurationNs(u64),
     /// Exclude the first this-many requests of the trace.
     Count(u64),
+    /// Measure only requests sent in `[from_ns, to_ns)`: the steady-state window that
+    /// [`crate::steady::run`] derives (warm-up before it, the drain after it).
+    Window {
+        /// First send time measured, in nanoseconds.
+        from_ns: u64,
+        /// Send times from here on are not measured, in nanoseconds.
+        to_ns: u64,
+    },
 }
 
 impl Warmup {
@@ -28,6 +37,7 @@ impl Warmup {
             Warmup::None => true,
             Warmup::DurationNs(d) => sent_ns >= d,
             Warmup::Count(n) => request >= n,
+            Warmup::Window { from_ns, to_ns } => (from_ns..to_ns).contains(&sent_ns),
         }
     }
 }

@@ -58,6 +58,7 @@ mod queue;
 pub mod record;
 pub mod rng;
 pub mod scenario;
+pub mod steady;
 pub mod summary;
 pub mod theory;
 pub mod time;

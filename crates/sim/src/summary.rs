@@ -398,8 +398,12 @@ pub struct Summary {
     pub requests: Counts,
     /// Attempts after the warm-up (the ones every rate and latency below describes).
     pub measured: Counts,
-    /// Attempts excluded as warm-up.
+    /// Attempts excluded as warm-up (or, with a steady-state window, sent outside it).
     pub warmup_excluded: u64,
+    /// The window of send times measured and why, when the run was measured over its steady
+    /// state ([`crate::steady::run`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steady_window: Option<crate::steady::SteadyWindow>,
     /// From the first measured arrival to the last measured response, in seconds.
     pub measured_span_s: f64,
     /// Measured attempts over the span of their arrivals, per second.
@@ -711,6 +715,7 @@ impl SummaryBuilder {
             seed,
             percentile_method: PERCENTILE_METHOD.to_string(),
             warmup_excluded: self.warmup.total,
+            steady_window: None,
             requests: self.measured.plus(&self.warmup).counts(),
             measured_span_s: span_ns as f64 * 1e-9,
             offered_rate_rps: per_s(self.measured.total, arrival_span_ns),
@@ -829,6 +834,9 @@ impl Summary {
             self.offered_rate_rps,
             self.throughput_rps,
         );
+        if let Some(window) = &self.steady_window {
+            out += &format!("\nsteady state: {}", window.why);
+        }
         if let Some(goodput) = self.goodput_rps {
             let bounds: Vec<String> = [
                 ("e2e", self.slo_latency_ms),

@@ -97,6 +97,8 @@ pub struct IngestReport {
     pub dropped_by_sample: u64,
     /// Rows dropped by `--limit`.
     pub dropped_by_limit: u64,
+    /// Rows added by `--extend-to`'s block bootstrap.
+    pub added_by_extend: u64,
     /// Rows in the final trace.
     pub rows: u64,
 }

@@ -37,6 +37,7 @@
 
 mod arrival_unit;
 mod error;
+pub mod extend;
 mod format;
 mod ingest;
 pub mod quantity;

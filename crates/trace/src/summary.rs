@@ -3,7 +3,8 @@
 //! Definitions (so that figures can be compared with other tools):
 //! - mean rate: `(rows - 1) / span` (gaps per second), span = last - first arrival;
 //! - peak rate in a W window: the most arrivals in any `[t_i, t_i + W)` starting at an arrival,
-//!   divided by W;
+//!   divided by W; on a trace whose span is shorter than W, every arrival over the span (a
+//!   window longer than the trace would dilute the rate below the mean);
 //! - inter-arrival CV: population standard deviation of gaps over their mean;
 //! - index of dispersion: sample variance over mean of arrival counts in consecutive complete
 //!   60 s bins from the first arrival (needs two bins);
@@ -27,10 +28,12 @@ pub struct Summary {
     pub start: Option<String>,
     /// `(rows - 1) / span`, requests per second; `None` with fewer than two rows or a zero span.
     pub mean_rate_rps: Option<f64>,
-    /// Most arrivals in any 1 s window starting at an arrival, requests per second.
+    /// Most arrivals in any 1 s window starting at an arrival, requests per second; on a trace
+    /// that spans less than 1 s, its rows over its span.
     pub peak_rate_1s_rps: f64,
     /// Most arrivals in any 60 s window starting at an arrival, divided by 60, requests per
-    /// second; on a trace shorter than 60 s this is its row count over 60.
+    /// second; on a trace that spans less than 60 s, its rows over its span (never below the
+    /// mean rate).
     pub peak_rate_60s_rps: f64,
     /// Population standard deviation of the gaps between arrivals over their mean (1 for
     /// Poisson); `None` with fewer than two rows or when every gap is 0.
@@ -113,6 +116,22 @@ pub fn peak_count(arrival_ns: &[u64], window_ns: u64) -> u64 {
     best as u64
 }
 
+/// Peak rate over a `window_ns` window, requests per second: [`peak_count`] over the window,
+/// or, when the arrivals span less than the window (and more than nothing), every arrival over
+/// their span.
+pub fn peak_rate_rps(arrival_ns: &[u64], window_ns: u64) -> f64 {
+    let span_ns = match (arrival_ns.first(), arrival_ns.last()) {
+        (Some(first), Some(last)) => last - first,
+        _ => 0,
+    };
+    let over_ns = if span_ns > 0 && span_ns < window_ns {
+        span_ns
+    } else {
+        window_ns
+    };
+    peak_count(arrival_ns, window_ns) as f64 / (over_ns as f64 * 1e-9)
+}
+
 /// Arrival counts in consecutive complete bins of `bin_ns` starting at the first arrival.
 pub fn bin_counts(arrival_ns: &[u64], bin_ns: u64) -> Vec<u64> {
     let (Some(&first), Some(&last)) = (arrival_ns.first(), arrival_ns.last()) else {
@@ -187,8 +206,8 @@ impl Summary {
                     .map(|t| t.to_string())
             }),
             mean_rate_rps,
-            peak_rate_1s_rps: peak_count(arr, 1_000_000_000) as f64,
-            peak_rate_60s_rps: peak_count(arr, 60_000_000_000) as f64 / 60.0,
+            peak_rate_1s_rps: peak_rate_rps(arr, 1_000_000_000),
+            peak_rate_60s_rps: peak_rate_rps(arr, 60_000_000_000),
             interarrival_cv: cv,
             zero_gap_fraction: zero,
             dispersion_60s,
@@ -225,6 +244,44 @@ mod tests {
         let s = 1_000_000_000;
         let arr = [0, s / 2, s, s + 1, s + 2, 5 * s];
         assert_eq!(peak_count(&arr, s), 4, "[0.5s, 1.5s) holds 4 arrivals");
+    }
+
+    #[test]
+    fn a_trace_shorter_than_the_window_has_its_peak_over_its_span_not_below_its_mean() {
+        // 300 requests over 29 s, as a short log: over a 60 s window they were 5.0 req/s, half
+        // the 10.3 req/s mean.
+        let arr: Vec<u64> = (0..300u64).map(|i| i * 29_000_000_000 / 299).collect();
+        let t = Trace::from_columns(Columns {
+            input_tokens: vec![10; arr.len()],
+            arrival_ns: arr,
+            ..Columns::default()
+        })
+        .unwrap();
+        let s = Summary::of(&t);
+        let mean = s.mean_rate_rps.unwrap();
+        assert!(
+            s.peak_rate_60s_rps >= mean,
+            "60 s peak {} below the mean {mean}",
+            s.peak_rate_60s_rps
+        );
+        assert!((s.peak_rate_60s_rps - 300.0 / 29.0).abs() < 1e-9);
+        assert!(s.peak_rate_1s_rps >= mean);
+    }
+
+    #[test]
+    fn peaks_are_never_below_the_mean_whatever_the_span() {
+        let s = 1_000_000_000u64;
+        for (rows, span_s) in [(2u64, 1u64), (3, 59), (61, 60), (100, 61), (1000, 3600)] {
+            let arr: Vec<u64> = (0..rows).map(|i| i * span_s * s / (rows - 1)).collect();
+            let mean = (rows - 1) as f64 / span_s as f64;
+            for window in [s, 60 * s] {
+                let peak = peak_rate_rps(&arr, window);
+                assert!(
+                    peak >= mean - 1e-9,
+                    "{rows} rows over {span_s} s, {window} ns window: peak {peak} < mean {mean}"
+                );
+            }
+        }
     }
 
     #[test]

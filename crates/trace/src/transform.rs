@@ -5,7 +5,10 @@
 //!    The kept requests are shifted so that the window's start is time 0.
 //! 2. `--sample FRACTION`: keep each request independently with probability FRACTION (seeded).
 //! 3. `--rate-scale K`: K times the load; every gap between arrivals is divided by K.
-//! 4. `--limit N`: keep the first N requests.
+//! 4. `--extend-to DURATION`: lengthen the trace to DURATION from its first arrival by a
+//!    seeded block bootstrap of its own gaps and sizes ([`crate::extend`]); a trace already as
+//!    long is kept as it is.
+//! 5. `--limit N`: keep the first N requests.
 //!
 //! Each step counts the rows it drops in the [`IngestReport`].
 
@@ -27,6 +30,10 @@ pub struct Transforms {
     pub sample_seed: u64,
     /// Load multiplier `K > 0`.
     pub rate_scale: Option<f64>,
+    /// Lengthen the trace to this span from its first arrival, nanoseconds.
+    pub extend_to_ns: Option<u64>,
+    /// Seed of the extension's block draws.
+    pub extend_seed: u64,
     /// Maximum number of requests.
     pub limit: Option<usize>,
 }
@@ -88,6 +95,7 @@ impl Transforms {
         self.window.is_none()
             && self.sample.is_none()
             && self.rate_scale.is_none()
+            && self.extend_to_ns.is_none()
             && self.limit.is_none()
     }
 
@@ -159,6 +167,11 @@ impl Transforms {
                 *a = first + offset_ns as u64;
             }
             trace = Trace::from_columns(cols)?;
+        }
+        if let Some(target_ns) = self.extend_to_ns {
+            let rows = trace.len();
+            trace = crate::extend::extend(trace, target_ns, self.extend_seed)?;
+            report.added_by_extend += (trace.len() - rows) as u64;
         }
         if let Some(n) = self.limit {
             if n == 0 {
