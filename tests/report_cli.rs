@@ -444,7 +444,8 @@ fn plan_set_changes_the_base_scenario_before_the_grid_and_a_strict_slo_prints_ba
         text(&slower)
     );
     assert!(
-        stdout.contains("no configuration of the grid meets the SLO"),
+        stdout.contains("no configuration of the grid carries 1x")
+            && stdout.contains("ends by SLO crossed"),
         "a 500 ms batch cannot meet 100 ms: {}",
         text(&slower)
     );

@@ -1897,9 +1897,27 @@ fn audit(case: &Case, records: &[Rec], summary: &serde_json::Value) -> Vec<Strin
         || "timeout: requests timed out without a rejecting timeout".to_string(),
     );
     let e2e = &summary["latency_ms"]["end_to_end"];
+    // The latencies describe the requests sent in the run's steady window (its first attempt's
+    // send), when the summary states one; all of them otherwise.
+    let window_ns = summary["steady_window"].as_object().map(|w| {
+        let ns = |key: &str| (w[key].as_f64().unwrap_or(f64::NAN) * 1e9).round() as u64;
+        ns("from_s")..ns("to_s")
+    });
+    let first_sends: BTreeMap<u64, u64> = records
+        .iter()
+        .filter(|r| r.attempt == 1)
+        .map(|r| (r.request, r.arrival_ns))
+        .collect();
+    let measured = |r: &Rec| {
+        window_ns.as_ref().is_none_or(|window| {
+            first_sends
+                .get(&r.request)
+                .is_some_and(|sent| window.contains(sent))
+        })
+    };
     let completed: Vec<&Rec> = records
         .iter()
-        .filter(|r| r.outcome == "completed")
+        .filter(|r| r.outcome == "completed" && measured(r))
         .collect();
     a.check(
         e2e["count"].as_u64().unwrap_or(0) == completed.len() as u64,

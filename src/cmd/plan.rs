@@ -76,7 +76,15 @@ pub fn run(args: PlanArgs) -> Result<()> {
     let mut result = run_with_progress(&spec, &workload)?;
     let multiple = |row: &CapacityRow| carried_multiple(row, mean_rps);
     let feasible = carrying(&result.capacities, mean_rps, growth);
-    super::steady::refuse_short_trace(&spec, &workload, feasible.first().copied())?;
+    // The configuration the answer names: the one that carries the growth with the fewest
+    // instances, else the one that carries the most.
+    let named = feasible.first().copied().or_else(|| {
+        result
+            .capacities
+            .iter()
+            .max_by(|a, b| multiple(a).total_cmp(&multiple(b)))
+    });
+    super::steady::refuse_short_trace(&spec, &workload, named, Some(growth))?;
     println!(
         "SLO {slo}; trace mean {mean_rps:.1} req/s, 60 s peak {peak_rps:.1} req/s; growth {growth}x: target peak {:.1} req/s",
         peak_rps * growth

@@ -11,18 +11,21 @@ use capsim_report::sweep::{CapacityRow, SweepSpec};
 use super::BadInput;
 
 /// Refuses (a usage error, exit 2) when the trace is too short to measure any of `rows` at its
-/// capacity: the load the answer quotes. Each row costs one run.
+/// capacity (the load the answer quotes) or at `asked`, the load the question asks (plan's
+/// growth), whichever is higher: the higher the load, the shorter the replayed trace. Each row
+/// costs one run.
 pub fn refuse_short_trace<'r>(
     spec: &SweepSpec,
     workload: &Workload,
     rows: impl IntoIterator<Item = &'r CapacityRow>,
+    asked: Option<f64>,
 ) -> Result<()> {
     for row in rows {
-        let Some(load) = row
+        let capacity = row
             .capacity_rps
             .filter(|c| c.mean > 0.0)
-            .and_then(|c| capacity_load(workload, c.mean))
-        else {
+            .and_then(|c| capacity_load(workload, c.mean));
+        let Some(load) = capacity.into_iter().chain(asked).reduce(f64::max) else {
             continue;
         };
         let configuration = Configuration {

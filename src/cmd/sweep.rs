@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, Result};
 use capsim_report::experiment::Workload;
-use capsim_report::grid::{Grid, GridAxis, check_configurations};
+use capsim_report::experiment::check_configurations;
+use capsim_report::grid::{Grid, GridAxis};
 use capsim_report::load::{LoadAxis, LoadKind};
 use capsim_report::output::{merge, read_sweep, write_sweep_outputs};
 use capsim_report::plot::PlotSize;
@@ -333,7 +334,7 @@ pub fn run(args: SweepArgs) -> Result<()> {
     let growth = parse_growth(&args.grid.growth)?;
     let started = std::time::Instant::now();
     let mut result = run_with_progress(&spec, &workload)?;
-    super::steady::refuse_short_trace(&spec, &workload, &result.capacities)?;
+    super::steady::refuse_short_trace(&spec, &workload, &result.capacities, None)?;
     if workload.trace_rate_rps.is_some() {
         result.review = Some(review_of(&args.grid, &spec, &workload, &result, growth)?);
         result.shard_sensitivities = shard_sensitivities(&spec, &workload, &result)?;

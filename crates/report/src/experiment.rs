@@ -13,7 +13,8 @@ use capsim_sim::{Profiles, RunOptions, Scenario, Warmup};
 use capsim_trace::{IngestReport, Trace, Transforms};
 
 use crate::capacity::{Outcome, QueueGrowth};
-use crate::grid::Configuration;
+use crate::error::ConfigurationError;
+use crate::grid::{Configuration, Grid};
 use crate::load::LoadKind;
 use crate::slo::{LatencyStat, Metric, Slo};
 
@@ -356,5 +357,82 @@ pub fn stat_of(stats: &LatencyStats, stat: LatencyStat) -> Option<f64> {
         .into_iter()
         .find(|(reported, _)| *reported == p)
         .map(|(_, value)| value),
+    }
+}
+
+/// Configures every configuration of `grid` on `base` and checks `slo` against each, before
+/// anything runs, so that a misspelt key, a refused value or an SLO on a metric a configuration
+/// cannot report fails at once, as the user's input. Returns the notes of the settings that
+/// resolved a conflict ([`Scenario::notes`]: preferred batch sizes above a new maximum dropped),
+/// each once, in grid order.
+pub fn check_configurations(
+    base: &Scenario,
+    grid: &Grid,
+    slo: &Slo,
+) -> Result<Vec<String>, ConfigurationError> {
+    let mut notes: Vec<String> = Vec::new();
+    for configuration in grid.configurations() {
+        let scenario = configure(base, &configuration).map_err(|e| match e {
+            RunError::Configure { source, .. } => ConfigurationError::Scenario {
+                configuration: configuration.to_string(),
+                source,
+            },
+            other => ConfigurationError::Other(other.to_string()),
+        })?;
+        slo.check_against(&scenario)
+            .map_err(|source| ConfigurationError::Slo {
+                configuration: configuration.to_string(),
+                source,
+            })?;
+        for note in &scenario.notes()[base.notes().len()..] {
+            if !notes.contains(note) {
+                notes.push(note.clone());
+            }
+        }
+    }
+    Ok(notes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BERT_LIKE: &str = "[batcher]\nmax_batch_size = 32\npreferred_batch_size = [8, 16, 32]\n[service]\nkind = \"constant\"\ntime = \"5ms\"\n";
+
+    fn check(axes: &[&str], slo: &str) -> Result<Vec<String>, ConfigurationError> {
+        let base = Scenario::from_toml_str(BERT_LIKE).unwrap();
+        let grid = Grid::new(axes.iter().map(|a| a.parse().unwrap()).collect()).unwrap();
+        check_configurations(&base, &grid, &slo.parse().unwrap())
+    }
+
+    #[test]
+    fn a_grid_max_batch_size_below_preferred_sizes_runs_with_one_note_per_value() {
+        let notes = check(
+            &["batcher.max_batch_size=4,12,32", "instances=1..3"],
+            "e2e.p99<=1s",
+        )
+        .unwrap();
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(notes[0].contains("= 4 ") && notes[0].contains("dropped [8, 16, 32]"));
+        assert!(notes[1].contains("= 12 ") && notes[1].contains("leaving [8]"));
+    }
+
+    #[test]
+    fn a_misspelt_grid_key_fails_before_any_run_with_a_suggestion() {
+        let err = check(&["instance=1,2"], "e2e.p99<=1s")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("configuration `instance=1`") && err.contains("did you mean `instances`?"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn an_slo_no_configuration_can_report_fails_before_any_run() {
+        let err = check(&["instances=1,2"], "ttft.p99<=2s")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("reports no `ttft`"), "{err}");
     }
 }

@@ -287,7 +287,7 @@ impl Slo {
     /// continuous batcher, or a stage the scenario does not model), naming the metrics it can
     /// report. Without this check such an SLO fails at every load and the capacity reads 0.
     pub fn check_against(&self, scenario: &Scenario) -> Result<(), ParseError> {
-        let keys = scenario.latency_keys();
+        let keys = capsim_sim::latency_keys(scenario);
         let Some(missing) = self
             .objectives
             .iter()

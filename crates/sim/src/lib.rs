@@ -68,7 +68,8 @@ pub mod timing;
 
 pub use build::{BuiltScenario, Profiles};
 pub use engine::{
-    Run, RunOptions, SimError, Warmup, run_with_sink, simulate, simulate_with_requests,
+    Run, RunOptions, SimError, Warmup, latency_keys, run_with_sink, simulate,
+    simulate_with_requests,
 };
 pub use record::{Outcome, RecordSink, RejectReason, RequestLog, RequestRecord};
 pub use scenario::{Scenario, ScenarioError};

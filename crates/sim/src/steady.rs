@@ -29,8 +29,6 @@
 //!
 //! The window and why it was chosen are in [`Summary::steady_window`](crate::Summary).
 
-use serde::{Deserialize, Serialize};
-
 use capsim_trace::Trace;
 
 use crate::build::BuiltScenario;
@@ -38,6 +36,7 @@ use crate::client::Warmup;
 use crate::engine::{RunOptions, SimError, run_with_sink};
 use crate::observe::Run;
 use crate::record::{Outcome, RecordSink, RequestRecord};
+pub use crate::summary::SteadyWindow;
 
 /// Lifetimes a steady window must span; a shorter one marks the trace too short for its load.
 pub const SHORT_LIFETIMES: f64 = 3.0;
@@ -47,34 +46,6 @@ pub const WARMUP_LIFETIMES: f64 = 10.0;
 
 /// Requests per batch of the MSER-5 rule.
 const MSER_BATCH: usize = 5;
-
-/// The requests a run's statistics describe, and why (`summary.json`'s `steady_window`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SteadyWindow {
-    /// First send time measured, seconds from the run's origin.
-    pub from_s: f64,
-    /// Sends from here on are not measured, seconds from the run's origin.
-    pub to_s: f64,
-    /// The run's last send, seconds from its origin.
-    pub last_send_s: f64,
-    /// Mean end-to-end latency of the run's completed requests, seconds.
-    pub lifetime_s: f64,
-    /// How the window's start was chosen: `mser-5`, `warmup` (given) or `window` (given).
-    pub warmup_rule: String,
-    /// The rule in a sentence, with this run's figures.
-    pub why: String,
-    /// Set when the trace is too short for this load: the send span, in seconds, that would
-    /// hold a window of [`SHORT_LIFETIMES`] lifetimes after the warm-up and before the drain.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub too_short_needs_s: Option<f64>,
-}
-
-impl SteadyWindow {
-    /// Whether the trace is too short for the load it was run at.
-    pub fn too_short(&self) -> bool {
-        self.too_short_needs_s.is_some()
-    }
-}
 
 /// Simulates `trace` and measures it over its steady-state window (see the module doc);
 /// `options.warmup` is the warm-up given, [`Warmup::None`] when none was. Every finished

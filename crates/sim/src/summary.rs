@@ -385,6 +385,34 @@ pub struct InstanceUtilization {
     pub utilization: f64,
 }
 
+/// The requests a run's statistics describe, and why (`summary.json`'s `steady_window`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SteadyWindow {
+    /// First send time measured, seconds from the run's origin.
+    pub from_s: f64,
+    /// Sends from here on are not measured, seconds from the run's origin.
+    pub to_s: f64,
+    /// The run's last send, seconds from its origin.
+    pub last_send_s: f64,
+    /// Mean end-to-end latency of the run's completed requests, seconds.
+    pub lifetime_s: f64,
+    /// How the window's start was chosen: `mser-5`, `warmup` (given) or `window` (given).
+    pub warmup_rule: String,
+    /// The rule in a sentence, with this run's figures.
+    pub why: String,
+    /// Set when the trace is too short for this load: the send span, in seconds, that would
+    /// hold a window of [`crate::steady::SHORT_LIFETIMES`] lifetimes after the warm-up and before the drain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub too_short_needs_s: Option<f64>,
+}
+
+impl SteadyWindow {
+    /// Whether the trace is too short for the load it was run at.
+    pub fn too_short(&self) -> bool {
+        self.too_short_needs_s.is_some()
+    }
+}
+
 /// The summary of one run (`summary.json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
@@ -403,7 +431,7 @@ pub struct Summary {
     /// The window of send times measured and why, when the run was measured over its steady
     /// state ([`crate::steady::run`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub steady_window: Option<crate::steady::SteadyWindow>,
+    pub steady_window: Option<SteadyWindow>,
     /// From the first measured arrival to the last measured response, in seconds.
     pub measured_span_s: f64,
     /// Measured attempts over the span of their arrivals, per second.

@@ -20,7 +20,7 @@
 use rand::rngs::Xoshiro256PlusPlus;
 use rand::{RngExt, SeedableRng};
 
-use crate::transform::take_indices;
+use crate::table::take_indices;
 use crate::{Trace, TraceError};
 
 /// Rows an extended trace may hold.

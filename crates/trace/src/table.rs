@@ -309,6 +309,29 @@ impl Trace {
     }
 }
 
+/// A new set of columns holding rows `idx` (ascending) of `c`.
+pub(crate) fn take_indices(c: &Columns, idx: &[usize]) -> Columns {
+    fn take<T: Copy>(v: &[T], idx: &[usize]) -> Vec<T> {
+        idx.iter().map(|&i| v[i]).collect()
+    }
+    Columns {
+        arrival_ns: take(&c.arrival_ns, idx),
+        input_tokens: take(&c.input_tokens, idx),
+        output_tokens: c.output_tokens.as_deref().map(|v| take(v, idx)),
+        request_id: c.request_id.as_ref().map(|s| s.take(idx)),
+        model: c.model.as_ref().map(|s| s.take(idx)),
+        class: c.class.as_deref().map(|v| take(v, idx)),
+        prefix_blocks: c.prefix_blocks.as_ref().map(|l| l.take(idx)),
+        failed: c.failed.as_deref().map(|v| take(v, idx)),
+        observed: ObservedLatencies {
+            e2e_ms: c.observed.e2e_ms.as_deref().map(|v| take(v, idx)),
+            queue_ms: c.observed.queue_ms.as_deref().map(|v| take(v, idx)),
+            compute_ms: c.observed.compute_ms.as_deref().map(|v| take(v, idx)),
+        },
+        start_unix_ns: c.start_unix_ns,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

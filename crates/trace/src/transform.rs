@@ -16,7 +16,7 @@ use rand::rngs::Xoshiro256PlusPlus;
 use rand::{RngExt, SeedableRng};
 
 use crate::quantity::parse_duration_ns;
-use crate::table::{Columns, ObservedLatencies};
+use crate::table::{Columns, take_indices};
 use crate::{IngestReport, Trace, TraceError};
 
 /// The transforms to apply; `Default` applies none.
@@ -197,29 +197,6 @@ impl Transforms {
 fn take_rows(c: &Columns, range: std::ops::Range<usize>) -> Columns {
     let idx: Vec<usize> = range.collect();
     take_indices(c, &idx)
-}
-
-/// A new set of columns holding rows `idx` (ascending) of `c`.
-pub(crate) fn take_indices(c: &Columns, idx: &[usize]) -> Columns {
-    fn take<T: Copy>(v: &[T], idx: &[usize]) -> Vec<T> {
-        idx.iter().map(|&i| v[i]).collect()
-    }
-    Columns {
-        arrival_ns: take(&c.arrival_ns, idx),
-        input_tokens: take(&c.input_tokens, idx),
-        output_tokens: c.output_tokens.as_deref().map(|v| take(v, idx)),
-        request_id: c.request_id.as_ref().map(|s| s.take(idx)),
-        model: c.model.as_ref().map(|s| s.take(idx)),
-        class: c.class.as_deref().map(|v| take(v, idx)),
-        prefix_blocks: c.prefix_blocks.as_ref().map(|l| l.take(idx)),
-        failed: c.failed.as_deref().map(|v| take(v, idx)),
-        observed: ObservedLatencies {
-            e2e_ms: c.observed.e2e_ms.as_deref().map(|v| take(v, idx)),
-            queue_ms: c.observed.queue_ms.as_deref().map(|v| take(v, idx)),
-            compute_ms: c.observed.compute_ms.as_deref().map(|v| take(v, idx)),
-        },
-        start_unix_ns: c.start_unix_ns,
-    }
 }
 
 #[cfg(test)]

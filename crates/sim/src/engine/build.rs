@@ -30,11 +30,7 @@ use crate::time::SimTime;
 use crate::timeseries::{IntervalCounters, LlmState, Timeseries};
 
 /// The stages the scenario models (the others take no time).
-pub(crate) fn modeled_stages(
-    scenario: &Scenario,
-    uplink_instant: bool,
-    downlink_instant: bool,
-) -> StageSet {
+fn modeled_stages(scenario: &Scenario, uplink_instant: bool, downlink_instant: bool) -> StageSet {
     let pools = scenario.pools();
     StageSet::default()
         .with(Stage::EndToEnd, true)
@@ -56,6 +52,25 @@ pub(crate) fn modeled_stages(
                 .any(|p| !postprocess::is_instant(&p.postprocess)),
         )
         .with(Stage::NetworkOut, !downlink_instant)
+}
+
+/// The keys of the run summary's `latency_ms` a run of `scenario` reports: `end_to_end`,
+/// `queue` and `execution` always, the other stages of [`crate::summary::STAGES`] it models (a
+/// stage it does not model takes no time and is left out), and
+/// [`crate::summary::TOKEN_METRICS`] when a pool batches continuously.
+pub fn latency_keys(scenario: &Scenario) -> Vec<&'static str> {
+    let uplink_instant = crate::network::NetworkPath::uplink(&scenario.network).is_instant();
+    let downlink_instant = crate::network::NetworkPath::downlink(&scenario.network).is_instant();
+    let modeled = modeled_stages(scenario, uplink_instant, downlink_instant).flags();
+    let stages = crate::summary::STAGES
+        .into_iter()
+        .zip(modeled)
+        .filter_map(|(key, on)| on.then_some(key));
+    let continuous = scenario.pools().iter().any(|p| p.llm.is_some());
+    let tokens = crate::summary::TOKEN_METRICS
+        .into_iter()
+        .filter(|_| continuous);
+    stages.chain(tokens).collect()
 }
 
 impl<'a> Engine<'a> {
@@ -305,5 +320,40 @@ impl<'a> Engine<'a> {
             },
             past_horizon: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = "[service]\nkind = \"constant\"\ntime = \"5ms\"\n";
+    const CONTINUOUS: &str = "[batcher]\nkind = \"continuous\"\n[kv_cache]\nnum_gpu_blocks = 1000\n[step_time]\nkind = \"linear\"\nbase = \"5ms\"\n";
+
+    #[test]
+    fn latency_keys_are_the_modelled_stages_and_token_metrics_only_when_continuous() {
+        let s = Scenario::from_toml_str(MINIMAL).unwrap();
+        assert_eq!(latency_keys(&s), ["end_to_end", "queue", "execution"]);
+        let s = Scenario::from_toml_str(&format!(
+            "{MINIMAL}[gateway]\noverhead = \"50us\"\n[preprocess]\nbase = \"1ms\"\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            latency_keys(&s),
+            ["end_to_end", "gateway", "preprocess", "queue", "execution"]
+        );
+        let s = Scenario::from_toml_str(CONTINUOUS).unwrap();
+        assert_eq!(
+            latency_keys(&s),
+            [
+                "end_to_end",
+                "queue",
+                "execution",
+                "ttft",
+                "tpot",
+                "itl",
+                "normalized"
+            ]
+        );
     }
 }

@@ -43,7 +43,8 @@ pub use crate::client::Warmup;
 pub use crate::observe::Run;
 
 mod build;
-pub(crate) use build::modeled_stages;
+
+pub use build::latency_keys;
 #[cfg(test)]
 mod tests;
 

@@ -348,25 +348,6 @@ impl Scenario {
         &self.notes
     }
 
-    /// The keys of the run summary's `latency_ms` a run of this scenario reports: `end_to_end`,
-    /// `queue` and `execution` always, the other stages of [`crate::summary::STAGES`] it models
-    /// (a stage it does not model takes no time and is left out), and
-    /// [`crate::summary::TOKEN_METRICS`] when a pool batches continuously.
-    pub fn latency_keys(&self) -> Vec<&'static str> {
-        let uplink_instant = crate::network::NetworkPath::uplink(&self.network).is_instant();
-        let downlink_instant = crate::network::NetworkPath::downlink(&self.network).is_instant();
-        let modeled = crate::engine::modeled_stages(self, uplink_instant, downlink_instant).flags();
-        let stages = crate::summary::STAGES
-            .into_iter()
-            .zip(modeled)
-            .filter_map(|(key, on)| on.then_some(key));
-        let continuous = self.pools.iter().any(|p| p.llm.is_some());
-        let tokens = crate::summary::TOKEN_METRICS
-            .into_iter()
-            .filter(|_| continuous);
-        stages.chain(tokens).collect()
-    }
-
     /// The value written at dotted `path` (the file as read, with overrides applied); `None`
     /// when the file does not set it (a default applies).
     pub fn get(&self, path: &str) -> Option<&toml::Value> {
@@ -1033,32 +1014,5 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("did you mean `max_batch_size`?"), "{err}");
-    }
-
-    #[test]
-    fn latency_keys_are_the_modelled_stages_and_token_metrics_only_when_continuous() {
-        let s = Scenario::from_toml_str(MINIMAL).unwrap();
-        assert_eq!(s.latency_keys(), ["end_to_end", "queue", "execution"]);
-        let s = Scenario::from_toml_str(&format!(
-            "{MINIMAL}[gateway]\noverhead = \"50us\"\n[preprocess]\nbase = \"1ms\"\n"
-        ))
-        .unwrap();
-        assert_eq!(
-            s.latency_keys(),
-            ["end_to_end", "gateway", "preprocess", "queue", "execution"]
-        );
-        let s = Scenario::from_toml_str(CONTINUOUS).unwrap();
-        assert_eq!(
-            s.latency_keys(),
-            [
-                "end_to_end",
-                "queue",
-                "execution",
-                "ttft",
-                "tpot",
-                "itl",
-                "normalized"
-            ]
-        );
     }
 }
