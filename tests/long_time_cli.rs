@@ -290,6 +290,10 @@ fn ground_truth_logs_run_through_simulate_sweep_and_plan() {
             "ttft.p99<=2s,tpot.p99<=100ms",
             "--grid",
             "instances=1..3",
+            // 29 s of requests that live seconds each is too short for plan's steady window
+            // (tests/steady_cli.rs); extended, the Unix times still go through.
+            "--extend-to",
+            "2m",
         ]);
         assert_ok(&output, &format!("plan {log}"));
     }
