@@ -237,7 +237,7 @@ fn mean_latency_ns(completed: &[(u64, u64)]) -> u64 {
     (total / completed.len() as u128) as u64
 }
 
-/// MSER-5's truncation of `series`: how many leading batches of [`MSER_BATCH`] values to drop
+/// MSER-5's truncation of `series`: how many leading batches of `MSER_BATCH` (5) values to drop
 /// (at most half of them, and at most `most_batches`), the first minimum of the squared
 /// standard error of what is left (ties within rounding go to the smaller truncation). 0 for a
 /// series of fewer than two batches.

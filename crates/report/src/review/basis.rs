@@ -127,7 +127,7 @@ impl Basis {
     /// The provenance of `scenario`, read from `path` (the file's leading comments tell a fitted
     /// scenario: the header `capsim fit` writes, or a line saying the model is `capsim fit`'s).
     /// A measured profile's words end with a hardware note when the scenario describes other
-    /// hardware than the profile was measured on (see [`hardware_note`]).
+    /// hardware than the profile was measured on (see `hardware_note`).
     pub fn of(
         scenario: &Scenario,
         path: &Path,
