@@ -5,7 +5,7 @@ use anyhow::Result;
 use capsim_report::experiment::Workload;
 use capsim_report::grid::GridAxis;
 use capsim_report::load::{LoadAxis, LoadKind};
-use capsim_report::review::{answer_sentence, carried_multiple, carrying};
+use capsim_report::review::{answer_sentence, carried_multiple, carrying, most_carrying};
 use capsim_report::shard::Shard;
 use capsim_report::sweep::{CapacityRow, SweepSpec};
 use clap::Args;
@@ -78,12 +78,10 @@ pub fn run(args: PlanArgs) -> Result<()> {
     let feasible = carrying(&result.capacities, mean_rps, growth);
     // The configuration the answer names: the one that carries the growth with the fewest
     // instances, else the one that carries the most.
-    let named = feasible.first().copied().or_else(|| {
-        result
-            .capacities
-            .iter()
-            .max_by(|a, b| multiple(a).total_cmp(&multiple(b)))
-    });
+    let named = feasible
+        .first()
+        .copied()
+        .or_else(|| most_carrying(&result.capacities, mean_rps));
     super::steady::refuse_short_trace(&spec, &workload, named, Some(growth))?;
     println!(
         "SLO {slo}; trace mean {mean_rps:.1} req/s, 60 s peak {peak_rps:.1} req/s; growth {growth}x: target peak {:.1} req/s",

@@ -108,7 +108,7 @@ impl<'a> Workload<'a> {
 
     /// The trace and scenario that run `scenario` at `load`: the trace rescaled for a rate, the
     /// scenario set to closed loop for a concurrency.
-    fn at_load<'s>(
+    pub(crate) fn at_load<'s>(
         &self,
         scenario: &'s Scenario,
         load: f64,
@@ -147,7 +147,8 @@ impl<'a> Workload<'a> {
         Ok((Cow::Borrowed(self.trace), Cow::Owned(closed)))
     }
 
-    fn options(&self, seed: u64) -> RunOptions {
+    /// The run options of a run with `seed`: the warm-up given.
+    pub(crate) fn options(&self, seed: u64) -> RunOptions {
         RunOptions {
             seed,
             warmup: self.warmup,

@@ -10,8 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use capsim_sim::record::{Outcome as RecordOutcome, RecordSink, RequestRecord};
 use capsim_sim::summary::{LatencyStats, STAGES};
-use capsim_sim::{Profiles, RunOptions, Scenario, run_with_sink};
-use capsim_trace::{IngestReport, Transforms};
+use capsim_sim::{Profiles, Scenario, run_with_sink};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -643,49 +642,11 @@ fn detail_run(
     profiles: &Profiles,
     load: f64,
 ) -> Result<ConfigDetail, SweepError> {
-    let options = RunOptions {
-        seed: spec.base_seed,
-        warmup: workload.warmup,
-        ..RunOptions::default()
-    };
     let mut sink = LatencySink(Vec::with_capacity(workload.trace.len()));
-    let run = match workload.load_kind {
-        LoadKind::Concurrency => {
-            let mut closed = scenario.clone();
-            for (key, value) in [
-                ("load.mode", "\"closed\"".to_string()),
-                ("load.concurrency", format!("{}", load.round() as u64)),
-            ] {
-                closed
-                    .set(key, &value)
-                    .map_err(|source| RunError::Configure {
-                        configuration: format!("{key}={value}"),
-                        source: Box::new(source),
-                    })?;
-            }
-            let built = profiles.build(&closed).map_err(RunError::from)?;
-            run_with_sink(&built, workload.trace, &options, &mut sink).map_err(RunError::from)?
-        }
-        _ => {
-            let factor = match workload.load_kind {
-                LoadKind::TargetRate => {
-                    load / workload.trace_rate_rps.ok_or(RunError::NoTraceRate)?
-                }
-                _ => load,
-            };
-            let scaled = Transforms {
-                rate_scale: Some(factor),
-                ..Transforms::default()
-            }
-            .apply(workload.trace.clone(), &mut IngestReport::default())
-            .map_err(|source| RunError::Rescale {
-                factor,
-                source: Box::new(source),
-            })?;
-            let built = profiles.build(scenario).map_err(RunError::from)?;
-            run_with_sink(&built, &scaled, &options, &mut sink).map_err(RunError::from)?
-        }
-    };
+    let (trace, scenario) = workload.at_load(scenario, load)?;
+    let built = profiles.build(&scenario).map_err(RunError::from)?;
+    let run = run_with_sink(&built, &trace, &workload.options(spec.base_seed), &mut sink)
+        .map_err(RunError::from)?;
     let mut latencies = sink.0;
     latencies.sort_unstable();
     let e2e_quantiles_ms = if latencies.is_empty() {

@@ -77,6 +77,14 @@ pub fn carried_multiple(row: &CapacityRow, mean_rps: f64) -> f64 {
     }
 }
 
+/// The configuration that carries the largest multiple of the trace's mean rate `mean_rps`:
+/// the one the answer names when none carries the growth.
+pub fn most_carrying(capacities: &[CapacityRow], mean_rps: f64) -> Option<&CapacityRow> {
+    capacities
+        .iter()
+        .max_by(|a, b| carried_multiple(a, mean_rps).total_cmp(&carried_multiple(b, mean_rps)))
+}
+
 /// The configuration the answer names: the first that [`carrying`] returns for the trace's
 /// `mean_rps` and `growth`, else the best ranked; `None` without capacities.
 pub fn answering_row(result: &SweepResult, mean_rps: f64, growth: f64) -> Option<&CapacityRow> {
@@ -175,10 +183,7 @@ pub fn answer_sentence(result: &SweepResult, review: &Review) -> String {
         .first()
         .copied()
     else {
-        let most = result.capacities.iter().max_by(|a, b| {
-            carried_multiple(a, q.mean_rate_rps).total_cmp(&carried_multiple(b, q.mean_rate_rps))
-        });
-        return match most {
+        return match most_carrying(&result.capacities, q.mean_rate_rps) {
             Some(row) => format!(
                 "No configuration of the grid carries {growth}x the trace ({target:.0} req/s) under {slo}: the best, `{}`, carries {:.2}x (its curve ends by {}){}, resting on {}.",
                 row.configuration,
