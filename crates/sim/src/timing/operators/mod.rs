@@ -1,0 +1,15 @@
+//! Step times composed from measured per-operator GPU times.
+//!
+//! Two public profilers' outputs are read into one [`OperatorTable`]: an LLMServingSim profiler
+//! bundle (`meta.yaml` beside `tpN/dense.csv`, `per_sequence.csv`, `attention.csv`, and for
+//! mixtures of experts `moe.csv`) and Vidur's tables (`mlp.csv`, with `all_reduce.csv` for tensor
+//! parallelism). Times are kept in nanoseconds. A table holds one GPU, one model and one
+//! tensor-parallel degree: the times of one rank.
+
+mod curve;
+mod table;
+
+pub use curve::Curve;
+pub use table::{
+    AttentionGrid, MoeGrid, Operator, OperatorScope, OperatorTable, OperatorTableError, TableFormat,
+};
