@@ -11,8 +11,8 @@ use capsim_calibrate::fit::dynamic::{
 };
 use capsim_calibrate::fit::meta::read_run_meta;
 use capsim_calibrate::fit::{
-    Figures, FitConfig, FitResult, Interval, LogFormat, LogMap, MeasuredLog, bootstrap, fit,
-    parameter_unit, read_log_as,
+    Comparison, Figures, FitConfig, FitResult, Interval, LogFormat, LogMap, MeasuredLog, bootstrap,
+    compare, fit, parameter_unit, read_log_as,
 };
 use capsim_endpoint::measured_service::fit_affine;
 use capsim_endpoint::triton::{ModelStats, ServerOverheads, ServerRequestTimes};
@@ -48,9 +48,20 @@ pub struct FitArgs {
     /// with a note), ms, us or ns. Latencies count from the arrival.
     #[arg(long, value_name = "MAP")]
     pub map: Option<String>,
-    /// Where to write the fitted scenario.
-    #[arg(short = 'o', long = "output", value_name = "FITTED.toml")]
-    pub output: PathBuf,
+    /// Where to write the fitted scenario (required unless --predict).
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "FITTED.toml",
+        required_unless_present = "predict"
+    )]
+    pub output: Option<PathBuf>,
+    /// Fit nothing: replay the log through the scenario as it is (engine limits and KV cache
+    /// from the run's meta.json, as a fit takes them) and print the same table. It is a
+    /// prediction when none of the scenario's parameters came from this log (a bundle of
+    /// operator timings, datasheet figures, other runs), a replay otherwise.
+    #[arg(long)]
+    pub predict: bool,
     /// Also write fit.txt (the table and the parameters) into this folder.
     #[arg(long, value_name = "DIR")]
     pub report: Option<PathBuf>,
@@ -71,6 +82,12 @@ pub struct FitArgs {
 pub fn run(args: FitArgs) -> Result<()> {
     let scenario = Scenario::from_path(&args.scenario).map_err(|e| BadInput(e.to_string()))?;
     if scenario.pools().len() == 1 && scenario.pools()[0].service_spec.is_some() {
+        if args.predict {
+            return Err(BadInput(
+                "--predict compares a continuous-batching scenario with an LLM log; this scenario has a dynamic batcher's [service]".into(),
+            )
+            .into());
+        }
         return run_dynamic(&scenario, &args);
     }
     let map = args
@@ -103,6 +120,15 @@ pub fn run(args: FitArgs) -> Result<()> {
             ));
         }
     }
+    if args.predict {
+        let comparison =
+            compare(&scenario, &log, args.seed).map_err(|e| BadInput(e.to_string()))?;
+        print!(
+            "{from_meta}{}",
+            describe_comparison(&comparison, &args, &log)
+        );
+        return Ok(());
+    }
     let config = FitConfig {
         seed: args.seed,
         max_iterations: args.max_iterations,
@@ -128,8 +154,11 @@ pub fn run(args: FitArgs) -> Result<()> {
 /// Writes the fitted scenario to `-o` and, with `--report DIR`, the fit's text to `DIR/fit.txt`;
 /// returns the report folder when there is one.
 fn write_outputs<'a>(args: &'a FitArgs, fitted: &str, text: &str) -> Result<Option<&'a Path>> {
-    std::fs::write(&args.output, fitted)
-        .with_context(|| format!("writing {}", args.output.display()))?;
+    let output = args
+        .output
+        .as_ref()
+        .ok_or_else(|| BadInput("-o FITTED.toml is required to write the fit".into()))?;
+    std::fs::write(output, fitted).with_context(|| format!("writing {}", output.display()))?;
     let Some(dir) = &args.report else {
         return Ok(None);
     };
@@ -520,6 +549,33 @@ fn describe(result: &FitResult, args: &FitArgs, log: &MeasuredLog) -> String {
             f.mean_ms, f.p50_ms, f.p90_ms
         ));
     }
+    out
+}
+
+/// The comparison's text: what was replayed, the table, and what it is evidence of.
+fn describe_comparison(comparison: &Comparison, args: &FitArgs, log: &MeasuredLog) -> String {
+    let mut out = format!(
+        "predict: {} requests of {} ({}) replayed through {} as it is, nothing fitted\n",
+        log.len(),
+        args.log.display(),
+        log.format,
+        args.scenario.display()
+    );
+    if let Some(excluded) = log.excluded_summary() {
+        out.push_str(&format!("left out of the log: {excluded}\n"));
+    }
+    if comparison.not_completed > 0 {
+        out.push_str(&format!(
+            "{} requests did not complete in the simulation; the figures are over those that did\n",
+            comparison.not_completed
+        ));
+    }
+    out.push_str(&comparison.table());
+    out.push_str(&format!(
+        "worst error {:.1}%: a prediction if no parameter of the scenario came from this log, a \
+         replay otherwise\n",
+        comparison.worst_error() * 100.0
+    ));
     out
 }
 

@@ -128,24 +128,73 @@ impl FitResult {
 
     /// A plain-text table: each figure, measured, simulated and the relative error.
     pub fn table(&self) -> String {
-        let meas = self.measured.values();
-        let sim = self.simulated.values();
-        let err = self.simulated.relative_errors(&self.measured);
-        let mut out = format!(
-            "{:<10} {:>14} {:>14} {:>8}\n",
-            "metric", "measured_ms", "simulated_ms", "error"
-        );
-        for k in 0..METRIC_NAMES.len() {
-            out.push_str(&format!(
-                "{:<10} {:>14.1} {:>14.1} {:>+7.1}%\n",
-                METRIC_NAMES[k],
-                meas[k],
-                sim[k],
-                err[k] * 100.0
-            ));
-        }
-        out
+        comparison_table(&self.measured, &self.simulated)
     }
+}
+
+/// A plain-text table: each figure, measured, simulated and the relative error.
+fn comparison_table(measured: &LatencyMetrics, simulated: &LatencyMetrics) -> String {
+    let meas = measured.values();
+    let sim = simulated.values();
+    let err = simulated.relative_errors(measured);
+    let mut out = format!(
+        "{:<10} {:>14} {:>14} {:>8}\n",
+        "metric", "measured_ms", "simulated_ms", "error"
+    );
+    for k in 0..METRIC_NAMES.len() {
+        out.push_str(&format!(
+            "{:<10} {:>14.1} {:>14.1} {:>+7.1}%\n",
+            METRIC_NAMES[k],
+            meas[k],
+            sim[k],
+            err[k] * 100.0
+        ));
+    }
+    out
+}
+
+/// A scenario replaying a measured log as it is, nothing fitted: a prediction of the log when
+/// none of the scenario's parameters came from it.
+#[derive(Debug, Clone)]
+pub struct Comparison {
+    /// The log's figures.
+    pub measured: LatencyMetrics,
+    /// The scenario's figures replaying the log's arrivals and sizes.
+    pub simulated: LatencyMetrics,
+    /// Requests the simulation did not complete (each counts as a miss, never dropped).
+    pub not_completed: usize,
+}
+
+impl Comparison {
+    /// Largest absolute relative error over the nine figures.
+    pub fn worst_error(&self) -> f64 {
+        self.simulated
+            .relative_errors(&self.measured)
+            .iter()
+            .fold(0.0, |m, e| m.max(e.abs()))
+    }
+
+    /// A plain-text table: each figure, measured, simulated and the relative error.
+    pub fn table(&self) -> String {
+        comparison_table(&self.measured, &self.simulated)
+    }
+}
+
+/// Replays `log`'s arrivals and sizes through `scenario` as given (one continuous-batching
+/// pool) and compares the figures, fitting nothing.
+pub fn compare(scenario: &Scenario, log: &MeasuredLog, seed: u64) -> Result<Comparison, FitError> {
+    if scenario.pools().len() != 1 || scenario.pools()[0].llm.is_none() {
+        return Err(FitError::Scenario(
+            "a comparison with an LLM log needs one pool with batcher.kind = \"continuous\"".into(),
+        ));
+    }
+    let replay = Replay::new(scenario, log, seed)?;
+    let (simulated, not_completed) = replay.simulate(scenario)?;
+    Ok(Comparison {
+        measured: replay.measured,
+        simulated,
+        not_completed,
+    })
 }
 
 /// Why a fit could not run or could not be trusted.

@@ -509,12 +509,15 @@ impl Scheduler {
         let seq = &self.seqs[slot as usize];
         let decode = seq.computed >= seq.prompt_tokens && seq.computed + 1 == seq.tokens();
         if decode {
+            let context = u64::from(seq.computed) + 1;
             batch.decode_seqs += 1;
-            batch.decode_kv_tokens += u64::from(seq.computed) + 1;
+            batch.decode_kv_tokens += context;
+            batch.decode_kv_max = batch.decode_kv_max.max(context);
         } else {
             let end = u64::from(seq.computed) + u64::from(new_tokens);
             batch.prefill_seqs += 1;
             batch.prefill_tokens += u64::from(new_tokens);
+            batch.prefill_history_tokens += u64::from(seq.computed);
             batch.prefill_attention_tokens2 += u64::from(new_tokens) * end;
         }
         self.scheduled.push((slot, new_tokens));
@@ -780,9 +783,11 @@ mod tests {
             StepBatch {
                 prefill_tokens: 99,
                 prefill_attention_tokens2: 99 * 99,
+                prefill_history_tokens: 0,
                 prefill_seqs: 1,
                 decode_seqs: 1,
                 decode_kv_tokens: 51,
+                decode_kv_max: 51,
             }
         );
         assert_eq!(
@@ -790,9 +795,11 @@ mod tests {
             StepBatch {
                 prefill_tokens: 81,
                 prefill_attention_tokens2: 51 * 150 + 30 * 30,
+                prefill_history_tokens: 99,
                 prefill_seqs: 2,
                 decode_seqs: 1,
                 decode_kv_tokens: 52,
+                decode_kv_max: 52,
             }
         );
         assert_eq!(stats.output_tokens, 7);

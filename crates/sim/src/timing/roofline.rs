@@ -270,6 +270,7 @@ mod tests {
             prefill_seqs: 2,
             decode_seqs: 64,
             decode_kv_tokens: 64 * 900,
+            ..StepBatch::default()
         };
         let t0 = r.mean_ns(&base);
         for factor in [1u64, 2, 10, 100] {

@@ -562,6 +562,7 @@ mod tests {
             prefill_seqs: 1,
             decode_seqs: 4,
             decode_kv_tokens: 400,
+            ..StepBatch::default()
         };
         let expected = 5e6 + 100.0 * 1e5 + 10_000.0 * 0.5 + 4.0 * 5e4 + 400.0 * 2.5;
         assert_eq!(model.mean_ns(&step), expected);

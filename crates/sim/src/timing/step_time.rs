@@ -14,12 +14,19 @@ pub struct StepBatch {
     /// Sum over the step's prefill chunks of chunk length times the context it attends to
     /// (chunk length squared for a chunk that starts at position 0): attention's quadratic term.
     pub prefill_attention_tokens2: u64,
+    /// Sum over the step's prefill chunks of the tokens already computed before the chunk (the
+    /// KV history it attends to besides itself). With `prefill_tokens` and `prefill_seqs` it
+    /// gives the mean chunk and mean history a measured attention table is read at.
+    pub prefill_history_tokens: u64,
     /// Sequences with a prefill chunk in this step.
     pub prefill_seqs: u32,
     /// Sequences decoding one token in this step.
     pub decode_seqs: u32,
     /// KV-cache tokens read by the step's decodes (sum of their context lengths).
     pub decode_kv_tokens: u64,
+    /// The longest context among the step's decodes (0 without decodes): how uneven the decode
+    /// contexts are, which attention kernels feel.
+    pub decode_kv_max: u64,
 }
 
 impl StepBatch {
