@@ -132,3 +132,87 @@ fn live_replay_and_validate_refuse_a_continuous_pool_and_say_what_to_use() {
         );
     }
 }
+
+/// Simulates 300 requests of the Azure code trace through a Mixtral-8x7B roofline on two H200s
+/// whose model is `model` (a preset or a path relative to the scenario, with the shipped config
+/// copied beside it), in `dir`; returns the run's summary.
+fn simulate_mixtral(dir: &std::path::Path, model: &str) -> serde_json::Value {
+    let config = "models/mistralai/Mixtral-8x7B-v0.1.json";
+    std::fs::create_dir_all(dir.join("models/mistralai")).unwrap();
+    std::fs::copy(repo(config), dir.join(config)).unwrap();
+    let scenario = dir.join("moe.toml");
+    std::fs::write(
+        &scenario,
+        format!(
+            "name = \"moe\"\n[batcher]\nkind = \"continuous\"\nstep_overhead = \"2ms\"\n\
+             [step_time]\nkind = \"roofline\"\nmodel = \"{model}\"\nhardware = \"h200\"\n\
+             tensor_parallel = 2\n"
+        ),
+    )
+    .unwrap();
+    let out = dir.join("out");
+    let result = capsim(&[
+        "simulate",
+        "--scenario",
+        scenario.to_str().unwrap(),
+        "--trace",
+        repo("traces/azure-code.parquet").to_str().unwrap(),
+        "--limit",
+        "300",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(result.status.success(), "{}", text(&result));
+    serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn a_model_config_path_simulates_as_its_preset_and_a_bad_one_exits_2_naming_key_and_file() {
+    let by_path_dir = tempfile::tempdir().unwrap();
+    let by_name_dir = tempfile::tempdir().unwrap();
+    let by_path = simulate_mixtral(
+        by_path_dir.path(),
+        "models/mistralai/Mixtral-8x7B-v0.1.json",
+    );
+    let by_name = simulate_mixtral(by_name_dir.path(), "mixtral-8x7b");
+    assert_eq!(by_path["requests"]["completed"], 300, "{by_path}");
+    for key in ["latency_ms", "llm"] {
+        assert_eq!(by_path[key], by_name[key], "{key}");
+    }
+    assert!(
+        by_path["llm"]["kv_blocks_total"].as_u64().unwrap() > 10_000,
+        "the KV cache is sized from the config: {by_path}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("bad.json"),
+        "{\"num_hidden_layers\": 32, \"hidden_size\": 4096}",
+    )
+    .unwrap();
+    let scenario = dir.path().join("bad.toml");
+    std::fs::write(
+        &scenario,
+        "[batcher]\nkind = \"continuous\"\n[step_time]\nkind = \"roofline\"\n\
+         model = \"bad.json\"\nhardware = \"h200\"\n",
+    )
+    .unwrap();
+    let output = capsim(&[
+        "simulate",
+        "--scenario",
+        scenario.to_str().unwrap(),
+        "--trace",
+        repo("traces/azure-code.parquet").to_str().unwrap(),
+        "--limit",
+        "10",
+        "-o",
+        dir.path().join("out").to_str().unwrap(),
+    ]);
+    assert_user_error(
+        &output,
+        &[
+            "step_time.model",
+            "bad.json",
+            "\"intermediate_size\" is missing",
+        ],
+    );
+}

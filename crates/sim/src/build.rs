@@ -1,5 +1,6 @@
 //! The build step: a validated [`Scenario`] (plain data) into what the engine runs, its pools'
-//! service- and step-time models built. This is the one place that reads profile files.
+//! service- and step-time models built. This is the one place that reads profile files and the
+//! model config files a step time names (`[step_time] model = "PATH/config.json"`).
 //!
 //! [`Profiles`] caches the profiles read, by path, so a sweep reads each file once whatever the
 //! number of configurations and loads: [`Profiles::load`] reads what a scenario names and the
@@ -18,7 +19,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::scenario::{Scenario, ScenarioError, ServiceSpec, invalid, residuals_of};
+use crate::scenario::{Scenario, ScenarioError, ServiceSpec, invalid, kv_blocks_of, residuals_of};
+use crate::timing::model_config::ModelConfig;
 use crate::timing::profile::ProfileServiceTime;
 use crate::timing::service::{
     AffineService, ConstantService, ExponentialService, ScaledService, ServiceTime,
@@ -50,13 +52,15 @@ pub struct PoolModels {
 pub struct Profiles {
     services: BTreeMap<PathBuf, Arc<ProfileServiceTime>>,
     steps: BTreeMap<PathBuf, Arc<ProfileStepTime>>,
+    models: BTreeMap<PathBuf, Arc<ModelConfig>>,
     files_read: u64,
 }
 
-/// A profile a pool names: which key, and the file.
+/// A file a pool names: which key, and the file.
 enum ProfileFile {
     Service { key: String, path: PathBuf },
     Step { key: String, path: PathBuf },
+    Model { key: String, path: PathBuf },
 }
 
 /// A service profile's file: against the scenario's folder, as written when it has none.
@@ -81,9 +85,16 @@ fn profile_files(scenario: &Scenario) -> Vec<ProfileFile> {
                 path: service_profile_path(base, path),
             });
         }
-        if let Some(StepTimeSpec::Profile { path }) = pool.llm.as_ref().map(|l| &l.step_time_spec) {
+        let step_time = pool.llm.as_ref().map(|l| &l.step_time_spec);
+        if let Some(StepTimeSpec::Profile { path }) = step_time {
             files.push(ProfileFile::Step {
                 key: format!("{prefix}step_time"),
+                path: step_profile_path(base, path),
+            });
+        }
+        if let Some(path) = step_time.and_then(StepTimeSpec::model_file) {
+            files.push(ProfileFile::Model {
+                key: format!("{prefix}step_time.model"),
                 path: step_profile_path(base, path),
             });
         }
@@ -115,14 +126,28 @@ impl Profiles {
                         self.steps.insert(path, Arc::new(model));
                     }
                 }
+                ProfileFile::Model { key, path } => {
+                    if !self.models.contains_key(&path) {
+                        let model =
+                            ModelConfig::load(&path).map_err(|e| invalid(&key, e.to_string()))?;
+                        self.files_read += 1;
+                        self.models.insert(path, Arc::new(model));
+                    }
+                }
             }
         }
         Ok(())
     }
 
-    /// How many profile files this cache has read.
+    /// How many profile and model config files this cache has read.
     pub fn files_read(&self) -> u64 {
         self.files_read
+    }
+
+    /// The model config read from `path` (as resolved against the scenario's folder), when
+    /// loaded.
+    pub fn model_config(&self, path: &Path) -> Option<&Arc<ModelConfig>> {
+        self.models.get(path)
     }
 
     /// Builds `scenario`'s models from this cache, reading nothing: a profile not loaded (see
@@ -169,6 +194,14 @@ impl Profiles {
                                 .ok_or_else(|| not_loaded(&key("step_time"), &path))?;
                             Arc::clone(model) as Arc<dyn StepTime>
                         }
+                        StepTimeSpec::Roofline(roofline) if spec.model_file().is_some() => {
+                            let config = self.model_of(scenario, &key, spec)?;
+                            let sized = roofline
+                                .resolve_with(config)
+                                .and_then(|s| s.fitting())
+                                .map_err(|e| invalid(&key("step_time"), e.to_string()))?;
+                            Arc::new(sized.roofline) as Arc<dyn StepTime>
+                        }
                         _ => spec
                             .analytic()
                             .map_err(|e| invalid(&key("step_time"), e.to_string()))?
@@ -184,9 +217,54 @@ impl Profiles {
             pools.push(PoolModels { service, step_time });
         }
         Ok(BuiltScenario {
-            scenario: scenario.clone(),
+            scenario: self.with_kv_blocks(scenario)?,
             pools,
         })
+    }
+
+    /// The loaded config of the model file `spec` names, or an error naming the key and file.
+    fn model_of(
+        &self,
+        scenario: &Scenario,
+        key: &dyn Fn(&str) -> String,
+        spec: &StepTimeSpec,
+    ) -> Result<&ModelConfig, ScenarioError> {
+        let written = spec
+            .model_file()
+            .ok_or_else(|| invalid(&key("step_time.model"), "names no config file"))?;
+        let path = step_profile_path(scenario.base_dir(), written);
+        self.models
+            .get(&path)
+            .map(|c| c.as_ref())
+            .ok_or_else(|| not_loaded(&key("step_time.model"), &path))
+    }
+
+    /// `scenario` with the KV blocks of every pool whose count comes from its model config file
+    /// filled in (see [`crate::scenario::LlmPool::num_gpu_blocks_from_model`]).
+    fn with_kv_blocks(&self, scenario: &Scenario) -> Result<Scenario, ScenarioError> {
+        let mut built = scenario.clone();
+        for (index, pool) in built.pools_mut().iter_mut().enumerate() {
+            let Some(llm) = pool.llm.as_mut().filter(|l| l.num_gpu_blocks_from_model) else {
+                continue;
+            };
+            let prefix = scenario.key_prefix(index);
+            let key = |k: &str| format!("{prefix}{k}");
+            let StepTimeSpec::Roofline(roofline) = &llm.step_time_spec else {
+                return Err(invalid(&key("step_time"), "names no model config file"));
+            };
+            let config = self.model_of(scenario, &key, &llm.step_time_spec)?;
+            let tokens = roofline
+                .resolve_with(config)
+                .map_err(|e| invalid(&key("step_time"), e.to_string()))?
+                .kv_capacity_tokens();
+            let blocks = kv_blocks_of(
+                &key("kv_cache.num_gpu_blocks"),
+                tokens,
+                llm.scheduler.block_size,
+            )?;
+            llm.scheduler.num_gpu_blocks = blocks;
+        }
+        Ok(built)
     }
 }
 
@@ -200,7 +278,7 @@ fn not_loaded(key: &str, path: &Path) -> ScenarioError {
     invalid(
         key,
         format!(
-            "profile {} was not loaded before the build (Profiles::load reads it)",
+            "{} was not loaded before the build (Profiles::load reads it)",
             path.display()
         ),
     )
@@ -287,6 +365,133 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("not loaded") && e.contains("steps.json"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod model_file_tests {
+    use super::*;
+    use crate::timing::step_time::StepBatch;
+
+    const MIXTRAL: &str = "models/mistralai/Mixtral-8x7B-v0.1.json";
+
+    /// A scenario in `dir` whose roofline names `model`, with the shipped Mixtral config copied
+    /// to `dir/models/...`.
+    fn scenario_in(dir: &Path, model: &str, extra: &str) -> Scenario {
+        let shipped = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .join(MIXTRAL);
+        let copy = dir.join(MIXTRAL);
+        std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
+        std::fs::copy(shipped, copy).unwrap();
+        let text = format!(
+            "[batcher]\nkind = \"continuous\"\n{extra}[step_time]\nkind = \"roofline\"\n\
+             model = \"{model}\"\nhardware = \"h200\"\ntensor_parallel = 2\n"
+        );
+        std::fs::write(dir.join("s.toml"), text).unwrap();
+        Scenario::from_path(&dir.join("s.toml")).unwrap()
+    }
+
+    #[test]
+    fn a_relative_model_path_is_read_beside_the_scenario_and_sizes_the_kv_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let scenario = scenario_in(dir.path(), MIXTRAL, "");
+        let llm = scenario.pools()[0].llm.as_ref().unwrap();
+        assert!(llm.num_gpu_blocks_from_model);
+        let mut profiles = Profiles::default();
+        let built = build(&scenario, &mut profiles).unwrap();
+        let by_name = Scenario::from_toml_str(
+            "[batcher]\nkind = \"continuous\"\n[step_time]\nkind = \"roofline\"\n\
+             model = \"mixtral-8x7b\"\nhardware = \"h200\"\ntensor_parallel = 2\n",
+        )
+        .unwrap();
+        let expected = by_name.pools()[0].llm.as_ref().unwrap();
+        let got = built.scenario.pools()[0].llm.as_ref().unwrap();
+        assert_eq!(
+            got.scheduler.num_gpu_blocks,
+            expected.scheduler.num_gpu_blocks
+        );
+        assert!(
+            got.scheduler.num_gpu_blocks > 1000,
+            "{}",
+            got.scheduler.num_gpu_blocks
+        );
+        let step = StepBatch {
+            decode_seqs: 8,
+            decode_kv_tokens: 8000,
+            ..StepBatch::default()
+        };
+        let expected_model = build(&by_name, &mut Profiles::default()).unwrap();
+        assert_eq!(
+            built.pools[0].step_time.as_ref().unwrap().mean_ns(&step),
+            expected_model.pools[0]
+                .step_time
+                .as_ref()
+                .unwrap()
+                .mean_ns(&step)
+        );
+        let mut larger = scenario.clone();
+        larger.set("step_time.tensor_parallel", "4").unwrap();
+        let built4 = build(&larger, &mut profiles).unwrap();
+        let blocks4 = built4.scenario.pools()[0]
+            .llm
+            .as_ref()
+            .unwrap()
+            .scheduler
+            .num_gpu_blocks;
+        assert!(blocks4 > 2 * got.scheduler.num_gpu_blocks, "{blocks4}");
+        assert_eq!(profiles.files_read(), 1, "one config, read once");
+        let given = scenario_in(dir.path(), MIXTRAL, "[kv_cache]\nnum_gpu_blocks = 77\n");
+        let built = build(&given, &mut profiles).unwrap();
+        assert_eq!(
+            built.scenario.pools()[0]
+                .llm
+                .as_ref()
+                .unwrap()
+                .scheduler
+                .num_gpu_blocks,
+            77
+        );
+    }
+
+    #[test]
+    fn a_missing_or_bad_model_config_is_an_error_naming_the_key_and_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = scenario_in(dir.path(), "models/nowhere.json", "");
+        let e = build(&missing, &mut Profiles::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`step_time.model`") && e.contains("nowhere.json"),
+            "{e}"
+        );
+        std::fs::write(dir.path().join("bad.json"), "{\"num_hidden_layers\": 0}").unwrap();
+        let bad = scenario_in(dir.path(), "bad.json", "");
+        let e = build(&bad, &mut Profiles::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`step_time.model`")
+                && e.contains("bad.json")
+                && e.contains("\"num_hidden_layers\" = 0"),
+            "{e}"
+        );
+        let e = Profiles::default().build(&bad).unwrap_err().to_string();
+        assert!(e.contains("not loaded") && e.contains("bad.json"), "{e}");
+        // Too big for its GPUs: an error of the build, with the fix.
+        let tp1 = Scenario::from_toml_str(&format!(
+            "[batcher]\nkind = \"continuous\"\n[step_time]\nkind = \"roofline\"\n\
+             model = \"{}\"\nhardware = \"h100\"\n",
+            dir.path().join(MIXTRAL).display()
+        ))
+        .unwrap();
+        let e = build(&tp1, &mut Profiles::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("leave no KV-cache room") && e.contains("tensor_parallel"),
+            "{e}"
+        );
     }
 }
 

@@ -41,8 +41,8 @@ pub use pool::{LlmPool, MAX_MODEL_INSTANCES, MAX_SERVERS, Pool};
 use crate::quantity::DurationNs;
 use crate::timeseries::MAX_ROWS_LIMIT;
 use file::ScenarioFile;
-pub(crate) use pool::residuals_of;
 use pool::{check_size, validate_pool};
+pub(crate) use pool::{kv_blocks_of, residuals_of};
 
 /// Why a scenario could not be read or changed. Messages name the file or key and quote the value.
 #[derive(Debug, thiserror::Error)]
@@ -269,6 +269,12 @@ impl Scenario {
     /// The pools: `pools()[0]` is the default (top-level) pool, then named pools in name order.
     pub fn pools(&self) -> &[Pool] {
         &self.pools
+    }
+
+    /// The pools, for the build step to fill in what only files tell (the KV blocks a model
+    /// config file sizes).
+    pub(crate) fn pools_mut(&mut self) -> &mut [Pool] {
+        &mut self.pools
     }
 
     /// Sets the key at dotted `path` (for example `batcher.max_batch_size` or `instances`) to

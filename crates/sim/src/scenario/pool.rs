@@ -61,6 +61,24 @@ pub struct LlmPool {
     pub scheduling: Scheduling,
     /// The step-time model as written.
     pub step_time_spec: StepTimeSpec,
+    /// Whether the build step derives `scheduler.num_gpu_blocks` (0 until then) from the model
+    /// config file the step time names: true when `kv_cache.num_gpu_blocks` is not given and
+    /// `step_time.model` is a path.
+    pub num_gpu_blocks_from_model: bool,
+}
+
+/// KV blocks of `block_size` tokens in `tokens` of KV capacity; an error at `key` when not even
+/// one fits.
+pub(crate) fn kv_blocks_of(key: &str, tokens: u64, block_size: u32) -> Result<u32, ScenarioError> {
+    let blocks = tokens / u64::from(block_size);
+    if blocks == 0 {
+        return Err(invalid(
+            key,
+            "the step-time model's GPU memory leaves no room for one KV block after the weights: \
+             use a larger GPU, more tensor_parallel, or set `kv_cache.num_gpu_blocks`",
+        ));
+    }
+    Ok(u32::try_from(blocks).unwrap_or(u32::MAX))
 }
 
 /// The residual factors written at `key`, validated.
@@ -446,6 +464,13 @@ fn validate_llm_pool(
             ),
         ));
     }
+    // A `profile` step time is checked when its file is read, by the build step; so is a
+    // roofline's model config file.
+    step_time
+        .analytic()
+        .map_err(|e| invalid(&key("step_time"), e.to_string()))?;
+    let num_gpu_blocks_from_model =
+        kv_cache.num_gpu_blocks.is_none() && step_time.model_file().is_some();
     let num_gpu_blocks = match kv_cache.num_gpu_blocks {
         Some(0) => {
             return Err(invalid(
@@ -454,19 +479,9 @@ fn validate_llm_pool(
             ));
         }
         Some(n) => n,
+        None if num_gpu_blocks_from_model => 0,
         None => match step_time.kv_capacity_tokens() {
-            Some(tokens) => {
-                let blocks = tokens / u64::from(block_size);
-                if blocks == 0 {
-                    return Err(invalid(
-                        &key("kv_cache.num_gpu_blocks"),
-                        "the step-time model's GPU memory leaves no room for one KV block after \
-                         the weights: use a larger GPU, more tensor_parallel, or set \
-                         `kv_cache.num_gpu_blocks`",
-                    ));
-                }
-                u32::try_from(blocks).unwrap_or(u32::MAX)
-            }
+            Some(tokens) => kv_blocks_of(&key("kv_cache.num_gpu_blocks"), tokens, block_size)?,
             None => {
                 return Err(invalid(
                     &key("kv_cache.num_gpu_blocks"),
@@ -477,10 +492,6 @@ fn validate_llm_pool(
             }
         },
     };
-    // A `profile` step time is checked when its file is read, by the build step.
-    step_time
-        .analytic()
-        .map_err(|e| invalid(&key("step_time"), e.to_string()))?;
     Ok(LlmPool {
         scheduler: SchedulerConfig {
             max_num_seqs,
@@ -495,5 +506,6 @@ fn validate_llm_pool(
         },
         scheduling,
         step_time_spec: step_time.clone(),
+        num_gpu_blocks_from_model,
     })
 }

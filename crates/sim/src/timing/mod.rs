@@ -9,6 +9,7 @@
 
 pub mod hardware;
 pub mod least_squares;
+pub mod model_config;
 pub mod operators;
 pub mod profile;
 pub mod roofline;

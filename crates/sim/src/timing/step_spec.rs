@@ -1,13 +1,15 @@
 //! The `[step_time]` table of a continuous-batching pool as written, its checks, and the
-//! roofline's resolution of presets and explicit keys into a model with its memory facts.
+//! roofline's resolution of presets, model config files and explicit keys into a model with its
+//! memory facts.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::Deserialize;
 
 use super::hardware::{self, Hardware};
-use super::roofline::{MODEL_PRESET_NAMES, ModelShape, Roofline, dtype_bytes, model_preset};
+use super::model_config::{self, ModelConfig, ModelConfigError};
+use super::roofline::{ModelShape, Roofline, dtype_bytes};
 use super::step_profile::StepProfileError;
 use super::step_time::{LinearStepTime, StepTime};
 use crate::quantity::SizeBytes;
@@ -97,19 +99,28 @@ fn bare_number<'de, D: serde::Deserializer<'de>>(n: &str) -> D::Error {
     ))
 }
 
-/// The `kind = "roofline"` table: a model (preset or explicit shape), a GPU (preset or explicit
-/// figures), tensor parallelism and efficiency factors. Explicit keys override the preset's.
+/// The `kind = "roofline"` table: a model (preset, Hugging Face `config.json` or explicit
+/// shape), a GPU (preset or explicit figures), tensor parallelism and efficiency factors.
+/// Explicit keys override the preset's or the config's values.
 #[derive(Debug, Clone, Deserialize, PartialEq, Default)]
 #[serde(deny_unknown_fields)]
 pub struct RooflineSpec {
-    /// Model preset (`"llama-3-8b"`, `"llama-3-70b"`).
+    /// A model preset (`"llama-3-8b"`, `"qwen3-32b"`, `"mixtral-8x7b"`, ... see
+    /// [`model_config::PRESET_NAMES`]) or the path of a Hugging Face `config.json` (relative to
+    /// the scenario file's folder; a value with a `/` or ending in `.json` is a path).
     pub model: Option<String>,
-    /// Parameter count: a number (`8.03e9`) or a string with a suffix (`"8.03B"`, `"125M"`).
+    /// Parameter count (all weights): a number (`8.03e9`) or a string with a suffix (`"8.03B"`,
+    /// `"125M"`).
     pub params: Option<ParamCount>,
+    /// Parameters one token multiplies (compute). Default: the config's active count, else
+    /// `params` less the routed experts a token skips (`params` for a dense model).
+    pub active_params: Option<ParamCount>,
     /// Transformer layers.
     pub layers: Option<u32>,
-    /// Hidden size (also query heads x head width).
+    /// Hidden size (the residual stream's width).
     pub hidden_size: Option<u32>,
+    /// Query heads. Default: the config's, else `hidden_size / head_dim`.
+    pub num_attention_heads: Option<u32>,
     /// Key/value heads.
     pub num_kv_heads: Option<u32>,
     /// Width of one attention head.
@@ -212,6 +223,30 @@ pub enum StepTimeError {
         /// The presets, comma-separated.
         known: String,
     },
+    /// A `model` that is neither a preset nor a path.
+    #[error(
+        "step_time.model = {value:?} is not a known preset; use one of {known}, the path of a Hugging Face config.json (for example \"models/mistralai/Mixtral-8x7B-v0.1.json\"), or give the explicit keys instead"
+    )]
+    UnknownModel {
+        /// The name as given.
+        value: String,
+        /// The presets, comma-separated.
+        known: String,
+    },
+    /// The model's config file could not be read or is not valid.
+    #[error("step_time.model: {source}")]
+    ModelConfig {
+        /// Why (names the file).
+        source: ModelConfigError,
+    },
+    /// The model names a config file, which only the build step reads.
+    #[error(
+        "step_time.model = {path:?} is a config file, read by the build step (capsim_sim::build::Profiles::load), not here"
+    )]
+    ModelFileNotRead {
+        /// The path as written.
+        path: PathBuf,
+    },
     /// A key neither given nor supplied by a preset.
     #[error("step_time.{key} is missing: {fix}")]
     Missing {
@@ -289,23 +324,30 @@ impl StepTimeSpec {
                 Ok(Some(Arc::new(model)))
             }
             StepTimeSpec::Roofline(spec) => {
-                let sized = spec.resolve()?;
-                if sized.kv_capacity_tokens() == 0 {
-                    let r = &sized.roofline;
-                    return Err(StepTimeError::DoesNotFit {
-                        weights_gb: r.weight_bytes() / 1e9,
-                        usable_gb: sized.usable_bytes() / 1e9,
-                        gpus: r.tensor_parallel,
-                    });
+                if spec.model_file().is_some() {
+                    // The config is read by the build step; check what can be checked without it.
+                    spec.check_without_model()?;
+                    return Ok(None);
                 }
+                let sized = spec.resolve()?.fitting()?;
                 Ok(Some(Arc::new(sized.roofline)))
             }
             StepTimeSpec::Profile { .. } => Ok(None),
         }
     }
 
+    /// The model config file this spec names (`roofline` with `model = "PATH"`), as written:
+    /// the build step reads it (relative to the scenario file's folder). `None` otherwise.
+    pub fn model_file(&self) -> Option<&Path> {
+        match self {
+            StepTimeSpec::Roofline(spec) => spec.model_file(),
+            StepTimeSpec::Linear { .. } | StepTimeSpec::Profile { .. } => None,
+        }
+    }
+
     /// How many tokens of KV cache fit on the instance (all its GPUs together), or `None` when
-    /// the spec does not know the model and the hardware (`linear`, `profile`) or does not
+    /// the spec does not know the model and the hardware (`linear`, `profile`), names a model
+    /// config file (read by the build step: [`SizedRoofline::kv_capacity_tokens`]) or does not
     /// resolve. Zero when the weights and reserve fill the memory.
     pub fn kv_capacity_tokens(&self) -> Option<u64> {
         match self {
@@ -327,6 +369,20 @@ pub struct SizedRoofline {
 }
 
 impl SizedRoofline {
+    /// `self`, or [`StepTimeError::DoesNotFit`] when the weights and reserve leave no KV-cache
+    /// room.
+    pub fn fitting(self) -> Result<SizedRoofline, StepTimeError> {
+        if self.kv_capacity_tokens() > 0 {
+            return Ok(self);
+        }
+        let r = &self.roofline;
+        Err(StepTimeError::DoesNotFit {
+            weights_gb: r.weight_bytes() / 1e9,
+            usable_gb: self.usable_bytes() / 1e9,
+            gpus: r.tensor_parallel,
+        })
+    }
+
     /// Memory the server may use over all GPUs, bytes: `tensor_parallel * memory *
     /// gpu_memory_utilization`.
     pub fn usable_bytes(&self) -> f64 {
@@ -382,19 +438,187 @@ fn dtype(key: &'static str, name: &str) -> Result<f64, StepTimeError> {
     })
 }
 
+/// Where a roofline's model comes from: a shipped preset or a config file the build step reads.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelSource<'a> {
+    /// A shipped config ([`ModelConfig::preset`]).
+    Preset(Box<ModelConfig>),
+    /// A `config.json` path, as written.
+    File(&'a Path),
+}
+
+/// Everything of a roofline but the model: the GPU, data types, parallelism, efficiencies and
+/// memory settings.
+#[derive(Debug, Clone, Copy)]
+struct Machine {
+    hardware: Hardware,
+    weight_bytes_per_param: f64,
+    kv_bytes_per_element: f64,
+    tensor_parallel: u32,
+    compute_efficiency: f64,
+    bandwidth_efficiency: f64,
+    gpu_memory_utilization: f64,
+    activation_reserve_bytes: u64,
+}
+
+const MODEL_FIX: &str =
+    "give model = \"llama-3-8b\" (a preset) or the path of a config.json, or this key";
+const HARDWARE_FIX: &str = "give hardware = \"h200\" (a preset) or this key";
+
+/// Whether a `model` value names a file rather than a preset: it has a path separator or ends
+/// in `.json`.
+fn is_model_path(model: &str) -> bool {
+    model.contains('/') || model.contains('\\') || model.to_ascii_lowercase().ends_with(".json")
+}
+
 impl RooflineSpec {
-    /// Resolves presets and explicit keys into a roofline with its memory facts.
-    pub fn resolve(&self) -> Result<SizedRoofline, StepTimeError> {
-        let model_preset = match &self.model {
-            None => None,
-            Some(name) => Some(
-                model_preset(name).ok_or_else(|| StepTimeError::UnknownPreset {
-                    key: "model",
-                    value: name.clone(),
-                    known: MODEL_PRESET_NAMES.join(", "),
-                })?,
-            ),
+    /// The model's source: `None` without `model`; an unknown name that is not a path is an
+    /// error listing the presets.
+    pub fn model_source(&self) -> Result<Option<ModelSource<'_>>, StepTimeError> {
+        let Some(name) = &self.model else {
+            return Ok(None);
         };
+        if let Some(config) = ModelConfig::preset(name) {
+            return Ok(Some(ModelSource::Preset(Box::new(config))));
+        }
+        if is_model_path(name) {
+            return Ok(Some(ModelSource::File(Path::new(name))));
+        }
+        Err(StepTimeError::UnknownModel {
+            value: name.clone(),
+            known: model_config::PRESET_NAMES.join(", "),
+        })
+    }
+
+    /// The config file `model` names, as written; `None` for a preset or no model.
+    pub fn model_file(&self) -> Option<&Path> {
+        match self.model_source() {
+            Ok(Some(ModelSource::File(path))) => Some(path),
+            _ => None,
+        }
+    }
+
+    /// Resolves presets and explicit keys into a roofline with its memory facts. A model config
+    /// file is [`StepTimeError::ModelFileNotRead`]: use [`RooflineSpec::resolve_with`] with the
+    /// file's config.
+    pub fn resolve(&self) -> Result<SizedRoofline, StepTimeError> {
+        let config = match self.model_source()? {
+            None => None,
+            Some(ModelSource::Preset(config)) => Some(config),
+            Some(ModelSource::File(path)) => {
+                return Err(StepTimeError::ModelFileNotRead {
+                    path: path.to_path_buf(),
+                });
+            }
+        };
+        let model = self.shape(config.as_deref())?;
+        Ok(self.machine()?.with(model))
+    }
+
+    /// Resolves the spec with `config`, the config file its `model` names, read (explicit keys
+    /// override its values).
+    pub fn resolve_with(&self, config: &ModelConfig) -> Result<SizedRoofline, StepTimeError> {
+        let model = self.shape(Some(config))?;
+        Ok(self.machine()?.with(model))
+    }
+
+    /// Checks every key that does not need the model's config file: the GPU, data types,
+    /// parallelism, efficiencies, and that explicit model keys are positive.
+    pub fn check_without_model(&self) -> Result<(), StepTimeError> {
+        self.machine()?;
+        let explicit = [
+            ("layers", self.layers),
+            ("hidden_size", self.hidden_size),
+            ("num_attention_heads", self.num_attention_heads),
+            ("num_kv_heads", self.num_kv_heads),
+            ("head_dim", self.head_dim),
+        ];
+        for (key, value) in explicit {
+            if value.is_some() {
+                positive(key, value, None, MODEL_FIX)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The model: explicit keys over `config`'s values.
+    fn shape(&self, config: Option<&ModelConfig>) -> Result<ModelShape, StepTimeError> {
+        let from = config.map(ModelShape::from_config);
+        let params = match (self.params, from) {
+            (Some(p), _) => p.0,
+            (None, Some(m)) => m.params,
+            (None, None) => {
+                return Err(StepTimeError::Missing {
+                    key: "params",
+                    fix: MODEL_FIX,
+                });
+            }
+        };
+        let layers = positive("layers", self.layers, from.map(|m| m.layers), MODEL_FIX)?;
+        let hidden_size = positive(
+            "hidden_size",
+            self.hidden_size,
+            from.map(|m| m.hidden_size),
+            MODEL_FIX,
+        )?;
+        let num_kv_heads = positive(
+            "num_kv_heads",
+            self.num_kv_heads,
+            from.map(|m| m.num_kv_heads),
+            MODEL_FIX,
+        )?;
+        let head_dim = positive(
+            "head_dim",
+            self.head_dim,
+            from.map(|m| m.head_dim),
+            MODEL_FIX,
+        )?;
+        let derived_heads = hidden_size
+            .is_multiple_of(head_dim)
+            .then_some(hidden_size / head_dim);
+        let num_attention_heads = positive(
+            "num_attention_heads",
+            self.num_attention_heads,
+            from.map(|m| m.num_attention_heads).or(derived_heads),
+            "hidden_size is not a multiple of head_dim: give num_attention_heads",
+        )?;
+        let experts = from.and_then(|m| m.experts);
+        let routed = experts.map_or(0.0, |x| x.routed_params());
+        if params <= routed {
+            return Err(StepTimeError::Invalid {
+                key: "params",
+                value: format!("{params:e}"),
+                fix: format!(
+                    "the config's routed experts alone hold {routed:e} parameters; give a larger \
+                     count or drop params"
+                ),
+            });
+        }
+        let active_params = match self.active_params {
+            Some(a) => a.0,
+            None => params - experts.map_or(0.0, |x| x.skipped_params_per_token()),
+        };
+        if active_params > params {
+            return Err(StepTimeError::Invalid {
+                key: "active_params",
+                value: format!("{active_params:e}"),
+                fix: format!("it cannot exceed params ({params:e})"),
+            });
+        }
+        Ok(ModelShape {
+            params,
+            active_params,
+            layers,
+            hidden_size,
+            num_attention_heads,
+            num_kv_heads,
+            head_dim,
+            experts,
+        })
+    }
+
+    /// Everything but the model, presets and explicit keys resolved.
+    fn machine(&self) -> Result<Machine, StepTimeError> {
         let hardware_preset = match &self.hardware {
             None => None,
             Some(name) => {
@@ -406,45 +630,6 @@ impl RooflineSpec {
                     })?,
                 )
             }
-        };
-        const MODEL_FIX: &str = "give model = \"llama-3-8b\" (a preset) or this key";
-        const HARDWARE_FIX: &str = "give hardware = \"h200\" (a preset) or this key";
-        let params = match (self.params, model_preset) {
-            (Some(p), _) => p.0,
-            (None, Some(m)) => m.params,
-            (None, None) => {
-                return Err(StepTimeError::Missing {
-                    key: "params",
-                    fix: MODEL_FIX,
-                });
-            }
-        };
-        let model = ModelShape {
-            params,
-            layers: positive(
-                "layers",
-                self.layers,
-                model_preset.map(|m| m.layers),
-                MODEL_FIX,
-            )?,
-            hidden_size: positive(
-                "hidden_size",
-                self.hidden_size,
-                model_preset.map(|m| m.hidden_size),
-                MODEL_FIX,
-            )?,
-            num_kv_heads: positive(
-                "num_kv_heads",
-                self.num_kv_heads,
-                model_preset.map(|m| m.num_kv_heads),
-                MODEL_FIX,
-            )?,
-            head_dim: positive(
-                "head_dim",
-                self.head_dim,
-                model_preset.map(|m| m.head_dim),
-                MODEL_FIX,
-            )?,
         };
         let flops_per_s = match (&self.flops, hardware_preset) {
             (Some(text), _) => hardware::parse_flops_per_s(text).ok_or_else(|| StepTimeError::Invalid {
@@ -497,9 +682,7 @@ impl RooflineSpec {
             Some(name) => dtype("kv_cache_dtype", name)?,
             None => weight_bytes_per_param,
         };
-        let tensor_parallel = positive("tensor_parallel", self.tensor_parallel, Some(1), "")?;
-        let roofline = Roofline {
-            model,
+        Ok(Machine {
             hardware: Hardware {
                 flops_per_s,
                 memory_bandwidth_bytes_per_s,
@@ -507,7 +690,7 @@ impl RooflineSpec {
             },
             weight_bytes_per_param,
             kv_bytes_per_element,
-            tensor_parallel,
+            tensor_parallel: positive("tensor_parallel", self.tensor_parallel, Some(1), "")?,
             compute_efficiency: fraction(
                 "compute_efficiency",
                 self.compute_efficiency,
@@ -518,9 +701,6 @@ impl RooflineSpec {
                 self.bandwidth_efficiency,
                 DEFAULT_BANDWIDTH_EFFICIENCY,
             )?,
-        };
-        Ok(SizedRoofline {
-            roofline,
             gpu_memory_utilization: fraction(
                 "gpu_memory_utilization",
                 self.gpu_memory_utilization,
@@ -530,6 +710,25 @@ impl RooflineSpec {
                 .activation_reserve
                 .map_or(DEFAULT_ACTIVATION_RESERVE_BYTES, |s| s.0),
         })
+    }
+}
+
+impl Machine {
+    /// The roofline of `model` on this machine.
+    fn with(self, model: ModelShape) -> SizedRoofline {
+        SizedRoofline {
+            roofline: Roofline {
+                model,
+                hardware: self.hardware,
+                weight_bytes_per_param: self.weight_bytes_per_param,
+                kv_bytes_per_element: self.kv_bytes_per_element,
+                tensor_parallel: self.tensor_parallel,
+                compute_efficiency: self.compute_efficiency,
+                bandwidth_efficiency: self.bandwidth_efficiency,
+            },
+            gpu_memory_utilization: self.gpu_memory_utilization,
+            activation_reserve_bytes: self.activation_reserve_bytes,
+        }
     }
 }
 
@@ -618,9 +817,10 @@ mod tests {
     #[test]
     fn kv_capacity_of_8b_on_h200_is_usable_memory_over_128_kib() {
         let s = spec("kind = \"roofline\"\nmodel = \"llama-3-8b\"\nhardware = \"h200\"").unwrap();
-        let expected = ((141e9 * 0.9 - 16.06e9 - 2.0 * 1024f64.powi(3)) / 131_072.0).floor() as u64;
+        let weights = 2.0 * 8_030_261_248.0;
+        let expected = ((141e9 * 0.9 - weights - 2.0 * 1024f64.powi(3)) / 131_072.0).floor() as u64;
         assert_eq!(s.kv_capacity_tokens(), Some(expected));
-        assert_eq!(expected, 829_258, "docs/step-time.md quotes this figure");
+        assert_eq!(expected, 829_254, "docs/step-time.md quotes this figure");
         let tp2 = spec(
             "kind = \"roofline\"\nmodel = \"llama-3-8b\"\nhardware = \"h200\"\ntensor_parallel = 2",
         )
@@ -640,7 +840,7 @@ mod tests {
         };
         let sized = r.resolve().unwrap();
         assert_eq!(sized.roofline.hardware, hardware::H200_SXM);
-        assert_eq!(sized.roofline.weight_bytes(), 8.03e9);
+        assert_eq!(sized.roofline.weight_bytes(), 8_030_261_248.0);
         let explicit = spec(
             "kind = \"roofline\"\nparams = \"1.5B\"\nlayers = 28\nhidden_size = 1536\nnum_kv_heads = 2\n\
              head_dim = 128\nflops = \"100TFLOPS\"\nmemory_bandwidth = \"1000GB/s\"\nmemory = \"24GB\"",
@@ -722,5 +922,132 @@ mod tests {
         assert_eq!(ParamCount::parse("125M"), Some(ParamCount(125e6)));
         assert_eq!(ParamCount::parse("7e9"), Some(ParamCount(7e9)));
         assert_eq!(ParamCount::parse("-1B"), None);
+    }
+
+    fn roofline(text: &str) -> RooflineSpec {
+        match spec(&format!("kind = \"roofline\"\n{text}")).unwrap() {
+            StepTimeSpec::Roofline(r) => *r,
+            other => panic!("not a roofline: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_model_path_is_left_to_the_build_step_and_the_other_keys_are_still_checked() {
+        let text = "kind = \"roofline\"\nmodel = \"models/mistralai/Mixtral-8x7B-v0.1.json\"\nhardware = \"h200\"";
+        let s = spec(text).unwrap();
+        assert_eq!(
+            s.model_file(),
+            Some(Path::new("models/mistralai/Mixtral-8x7B-v0.1.json"))
+        );
+        assert!(s.analytic().unwrap().is_none(), "the file is not read here");
+        assert_eq!(s.kv_capacity_tokens(), None);
+        let StepTimeSpec::Roofline(r) = &s else {
+            panic!("not a roofline")
+        };
+        let e = r.resolve().unwrap_err().to_string();
+        assert!(e.contains("read by the build step"), "{e}");
+        for (extra, expected) in [
+            ("hardware = \"tpu\"", "step_time.hardware = \"tpu\""),
+            (
+                "flops = \"1PFLOPS\"",
+                "step_time.memory_bandwidth is missing",
+            ),
+            (
+                "hardware = \"h200\"\ncompute_efficiency = 2.0",
+                "compute_efficiency = 2",
+            ),
+            ("hardware = \"h200\"\nlayers = 0", "step_time.layers = 0"),
+        ] {
+            let bad = spec(&format!(
+                "kind = \"roofline\"\nmodel = \"my/config.json\"\n{extra}"
+            ))
+            .unwrap();
+            let e = bad.analytic().map(|_| ()).unwrap_err().to_string();
+            assert!(e.contains(expected), "for {extra}: {e}");
+        }
+        assert_eq!(
+            roofline("model = \"config.json\"").model_file(),
+            Some(Path::new("config.json"))
+        );
+        assert_eq!(roofline("model = \"Mixtral-8x7B\"").model_file(), None);
+    }
+
+    #[test]
+    fn an_unknown_model_name_lists_the_presets_and_says_a_config_path_works() {
+        let e = roofline("model = \"gpt-9\"\nhardware = \"h200\"")
+            .resolve()
+            .unwrap_err()
+            .to_string();
+        for part in ["\"gpt-9\"", "qwen3-30b-a3b", "mixtral-8x7b", "config.json"] {
+            assert!(e.contains(part), "{part:?} not in {e}");
+        }
+    }
+
+    #[test]
+    fn a_config_resolves_with_explicit_keys_overriding_it() {
+        let mixtral = ModelConfig::preset("mixtral-8x7b").unwrap();
+        let by_file =
+            roofline("model = \"m/config.json\"\nhardware = \"h200\"\ntensor_parallel = 2")
+                .resolve_with(&mixtral)
+                .unwrap();
+        let by_name =
+            roofline("model = \"mixtral-8x7b\"\nhardware = \"h200\"\ntensor_parallel = 2")
+                .resolve()
+                .unwrap();
+        assert_eq!(by_file, by_name);
+        let m = by_file.roofline.model;
+        assert_eq!(
+            (m.params, m.active_params),
+            (mixtral.total_params(), mixtral.active_params())
+        );
+        let layered = roofline(
+            "model = \"m/config.json\"\nhardware = \"h200\"\nlayers = 16\nactive_params = \"20B\"",
+        )
+        .resolve_with(&mixtral)
+        .unwrap()
+        .roofline
+        .model;
+        assert_eq!((layered.layers, layered.active_params), (16, 20e9));
+        // An explicit total keeps the experts' size: the rest shrinks, the skipped experts stay.
+        let smaller = roofline("model = \"mixtral-8x7b\"\nhardware = \"h200\"\nparams = \"46B\"")
+            .resolve()
+            .unwrap()
+            .roofline
+            .model;
+        let skipped = mixtral.total_params() - mixtral.active_params();
+        assert!((smaller.active_params - (46e9 - skipped)).abs() < 1.0);
+        for (extra, expected) in [
+            ("params = \"40B\"", "routed experts alone hold"),
+            ("active_params = \"50B\"", "cannot exceed params"),
+        ] {
+            let e = roofline(&format!(
+                "model = \"mixtral-8x7b\"\nhardware = \"h200\"\n{extra}"
+            ))
+            .resolve()
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains(expected), "for {extra}: {e}");
+        }
+    }
+
+    #[test]
+    fn explicit_shapes_derive_query_heads_from_hidden_size_or_take_them() {
+        let base =
+            "params = \"1.5B\"\nlayers = 28\nnum_kv_heads = 2\nhead_dim = 128\nhardware = \"h100\"";
+        let derived = roofline(&format!("{base}\nhidden_size = 1536"))
+            .resolve()
+            .unwrap();
+        assert_eq!(derived.roofline.model.num_attention_heads, 12);
+        let given = roofline(&format!(
+            "{base}\nhidden_size = 1536\nnum_attention_heads = 16"
+        ))
+        .resolve()
+        .unwrap();
+        assert_eq!(given.roofline.model.attention_width(), 2048.0);
+        let e = roofline(&format!("{base}\nhidden_size = 1500"))
+            .resolve()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("num_attention_heads is missing"), "{e}");
     }
 }
