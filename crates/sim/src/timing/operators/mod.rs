@@ -7,9 +7,10 @@
 //! tensor-parallel degree: the times of one rank.
 
 mod curve;
+mod grid;
+pub mod llmservingsim;
 mod table;
 
 pub use curve::Curve;
-pub use table::{
-    AttentionGrid, MoeGrid, Operator, OperatorScope, OperatorTable, OperatorTableError, TableFormat,
-};
+pub use grid::{AttentionGrid, GridError, MoeGrid};
+pub use table::{Operator, OperatorScope, OperatorTable, OperatorTableError, TableFormat};

@@ -1,9 +1,10 @@
 //! The one internal form of a measured operator table, whichever profiler wrote it.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::curve::Curve;
+use super::grid::{AttentionGrid, MoeGrid};
 
 /// A canonical operator of a decoder layer, named as vLLM's attributes are (LLMServingSim's
 /// names; Vidur's map onto them).
@@ -113,22 +114,6 @@ pub enum TableFormat {
     Vidur,
 }
 
-/// Measured attention kernel times on LLMServingSim's 4-D grid: `(prefill_chunk, kv_prefill,
-/// n_decode, kv_decode) -> ns`, one layer, one rank.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct AttentionGrid {
-    /// The measured rows, `[prefill_chunk, kv_prefill, n_decode, kv_decode]` and ns.
-    pub rows: Vec<([u64; 4], f64)>,
-}
-
-/// Measured mixture-of-experts block times: `(tokens on the rank, experts activated) -> ns`, one
-/// layer, one rank.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct MoeGrid {
-    /// The measured rows, `[tokens, activated_experts]` and ns.
-    pub rows: Vec<([u64; 2], f64)>,
-}
-
 /// Measured per-operator times of one model on one GPU at one tensor-parallel degree (the times
 /// of one rank), whichever profiler measured them. Times are nanoseconds.
 #[derive(Debug, Clone, PartialEq)]
@@ -157,6 +142,64 @@ pub struct OperatorTable {
     /// One all-reduce across this table's `tensor_parallel` ranks, by message bytes, when
     /// measured.
     pub all_reduce: Option<Curve>,
+}
+
+impl OperatorTable {
+    /// Reads the operator table in `dir` for `tensor_parallel` ranks, detecting its format: a
+    /// folder holding `meta.yaml` is an LLMServingSim profiler bundle. Anything else is refused,
+    /// saying which folder is expected.
+    pub fn load(dir: &Path, tensor_parallel: u32) -> Result<OperatorTable, OperatorTableError> {
+        if !dir.is_dir() {
+            return Err(OperatorTableError::Missing {
+                path: dir.to_path_buf(),
+                what: "no such folder".into(),
+                fix: "give the folder of an operator table".into(),
+            });
+        }
+        if dir.join("meta.yaml").is_file() {
+            return super::llmservingsim::read(dir, tensor_parallel);
+        }
+        Err(OperatorTableError::Missing {
+            path: dir.to_path_buf(),
+            what: "no operator table here".into(),
+            fix: "give the folder holding meta.yaml and tpN/ (an LLMServingSim profiler bundle), \
+                  or Vidur's folder holding mlp.csv"
+                .into(),
+        })
+    }
+
+    /// One decoder layer's operators other than attention (and a mixture of experts' block) at
+    /// `tokens` tokens, ns: each [`OperatorScope::PerLayer`] operator's time times its calls per
+    /// layer, summed. 0 when none is measured.
+    pub fn layer_dense_ns(&self, tokens: u64) -> f64 {
+        self.sum_scope(tokens, |scope| match scope {
+            OperatorScope::PerLayer { calls } => calls,
+            _ => 0,
+        })
+    }
+
+    /// The once-per-step operators over the step's `tokens` (embedding and final layernorm), ns.
+    pub fn per_step_ns(&self, tokens: u64) -> f64 {
+        self.sum_scope(tokens, |scope| u32::from(scope == OperatorScope::PerStep))
+    }
+
+    /// The per-sequence operators over the step's `sequences` (lm_head and sampler), ns.
+    pub fn per_sequence_ns(&self, sequences: u64) -> f64 {
+        self.sum_scope(sequences, |scope| {
+            u32::from(scope == OperatorScope::PerSequence)
+        })
+    }
+
+    /// Sum over the operators of `calls(scope) x time at size`, ns.
+    fn sum_scope(&self, size: u64, calls: impl Fn(OperatorScope) -> u32) -> f64 {
+        self.operators
+            .iter()
+            .filter_map(|(op, curve)| match calls(op.scope()) {
+                0 => None,
+                n => Some(f64::from(n) * curve.at(size as f64)),
+            })
+            .sum()
+    }
 }
 
 /// Why an operator table could not be read. Each names the file, and the row and column where
