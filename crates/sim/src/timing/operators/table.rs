@@ -1,7 +1,7 @@
 //! The one internal form of a measured operator table, whichever profiler wrote it.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::curve::Curve;
 
@@ -157,6 +157,26 @@ pub struct OperatorTable {
     /// One all-reduce across this table's `tensor_parallel` ranks, by message bytes, when
     /// measured.
     pub all_reduce: Option<Curve>,
+}
+
+impl OperatorTable {
+    /// Reads the operator table in `dir` at `tensor_parallel` ranks, whichever profiler wrote it:
+    /// a folder holding `mlp.csv` is Vidur's (with `all_reduce.csv` beside it when there is one).
+    pub fn load(dir: &Path, tensor_parallel: u32) -> Result<OperatorTable, OperatorTableError> {
+        if dir.join(super::vidur::MLP_FILE).is_file() {
+            let all_reduce = dir.join("all_reduce.csv");
+            return super::vidur::read(
+                dir,
+                tensor_parallel,
+                all_reduce.is_file().then_some(all_reduce.as_path()),
+            );
+        }
+        Err(OperatorTableError::Missing {
+            path: dir.to_path_buf(),
+            what: "not an operator table (no mlp.csv)".into(),
+            fix: "give the folder of Vidur's mlp.csv".into(),
+        })
+    }
 }
 
 /// Why an operator table could not be read. Each names the file, and the row and column where
