@@ -146,8 +146,9 @@ pub struct OperatorTable {
 
 impl OperatorTable {
     /// Reads the operator table in `dir` for `tensor_parallel` ranks, detecting its format: a
-    /// folder holding `meta.yaml` is an LLMServingSim profiler bundle. Anything else is refused,
-    /// saying which folder is expected.
+    /// folder holding `meta.yaml` is an LLMServingSim profiler bundle, one holding `mlp.csv`
+    /// Vidur's tables (with `all_reduce.csv` beside it when there is one). Anything else is
+    /// refused, saying which folder is expected.
     pub fn load(dir: &Path, tensor_parallel: u32) -> Result<OperatorTable, OperatorTableError> {
         if !dir.is_dir() {
             return Err(OperatorTableError::Missing {
@@ -158,6 +159,14 @@ impl OperatorTable {
         }
         if dir.join("meta.yaml").is_file() {
             return super::llmservingsim::read(dir, tensor_parallel);
+        }
+        if dir.join(super::vidur::MLP_FILE).is_file() {
+            let all_reduce = dir.join("all_reduce.csv");
+            return super::vidur::read(
+                dir,
+                tensor_parallel,
+                all_reduce.is_file().then_some(all_reduce.as_path()),
+            );
         }
         Err(OperatorTableError::Missing {
             path: dir.to_path_buf(),
