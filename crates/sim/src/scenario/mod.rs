@@ -922,6 +922,28 @@ mod tests {
     }
 
     #[test]
+    fn a_roofline_model_file_defers_the_kv_blocks_and_an_unknown_model_is_named_first() {
+        let roofline = "[batcher]\nkind = \"continuous\"\n[step_time]\nkind = \"roofline\"\nhardware = \"h200\"\n";
+        let s = Scenario::from_toml_str(&format!("{roofline}model = \"no/such/config.json\"\n"))
+            .expect("the file is not read while validating");
+        let llm = s.pools()[0].llm.as_ref().unwrap();
+        assert!(llm.num_gpu_blocks_from_model);
+        let given = Scenario::from_toml_str(&format!(
+            "{roofline}model = \"no/such/config.json\"\n[kv_cache]\nnum_gpu_blocks = 10\n"
+        ))
+        .unwrap();
+        let llm = given.pools()[0].llm.as_ref().unwrap();
+        assert!(!llm.num_gpu_blocks_from_model);
+        assert_eq!(llm.scheduler.num_gpu_blocks, 10);
+        let err = Scenario::from_toml_str(&format!("{roofline}model = \"gpt-9\"\n")).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("step_time.model = \"gpt-9\" is not a known preset"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn slo_needs_a_bound_and_token_bounds_need_a_continuous_pool() {
         let err = Scenario::from_toml_str(&format!("{MINIMAL}[slo]\n")).unwrap_err();
         assert!(err.to_string().contains("`slo`"), "{err}");
