@@ -21,12 +21,13 @@ use std::sync::Arc;
 
 use crate::scenario::{Scenario, ScenarioError, ServiceSpec, invalid, kv_blocks_of, residuals_of};
 use crate::timing::model_config::ModelConfig;
+use crate::timing::operators::{Curve, OperatorStepTime, OperatorTable, read_all_reduce};
 use crate::timing::profile::ProfileServiceTime;
 use crate::timing::service::{
     AffineService, ConstantService, ExponentialService, ScaledService, ServiceTime,
 };
 use crate::timing::step_profile::ProfileStepTime;
-use crate::timing::step_spec::{StepTimeError, StepTimeSpec};
+use crate::timing::step_spec::{ModelSource, OperatorsSpec, StepTimeError, StepTimeSpec};
 use crate::timing::step_time::{ScaledStepTime, StepTime};
 
 /// A scenario with every pool's time model built: what [`crate::simulate`] runs.
@@ -53,14 +54,37 @@ pub struct Profiles {
     services: BTreeMap<PathBuf, Arc<ProfileServiceTime>>,
     steps: BTreeMap<PathBuf, Arc<ProfileStepTime>>,
     models: BTreeMap<PathBuf, Arc<ModelConfig>>,
+    /// Operator tables by folder and tensor-parallel degree.
+    operator_tables: BTreeMap<(PathBuf, u32), Arc<OperatorTable>>,
+    /// Measured all-reduce times by file and number of workers.
+    all_reduces: BTreeMap<(PathBuf, u32), Curve>,
     files_read: u64,
 }
 
 /// A file a pool names: which key, and the file.
 enum ProfileFile {
-    Service { key: String, path: PathBuf },
-    Step { key: String, path: PathBuf },
-    Model { key: String, path: PathBuf },
+    Service {
+        key: String,
+        path: PathBuf,
+    },
+    Step {
+        key: String,
+        path: PathBuf,
+    },
+    Model {
+        key: String,
+        path: PathBuf,
+    },
+    Operators {
+        key: String,
+        path: PathBuf,
+        tensor_parallel: u32,
+    },
+    AllReduce {
+        key: String,
+        path: PathBuf,
+        workers: u32,
+    },
 }
 
 /// A service profile's file: against the scenario's folder, as written when it has none.
@@ -98,6 +122,21 @@ fn profile_files(scenario: &Scenario) -> Vec<ProfileFile> {
                 path: step_profile_path(base, path),
             });
         }
+        if let Some(StepTimeSpec::Operators(spec)) = step_time {
+            let tensor_parallel = spec.tensor_parallel();
+            files.push(ProfileFile::Operators {
+                key: format!("{prefix}step_time.profile"),
+                path: step_profile_path(base, &spec.profile),
+                tensor_parallel,
+            });
+            if let Some(path) = &spec.all_reduce {
+                files.push(ProfileFile::AllReduce {
+                    key: format!("{prefix}step_time.all_reduce"),
+                    path: step_profile_path(base, path),
+                    workers: tensor_parallel,
+                });
+            }
+        }
     }
     files
 }
@@ -132,6 +171,28 @@ impl Profiles {
                             ModelConfig::load(&path).map_err(|e| invalid(&key, e.to_string()))?;
                         self.files_read += 1;
                         self.models.insert(path, Arc::new(model));
+                    }
+                }
+                ProfileFile::Operators {
+                    key,
+                    path,
+                    tensor_parallel,
+                } => {
+                    let slot = (path, tensor_parallel);
+                    if !self.operator_tables.contains_key(&slot) {
+                        let table = OperatorTable::load(&slot.0, tensor_parallel)
+                            .map_err(|e| invalid(&key, e.to_string()))?;
+                        self.files_read += 1;
+                        self.operator_tables.insert(slot, Arc::new(table));
+                    }
+                }
+                ProfileFile::AllReduce { key, path, workers } => {
+                    let slot = (path, workers);
+                    if !self.all_reduces.contains_key(&slot) {
+                        let curve = read_all_reduce(&slot.0, workers)
+                            .map_err(|e| invalid(&key, e.to_string()))?;
+                        self.files_read += 1;
+                        self.all_reduces.insert(slot, curve);
                     }
                 }
             }
@@ -194,6 +255,9 @@ impl Profiles {
                                 .ok_or_else(|| not_loaded(&key("step_time"), &path))?;
                             Arc::clone(model) as Arc<dyn StepTime>
                         }
+                        StepTimeSpec::Operators(operators) => {
+                            self.operator_step_time(scenario, &key, spec, operators)?
+                        }
                         StepTimeSpec::Roofline(roofline) if spec.model_file().is_some() => {
                             let config = self.model_of(scenario, &key, spec)?;
                             let sized = roofline
@@ -220,6 +284,49 @@ impl Profiles {
             scenario: self.with_kv_blocks(scenario)?,
             pools,
         })
+    }
+
+    /// The `kind = "operators"` step time of `spec` from the loaded table, model and all-reduce.
+    fn operator_step_time(
+        &self,
+        scenario: &Scenario,
+        key: &dyn Fn(&str) -> String,
+        spec: &StepTimeSpec,
+        operators: &OperatorsSpec,
+    ) -> Result<Arc<dyn StepTime>, ScenarioError> {
+        let base = scenario.base_dir();
+        let tensor_parallel = operators.tensor_parallel();
+        let slot = (step_profile_path(base, &operators.profile), tensor_parallel);
+        let table = self
+            .operator_tables
+            .get(&slot)
+            .ok_or_else(|| not_loaded(&key("step_time.profile"), &slot.0))?;
+        let model = match operators
+            .model_source()
+            .map_err(|e| invalid(&key("step_time.model"), e.to_string()))?
+        {
+            ModelSource::Preset(config) => *config,
+            ModelSource::File(_) => self.model_of(scenario, key, spec)?.clone(),
+        };
+        let all_reduce = match &operators.all_reduce {
+            None => None,
+            Some(path) => {
+                let slot = (step_profile_path(base, path), tensor_parallel);
+                let curve = self
+                    .all_reduces
+                    .get(&slot)
+                    .ok_or_else(|| not_loaded(&key("step_time.all_reduce"), &slot.0))?;
+                Some(curve.clone())
+            }
+        };
+        let model = OperatorStepTime::new(
+            Arc::clone(table),
+            &model,
+            all_reduce,
+            operators.expert_parallel.unwrap_or(1),
+        )
+        .map_err(|e| invalid(&key("step_time"), e.to_string()))?;
+        Ok(Arc::new(model))
     }
 
     /// The loaded config of the model file `spec` names, or an error naming the key and file.

@@ -42,6 +42,20 @@ impl PrefixKeys {
         self.cacheable_blocks = by_ids.min(full_in_prompt) as u32;
     }
 
+    /// Keys of a request whose trace names no prefix: every full block of its `tokens` (prompt
+    /// and output) gets a key no other request has (from `own`, unique per request), so only
+    /// the request itself can find them again: after a preemption, vLLM's prefix cache still
+    /// holds the blocks the preempted request freed until they are reused, and its recompute
+    /// starts from those.
+    pub fn fill_own(&mut self, own: u64, tokens: u32, block_size: u32) {
+        debug_assert!(block_size >= 1);
+        self.chain.clear();
+        self.chain
+            .push(splitmix64(0x4f57_4e50_5245_4649 ^ splitmix64(own))); // "OWNPREFI"
+        self.kv_blocks_per_trace_block = u32::MAX;
+        self.cacheable_blocks = tokens / block_size;
+    }
+
     /// Forgets the keys (a request without prefix ids, or caching off).
     pub fn clear(&mut self) {
         self.chain.clear();
@@ -123,6 +137,23 @@ mod tests {
             32,
             "no ids beyond the first trace block"
         );
+    }
+
+    #[test]
+    fn own_keys_cover_every_full_block_and_no_other_request_shares_them() {
+        let (mut a, mut b) = (PrefixKeys::default(), PrefixKeys::default());
+        a.fill_own(1, 100, 16);
+        b.fill_own(2, 100, 16);
+        assert_eq!(a.cacheable_blocks(), 6);
+        for k in 0..6 {
+            assert_ne!(a.key(k), b.key(k), "block {k} of two requests");
+            if k > 0 {
+                assert_ne!(a.key(k), a.key(k - 1));
+            }
+        }
+        let mut again = PrefixKeys::default();
+        again.fill_own(1, 100, 16);
+        assert_eq!(a.key(3), again.key(3), "keys are a function of the request");
     }
 
     #[test]

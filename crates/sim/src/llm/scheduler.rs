@@ -59,6 +59,10 @@ pub struct SchedulerConfig {
     pub step_overhead_ns: u64,
     /// Additional CPU time per sequence in the step, in nanoseconds.
     pub step_overhead_per_seq_ns: u64,
+    /// Admit a waiting sequence only when blocks for all its tokens are free, not only for its
+    /// first chunk (vLLM's `scheduler_reserve_full_isl`): a long prompt then never starts a
+    /// prefill that the cache cannot finish.
+    pub reserve_full_isl: bool,
 }
 
 impl SchedulerConfig {
@@ -197,6 +201,8 @@ pub struct Scheduler {
     in_step: bool,
     last_ns: u64,
     stats: SchedulerStats,
+    /// Sequences taken from the queue so far: each one's own prefix keys are unique by it.
+    sequences_taken: u64,
 }
 
 impl Scheduler {
@@ -225,6 +231,7 @@ impl Scheduler {
             in_step: false,
             last_ns: 0,
             stats: SchedulerStats::default(),
+            sequences_taken: 0,
             config,
         }
     }
@@ -477,6 +484,11 @@ impl Scheduler {
                 self.config.block_size,
                 self.config.prefix_block_tokens / self.config.block_size,
             );
+        } else if self.config.enable_prefix_caching {
+            self.sequences_taken += 1;
+            let tokens = prompt_tokens.saturating_add(output_tokens);
+            seq.keys
+                .fill_own(self.sequences_taken, tokens, self.config.block_size);
         } else {
             seq.keys.clear();
         }
@@ -554,7 +566,12 @@ impl Scheduler {
             self.kv
                 .blocks_for(u64::from(cached_tokens) + u64::from(new_tokens)) as u32;
         let fresh = blocks - hits;
-        if u64::from(fresh) + u64::from(hits_cached) > u64::from(self.kv.available()) {
+        let reserved = if self.config.reserve_full_isl {
+            self.kv.blocks_for(u64::from(tokens)) as u32 - hits
+        } else {
+            fresh
+        };
+        if u64::from(reserved) + u64::from(hits_cached) > u64::from(self.kv.available()) {
             return None;
         }
         let seq = &mut self.seqs[slot as usize];
@@ -625,6 +642,7 @@ mod tests {
             prefix_block_tokens: 512,
             step_overhead_ns: 0,
             step_overhead_per_seq_ns: 0,
+            reserve_full_isl: false,
         }
     }
 

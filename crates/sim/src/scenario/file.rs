@@ -262,6 +262,9 @@ pub struct BatcherSpec {
     pub step_overhead: Option<DurationNs>,
     /// Continuous: CPU time per sequence in a step. Default 0.
     pub step_overhead_per_seq: Option<DurationNs>,
+    /// Continuous: admit a waiting prompt only when KV blocks for all of it are free, not
+    /// only for its first chunk (vLLM's `scheduler_reserve_full_isl`). Default false.
+    pub reserve_full_isl: Option<bool>,
 }
 
 impl BatcherSpec {
@@ -274,6 +277,7 @@ impl BatcherSpec {
             scheduling: self.scheduling,
             step_overhead: self.step_overhead,
             step_overhead_per_seq: self.step_overhead_per_seq,
+            reserve_full_isl: self.reserve_full_isl,
         }
     }
 }
@@ -297,6 +301,7 @@ impl Default for BatcherSpec {
             scheduling: None,
             step_overhead: None,
             step_overhead_per_seq: None,
+            reserve_full_isl: None,
         }
     }
 }
@@ -671,6 +676,9 @@ pub struct ContinuousKeys {
     pub step_overhead: Option<DurationNs>,
     /// `step_overhead_per_seq`: CPU time per sequence in the step. Default 0.
     pub step_overhead_per_seq: Option<DurationNs>,
+    /// `reserve_full_isl`: admit a prompt only when blocks for all of it are free. Default
+    /// false.
+    pub reserve_full_isl: Option<bool>,
 }
 
 impl ContinuousKeys {
@@ -692,6 +700,7 @@ impl ContinuousKeys {
                 "step_overhead_per_seq",
                 self.step_overhead_per_seq.is_some(),
             ),
+            ("reserve_full_isl", self.reserve_full_isl.is_some()),
         ]
         .into_iter()
         .filter(|&(_, set)| set)

@@ -503,6 +503,7 @@ fn validate_llm_pool(
             prefix_block_tokens,
             step_overhead_ns: keys.step_overhead.map_or(0, |d| d.0),
             step_overhead_per_seq_ns: keys.step_overhead_per_seq.map_or(0, |d| d.0),
+            reserve_full_isl: keys.reserve_full_isl.unwrap_or(false),
         },
         scheduling,
         step_time_spec: step_time.clone(),

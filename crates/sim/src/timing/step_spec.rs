@@ -19,7 +19,7 @@ use crate::quantity::{QuantityError, parse_duration_ns_f64};
 ///
 /// ```toml
 /// [step_time]
-/// kind = "roofline"          # or "linear", "profile"
+/// kind = "roofline"          # or "linear", "profile", "operators"
 /// model = "llama-3-8b"
 /// hardware = "h200"
 /// ```
@@ -55,6 +55,68 @@ pub enum StepTimeSpec {
         /// The step profile (JSON).
         path: PathBuf,
     },
+    /// Composed from measured per-operator GPU times (see [`super::operators::step`]).
+    Operators(Box<OperatorsSpec>),
+}
+
+/// The `kind = "operators"` table: a measured operator table, the model it composes steps for,
+/// and the parallelism. Paths are relative to the scenario file's folder; the build step reads
+/// them.
+///
+/// ```toml
+/// [step_time]
+/// kind = "operators"
+/// profile = "profiles/RTX4090/meta-llama/Llama-3.1-8B/bf16"   # an LLMServingSim bundle
+/// model = "llama-3.1-8b"                                      # a preset or a config.json
+/// tensor_parallel = 1
+/// ```
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct OperatorsSpec {
+    /// The measured table: an LLMServingSim profiler bundle (the folder holding `meta.yaml` and
+    /// `tpN/`) or a folder holding Vidur's `mlp.csv`.
+    pub profile: PathBuf,
+    /// The model: a preset name or a Hugging Face `config.json` (its layers, hidden size and
+    /// experts multiply the table's one-layer times).
+    pub model: String,
+    /// GPUs the model is split over; the table's `tpN` of this degree is read. Default 1.
+    pub tensor_parallel: Option<u32>,
+    /// A measured all-reduce table (Vidur's `all_reduce.csv` columns; the rows of
+    /// `tensor_parallel` workers are read), needed when `tensor_parallel > 1` and the table has
+    /// none.
+    pub all_reduce: Option<PathBuf>,
+    /// Ranks a mixture of experts' experts are spread over. Default 1.
+    pub expert_parallel: Option<u32>,
+}
+
+impl OperatorsSpec {
+    /// `tensor_parallel`, 1 when not given.
+    pub fn tensor_parallel(&self) -> u32 {
+        self.tensor_parallel.unwrap_or(1)
+    }
+
+    /// The model's source: a preset or a config file (read by the build step).
+    pub fn model_source(&self) -> Result<ModelSource<'_>, StepTimeError> {
+        model_source(&self.model)
+    }
+
+    /// What can be checked without reading a file.
+    fn check(&self) -> Result<(), StepTimeError> {
+        self.model_source()?;
+        for (key, value) in [
+            ("tensor_parallel", self.tensor_parallel),
+            ("expert_parallel", self.expert_parallel),
+        ] {
+            if value == Some(0) {
+                return Err(StepTimeError::Invalid {
+                    key,
+                    value: "0".into(),
+                    fix: "write a positive integer".into(),
+                });
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A duration that keeps fractions of a nanosecond (`"0.25ns"`, `"30ns"`, `"0.1ms"`), for
@@ -333,6 +395,11 @@ impl StepTimeSpec {
                 Ok(Some(Arc::new(sized.roofline)))
             }
             StepTimeSpec::Profile { .. } => Ok(None),
+            StepTimeSpec::Operators(spec) => {
+                // The table and the model are read by the build step.
+                spec.check()?;
+                Ok(None)
+            }
         }
     }
 
@@ -341,6 +408,10 @@ impl StepTimeSpec {
     pub fn model_file(&self) -> Option<&Path> {
         match self {
             StepTimeSpec::Roofline(spec) => spec.model_file(),
+            StepTimeSpec::Operators(spec) => match spec.model_source() {
+                Ok(ModelSource::File(path)) => Some(path),
+                _ => None,
+            },
             StepTimeSpec::Linear { .. } | StepTimeSpec::Profile { .. } => None,
         }
     }
@@ -351,7 +422,9 @@ impl StepTimeSpec {
     /// resolve. Zero when the weights and reserve fill the memory.
     pub fn kv_capacity_tokens(&self) -> Option<u64> {
         match self {
-            StepTimeSpec::Linear { .. } | StepTimeSpec::Profile { .. } => None,
+            StepTimeSpec::Linear { .. }
+            | StepTimeSpec::Profile { .. }
+            | StepTimeSpec::Operators(_) => None,
             StepTimeSpec::Roofline(spec) => spec.resolve().ok().map(|s| s.kv_capacity_tokens()),
         }
     }
@@ -447,6 +520,21 @@ pub enum ModelSource<'a> {
     File(&'a Path),
 }
 
+/// The source `name` (a `model` key) names: a preset, else a config file when it looks like a
+/// path; an unknown name that is not a path is an error listing the presets.
+pub fn model_source(name: &str) -> Result<ModelSource<'_>, StepTimeError> {
+    if let Some(config) = ModelConfig::preset(name) {
+        return Ok(ModelSource::Preset(Box::new(config)));
+    }
+    if is_model_path(name) {
+        return Ok(ModelSource::File(Path::new(name)));
+    }
+    Err(StepTimeError::UnknownModel {
+        value: name.to_string(),
+        known: model_config::PRESET_NAMES.join(", "),
+    })
+}
+
 /// Everything of a roofline but the model: the GPU, data types, parallelism, efficiencies and
 /// memory settings.
 #[derive(Debug, Clone, Copy)]
@@ -475,19 +563,7 @@ impl RooflineSpec {
     /// The model's source: `None` without `model`; an unknown name that is not a path is an
     /// error listing the presets.
     pub fn model_source(&self) -> Result<Option<ModelSource<'_>>, StepTimeError> {
-        let Some(name) = &self.model else {
-            return Ok(None);
-        };
-        if let Some(config) = ModelConfig::preset(name) {
-            return Ok(Some(ModelSource::Preset(Box::new(config))));
-        }
-        if is_model_path(name) {
-            return Ok(Some(ModelSource::File(Path::new(name))));
-        }
-        Err(StepTimeError::UnknownModel {
-            value: name.clone(),
-            known: model_config::PRESET_NAMES.join(", "),
-        })
+        self.model.as_deref().map(model_source).transpose()
     }
 
     /// The config file `model` names, as written; `None` for a preset or no model.

@@ -15,10 +15,12 @@ mod curve;
 mod grid;
 pub mod llmservingsim;
 pub mod roofline;
+pub mod step;
 mod table;
 pub mod vidur;
 
 pub use curve::Curve;
 pub use grid::{AttentionGrid, GridError, MoeGrid};
+pub use step::{OperatorStepError, OperatorStepTime};
 pub use table::{Operator, OperatorScope, OperatorTable, OperatorTableError, TableFormat};
 pub use vidur::read_all_reduce;
