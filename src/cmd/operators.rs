@@ -41,7 +41,7 @@ pub fn run(dir: &Path, args: &CalibrateArgs) -> Result<()> {
         print_report(&report);
     }
     for check in &args.check {
-        check_table(&coeffs, check)?;
+        check_table(&coeffs, check, &table)?;
     }
     Ok(())
 }
@@ -128,8 +128,8 @@ fn print_summary(name: &str, s: &ErrorSummary) {
 }
 
 /// Predicts the table in `dir` at every tensor-parallel degree it has and prints the errors,
-/// each degree's and all degrees' together.
-fn check_table(coeffs: &Coefficients, dir: &Path) -> Result<()> {
+/// each degree's and all degrees' together; the rows `calibrated` on are marked fitted.
+fn check_table(coeffs: &Coefficients, dir: &Path, calibrated: &OperatorTable) -> Result<()> {
     let degrees = vidur::tensor_parallel_degrees(dir).map_err(|e| BadInput(e.to_string()))?;
     let mut pooled = Vec::new();
     let mut name = String::new();
@@ -138,7 +138,9 @@ fn check_table(coeffs: &Coefficients, dir: &Path) -> Result<()> {
         let shape = shape_of(&table)?;
         name = format!("{} {}", table.gpu, table.model);
         if let Some(report) = error_report(coeffs, &shape, &table) {
-            println!("error predicting {name} tp{tp} (prediction):");
+            let fitted = same_folder(dir, &calibrated.source) && tp == calibrated.tensor_parallel;
+            let kind = if fitted { "fitted" } else { "prediction" };
+            println!("error predicting {name} tp{tp} ({kind}):");
             print_report(&report);
         }
         pooled.extend(
@@ -148,8 +150,16 @@ fn check_table(coeffs: &Coefficients, dir: &Path) -> Result<()> {
         );
     }
     if let Some(all) = ErrorSummary::of(pooled) {
-        println!("error predicting {name}, every tp (prediction):");
+        println!("error predicting {name}, every tp:");
         print_summary("all", &all);
     }
     Ok(())
+}
+
+/// Whether `a` and `b` name the same folder (the same path when either cannot be resolved).
+fn same_folder(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
 }
