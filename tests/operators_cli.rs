@@ -132,6 +132,16 @@ fn without_operators_an_onnx_calibration_still_needs_its_out_file() {
 }
 
 #[test]
+fn an_out_file_with_operators_is_refused_since_nothing_is_written() {
+    let source = vidur_h100("meta-llama/Llama-2-7b-hf");
+    let out = capsim(&["calibrate", "--operators", path(&source), "-o", "c.json"]);
+    assert_user_error(
+        &out,
+        &["--out c.json with --operators", "nothing is written"],
+    );
+}
+
+#[test]
 fn a_model_config_with_operators_is_refused_until_it_is_read() {
     let source = vidur_h100("meta-llama/Llama-2-7b-hf");
     let out = capsim(&[

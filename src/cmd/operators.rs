@@ -24,6 +24,14 @@ pub fn run(dir: &Path, args: &CalibrateArgs) -> Result<()> {
         )
         .into());
     }
+    if let Some(out) = &args.out {
+        return Err(BadInput(format!(
+            "--out {} with --operators: the coefficients and errors are printed, nothing is \
+             written; leave --out out",
+            out.display()
+        ))
+        .into());
+    }
     let table = load(dir, args.tensor_parallel)?;
     let shape = shape_of(&table)?;
     let gpu = gpu_of(&table, args.hardware.as_deref())?;
