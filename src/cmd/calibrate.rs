@@ -38,8 +38,8 @@ impl From<Ep> for ProviderChoice {
 #[derive(Debug, Args)]
 pub struct CalibrateArgs {
     /// The ONNX model to measure.
-    #[arg(long, value_name = "MODEL.onnx")]
-    pub model: PathBuf,
+    #[arg(long, value_name = "MODEL.onnx", required_unless_present = "operators")]
+    pub model: Option<PathBuf>,
     /// Execution provider.
     #[arg(long, value_enum, default_value = "auto")]
     pub ep: Ep,
@@ -94,8 +94,13 @@ pub struct CalibrateArgs {
     #[arg(long, value_name = "libonnxruntime.so")]
     pub ort_lib: Option<PathBuf>,
     /// Where to write the profile (JSON).
-    #[arg(short = 'o', long = "out", value_name = "PROFILE.json")]
-    pub out: PathBuf,
+    #[arg(
+        short = 'o',
+        long = "out",
+        value_name = "PROFILE.json",
+        required_unless_present = "operators"
+    )]
+    pub out: Option<PathBuf>,
     /// Calibrate a decoder with a KV cache (float inputs named past...): measure prefill and
     /// decode steps and write a step profile for a `[step_time]` table with `kind = "profile"`
     /// (--batch and --dim do not apply; token ids stay below the model's vocabulary).
@@ -125,6 +130,34 @@ pub struct CalibrateArgs {
         value_name = "C,C,..."
     )]
     pub context: Vec<u32>,
+    /// Calibrate the per-operator roofline on a measured operator table instead of measuring an
+    /// ONNX model: the folder of Vidur's mlp.csv. Prints the coefficients and each operator's
+    /// error on the table itself (see docs/step-time.md).
+    #[arg(long, value_name = "DIR", conflicts_with = "decoder")]
+    pub operators: Option<PathBuf>,
+    /// With --operators: the tensor-parallel degree of the rows to calibrate on.
+    #[arg(long, default_value_t = 1, value_name = "N", requires = "operators")]
+    pub tensor_parallel: u32,
+    /// With --operators: the GPU's datasheet figures, a preset (h100, h200, a100); default: the
+    /// GPU the table names.
+    #[arg(long, value_name = "NAME", requires = "operators")]
+    pub hardware: Option<String>,
+    /// With --operators: another table of the same GPU to predict with the calibrated
+    /// coefficients, at every tensor-parallel degree it has (repeatable).
+    #[arg(long, value_name = "DIR", requires = "operators")]
+    pub check: Vec<PathBuf>,
+}
+
+/// The ONNX model and the profile to write, which every mode but --operators needs.
+fn model_and_out(args: &CalibrateArgs) -> Result<(PathBuf, PathBuf), BadInput> {
+    match (&args.model, &args.out) {
+        (Some(model), Some(out)) => Ok((model.clone(), out.clone())),
+        _ => Err(BadInput(
+            "give the ONNX model to measure with --model and the profile to write with --out \
+             (or a measured operator table with --operators)"
+                .into(),
+        )),
+    }
 }
 
 /// A progress bar of measured points, counted in `unit`.
@@ -223,9 +256,13 @@ fn parse_dim(text: &str) -> Result<(String, Vec<u32>), BadInput> {
 }
 
 pub fn run(args: CalibrateArgs) -> Result<()> {
+    if let Some(table) = &args.operators {
+        return super::operators::run(table, &args);
+    }
     if args.decoder {
         return run_decoder(args);
     }
+    let (model, out) = model_and_out(&args)?;
     let mut dims = BTreeMap::new();
     for text in &args.dims {
         let (name, values) = parse_dim(text)?;
@@ -233,10 +270,10 @@ pub fn run(args: CalibrateArgs) -> Result<()> {
             return Err(BadInput(format!("--dim {name} is given twice")).into());
         }
     }
-    check_model_file(&args.model).map_err(user_facing)?;
+    check_model_file(&model).map_err(user_facing)?;
     let runtime = load_runtime(args.ort_lib.as_deref())?;
     let config = CalibrationConfig {
-        model: args.model.clone(),
+        model: model.clone(),
         provider: args.ep.into(),
         batch_sizes: args.batch.clone(),
         dims,
@@ -290,18 +327,18 @@ pub fn run(args: CalibrateArgs) -> Result<()> {
         }
         Progress::IdleSlowdownFinished(_) => {}
     })
-    .map_err(|err| decoder_hint(err, &runtime, &args.model))?;
+    .map_err(|err| decoder_hint(err, &runtime, &model))?;
     bar.finish_and_clear();
-    if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
         super::create_out_dir(dir, "--out")?;
     }
     profile
-        .write(&args.out)
-        .with_context(|| format!("writing the profile to {}", args.out.display()))?;
+        .write(&out)
+        .with_context(|| format!("writing the profile to {}", out.display()))?;
     let fit = profile.fit;
     println!(
         "calibrated {} on {} ({}): {} grid points ({} converged early) in {:.1}s",
-        args.model.display(),
+        model.display(),
         profile.environment.execution_provider,
         profile.environment.device_name,
         profile.points.len(),
@@ -345,8 +382,8 @@ pub fn run(args: CalibrateArgs) -> Result<()> {
             100.0 * share
         );
     }
-    println!("profile written to {}", args.out.display());
-    let plot_path = args.out.with_extension("fit.png");
+    println!("profile written to {}", out.display());
+    let plot_path = out.with_extension("fit.png");
     let plot = capsim_report::plot::ProfileFitPlot::from_profile(&profile);
     capsim_report::plot::draw_profile_fit(
         &plot,
@@ -393,10 +430,11 @@ fn decoder_hint(err: CalibrateError, runtime: &Runtime, model: &std::path::Path)
 /// `capsim calibrate --decoder`: prefill and decode steps of a decoder into a step profile.
 fn run_decoder(args: CalibrateArgs) -> Result<()> {
     use capsim_calibrate::decoder::{DecoderConfig, DecoderProgress, calibrate_decoder};
-    check_model_file(&args.model).map_err(user_facing)?;
+    let (model, out) = model_and_out(&args)?;
+    check_model_file(&model).map_err(user_facing)?;
     let runtime = load_runtime(args.ort_lib.as_deref())?;
     let config = DecoderConfig {
-        model: args.model.clone(),
+        model: model.clone(),
         provider: args.ep.into(),
         prefill_tokens: args.prefill.clone(),
         decode_batches: args.decode_batch.clone(),
@@ -433,15 +471,15 @@ fn run_decoder(args: CalibrateArgs) -> Result<()> {
     })
     .map_err(user_facing)?;
     bar.finish_and_clear();
-    if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
         super::create_out_dir(dir, "--out")?;
     }
     profile
-        .write(&args.out)
-        .with_context(|| format!("writing the step profile to {}", args.out.display()))?;
+        .write(&out)
+        .with_context(|| format!("writing the step profile to {}", out.display()))?;
     println!(
         "calibrated decoder {} on {} ({}): {} prefill and {} decode steps ({} converged early) in {:.1}s",
-        args.model.display(),
+        model.display(),
         profile.environment.execution_provider,
         profile.environment.device_name,
         profile.prefill.len(),
@@ -466,7 +504,7 @@ fn run_decoder(args: CalibrateArgs) -> Result<()> {
     }
     println!(
         "step profile written to {} (use it as [step_time] kind = \"profile\")",
-        args.out.display()
+        out.display()
     );
     Ok(())
 }

@@ -2,6 +2,7 @@
 
 pub mod calibrate;
 pub mod fit;
+pub mod operators;
 pub mod plan;
 pub mod replay;
 pub mod report;

@@ -188,4 +188,23 @@ mod tests {
             );
         }
     }
+
+    #[test]
+    fn a100_llama_2_7b_coefficients_predict_codellama_34b_and_llama_2_70b_within_10_percent_median_at_every_tp()
+     {
+        for model in [
+            "codellama/CodeLlama-34b-Instruct-hf",
+            "meta-llama/Llama-2-70b-hf",
+        ] {
+            for (tp, errors) in transfer("a100", model, &[1, 2, 4, 8]) {
+                let median = ErrorSummary::of(errors).map_or(f64::NAN, |s| s.median);
+                assert!(
+                    median <= TRANSFER_MEDIAN,
+                    "a100 {model} tp{tp}: median relative error {:.1}% > {:.0}%",
+                    100.0 * median,
+                    100.0 * TRANSFER_MEDIAN
+                );
+            }
+        }
+    }
 }

@@ -111,6 +111,27 @@ pub fn layer_shape(dir: &Path, tensor_parallel: u32) -> Result<LayerShape, Opera
     })
 }
 
+/// The tensor-parallel degrees `dir`'s `mlp.csv` has rows for, smallest first.
+pub fn tensor_parallel_degrees(dir: &Path) -> Result<Vec<u32>, OperatorTableError> {
+    let path = dir.join(MLP_FILE);
+    let (headers, all) = read_csv(&path)?;
+    let tp_column = column(&path, &headers, TENSOR_PARALLEL_COLUMN)?;
+    let mut degrees = BTreeSet::new();
+    for (line, record) in &all {
+        let tp = number(&path, *line, &headers, record, tp_column)?;
+        if tp < 1.0 || tp.fract() != 0.0 || tp > f64::from(u32::MAX) {
+            return Err(OperatorTableError::Value {
+                path,
+                row: *line,
+                column: TENSOR_PARALLEL_COLUMN.into(),
+                reason: format!("{tp} is not a positive whole number of ranks"),
+            });
+        }
+        degrees.insert(tp as u32);
+    }
+    Ok(degrees.into_iter().collect())
+}
+
 /// `mlp.csv`'s rows for one tensor-parallel degree, with their line numbers.
 struct MlpRows {
     path: std::path::PathBuf,
@@ -473,6 +494,18 @@ mod tests {
         assert!(
             text.contains("mlp.csv") && text.contains("= 4") && text.contains(": 2"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn the_degrees_of_a_table_are_listed_once_each() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut text = tiny_mlp("0.01", "2");
+        text.push_str(tiny_mlp("0.01", "1").lines().nth(1).expect("a row"));
+        write(dir.path(), MLP_FILE, &text);
+        assert_eq!(
+            tensor_parallel_degrees(dir.path()).expect("degrees"),
+            vec![1, 2]
         );
     }
 
