@@ -9,10 +9,11 @@
 //! axis measured with it, and so on. A lookup brackets the query on the first axis between the
 //! two nearest values measured there, looks each bracket up on the remaining axes among the rows
 //! measured under it, and blends the two. On a full cartesian grid this is exactly multilinear
-//! interpolation. On a partial one (the "missing cells" rule), a bracket whose rows do not span
-//! the query on every later axis (the query clamped to the grid's overall range) gives way to the
-//! nearest value, up to three further out, whose rows do; where none does, the two nearest
-//! values are blended as they are.
+//! interpolation. On a partial one (the "missing cells" rule), a bracket whose rows start above
+//! the query on a later axis (the query below that sub-grid's smallest value, where the whole grid
+//! measured smaller) gives way to the nearest value on its side, among the three nearest, whose
+//! rows reach down to the query; where a side has none, the two nearest values are blended as
+//! they are. Above a sub-grid's top needs no such care: the bundles' sub-grids share their tops.
 /// What an axis counts, which decides its edge rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum AxisKind {
@@ -49,8 +50,8 @@ pub enum GridError {
 /// `next` giving for each value the child node (or, on the last axis, the index into `times`).
 #[derive(Debug, Clone, PartialEq, Default)]
 struct Nested<const N: usize> {
-    /// The smallest and largest value of each axis over all rows.
-    range: Vec<(f64, f64)>,
+    /// The smallest value of each axis over all rows.
+    lowest: Vec<f64>,
     nodes: Vec<(u32, u32)>,
     values: Vec<f64>,
     next: Vec<u32>,
@@ -79,11 +80,11 @@ impl<const N: usize> Nested<N> {
         if !sorted.is_empty() {
             grid.build(&sorted, 0);
         }
-        grid.range = (0..N)
+        grid.lowest = (0..N)
             .map(|axis| {
-                let mut axis_values = rows.iter().map(|(k, _)| k[axis] as f64);
-                let first = axis_values.next().unwrap_or(0.0);
-                axis_values.fold((first, first), |(lo, hi), v| (lo.min(v), hi.max(v)))
+                rows.iter()
+                    .map(|(k, _)| k[axis] as f64)
+                    .fold(f64::INFINITY, f64::min)
             })
             .collect();
         Ok(grid)
@@ -124,8 +125,8 @@ impl<const N: usize> Nested<N> {
             .map(|h| h.0)
     }
 
-    /// The time at `q` from `node` (on `axis`) down, and whether the rows used span the query
-    /// on every axis from `axis` on (the query clamped to the grid's overall range).
+    /// The time at `q` from `node` (on `axis`) down, and whether the rows used reach down to the
+    /// query on every axis from `axis` on (or to the grid's smallest value, for a query below).
     fn eval(&self, node: u32, axis: usize, q: &[f64; N], how: &Lookup<N>) -> Option<Hit> {
         let (start, len) = self.nodes[node as usize];
         let (start, n) = (start as usize, len as usize);
@@ -147,35 +148,49 @@ impl<const N: usize> Nested<N> {
         if hi < n && values[hi] == x {
             return child(hi);
         }
-        let (lowest, highest) = self.range[axis];
+        let lowest = self.lowest[axis];
         if hi == 0 {
             return child(0).map(|(t, spans)| (t, spans && values[0] <= lowest));
         }
         if hi == n {
-            let t = extrapolate(x, values, |i| child(i).map(|h| h.0))?;
-            let spans = values[n - 1] >= highest && child(n - 1).is_some_and(|h| h.1);
-            return Some((t, spans));
+            let top = child(n - 1)?;
+            let t = match n {
+                1 => top.0,
+                _ => extrapolate(x, (values[n - 2], child(n - 2)), (values[n - 1], top.0)),
+            };
+            // Above a sub-grid's top counts as spanned: the bundles' sub-grids share their tops
+            // (mixed steps stop at 128 decodes everywhere), so looking further finds nothing.
+            return Some((t, top.1));
         }
         if count && values[hi - 1] == 0.0 {
             // Running any prefill (or decode) at all changes the kernel: the time at zero is
             // another regime, so the smallest nonzero point stands for the sizes below it.
-            return (hi..n.min(hi + SCAN))
-                .filter_map(child)
-                .find(|h| h.1)
-                .or_else(|| child(hi));
+            let first = child(hi);
+            return match first {
+                Some((_, true)) | None => first,
+                Some(_) => (hi + 1..n.min(hi + SCAN))
+                    .filter_map(child)
+                    .find(|h| h.1)
+                    .or(first),
+            };
         }
-        let below = (hi.saturating_sub(SCAN)..hi)
-            .rev()
-            .take_while(|&i| !(count && values[i] == 0.0))
-            .find_map(|i| child(i).filter(|h| h.1).map(|h| (i, h.0)));
-        let above = (hi..n.min(hi + SCAN)).find_map(|i| child(i).filter(|h| h.1).map(|h| (i, h.0)));
+        let (lo_hit, hi_hit) = (child(hi - 1), child(hi));
+        let spanning = |i: usize, h: Option<Hit>| h.filter(|h| h.1).map(|h| (i, h.0));
+        let below = spanning(hi - 1, lo_hit).or_else(|| {
+            (hi.saturating_sub(SCAN)..hi - 1)
+                .rev()
+                .take_while(|&i| !(count && values[i] == 0.0))
+                .find_map(|i| spanning(i, child(i)))
+        });
+        let above = spanning(hi, hi_hit)
+            .or_else(|| (hi + 1..n.min(hi + SCAN)).find_map(|i| spanning(i, child(i))));
         if let (Some((i0, t0)), Some((i1, t1))) = (below, above) {
             return Some((
                 blend(x, values[i0], t0, values[i1], t1, how.log_space),
                 true,
             ));
         }
-        match (child(hi - 1), child(hi)) {
+        match (lo_hit, hi_hit) {
             (Some((t0, _)), Some((t1, _))) => Some((
                 blend(x, values[hi - 1], t0, values[hi], t1, how.log_space),
                 false,
@@ -185,11 +200,11 @@ impl<const N: usize> Nested<N> {
     }
 }
 
-/// A time and whether the rows it came from span the query.
+/// A time and whether the rows it came from reach down to the query.
 type Hit = (f64, bool);
 
-/// How many measured values on each side of a query a bracket may reach for, to find rows that
-/// span the query on the later axes.
+/// How many of the measured values nearest a query, on each side, a bracket may choose from to
+/// find rows that reach down to the query on the later axes.
 const SCAN: usize = 3;
 
 /// The time at `x` on the line through `(x0, t0)` and `(x1, t1)`, or through their logarithms
@@ -209,19 +224,13 @@ struct Lookup<'a, const N: usize> {
     log_space: bool,
 }
 
-/// Beyond the top of an axis: the line through the two top values, never below the top value
-/// (with one value, or no time at the second, the top value).
-fn extrapolate(x: f64, values: &[f64], value_at: impl Fn(usize) -> Option<f64>) -> Option<f64> {
-    let n = values.len();
-    let t1 = value_at(n - 1)?;
-    if n == 1 {
-        return Some(t1);
+/// Beyond the top of an axis at `x`: the line through the second value `(x0, t0)` and the top
+/// `(x1, t1)`, never below the top value (without a time at the second, the top value).
+fn extrapolate(x: f64, (x0, t0): (f64, Option<Hit>), (x1, t1): (f64, f64)) -> f64 {
+    match t0 {
+        Some((t0, _)) => t1 + ((t1 - t0) / (x1 - x0)).max(0.0) * (x - x1),
+        None => t1,
     }
-    let Some(t0) = value_at(n - 2) else {
-        return Some(t1);
-    };
-    let slope = ((t1 - t0) / (values[n - 1] - values[n - 2])).max(0.0);
-    Some(t1 + slope * (x - values[n - 1]))
 }
 
 fn to_u32(n: usize) -> u32 {
@@ -260,7 +269,7 @@ impl AttentionGrid {
     /// tokens attending to `kv_prefill` tokens of history, and `n_decode` decodes each attending
     /// to `kv_decode` tokens.
     ///
-    /// Each axis is bracketed by the two nearest measured values whose rows span the query and
+    /// Each axis is bracketed by the two nearest measured values whose rows reach the query and
     /// blended linearly in the value, nested axis by axis (the module doc's rule for a partial
     /// grid). Linear in the value rather than in its logarithm, measured: with every other
     /// interior value of one axis held out in turn, linear predicts the held-out rows better on

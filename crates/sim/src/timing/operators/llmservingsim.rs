@@ -196,10 +196,21 @@ impl Rows {
                     .filter(|op| allowed(op.scope()))
                     .map(Operator::name)
                     .collect();
+                let elsewhere = match Operator::from_name(text) {
+                    Some(op) if op.scope() == OperatorScope::PerSequence => {
+                        " (it is timed by sequences, in per_sequence.csv)"
+                    }
+                    Some(_) => " (it is timed by tokens, in dense.csv)",
+                    None => "",
+                };
                 Err(self.bad(
                     line,
                     "layer",
-                    format!("unknown layer {text:?} here; known: {}", known.join(", ")),
+                    format!(
+                        "layer {text:?} does not belong in this file{elsewhere}; the layers \
+                         here are: {}",
+                        known.join(", ")
+                    ),
                 ))
             }
         }

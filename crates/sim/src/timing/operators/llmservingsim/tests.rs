@@ -169,6 +169,20 @@ fn an_unknown_layer_is_refused_naming_file_row_and_the_known_layers() {
 }
 
 #[test]
+fn a_per_sequence_layer_in_dense_csv_is_refused_saying_where_it_belongs() {
+    let dense = "layer,tokens,time_us\nqkv_proj,1,2.0\nlm_head,1,3.0\n";
+    let err = small_error(&[
+        ("dense.csv", dense),
+        ("per_sequence.csv", PER_SEQ),
+        ("attention.csv", ATTENTION),
+    ]);
+    assert!(
+        err.contains("dense.csv: row 3") && err.contains("in per_sequence.csv"),
+        "{err}"
+    );
+}
+
+#[test]
 fn a_bad_value_is_refused_naming_file_row_and_column() {
     let attention =
         "prefill_chunk,kv_prefill,n_decode,kv_decode,time_us\n0,0,1,16,8\n0,0,-2,16,9\n";
