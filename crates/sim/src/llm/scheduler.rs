@@ -874,6 +874,57 @@ mod tests {
         assert_eq!(stats.kv_in_use_max, 4);
     }
 
+    /// With prefix caching, the blocks a preempted request frees keep their keys until reused,
+    /// so its recompute starts from what is left of them (vLLM keeps freed blocks' hashes).
+    #[test]
+    fn with_prefix_caching_a_preempted_request_recomputes_only_what_was_reused() {
+        let prefill_computed = |caching: bool| {
+            let cfg = SchedulerConfig {
+                block_size: 4,
+                num_gpu_blocks: 6,
+                enable_prefix_caching: caching,
+                ..config()
+            };
+            let reqs = [req(0, 8, 8), req(0, 8, 8)];
+            let (t, stats, steps) = drive(cfg, &reqs, |_| 1_000);
+            assert_eq!(t.tokens, vec![8, 8], "every token exactly once");
+            assert!(stats.preemptions >= 1, "{stats:?}");
+            steps.iter().map(|b| b.prefill_tokens).sum::<u64>()
+        };
+        let (off, on) = (prefill_computed(false), prefill_computed(true));
+        assert!(
+            on < off,
+            "prefill tokens computed: {on} with caching, {off} without"
+        );
+    }
+
+    /// vLLM's scheduler_reserve_full_isl: a prompt is admitted only when blocks for all of it are
+    /// free, not when its first chunk fits.
+    #[test]
+    fn reserving_the_full_prompt_admits_it_only_when_all_its_blocks_are_free() {
+        let admitted = |reserve: bool| {
+            let cfg = SchedulerConfig {
+                block_size: 4,
+                num_gpu_blocks: 4,
+                max_num_batched_tokens: 4,
+                reserve_full_isl: reserve,
+                ..config()
+            };
+            // A fills a block and grows into a second; B's 12-token prompt needs 3 blocks.
+            let reqs = [req(0, 4, 4), req(0, 12, 1)];
+            let (t, _, _) = drive(cfg, &reqs, |_| 1_000);
+            assert_eq!(t.tokens, vec![4, 1]);
+            (t.admitted_ns[1], t.last_ns[0])
+        };
+        let (early, _) = admitted(false);
+        let (late, a_done) = admitted(true);
+        assert!(early < a_done, "without the reservation B starts beside A");
+        assert!(
+            late >= a_done,
+            "with it B waits for A's blocks: admitted at {late}, A done at {a_done}"
+        );
+    }
+
     #[test]
     fn request_larger_than_the_cache_is_unservable() {
         let cfg = SchedulerConfig {

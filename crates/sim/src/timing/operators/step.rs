@@ -36,7 +36,7 @@
 use std::sync::Arc;
 
 use super::curve::Curve;
-use super::table::OperatorTable;
+use super::table::{OperatorScope, OperatorTable};
 use crate::rng::SimRng;
 use crate::timing::model_config::ModelConfig;
 use crate::timing::step_time::{StepBatch, StepTime};
@@ -59,7 +59,15 @@ pub struct OperatorStepTime {
     /// The attention kernel's fixed cost, paid once per step however many chunks.
     attention_launch_ns: f64,
     skew_alpha: f64,
+    /// `per_step(T) + layers * layer_dense(T)` for `T` up to the largest measured token count
+    /// (a step asks for one of these ~10^5 times a run; the curves are searched once here).
+    dense_by_tokens: Vec<f64>,
+    /// `per_sequence(S)` for `S` up to the largest measured sequence count.
+    head_by_seqs: Vec<f64>,
 }
+
+/// Most entries of a precomputed lookup: token counts beyond it are computed when asked.
+const MAX_PRECOMPUTED: u64 = 1 << 16;
 
 /// How tokens spread over the experts of one rank.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -126,8 +134,27 @@ impl OperatorStepTime {
                 })
             }
         };
+        let layers = f64::from(model.layers);
+        let measured_max = |scope: fn(OperatorScope) -> bool| {
+            table
+                .operators
+                .iter()
+                .filter(|(op, _)| scope(op.scope()))
+                .map(|(_, c)| c.max_x() as u64)
+                .max()
+                .unwrap_or(0)
+                .min(MAX_PRECOMPUTED)
+        };
+        let max_tokens = measured_max(|s| !matches!(s, OperatorScope::PerSequence));
+        let dense_by_tokens = (0..=max_tokens)
+            .map(|t| table.per_step_ns(t) + layers * table.layer_dense_ns(t))
+            .collect();
+        let max_seqs = measured_max(|s| matches!(s, OperatorScope::PerSequence));
+        let head_by_seqs = (0..=max_seqs).map(|s| table.per_sequence_ns(s)).collect();
         Ok(OperatorStepTime {
-            layers: f64::from(model.layers),
+            dense_by_tokens,
+            head_by_seqs,
+            layers,
             moe_layers: model.moe.as_ref().map_or(0.0, |m| f64::from(m.moe_layers)),
             hidden_bytes: f64::from(model.hidden_size) * ACTIVATION_BYTES,
             all_reduce: if table.tensor_parallel > 1 {
@@ -198,6 +225,24 @@ impl OperatorStepTime {
         )
     }
 
+    /// `per_step(tokens) + layers * layer_dense(tokens)`, ns.
+    fn dense_ns(&self, tokens: u64) -> f64 {
+        match self.dense_by_tokens.get(tokens as usize) {
+            Some(&t) => t,
+            None => {
+                self.table.per_step_ns(tokens) + self.layers * self.table.layer_dense_ns(tokens)
+            }
+        }
+    }
+
+    /// The LM head and sampler over `seqs` sequences, ns.
+    fn head_ns(&self, seqs: u64) -> f64 {
+        match self.head_by_seqs.get(seqs as usize) {
+            Some(&t) => t,
+            None => self.table.per_sequence_ns(seqs),
+        }
+    }
+
     /// The all-reduces of one layer, ns.
     fn all_reduce_ns(&self, tokens: u64) -> f64 {
         self.all_reduce
@@ -213,16 +258,211 @@ impl StepTime for OperatorStepTime {
 
     fn mean_ns(&self, step: &StepBatch) -> f64 {
         let tokens = step.batched_tokens();
-        let layer = self.table.layer_dense_ns(tokens)
-            + self.attention_ns(step)
-            + self.all_reduce_ns(tokens);
-        self.table.per_step_ns(tokens)
-            + self.layers * layer
+        self.dense_ns(tokens)
+            + self.layers * (self.attention_ns(step) + self.all_reduce_ns(tokens))
             + self.moe_layers * self.moe_ns(tokens)
-            + self.table.per_sequence_ns(u64::from(step.seqs()))
+            + self.head_ns(u64::from(step.seqs()))
     }
 
     fn may_extrapolate(&self) -> bool {
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::timing::model_config::MoeShape;
+    use crate::timing::operators::{AttentionGrid, MoeGrid, Operator, TableFormat};
+
+    /// A line through (0, `at0`) and (4096, `at0 + 4096 * slope`).
+    fn line(at0: f64, slope: f64) -> Curve {
+        Curve::new(vec![(0.0, at0), (4096.0, at0 + 4096.0 * slope)]).unwrap()
+    }
+
+    /// A made-up table whose times are easy to add by hand: every per-layer operator 10 ns +
+    /// 1 ns per token, the embedding and final norm 5 ns each, the head 100 ns + 2 ns per
+    /// sequence; attention on a small grid; times in ns.
+    fn table(tensor_parallel: u32) -> OperatorTable {
+        let mut operators = BTreeMap::new();
+        for op in [Operator::QkvProj, Operator::OProj, Operator::Layernorm] {
+            operators.insert(op, line(10.0, 1.0));
+        }
+        operators.insert(Operator::Embedding, line(5.0, 0.0));
+        operators.insert(Operator::FinalLayernorm, line(5.0, 0.0));
+        operators.insert(Operator::LmHead, line(100.0, 2.0));
+        let mut rows = Vec::new();
+        for chunk in [0, 16, 64] {
+            for kv_prefill in [0, 64] {
+                for n in [0, 1, 8] {
+                    for kv in [0, 16, 1024] {
+                        if (chunk == 0 && kv_prefill > 0) || (n == 0) != (kv == 0) {
+                            continue;
+                        }
+                        if chunk == 0 && n == 0 {
+                            continue;
+                        }
+                        // A launch of 3 ns plus the work: chunk x (history + chunk) and n x kv.
+                        let work = chunk * (kv_prefill + chunk) + n * kv;
+                        rows.push(([chunk, kv_prefill, n, kv], 3.0 + work as f64 / 100.0));
+                    }
+                }
+            }
+        }
+        OperatorTable {
+            source: PathBuf::from("made-up"),
+            format: TableFormat::LlmServingSim,
+            gpu: "made-up".into(),
+            model: "made-up".into(),
+            tensor_parallel,
+            operators,
+            attention: Some(AttentionGrid::new(rows).unwrap()),
+            moe: None,
+            decode_skew_alpha: None,
+            all_reduce: None,
+        }
+    }
+
+    fn model(layers: u32) -> ModelConfig {
+        ModelConfig {
+            layers,
+            hidden_size: 1024,
+            ..ModelConfig::preset("llama-3.1-8b").unwrap()
+        }
+    }
+
+    fn decode(n: u32, kv: u64) -> StepBatch {
+        StepBatch {
+            decode_seqs: n,
+            decode_kv_tokens: u64::from(n) * kv,
+            decode_kv_max: kv,
+            ..StepBatch::default()
+        }
+    }
+
+    #[test]
+    fn a_step_is_the_per_step_operators_plus_layers_times_a_layer_plus_the_head() {
+        let m = OperatorStepTime::new(Arc::new(table(1)), &model(4), None, 1).unwrap();
+        // 8 decodes at context 1024: 8 tokens; the layer's qkv, o and two norms at 8 tokens.
+        let layer_dense = 2.0 * 18.0 + 2.0 * 18.0;
+        let attention = 3.0 + 8.0 * 1024.0 / 100.0;
+        let head = 100.0 + 2.0 * 8.0;
+        let expected = 10.0 + 4.0 * (layer_dense + attention) + head;
+        let got = m.mean_ns(&decode(8, 1024));
+        assert!(
+            (got - expected).abs() < 1e-9,
+            "expected {expected}, got {got}"
+        );
+        assert_eq!(
+            m.sample_ns(&decode(8, 1024), &mut rand::SeedableRng::seed_from_u64(1)),
+            got.round() as u64
+        );
+    }
+
+    #[test]
+    fn further_prefill_chunks_pay_their_attention_but_not_the_launch_again() {
+        let m = OperatorStepTime::new(Arc::new(table(1)), &model(1), None, 1).unwrap();
+        let chunks = |n: u32| StepBatch {
+            prefill_tokens: 64 * u64::from(n),
+            prefill_attention_tokens2: 64 * 64 * u64::from(n),
+            prefill_seqs: n,
+            ..StepBatch::default()
+        };
+        let attention = |n: u32| {
+            let s = chunks(n);
+            m.attention_ns(&s)
+        };
+        let one = 3.0 + 64.0 * 64.0 / 100.0;
+        assert!((attention(1) - one).abs() < 1e-9, "{}", attention(1));
+        // The launch is the table's smallest time: one decode at context 16.
+        let launch = 3.0 + 16.0 / 100.0;
+        let three = one + 2.0 * (one - launch);
+        assert!(
+            (attention(3) - three).abs() < 1e-9,
+            "three chunks of 64: expected {three}, got {}; one chunk of 192 would cost {}",
+            attention(3),
+            3.0 + 192.0 * 192.0 / 100.0
+        );
+    }
+
+    #[test]
+    fn uneven_decode_contexts_move_toward_the_longest_by_the_bundles_alpha() {
+        let mut t = table(1);
+        let uneven = StepBatch {
+            decode_seqs: 8,
+            decode_kv_tokens: 8 * 16,
+            decode_kv_max: 1024,
+            ..StepBatch::default()
+        };
+        let even = OperatorStepTime::new(Arc::new(t.clone()), &model(1), None, 1).unwrap();
+        t.decode_skew_alpha = Some(0.25);
+        let skewed = OperatorStepTime::new(Arc::new(t), &model(1), None, 1).unwrap();
+        let (at_mean, at_max) = (3.0 + 8.0 * 16.0 / 100.0, 3.0 + 8.0 * 1024.0 / 100.0);
+        assert!((even.attention_ns(&uneven) - at_mean).abs() < 1e-9);
+        let expected = at_mean + 0.25 * (at_max - at_mean);
+        assert!((skewed.attention_ns(&uneven) - expected).abs() < 1e-9);
+    }
+
+    #[test]
+    fn tensor_parallelism_adds_two_all_reduces_of_the_hidden_state_per_layer() {
+        let e = OperatorStepTime::new(Arc::new(table(2)), &model(4), None, 1).unwrap_err();
+        assert!(e.to_string().contains("step_time.all_reduce"), "{e}");
+        // 1 us + 1 ns per byte; 8 tokens x 1024 x 2 bytes = 16 KiB per all-reduce.
+        let all_reduce = Curve::new(vec![(0.0, 1000.0), (1e6, 1000.0 + 1e6)]).unwrap();
+        let tp1 = OperatorStepTime::new(Arc::new(table(1)), &model(4), Some(all_reduce.clone()), 1)
+            .unwrap();
+        let tp2 =
+            OperatorStepTime::new(Arc::new(table(2)), &model(4), Some(all_reduce), 1).unwrap();
+        let step = decode(8, 1024);
+        let extra = 4.0 * 2.0 * (1000.0 + 8.0 * 1024.0 * 2.0);
+        assert!((tp2.mean_ns(&step) - tp1.mean_ns(&step) - extra).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_mixture_of_experts_needs_the_moe_table_and_charges_its_moe_layers() {
+        let moe_model = ModelConfig {
+            moe: Some(MoeShape {
+                num_experts: 8,
+                experts_per_token: 2,
+                expert_intermediate_size: 1024,
+                shared_experts: 0,
+                shared_intermediate_size: 0,
+                moe_layers: 3,
+            }),
+            ..model(4)
+        };
+        let e = OperatorStepTime::new(Arc::new(table(1)), &moe_model, None, 1).unwrap_err();
+        assert!(e.to_string().contains("moe.csv"), "{e}");
+        let mut t = table(1);
+        // 1000 ns per activated expert plus 1 ns per token on the rank.
+        let rows = [1u64, 8, 64]
+            .iter()
+            .flat_map(|&tok| [1u64, 8].map(|e| ([tok, e], 1000.0 * e as f64 + tok as f64)))
+            .collect();
+        t.moe = Some(MoeGrid::new(rows).unwrap());
+        let dense = OperatorStepTime::new(Arc::new(table(1)), &model(4), None, 1).unwrap();
+        let m = OperatorStepTime::new(Arc::new(t), &moe_model, None, 1).unwrap();
+        // One decode: one token, 2 of 8 experts touched, on the one rank.
+        let one = m.mean_ns(&decode(1, 16)) - dense.mean_ns(&decode(1, 16));
+        assert!((one - 3.0 * (2000.0 + 1.0)).abs() < 1e-6, "{one}");
+        // 64 tokens touch nearly all 8 experts: 8 * (1 - (3/4)^64).
+        let many = m.mean_ns(&decode(64, 16)) - dense.mean_ns(&decode(64, 16));
+        assert!((many - 3.0 * (8000.0 + 64.0)).abs() < 1e-6, "{many}");
+    }
+
+    #[test]
+    fn precomputed_dense_times_equal_the_tables_sums() {
+        let t = Arc::new(table(1));
+        let m = OperatorStepTime::new(Arc::clone(&t), &model(4), None, 1).unwrap();
+        for tokens in [0u64, 1, 17, 4096, 5000] {
+            let direct = t.per_step_ns(tokens) + 4.0 * t.layer_dense_ns(tokens);
+            assert!(
+                (m.dense_ns(tokens) - direct).abs() < 1e-9,
+                "{tokens} tokens"
+            );
+        }
     }
 }
