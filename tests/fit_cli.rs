@@ -1,6 +1,8 @@
 //! End-to-end tests of `capsim fit`: the two real vLLM runs of `../shared/ground-truth` (or
 //! `$CAPSIM_GROUND_TRUTH`) fitted within 5% on TTFT, TPOT and end-to-end mean, p50 and p90 (the
-//! acceptance of issue 16); a fit of capsim's own requests.parquet; and the bad-input cases.
+//! acceptance of issue 16); both runs predicted from their operator bundles alone, nothing
+//! fitted (`--predict`, issue 31); a fit of capsim's own requests.parquet; and the bad-input
+//! cases.
 
 mod common;
 
@@ -736,4 +738,84 @@ fn a_report_folder_that_cannot_be_made_is_a_usage_error() {
         blocker.join("report").to_str().unwrap(),
     ]);
     assert_user_error(&out, &["--report: cannot create the folder"]);
+}
+
+/// `capsim fit --predict` of `scenario` against `run`'s log: its standard output.
+fn predict(scenario: &str, run: &str) -> String {
+    let log = ground_truth(run);
+    let out = capsim(&[
+        "fit",
+        "--predict",
+        "--scenario",
+        scenario,
+        "--log",
+        log.to_str().expect("utf-8"),
+    ]);
+    assert!(
+        out.status.success(),
+        "capsim fit --predict failed: {}",
+        text(&out)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Issue 31's acceptance: from its operator bundle alone (engine limits and KV from the run's
+/// configuration, the step overhead at its stated default of 0, nothing fitted to the run) each
+/// run's TTFT, TPOT and end-to-end mean and p50 are within 5%.
+#[test]
+fn operator_bundles_predict_both_runs_within_5_percent_on_means_and_medians() {
+    for (scenario, run) in [
+        (
+            "scenarios/vllm-rtx4090-llama-3.1-8b-operators.toml",
+            "vllm-rtx4090-llama-3.1-8b",
+        ),
+        (
+            "scenarios/vllm-rtxpro6000-qwen3-32b-operators.toml",
+            "vllm-rtxpro6000-qwen3-32b",
+        ),
+    ] {
+        let report = predict(scenario, run);
+        assert!(report.contains("nothing fitted"), "{report}");
+        let rows = errors(&report);
+        assert_eq!(rows.len(), 9, "nine figures expected:\n{report}");
+        for (metric, err) in rows {
+            if metric.ends_with(".p90") {
+                continue;
+            }
+            assert!(
+                err.abs() <= MAX_RELATIVE_ERROR,
+                "{run}: {metric} predicted {:+.1}% off, over {:.0}%:\n{report}",
+                err * 100.0,
+                MAX_RELATIVE_ERROR * 100.0
+            );
+        }
+    }
+}
+
+#[test]
+fn predict_refuses_a_dynamic_scenario_and_a_fit_needs_its_output_file() {
+    let log = ground_truth("vllm-rtx4090-llama-3.1-8b");
+    let log = log.to_str().expect("utf-8");
+    let out = capsim(&[
+        "fit",
+        "--predict",
+        "--scenario",
+        "scenarios/bert-dynamic-batching.toml",
+        "--log",
+        log,
+    ]);
+    assert_user_error(&out, &["continuous-batching scenario"]);
+    let out = capsim(&[
+        "fit",
+        "--scenario",
+        "scenarios/vllm-rtx4090-llama-3.1-8b.toml",
+        "--log",
+        log,
+    ]);
+    assert!(
+        !out.status.success(),
+        "a fit without -o ran: {}",
+        text(&out)
+    );
+    assert!(text(&out).contains("--output"), "{}", text(&out));
 }

@@ -641,3 +641,109 @@ pub(crate) mod scenario_runs {
         crate::run_with_sink(&built(scenario), trace, options, sink)
     }
 }
+
+#[cfg(test)]
+mod operators_tests {
+    use super::*;
+    use crate::timing::step_time::StepBatch;
+
+    /// The shipped profiles folder, absolute.
+    fn profiles() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../traces/profiles")
+    }
+
+    /// A continuous-batching scenario whose `[step_time]` is `step_time` (TOML body).
+    fn scenario(step_time: &str) -> Scenario {
+        Scenario::from_toml_str(&format!(
+            "[batcher]\nkind = \"continuous\"\n[kv_cache]\nnum_gpu_blocks = 1000\n\
+             [step_time]\nkind = \"operators\"\n{step_time}"
+        ))
+        .unwrap()
+    }
+
+    fn qwen(extra: &str) -> String {
+        format!(
+            "profile = \"{}\"\nmodel = \"qwen3-32b\"\n{extra}",
+            profiles()
+                .join("llmservingsim/RTXPRO6000/Qwen/Qwen3-32B/bf16")
+                .display()
+        )
+    }
+
+    fn build_error(step_time: &str) -> String {
+        build(&scenario(step_time), &mut Profiles::default())
+            .map(|_| ())
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn a_shipped_bundle_builds_a_step_time_and_tp2_adds_its_all_reduces() {
+        let all_reduce = profiles().join("rtxpro6000-2gpu-pcie.all_reduce.csv");
+        let mut cache = Profiles::default();
+        let tp1 = build(&scenario(&qwen("")), &mut cache).unwrap();
+        let tp2 = build(
+            &scenario(&qwen(&format!(
+                "tensor_parallel = 2\nall_reduce = \"{}\"\n",
+                all_reduce.display()
+            ))),
+            &mut cache,
+        )
+        .unwrap();
+        let step = StepBatch {
+            decode_seqs: 64,
+            decode_kv_tokens: 64 * 1000,
+            decode_kv_max: 1000,
+            ..StepBatch::default()
+        };
+        let t1 = tp1.pools[0].step_time.as_ref().unwrap().mean_ns(&step);
+        let t2 = tp2.pools[0].step_time.as_ref().unwrap().mean_ns(&step);
+        // Qwen3-32B's 64-sequence decode: tens of ms on one card, less per rank on two but not
+        // half, the all-reduces of 64 x 5120 x 2 bytes (about 30 us each, 128 of them) added.
+        assert!((20e6..80e6).contains(&t1), "tp1 {t1} ns");
+        assert!(t2 < t1 && t2 > 0.5 * t1, "tp2 {t2} ns against tp1 {t1} ns");
+        assert_eq!(
+            cache.files_read(),
+            3,
+            "two degrees of one bundle and one all-reduce file"
+        );
+    }
+
+    #[test]
+    fn bad_operator_specs_name_the_key_and_what_to_give() {
+        let cases = [
+            (qwen("tensor_parallel = 2\n"), "step_time.all_reduce"),
+            (qwen("tensor_parallel = 4\n"), "tp_degrees: 1, 2"),
+            (
+                "profile = \"no/such/folder\"\nmodel = \"qwen3-32b\"\n".to_string(),
+                "step_time.profile",
+            ),
+            (qwen("").replace("qwen3-32b", "gpt-9"), "step_time.model"),
+        ];
+        for (body, expected) in cases {
+            let e = if body.contains("gpt-9") {
+                Scenario::from_toml_str(&format!(
+                    "[batcher]\nkind = \"continuous\"\n[kv_cache]\nnum_gpu_blocks = 1000\n\
+                     [step_time]\nkind = \"operators\"\n{body}"
+                ))
+                .map(|_| ())
+                .unwrap_err()
+                .to_string()
+            } else {
+                build_error(&body)
+            };
+            assert!(
+                e.contains(expected),
+                "for {body:?}: expected {expected:?} in {e}"
+            );
+        }
+        let e = Scenario::from_toml_str(
+            "[batcher]\nkind = \"continuous\"\n[kv_cache]\nnum_gpu_blocks = 10\n\
+             [step_time]\nkind = \"operators\"\nprofile = \"x\"\nmodel = \"qwen3-32b\"\ntensor_parallel = 0\n",
+        )
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("tensor_parallel = 0"), "{e}");
+    }
+}

@@ -83,6 +83,30 @@ pub enum OperatorStepError {
     /// The table lacks a part the model needs.
     #[error("{0}")]
     Incomplete(String),
+    /// The table was measured for another model than the one named.
+    #[error(
+        "{table} was measured for {measured} but step_time.model is {named}: the table's \
+         one-layer times hold only for its own model's shapes; give that model's config, or a \
+         table measured for {named}"
+    )]
+    OtherModel {
+        /// The table's folder.
+        table: String,
+        /// The model the table records.
+        measured: String,
+        /// The model config's name.
+        named: String,
+    },
+}
+
+/// Whether the table's recorded model (`"Qwen/Qwen3-32B"`) and a config's name (`"Qwen3-32B"`)
+/// can be the same model: one's last path segment begins with the other's, case aside. A
+/// config without a telling name (`config.json`'s stem, `config`) or a table without a model
+/// name is not judged.
+fn same_model(measured: &str, named: &str) -> bool {
+    let last = |s: &str| s.rsplit('/').next().unwrap_or(s).to_ascii_lowercase();
+    let (a, b) = (last(measured), last(named));
+    a.is_empty() || b.is_empty() || b == "config" || a.starts_with(&b) || b.starts_with(&a)
 }
 
 impl OperatorStepTime {
@@ -97,6 +121,13 @@ impl OperatorStepTime {
         expert_parallel: u32,
     ) -> Result<OperatorStepTime, OperatorStepError> {
         let source = table.source.display().to_string();
+        if !same_model(&table.model, &model.name) {
+            return Err(OperatorStepError::OtherModel {
+                table: source,
+                measured: table.model.clone(),
+                named: model.name.clone(),
+            });
+        }
         let attention = table.attention.as_ref().ok_or_else(|| {
             OperatorStepError::Incomplete(format!(
                 "{source} has no attention times (attention.csv): compose steps from an \
@@ -316,7 +347,7 @@ mod tests {
             source: PathBuf::from("made-up"),
             format: TableFormat::LlmServingSim,
             gpu: "made-up".into(),
-            model: "made-up".into(),
+            model: String::new(),
             tensor_parallel,
             operators,
             attention: Some(AttentionGrid::new(rows).unwrap()),
@@ -451,6 +482,24 @@ mod tests {
         // 64 tokens touch nearly all 8 experts: 8 * (1 - (3/4)^64).
         let many = m.mean_ns(&decode(64, 16)) - dense.mean_ns(&decode(64, 16));
         assert!((many - 3.0 * (8000.0 + 64.0)).abs() < 1e-6, "{many}");
+    }
+
+    #[test]
+    fn a_table_of_another_model_is_refused_naming_both() {
+        let mut t = table(1);
+        t.model = "Qwen/Qwen3-32B".into();
+        let e = OperatorStepTime::new(Arc::new(t.clone()), &model(4), None, 1).unwrap_err();
+        assert!(
+            e.to_string().contains("Qwen/Qwen3-32B") && e.to_string().contains("Llama-3.1-8B"),
+            "{e}"
+        );
+        let qwen = ModelConfig::preset("qwen3-32b").unwrap();
+        assert!(OperatorStepTime::new(Arc::new(t), &qwen, None, 1).is_ok());
+        assert!(same_model(
+            "microsoft/Phi-mini-MoE-instruct",
+            "Phi-mini-MoE"
+        ));
+        assert!(same_model("meta-llama/Llama-3.1-8B", "config"));
     }
 
     #[test]
