@@ -85,6 +85,13 @@ impl LatencyMetrics {
         let meas = measured.values();
         std::array::from_fn(|k| (sim[k] - meas[k]) / meas[k])
     }
+
+    /// The largest absolute relative error over the nine figures, against `measured`.
+    pub fn worst_error(&self, measured: &LatencyMetrics) -> f64 {
+        self.relative_errors(measured)
+            .iter()
+            .fold(0.0, |m, e| m.max(e.abs()))
+    }
 }
 
 #[cfg(test)]

@@ -120,10 +120,7 @@ pub struct FitResult {
 impl FitResult {
     /// Largest absolute relative error over the nine figures.
     pub fn worst_error(&self) -> f64 {
-        self.simulated
-            .relative_errors(&self.measured)
-            .iter()
-            .fold(0.0, |m, e| m.max(e.abs()))
+        self.simulated.worst_error(&self.measured)
     }
 
     /// A plain-text table: each figure, measured, simulated and the relative error.
@@ -168,10 +165,7 @@ pub struct Comparison {
 impl Comparison {
     /// Largest absolute relative error over the nine figures.
     pub fn worst_error(&self) -> f64 {
-        self.simulated
-            .relative_errors(&self.measured)
-            .iter()
-            .fold(0.0, |m, e| m.max(e.abs()))
+        self.simulated.worst_error(&self.measured)
     }
 
     /// A plain-text table: each figure, measured, simulated and the relative error.
