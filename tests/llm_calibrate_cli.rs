@@ -248,6 +248,7 @@ fn the_shipped_cpu_step_profile_loads_and_covers_its_grid() {
         prefill_seqs: 1,
         decode_seqs: 32,
         decode_kv_tokens: 32 * 500,
+        ..StepBatch::default()
     };
     assert!(!model.is_extrapolated(&inside));
     assert!(model.mean_ns(&inside) > 0.0);
