@@ -58,6 +58,12 @@ pub fn read(dir: &Path, tensor_parallel: u32) -> Result<OperatorTable, OperatorT
     })
 }
 
+/// The tensor-parallel degrees the bundle in `dir` profiled (`meta.yaml`'s `tp_degrees`), in
+/// the order written.
+pub fn tensor_parallel_degrees(dir: &Path) -> Result<Vec<u32>, OperatorTableError> {
+    Meta::read(&dir.join("meta.yaml"))?.whole_numbers("tp_degrees")
+}
+
 /// `skew_fit.per_tp.<tp>.alpha_default` when `skew_fit.enabled` is true; `None` when skew was
 /// not fitted (the key false or absent).
 fn decode_skew_alpha(meta: &Meta, tensor_parallel: u32) -> Result<Option<f64>, OperatorTableError> {

@@ -452,3 +452,19 @@ fn linear_interpolation_predicts_held_out_attention_better_than_log_space() {
         }
     }
 }
+
+#[test]
+fn a_bundles_tensor_parallel_degrees_are_its_meta_tp_degrees_and_an_empty_folder_is_refused() {
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../traces/profiles/llmservingsim");
+    let degrees = |rel: &str| OperatorTable::tensor_parallel_degrees(&shipped.join(rel)).unwrap();
+    assert_eq!(degrees(QWEN_PRO6000), vec![1, 2]);
+    assert_eq!(degrees(LLAMA_4090), vec![1]);
+    let empty = tempfile::tempdir().unwrap();
+    let err = OperatorTable::tensor_parallel_degrees(empty.path())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("meta.yaml") && err.contains("mlp.csv"),
+        "{err}"
+    );
+}
