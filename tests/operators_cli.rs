@@ -215,7 +215,7 @@ fn a_bundle_without_a_model_is_refused_asking_for_one() {
 }
 
 #[test]
-fn a_model_without_the_bundles_qk_norm_is_refused_naming_the_bundles_model() {
+fn a_model_other_than_the_bundles_is_refused_naming_the_bundles_model() {
     let out = capsim(&[
         "calibrate",
         "--operators",
@@ -223,7 +223,15 @@ fn a_model_without_the_bundles_qk_norm_is_refused_naming_the_bundles_model() {
         "--model",
         "llama-3.1-8b",
     ]);
-    assert_user_error(&out, &["measures qk_norm", "(Qwen/Qwen3-32B)"]);
+    assert_user_error(
+        &out,
+        &[
+            "meta.yaml: row 25",
+            "hf_overrides.intermediate_size",
+            "Llama-3.1-8B (intermediate_size 14336",
+            "give the model the bundle profiled (Qwen/Qwen3-32B)",
+        ],
+    );
 }
 
 #[test]

@@ -9,7 +9,7 @@ use capsim_sim::timing::operators::accuracy::{
     ErrorReport, ErrorSummary, error_report, relative_errors,
 };
 use capsim_sim::timing::operators::roofline::{Coefficients, Gpu, LayerShape, calibrate};
-use capsim_sim::timing::operators::{OperatorTable, TableFormat, vidur};
+use capsim_sim::timing::operators::{OperatorTable, TableFormat, llmservingsim, vidur};
 use capsim_sim::timing::step_spec::{ModelSource, model_source};
 
 use super::BadInput;
@@ -87,7 +87,8 @@ fn load(dir: &Path, tensor_parallel: u32) -> Result<OperatorTable> {
 }
 
 /// The layer shape of `table`: a Vidur table's own columns (a `model` given must agree with
-/// them), an LLMServingSim bundle's from `model`, which it needs since it records no shape.
+/// them), an LLMServingSim bundle's from `model`, which it needs since it records no shape (and
+/// which must fit the per-rank shape its profiler ran).
 fn shape_of(table: &OperatorTable, model: Option<&ModelConfig>) -> Result<LayerShape> {
     let tp = u64::from(table.tensor_parallel);
     match table.format {
@@ -108,7 +109,11 @@ fn shape_of(table: &OperatorTable, model: Option<&ModelConfig>) -> Result<LayerS
             }
         }
         TableFormat::LlmServingSim => match model {
-            Some(config) => Ok(LayerShape::from_config(config, tp)),
+            Some(config) => {
+                llmservingsim::check_model(&table.source, config)
+                    .map_err(|e| BadInput(e.to_string()))?;
+                Ok(LayerShape::from_config(config, tp))
+            }
             None => Err(BadInput(format!(
                 "{}: the model's shape (hidden size, heads, ...) is unknown, since the table does \
                  not record it; give --model with a preset ({}) or the path of {}'s config.json",
