@@ -6,7 +6,9 @@
 //! (`prefill_chunk,kv_prefill,n_decode,kv_decode,time_us`) and, for mixtures of experts,
 //! `moe.csv` (`tokens,activated_experts,time_us`). Times there are microseconds; the table keeps
 //! nanoseconds. From `meta.yaml` the reader takes `gpu`, `model`, `tp_degrees`, and the decode
-//! skew coefficient `skew_fit.per_tp.<tp>.alpha_default` when `skew_fit.enabled` is true.
+//! skew coefficient `skew_fit.per_tp.<tp>.alpha_default` when `skew_fit.enabled` is true;
+//! [`check_model`] compares a model config with `engine_effective.hf_overrides`, the one rank's
+//! shape the profiler ran (a bundle records no other trace of the model's shape).
 
 mod meta;
 
