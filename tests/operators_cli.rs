@@ -1,7 +1,8 @@
 //! End-to-end tests of `capsim calibrate --operators`: the per-operator roofline calibrated on
 //! Vidur's H100 Llama-2-7B table (`../shared/gpu-profiles/vidur/`, or under
 //! `$CAPSIM_GPU_PROFILES`) predicts its CodeLlama-34B and Llama-2-70B tables (the transfer
-//! acceptance of issue 31), and the bad-input cases.
+//! acceptance of issue 31); calibrated on the shipped RTX PRO 6000 Qwen3-32B bundle's tp1 with
+//! `--model`, it predicts its tp2; and the bad-input cases.
 
 mod common;
 
@@ -91,7 +92,7 @@ fn calibrated_on_h100_llama_2_7b_the_roofline_predicts_34b_and_70b_within_10_per
 fn a_folder_without_an_operator_table_is_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = capsim(&["calibrate", "--operators", path(dir.path())]);
-    assert_user_error(&out, &["mlp.csv", "not an operator table"]);
+    assert_user_error(&out, &["mlp.csv", "no operator table here"]);
 }
 
 #[test]
@@ -141,15 +142,177 @@ fn an_out_file_with_operators_is_refused_since_nothing_is_written() {
     );
 }
 
+/// The shipped LLMServingSim bundle of Qwen3-32B on the RTX PRO 6000 (tp 1 and 2).
+const QWEN_BUNDLE: &str = "traces/profiles/llmservingsim/RTXPRO6000/Qwen/Qwen3-32B/bf16";
+
+/// The shipped LLMServingSim bundle of Llama-3.1-8B on the RTX 4090 (tp 1).
+const LLAMA_BUNDLE: &str = "traces/profiles/llmservingsim/RTX4090/meta-llama/Llama-3.1-8B/bf16";
+
 #[test]
-fn a_model_config_with_operators_is_refused_until_it_is_read() {
+fn calibrated_on_qwen3_32b_tp1_with_its_model_the_roofline_predicts_its_tp2_within_10_percent_median()
+ {
+    let out = capsim(&[
+        "calibrate",
+        "--operators",
+        QWEN_BUNDLE,
+        "--model",
+        "qwen3-32b",
+        "--check",
+        QWEN_BUNDLE,
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(stdout.contains("with the shape of Qwen3-32B"), "{stdout}");
+    assert!(stdout.contains("rotary_emb"), "{stdout}");
+    let name = "error predicting NVIDIA RTX PRO 6000 Blackwell Server Edition Qwen/Qwen3-32B";
+    assert!(stdout.contains(&format!("{name} tp1 (fitted)")), "{stdout}");
+    let tp2 = median_after(&stdout, &format!("{name} tp2 (prediction)"));
+    assert!(
+        tp2 <= TRANSFER_MEDIAN_PERCENT,
+        "tp2: median {tp2}% > {TRANSFER_MEDIAN_PERCENT}%"
+    );
+}
+
+#[test]
+fn a_model_config_path_gives_the_same_calibration_as_its_preset_name() {
+    let by_name = capsim(&[
+        "calibrate",
+        "--operators",
+        LLAMA_BUNDLE,
+        "--model",
+        "llama-3.1-8b",
+    ]);
+    let by_path = capsim(&[
+        "calibrate",
+        "--operators",
+        LLAMA_BUNDLE,
+        "--model",
+        "models/meta-llama/Llama-3.1-8B.json",
+        "--hardware",
+        "rtx4090",
+    ]);
+    assert!(by_name.status.success(), "{}", text(&by_name));
+    assert!(by_path.status.success(), "{}", text(&by_path));
+    assert_eq!(
+        String::from_utf8_lossy(&by_name.stdout),
+        String::from_utf8_lossy(&by_path.stdout)
+    );
+}
+
+#[test]
+fn a_bundle_without_a_model_is_refused_asking_for_one() {
+    let out = capsim(&["calibrate", "--operators", QWEN_BUNDLE]);
+    assert_user_error(
+        &out,
+        &[
+            "Qwen3-32B/bf16",
+            "does not record it",
+            "give --model",
+            "qwen3-32b",
+        ],
+    );
+}
+
+#[test]
+fn a_model_other_than_the_bundles_is_refused_naming_the_bundles_model() {
+    let out = capsim(&[
+        "calibrate",
+        "--operators",
+        QWEN_BUNDLE,
+        "--model",
+        "llama-3.1-8b",
+    ]);
+    assert_user_error(
+        &out,
+        &[
+            "meta.yaml: row 25",
+            "hf_overrides.intermediate_size",
+            "Llama-3.1-8B (intermediate_size 14336",
+            "give the model the bundle profiled (Qwen/Qwen3-32B)",
+        ],
+    );
+}
+
+#[test]
+fn an_unknown_model_name_is_refused_listing_the_presets() {
+    let out = capsim(&["calibrate", "--operators", QWEN_BUNDLE, "--model", "gpt-9"]);
+    assert_user_error(&out, &["--model \"gpt-9\"", "qwen3-32b", "config.json"]);
+    let out = capsim(&[
+        "calibrate",
+        "--operators",
+        QWEN_BUNDLE,
+        "--model",
+        "no/such.json",
+    ]);
+    assert_user_error(&out, &["no/such.json"]);
+}
+
+#[test]
+fn checking_a_bundle_of_another_model_is_refused_before_calibrating() {
+    let out = capsim(&[
+        "calibrate",
+        "--operators",
+        QWEN_BUNDLE,
+        "--model",
+        "qwen3-32b",
+        "--check",
+        LLAMA_BUNDLE,
+    ]);
+    assert_user_error(
+        &out,
+        &[
+            "--check",
+            "meta-llama/Llama-3.1-8B",
+            "Qwen/Qwen3-32B",
+            "same model",
+        ],
+    );
+    assert!(out.stdout.is_empty(), "{}", text(&out));
+}
+
+#[test]
+fn a_model_that_disagrees_with_a_vidur_tables_shape_is_refused_and_one_that_agrees_is_used() {
     let source = vidur_h100("meta-llama/Llama-2-7b-hf");
     let out = capsim(&[
         "calibrate",
         "--operators",
         path(&source),
         "--model",
-        "config.json",
+        "qwen3-32b",
     ]);
-    assert_user_error(&out, &["--model with --operators", "leave --model out"]);
+    assert_user_error(
+        &out,
+        &[
+            "--model Qwen3-32B",
+            "hidden 5120",
+            "hidden 4096",
+            "leave --model out",
+        ],
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("llama-2-7b.json");
+    std::fs::write(
+        &config,
+        r#"{"num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 11008,
+            "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32768,
+            "model_type": "llama"}"#,
+    )
+    .expect("write config");
+    let agreed = capsim(&[
+        "calibrate",
+        "--operators",
+        path(&source),
+        "--model",
+        path(&config),
+    ]);
+    let alone = capsim(&["calibrate", "--operators", path(&source)]);
+    assert!(agreed.status.success(), "{}", text(&agreed));
+    let agreed = String::from_utf8_lossy(&agreed.stdout);
+    let alone = String::from_utf8_lossy(&alone.stdout);
+    assert_eq!(
+        agreed.lines().skip(1).collect::<Vec<_>>(),
+        alone.lines().skip(1).collect::<Vec<_>>(),
+        "the table's own shape is used either way"
+    );
 }

@@ -37,7 +37,9 @@ impl From<Ep> for ProviderChoice {
 
 #[derive(Debug, Args)]
 pub struct CalibrateArgs {
-    /// The ONNX model to measure.
+    /// The ONNX model to measure. With --operators: the model whose operators the table
+    /// measured, a preset (qwen3-32b, llama-3.1-8b, ...) or the path of its Hugging Face
+    /// config.json; needed for an LLMServingSim bundle, which records no shape.
     #[arg(long, value_name = "MODEL.onnx", required_unless_present = "operators")]
     pub model: Option<PathBuf>,
     /// Execution provider.
@@ -131,19 +133,21 @@ pub struct CalibrateArgs {
     )]
     pub context: Vec<u32>,
     /// Calibrate the per-operator roofline on a measured operator table instead of measuring an
-    /// ONNX model: the folder of Vidur's mlp.csv. Prints the coefficients and each operator's
+    /// ONNX model: the folder of Vidur's mlp.csv, or of an LLMServingSim profiler bundle
+    /// (meta.yaml and tpN/, with --model). Prints the coefficients and each operator's
     /// error on the table itself (see docs/step-time.md).
     #[arg(long, value_name = "DIR", conflicts_with = "decoder")]
     pub operators: Option<PathBuf>,
     /// With --operators: the tensor-parallel degree of the rows to calibrate on.
     #[arg(long, default_value_t = 1, value_name = "N", requires = "operators")]
     pub tensor_parallel: u32,
-    /// With --operators: the GPU's datasheet figures, a preset (h100, h200, a100); default: the
-    /// GPU the table names.
+    /// With --operators: the GPU's datasheet figures, a preset (h100, h200, a100, rtx4090,
+    /// rtx-pro-6000); default: the GPU the table names.
     #[arg(long, value_name = "NAME", requires = "operators")]
     pub hardware: Option<String>,
     /// With --operators: another table of the same GPU to predict with the calibrated
-    /// coefficients, at every tensor-parallel degree it has (repeatable).
+    /// coefficients, at every tensor-parallel degree it has (a bundle's tp_degrees, predicted
+    /// with --model's shape; a Vidur table with its own) (repeatable).
     #[arg(long, value_name = "DIR", requires = "operators")]
     pub check: Vec<PathBuf>,
 }

@@ -2,19 +2,20 @@
 //! hardware quantities a scenario may give instead (`flops = "989TFLOPS"`,
 //! `memory_bandwidth = "4.8TB/s"`).
 //!
-//! Figures are NVIDIA's datasheet numbers for the SXM boards: dense (no structured sparsity)
-//! BF16/FP16 Tensor Core throughput, HBM bandwidth and capacity. NVIDIA's tables print the
-//! sparse figure (1,979 TFLOPS BF16 for the H100/H200 SXM) with the footnote "with sparsity";
-//! the dense figure is half of it.
+//! Figures are NVIDIA's datasheet numbers for the SXM boards and for the two PCIe cards of the
+//! shared operator bundles (GeForce RTX 4090, RTX PRO 6000 Blackwell Server Edition): dense (no
+//! structured sparsity) BF16/FP16 Tensor Core throughput with FP32 accumulate, memory bandwidth
+//! and capacity. NVIDIA's tables print the sparse figure (1,979 TFLOPS BF16 for the H100/H200
+//! SXM) with the footnote "with sparsity"; the dense figure is half of it.
 
 /// One accelerator, as the roofline sees it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Hardware {
     /// Dense BF16/FP16 Tensor Core throughput, FLOP/s.
     pub flops_per_s: f64,
-    /// Peak HBM bandwidth, bytes/s.
+    /// Peak memory (HBM or GDDR) bandwidth, bytes/s.
     pub memory_bandwidth_bytes_per_s: f64,
-    /// HBM capacity, bytes.
+    /// Memory capacity, bytes (the datasheet's GB, decimal).
     pub memory_bytes: u64,
 }
 
@@ -43,16 +44,40 @@ pub const A100_SXM_80GB: Hardware = Hardware {
     memory_bytes: 80_000_000_000,
 };
 
+/// NVIDIA GeForce RTX 4090 (AD102, 128 SMs): 165.2 TFLOPS dense FP16/BF16 Tensor Core with FP32
+/// accumulate (330.3 with sparsity), 24 GB GDDR6X at 1,008 GB/s. Source: NVIDIA Ada GPU
+/// Architecture whitepaper, appendix table "GeForce RTX 4090".
+pub const RTX_4090: Hardware = Hardware {
+    flops_per_s: 165.2e12,
+    memory_bandwidth_bytes_per_s: 1.008e12,
+    memory_bytes: 24_000_000_000,
+};
+
+/// NVIDIA RTX PRO 6000 Blackwell Server Edition (GB202, 188 SMs): 503.8 TFLOPS dense BF16
+/// Tensor Core, 96 GB GDDR7 at 1,792 GB/s. Source: NVIDIA RTX PRO 6000 Blackwell Server
+/// Edition datasheet (nvidia.com/en-us/data-center/rtx-pro-6000-blackwell-server-edition/), the
+/// figures quoted in issue 31.
+pub const RTX_PRO_6000_SERVER: Hardware = Hardware {
+    flops_per_s: 503.8e12,
+    memory_bandwidth_bytes_per_s: 1.792e12,
+    memory_bytes: 96_000_000_000,
+};
+
 /// The preset names a scenario may give as `hardware = "..."`.
-pub const PRESET_NAMES: &[&str] = &["h100", "h200", "a100"];
+pub const PRESET_NAMES: &[&str] = &["h100", "h200", "a100", "rtx4090", "rtx-pro-6000"];
 
 /// The preset called `name` (case-insensitive; `h100-sxm`, `h200-sxm` and `a100-80gb` are
-/// accepted too), or `None`.
+/// accepted too, and the driver's device names of the two PCIe cards, `NVIDIA GeForce RTX 4090`
+/// and `NVIDIA RTX PRO 6000 Blackwell Server Edition`, as profilers record them), or `None`.
 pub fn preset(name: &str) -> Option<Hardware> {
     match name.to_ascii_lowercase().as_str() {
         "h100" | "h100-sxm" | "h100_sxm" => Some(H100_SXM),
         "h200" | "h200-sxm" | "h200_sxm" => Some(H200_SXM),
         "a100" | "a100-80gb" | "a100_80gb" | "a100-sxm" => Some(A100_SXM_80GB),
+        "rtx4090" | "rtx-4090" | "nvidia geforce rtx 4090" => Some(RTX_4090),
+        "rtx-pro-6000" | "rtxpro6000" | "nvidia rtx pro 6000 blackwell server edition" => {
+            Some(RTX_PRO_6000_SERVER)
+        }
         _ => None,
     }
 }
@@ -110,6 +135,32 @@ mod tests {
         assert!(h200.memory_bandwidth_bytes_per_s > h100.memory_bandwidth_bytes_per_s);
         assert!(h200.memory_bytes > h100.memory_bytes);
         assert_eq!(preset("v100"), None);
+    }
+
+    #[test]
+    fn the_pcie_cards_answer_to_their_preset_and_driver_names_with_datasheet_figures() {
+        let rtx4090 = preset("rtx4090").unwrap();
+        assert_eq!(preset("NVIDIA GeForce RTX 4090"), Some(rtx4090));
+        assert_eq!(
+            (rtx4090.flops_per_s, rtx4090.memory_bandwidth_bytes_per_s),
+            (165.2e12, 1.008e12)
+        );
+        let pro = preset("rtx-pro-6000").unwrap();
+        assert_eq!(
+            preset("NVIDIA RTX PRO 6000 Blackwell Server Edition"),
+            Some(pro)
+        );
+        assert_eq!(
+            (
+                pro.flops_per_s,
+                pro.memory_bandwidth_bytes_per_s,
+                pro.memory_bytes
+            ),
+            (503.8e12, 1.792e12, 96_000_000_000)
+        );
+        for name in PRESET_NAMES {
+            assert!(preset(name).is_some(), "{name}");
+        }
     }
 
     #[test]

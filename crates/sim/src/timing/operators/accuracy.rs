@@ -152,6 +152,90 @@ mod tests {
             .collect()
     }
 
+    /// An LLMServingSim bundle shipped under `traces/profiles/llmservingsim/`.
+    fn shipped_bundle(relative: &str) -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../traces/profiles/llmservingsim")
+            .join(relative)
+    }
+
+    /// Each operator's `name median/p90` in percent, for a failure message.
+    fn per_operator_figures(report: &ErrorReport) -> String {
+        let ops: Vec<String> = report
+            .per_operator
+            .iter()
+            .map(|(op, s)| {
+                format!(
+                    "{} {:.1}%/{:.1}%",
+                    op.name(),
+                    100.0 * s.median,
+                    100.0 * s.p90
+                )
+            })
+            .collect();
+        format!(
+            "median {:.1}%, p90 {:.1}% ({} points); {}",
+            100.0 * report.overall.median,
+            100.0 * report.overall.p90,
+            report.overall.points,
+            ops.join(", ")
+        )
+    }
+
+    /// Calibrates on `bundle`'s `from` degree with `model`'s shape on the `gpu` preset, and
+    /// reports the error on its `to` degree.
+    fn bundle_transfer(bundle: &str, model: &str, gpu: &str, from: u32, to: u32) -> ErrorReport {
+        use super::super::roofline::{Gpu, calibrate};
+        use crate::timing::model_config::ModelConfig;
+        let dir = shipped_bundle(bundle);
+        let config = ModelConfig::preset(model).expect("model preset");
+        let table = OperatorTable::load(&dir, from).expect("calibration table");
+        let shape = LayerShape::from_config(&config, u64::from(from));
+        let coeffs =
+            calibrate(&table, &shape, Gpu::preset(gpu).expect("preset")).expect("calibrates");
+        println!("{bundle} tp{from} coefficients: {coeffs:?}");
+        let target = OperatorTable::load(&dir, to).expect("target table");
+        let report = error_report(&coeffs, &shape.at_tensor_parallel(u64::from(to)), &target)
+            .expect("points compared");
+        println!(
+            "{bundle} tp{from} -> tp{to}: {}",
+            per_operator_figures(&report)
+        );
+        report
+    }
+
+    #[test]
+    fn qwen3_32b_coefficients_calibrated_at_tp1_predict_its_tp2_operators_within_10_percent_median()
+    {
+        let report = bundle_transfer(
+            "RTXPRO6000/Qwen/Qwen3-32B/bf16",
+            "qwen3-32b",
+            "rtx-pro-6000",
+            1,
+            2,
+        );
+        // Every dense and per-sequence operator but the sampler is compared.
+        assert_eq!(report.per_operator.len(), 11, "{report:?}");
+        assert!(
+            report.overall.median <= TRANSFER_MEDIAN,
+            "tp1 -> tp2: {}",
+            per_operator_figures(&report)
+        );
+    }
+
+    /// Not bounded: the figures of the RTX 4090 Llama table fitted to itself, for the docs.
+    #[test]
+    fn rtx4090_llama_3_1_8b_fitted_to_itself_reports_every_operator() {
+        let report = bundle_transfer(
+            "RTX4090/meta-llama/Llama-3.1-8B/bf16",
+            "llama-3.1-8b",
+            "rtx4090",
+            1,
+            1,
+        );
+        assert_eq!(report.per_operator.len(), 10, "{report:?}");
+    }
+
     #[test]
     fn h100_llama_2_7b_coefficients_predict_codellama_34b_and_llama_2_70b_within_10_percent_median()
     {

@@ -6,7 +6,9 @@
 //! (`prefill_chunk,kv_prefill,n_decode,kv_decode,time_us`) and, for mixtures of experts,
 //! `moe.csv` (`tokens,activated_experts,time_us`). Times there are microseconds; the table keeps
 //! nanoseconds. From `meta.yaml` the reader takes `gpu`, `model`, `tp_degrees`, and the decode
-//! skew coefficient `skew_fit.per_tp.<tp>.alpha_default` when `skew_fit.enabled` is true.
+//! skew coefficient `skew_fit.per_tp.<tp>.alpha_default` when `skew_fit.enabled` is true;
+//! [`check_model`] compares a model config with `engine_effective.hf_overrides`, the one rank's
+//! shape the profiler ran (a bundle records no other trace of the model's shape).
 
 mod meta;
 
@@ -15,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 use super::{AttentionGrid, Curve, MoeGrid, Operator, OperatorScope, OperatorTable};
 use super::{OperatorTableError, TableFormat};
+use crate::timing::model_config::ModelConfig;
 use meta::Meta;
 
 /// Reads the bundle in `dir` (the folder holding `meta.yaml` and `tpN/`) for `tensor_parallel`
@@ -56,6 +59,79 @@ pub fn read(dir: &Path, tensor_parallel: u32) -> Result<OperatorTable, OperatorT
         decode_skew_alpha: decode_skew_alpha(&meta, tensor_parallel)?,
         all_reduce: None,
     })
+}
+
+/// The tensor-parallel degrees the bundle in `dir` profiled (`meta.yaml`'s `tp_degrees`), in
+/// the order written.
+pub fn tensor_parallel_degrees(dir: &Path) -> Result<Vec<u32>, OperatorTableError> {
+    Meta::read(&dir.join("meta.yaml"))?.whole_numbers("tp_degrees")
+}
+
+/// The `engine_effective.hf_overrides` keys a profiler divides by the tensor-parallel degree to
+/// run one rank's shape on one GPU.
+const RANK_OVERRIDES: [&str; 4] = [
+    "intermediate_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "vocab_size",
+];
+
+/// Checks that `config` is the model the bundle in `dir` profiled, by the per-rank shape its
+/// profiler ran with: `meta.yaml`'s `engine_effective.hf_overrides` (intermediate size, heads,
+/// KV heads, vocabulary of one rank; the meta keeps one degree's) must be `config`'s values
+/// divided by one of `tp_degrees`. A bundle that records no overrides is not checked. The error
+/// names the line and key, the bundle's values and the model's.
+pub fn check_model(dir: &Path, config: &ModelConfig) -> Result<(), OperatorTableError> {
+    let meta = Meta::read(&dir.join("meta.yaml"))?;
+    let mut recorded = Vec::new();
+    for key in RANK_OVERRIDES {
+        let path = format!("engine_effective.hf_overrides.{key}");
+        if let Some((value, line)) = meta.optional_number(&path)? {
+            recorded.push((key, path, value, line));
+        }
+    }
+    let Some((_, path, _, line)) = recorded.first().cloned() else {
+        return Ok(());
+    };
+    let degrees = meta.whole_numbers("tp_degrees")?;
+    let per_rank = |key: &str, tp: u32| f64::from(model_value(config, key)) / f64::from(tp);
+    let fits = |tp: u32| recorded.iter().all(|(k, _, v, _)| per_rank(k, tp) == *v);
+    if degrees.iter().any(|&tp| fits(tp)) {
+        return Ok(());
+    }
+    let bundle: Vec<String> = recorded
+        .iter()
+        .map(|(k, _, v, _)| format!("{k} {v}"))
+        .collect();
+    let model: Vec<String> = recorded
+        .iter()
+        .map(|(k, ..)| format!("{k} {}", model_value(config, k)))
+        .collect();
+    let listed: Vec<String> = degrees.iter().map(u32::to_string).collect();
+    Err(meta.bad(
+        line,
+        &path,
+        format!(
+            "the bundle was profiled with one rank of {} ({}), which {} ({}) divided by none of \
+             its tp_degrees ({}) gives; give the model the bundle profiled ({})",
+            meta.string("model").unwrap_or_default(),
+            bundle.join(", "),
+            config.name,
+            model.join(", "),
+            listed.join(", "),
+            meta.string("model").unwrap_or_default(),
+        ),
+    ))
+}
+
+/// The value of one of [`RANK_OVERRIDES`] in `config`.
+fn model_value(config: &ModelConfig, key: &str) -> u32 {
+    match key {
+        "intermediate_size" => config.intermediate_size,
+        "num_attention_heads" => config.num_attention_heads,
+        "num_key_value_heads" => config.num_kv_heads,
+        _ => config.vocab_size,
+    }
 }
 
 /// `skew_fit.per_tp.<tp>.alpha_default` when `skew_fit.enabled` is true; `None` when skew was

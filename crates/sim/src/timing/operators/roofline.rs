@@ -18,9 +18,12 @@
 //!   where `width` is the values of one token's row (these kernels give each token's row to one
 //!   thread block, which walks it: at a few tokens the time grows with the row, not the bytes).
 //!   `row_ns` and `eff_b` are per operator (kernels differ by 3x in how close they come to the
-//!   bandwidth); `launch` is one figure for them all, the fastest element-wise time of the
-//!   calibration table, since one table has one row width per operator and cannot tell a launch
-//!   from per-row work.
+//!   bandwidth; `eff_b` may exceed 1, since an element-wise kernel reads what the kernel before
+//!   it just wrote, from the L2 cache when it fits); `launch` is one figure for them all, the
+//!   fastest element-wise time of the calibration table, since one table has one row width per
+//!   operator and cannot tell a launch from per-row work. `qk_norm` is modelled only for a layer
+//!   that has it ([`LayerShape::qk_norm`], Qwen3). [`LayerShape::from_config`] reads the shape
+//!   from a Hugging Face config, for tables that record none (LLMServingSim bundles).
 //!
 //! Calibration is least squares on log time (relative errors, so that the microsecond kernels
 //! count as much as the millisecond ones), by a deterministic Nelder-Mead search.
@@ -30,6 +33,7 @@ use std::collections::BTreeMap;
 
 use super::table::{Operator, OperatorTable};
 use crate::timing::hardware::{self, Hardware};
+use crate::timing::model_config::ModelConfig;
 
 /// Bytes of one value (BF16).
 pub const BYTES_PER_VALUE: f64 = 2.0;
@@ -56,6 +60,9 @@ pub struct LayerShape {
     pub vocab: u64,
     /// Ranks the layer is split across (1 without tensor parallelism).
     pub tensor_parallel: u64,
+    /// Whether the layer normalises each query and key head (`qk_norm`, Qwen3); without it the
+    /// roofline does not model `qk_norm`.
+    pub qk_norm: bool,
 }
 
 /// What one call of an operator does on one rank.
@@ -80,6 +87,23 @@ pub enum Work {
 }
 
 impl LayerShape {
+    /// The layer of `config` split across `tensor_parallel` ranks (0 is taken as 1): its widths,
+    /// heads, vocabulary and q/k norms as the config gives them. For a mixture of experts,
+    /// `intermediate` is the config's `intermediate_size` (the dense MLP's width), since the
+    /// roofline models no expert block.
+    pub fn from_config(config: &ModelConfig, tensor_parallel: u64) -> LayerShape {
+        LayerShape {
+            hidden: u64::from(config.hidden_size),
+            heads: u64::from(config.num_attention_heads),
+            kv_heads: u64::from(config.num_kv_heads),
+            head_dim: u64::from(config.head_dim),
+            intermediate: u64::from(config.intermediate_size),
+            vocab: u64::from(config.vocab_size),
+            tensor_parallel: tensor_parallel.max(1),
+            qk_norm: config.qk_norm,
+        }
+    }
+
     /// The same layer at `tensor_parallel` ranks.
     pub fn at_tensor_parallel(self, tensor_parallel: u64) -> LayerShape {
         LayerShape {
@@ -89,7 +113,8 @@ impl LayerShape {
     }
 
     /// What `op` does on one rank over `tokens` tokens (sequences for `lm_head`), or `None` for an
-    /// operator this roofline does not model (the sampler).
+    /// operator this roofline does not model (the sampler) or the layer does not have
+    /// (`qk_norm` without [`LayerShape::qk_norm`]).
     pub fn work(&self, op: Operator, tokens: f64) -> Option<Work> {
         let t = self.tensor_parallel.max(1) as f64;
         let (h, i) = (self.hidden as f64, self.intermediate as f64);
@@ -113,6 +138,7 @@ impl LayerShape {
             Operator::Layernorm | Operator::FinalLayernorm | Operator::Embedding => {
                 moved(2.0 * h, h)
             }
+            Operator::QkNorm if !self.qk_norm => None,
             Operator::QkNorm | Operator::RotaryEmb => moved(2.0 * qk, qk),
             // Read gate and up, write their product.
             Operator::ActFn => moved(3.0 * i / t, i / t),
@@ -133,16 +159,25 @@ pub struct Gpu {
     pub streaming_multiprocessors: u32,
 }
 
+/// Streaming multiprocessors of each hardware preset, from NVIDIA's architecture whitepapers
+/// (A100 SXM4: 108; H100 SXM5 and H200: 132; GeForce RTX 4090: 128; RTX PRO 6000 Blackwell
+/// Server Edition: 188).
+const STREAMING_MULTIPROCESSORS: [(Hardware, u32); 5] = [
+    (hardware::A100_SXM_80GB, 108),
+    (hardware::H100_SXM, 132),
+    (hardware::H200_SXM, 132),
+    (hardware::RTX_4090, 128),
+    (hardware::RTX_PRO_6000_SERVER, 188),
+];
+
 impl Gpu {
-    /// The preset called `name` (`h100`, `h200`, `a100`, as [`hardware::preset`]), with its SM
-    /// count from NVIDIA's architecture whitepapers (H100 SXM5 and H200: 132; A100: 108).
+    /// The preset called `name` (any name [`hardware::preset`] accepts: `h100`, `h200`, `a100`,
+    /// `rtx4090`, `rtx-pro-6000`, or a driver's device name of those cards), with its SM count.
     pub fn preset(name: &str) -> Option<Gpu> {
         let hardware = hardware::preset(name)?;
-        let streaming_multiprocessors = if hardware == hardware::A100_SXM_80GB {
-            108
-        } else {
-            132
-        };
+        let (_, streaming_multiprocessors) = STREAMING_MULTIPROCESSORS
+            .into_iter()
+            .find(|(h, _)| *h == hardware)?;
         Some(Gpu {
             hardware,
             streaming_multiprocessors,
@@ -170,7 +205,9 @@ pub struct GemmCoefficients {
 pub struct ElementwiseCoefficients {
     /// Time per value of one token's row when one row is all there is, ns.
     pub row_ns_per_value: f64,
-    /// Fraction of peak bandwidth reached on many tokens.
+    /// Effective bandwidth on many tokens as a multiple of the peak memory bandwidth: above 1
+    /// where the kernel's operands come from the L2 cache (the kernel before it just wrote
+    /// them, and they fit).
     pub bandwidth_efficiency: f64,
 }
 
@@ -278,6 +315,18 @@ pub enum CalibrationError {
         /// Which class.
         what: &'static str,
     },
+    /// The table measures an operator the shape's layer does not have.
+    #[error(
+        "{path}: the table measures {operator}, which the given model's layer does not have; give the shape of the table's own model ({model})"
+    )]
+    NotInLayer {
+        /// The table's folder.
+        path: String,
+        /// The model the table names.
+        model: String,
+        /// The operator.
+        operator: &'static str,
+    },
     /// A measured time is zero, which log-time least squares cannot use.
     #[error("{path}: {operator} at {tokens} tokens takes 0 ns; a table of measured times has none")]
     ZeroTime {
@@ -322,6 +371,13 @@ pub fn calibrate(
                 Some(Work::Gemm { m, n, k }) => gemms.push((m, n, k, ns)),
                 Some(Work::Elementwise { bytes, width }) => {
                     elementwise.entry(op).or_default().push((bytes, width, ns))
+                }
+                None if op == Operator::QkNorm => {
+                    return Err(CalibrationError::NotInLayer {
+                        path,
+                        model: table.model.clone(),
+                        operator: op.name(),
+                    });
                 }
                 None => {}
             }
@@ -388,7 +444,7 @@ fn fit_gemm(rows: &[(f64, f64, f64, f64)], gpu: &Gpu) -> GemmCoefficients {
 fn fit_elementwise(rows: &[(f64, f64, f64)], launch_ns: f64, gpu: &Gpu) -> ElementwiseCoefficients {
     let from = |z: &[f64]| ElementwiseCoefficients {
         row_ns_per_value: z[0].exp(),
-        bandwidth_efficiency: sigmoid(z[1]),
+        bandwidth_efficiency: z[1].exp(),
     };
     let loss = |z: &[f64]| {
         let c = from(z);
@@ -400,7 +456,7 @@ fn fit_elementwise(rows: &[(f64, f64, f64)], launch_ns: f64, gpu: &Gpu) -> Eleme
             })
             .sum()
     };
-    from(&minimize(loss, &[0.3f64.ln(), 1.0]))
+    from(&minimize(loss, &[0.3f64.ln(), sigmoid(1.0).ln()]))
 }
 
 /// Nelder-Mead iterations of each of the two searches (the second restarts from the first's
@@ -488,6 +544,7 @@ mod tests {
         intermediate: 11008,
         vocab: 32000,
         tensor_parallel: 1,
+        qk_norm: false,
     };
 
     #[test]
@@ -521,6 +578,68 @@ mod tests {
 
     fn h100() -> Gpu {
         Gpu::preset("h100").expect("preset")
+    }
+
+    #[test]
+    fn every_hardware_preset_is_a_gpu_with_its_whitepaper_sm_count() {
+        for name in hardware::PRESET_NAMES {
+            assert!(Gpu::preset(name).is_some(), "{name}");
+        }
+        let sms = |name| Gpu::preset(name).map(|g| g.streaming_multiprocessors);
+        assert_eq!(sms("NVIDIA GeForce RTX 4090"), Some(128));
+        assert_eq!(sms("rtx-pro-6000"), Some(188));
+        assert_eq!((sms("h200"), sms("a100")), (Some(132), Some(108)));
+        assert_eq!(Gpu::preset("v100"), None);
+    }
+
+    #[test]
+    fn a_config_gives_the_per_rank_shape_with_qwen3s_qk_norm_and_its_vocabulary() {
+        let qwen = ModelConfig::preset("qwen3-32b").expect("preset");
+        let shape = LayerShape::from_config(&qwen, 2);
+        assert_eq!(
+            shape,
+            LayerShape {
+                hidden: 5120,
+                heads: 64,
+                kv_heads: 8,
+                head_dim: 128,
+                intermediate: 25600,
+                vocab: 151936,
+                tensor_parallel: 2,
+                qk_norm: true,
+            }
+        );
+        // heads x head_dim (8192) is not hidden (5120): o_proj's K is the former, split.
+        assert_eq!(
+            shape.work(Operator::OProj, 4.0),
+            Some(Work::Gemm {
+                m: 4.0,
+                n: 5120.0,
+                k: 4096.0
+            })
+        );
+        // The bundle's profiler ran tp 2 as one rank with these overrides (meta.yaml).
+        assert_eq!(
+            shape.work(Operator::LmHead, 1.0),
+            Some(Work::Gemm {
+                m: 1.0,
+                n: 75968.0,
+                k: 5120.0
+            })
+        );
+        assert_eq!(
+            shape.work(Operator::GateUpProj, 1.0),
+            Some(Work::Gemm {
+                m: 1.0,
+                n: 25600.0,
+                k: 5120.0
+            })
+        );
+        assert!(shape.work(Operator::QkNorm, 1.0).is_some());
+        let llama =
+            LayerShape::from_config(&ModelConfig::preset("llama-3.1-8b").expect("preset"), 0);
+        assert_eq!((llama.tensor_parallel, llama.qk_norm), (1, false));
+        assert_eq!(llama.work(Operator::QkNorm, 1.0), None);
     }
 
     #[test]
@@ -657,5 +776,26 @@ mod tests {
         );
         let err = calibrate(&table, &LLAMA_7B.at_tensor_parallel(2), gpu).expect_err("tp mismatch");
         assert!(err.to_string().contains("tensor parallel 1"), "{err}");
+    }
+
+    #[test]
+    fn a_table_measuring_qk_norm_is_refused_for_a_layer_without_it() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../traces/profiles/llmservingsim/RTXPRO6000/Qwen/Qwen3-32B/bf16");
+        let table = OperatorTable::load(&dir, 1).expect("shipped bundle");
+        let qwen = ModelConfig::preset("qwen3-32b").expect("preset");
+        let without = LayerShape {
+            qk_norm: false,
+            ..LayerShape::from_config(&qwen, 1)
+        };
+        let gpu = Gpu::preset("rtx-pro-6000").expect("preset");
+        let err = calibrate(&table, &without, gpu).expect_err("qk_norm rows");
+        assert!(
+            err.to_string().contains("measures qk_norm")
+                && err.to_string().contains("Qwen3-32B/bf16")
+                && err.to_string().contains("(Qwen/Qwen3-32B)"),
+            "{err}"
+        );
+        assert!(calibrate(&table, &LayerShape::from_config(&qwen, 1), gpu).is_ok());
     }
 }

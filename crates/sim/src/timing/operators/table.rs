@@ -168,13 +168,20 @@ impl OperatorTable {
                 all_reduce.is_file().then_some(all_reduce.as_path()),
             );
         }
-        Err(OperatorTableError::Missing {
-            path: dir.to_path_buf(),
-            what: "no operator table here".into(),
-            fix: "give the folder holding meta.yaml and tpN/ (an LLMServingSim profiler bundle), \
-                  or Vidur's folder holding mlp.csv"
-                .into(),
-        })
+        Err(not_a_table(dir))
+    }
+
+    /// The tensor-parallel degrees the table in `dir` has, detecting its format as
+    /// [`OperatorTable::load`] does: a bundle's `tp_degrees`, the degrees of Vidur's `mlp.csv`
+    /// rows.
+    pub fn tensor_parallel_degrees(dir: &Path) -> Result<Vec<u32>, OperatorTableError> {
+        if dir.join("meta.yaml").is_file() {
+            return super::llmservingsim::tensor_parallel_degrees(dir);
+        }
+        if dir.join(super::vidur::MLP_FILE).is_file() {
+            return super::vidur::tensor_parallel_degrees(dir);
+        }
+        Err(not_a_table(dir))
     }
 
     /// One decoder layer's operators other than attention (and a mixture of experts' block) at
@@ -208,6 +215,17 @@ impl OperatorTable {
                 n => Some(f64::from(n) * curve.at(size as f64)),
             })
             .sum()
+    }
+}
+
+/// `dir` holds neither kind of table.
+fn not_a_table(dir: &Path) -> OperatorTableError {
+    OperatorTableError::Missing {
+        path: dir.to_path_buf(),
+        what: "no operator table here".into(),
+        fix: "give the folder holding meta.yaml and tpN/ (an LLMServingSim profiler bundle), \
+              or Vidur's folder holding mlp.csv"
+            .into(),
     }
 }
 

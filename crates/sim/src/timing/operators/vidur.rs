@@ -108,6 +108,7 @@ pub fn layer_shape(dir: &Path, tensor_parallel: u32) -> Result<LayerShape, Opera
         intermediate: mlp.constant("n_expanded_embd")?,
         vocab: mlp.constant("vocab_size")?,
         tensor_parallel: u64::from(tensor_parallel),
+        qk_norm: false,
     })
 }
 
@@ -460,6 +461,7 @@ mod tests {
                 intermediate: 28672,
                 vocab: 32768,
                 tensor_parallel: 4,
+                qk_norm: false,
             }
         );
     }

@@ -94,7 +94,8 @@ impl Meta {
         }
     }
 
-    fn bad(&self, line: usize, key: &str, reason: String) -> OperatorTableError {
+    /// An error about the value at `line` under `key`.
+    pub(super) fn bad(&self, line: usize, key: &str, reason: String) -> OperatorTableError {
         OperatorTableError::Value {
             path: self.file.clone(),
             row: line,
@@ -120,6 +121,17 @@ impl Meta {
             "true" | "True" | "TRUE" => Ok(Some(true)),
             "false" | "False" | "FALSE" => Ok(Some(false)),
             other => Err(self.bad(e.line, key, format!("{other:?} is not true or false"))),
+        }
+    }
+
+    /// The number at `key` and its line, or `None` when the key is absent.
+    pub(super) fn optional_number(
+        &self,
+        key: &str,
+    ) -> Result<Option<(f64, usize)>, OperatorTableError> {
+        match self.entry(key) {
+            None => Ok(None),
+            Some(e) => self.number(key).map(|v| Some((v, e.line))),
         }
     }
 

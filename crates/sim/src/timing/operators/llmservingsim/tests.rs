@@ -452,3 +452,45 @@ fn linear_interpolation_predicts_held_out_attention_better_than_log_space() {
         }
     }
 }
+
+#[test]
+fn a_bundles_tensor_parallel_degrees_are_its_meta_tp_degrees_and_an_empty_folder_is_refused() {
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../traces/profiles/llmservingsim");
+    let degrees = |rel: &str| OperatorTable::tensor_parallel_degrees(&shipped.join(rel)).unwrap();
+    assert_eq!(degrees(QWEN_PRO6000), vec![1, 2]);
+    assert_eq!(degrees(LLAMA_4090), vec![1]);
+    let empty = tempfile::tempdir().unwrap();
+    let err = OperatorTable::tensor_parallel_degrees(empty.path())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("meta.yaml") && err.contains("mlp.csv"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_model_of_a_bundle_is_checked_against_the_per_rank_shape_its_profiler_ran() {
+    use crate::timing::model_config::ModelConfig;
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../traces/profiles/llmservingsim");
+    let preset = |name| ModelConfig::preset(name).unwrap();
+    // Qwen3-32B's meta records tp 2's overrides (intermediate 12800 = 25600 / 2, ...).
+    check_model(&shipped.join(QWEN_PRO6000), &preset("qwen3-32b")).unwrap();
+    check_model(&shipped.join(LLAMA_4090), &preset("llama-3.1-8b")).unwrap();
+    let err = check_model(&shipped.join(LLAMA_4090), &preset("llama-3.1-70b"))
+        .unwrap_err()
+        .to_string();
+    for part in [
+        "meta.yaml: row 25",
+        "engine_effective.hf_overrides.intermediate_size",
+        "intermediate_size 14336",
+        "intermediate_size 28672",
+        "tp_degrees (1)",
+        "meta-llama/Llama-3.1-8B",
+    ] {
+        assert!(err.contains(part), "{part:?} in {err}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("meta.yaml"), "model: m\ntp_degrees: [1]\n").unwrap();
+    check_model(dir.path(), &preset("llama-3.1-70b")).expect("no overrides: not checked");
+}
