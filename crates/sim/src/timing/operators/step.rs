@@ -109,6 +109,61 @@ fn same_model(measured: &str, named: &str) -> bool {
     a.is_empty() || b.is_empty() || b == "config" || a.starts_with(&b) || b.starts_with(&a)
 }
 
+/// The attention kernel's launch: the table's smallest attention time. An error when the table
+/// measures no attention.
+fn attention_launch_ns(table: &OperatorTable) -> Result<f64, OperatorStepError> {
+    let attention = table.attention.as_ref().ok_or_else(|| {
+        OperatorStepError::Incomplete(format!(
+            "{} has no attention times (attention.csv): compose steps from an LLMServingSim \
+             bundle, which measures them",
+            table.source.display()
+        ))
+    })?;
+    let launch = attention
+        .rows()
+        .iter()
+        .map(|&(_, t)| t)
+        .fold(f64::INFINITY, f64::min);
+    Ok(if launch.is_finite() { launch } else { 0.0 })
+}
+
+/// How `model`'s tokens reach its experts, `None` for a dense model; an error when `table` has
+/// no MoE block to time them with.
+fn moe_routing(
+    table: &OperatorTable,
+    model: &ModelConfig,
+    expert_parallel: u32,
+) -> Result<Option<MoeRouting>, OperatorStepError> {
+    let Some(shape) = &model.moe else {
+        return Ok(None);
+    };
+    if table.moe.is_none() {
+        return Err(OperatorStepError::Incomplete(format!(
+            "{} is a mixture of experts but {} has no moe.csv: profile the model's MoE block",
+            model.name,
+            table.source.display()
+        )));
+    }
+    Ok(Some(MoeRouting {
+        experts: f64::from(shape.num_experts),
+        experts_per_token: f64::from(shape.experts_per_token),
+        expert_parallel: f64::from(expert_parallel.max(1)),
+    }))
+}
+
+/// The largest size measured among the operators of the scopes `keep` accepts, capped at
+/// [`MAX_PRECOMPUTED`].
+fn measured_max(table: &OperatorTable, keep: fn(OperatorScope) -> bool) -> u64 {
+    table
+        .operators
+        .iter()
+        .filter(|(op, _)| keep(op.scope()))
+        .map(|(_, c)| c.max_x() as u64)
+        .max()
+        .unwrap_or(0)
+        .min(MAX_PRECOMPUTED)
+}
+
 impl OperatorStepTime {
     /// Composes `model`'s steps from `table`, measured at `table.tensor_parallel`.
     /// `all_reduce` overrides the table's own all-reduce measurement; one of the two is needed
@@ -128,17 +183,7 @@ impl OperatorStepTime {
                 named: model.name.clone(),
             });
         }
-        let attention = table.attention.as_ref().ok_or_else(|| {
-            OperatorStepError::Incomplete(format!(
-                "{source} has no attention times (attention.csv): compose steps from an \
-                 LLMServingSim bundle, which measures them"
-            ))
-        })?;
-        let attention_launch_ns = attention
-            .rows()
-            .iter()
-            .map(|&(_, t)| t)
-            .fold(f64::INFINITY, f64::min);
+        let attention_launch_ns = attention_launch_ns(&table)?;
         let all_reduce = all_reduce.or_else(|| table.all_reduce.clone());
         if table.tensor_parallel > 1 && all_reduce.is_none() {
             return Err(OperatorStepError::Incomplete(format!(
@@ -148,39 +193,13 @@ impl OperatorStepTime {
                 table.tensor_parallel
             )));
         }
-        let moe = match &model.moe {
-            None => None,
-            Some(shape) => {
-                if table.moe.is_none() {
-                    return Err(OperatorStepError::Incomplete(format!(
-                        "{} is a mixture of experts but {source} has no moe.csv: profile the \
-                         model's MoE block",
-                        model.name
-                    )));
-                }
-                Some(MoeRouting {
-                    experts: f64::from(shape.num_experts),
-                    experts_per_token: f64::from(shape.experts_per_token),
-                    expert_parallel: f64::from(expert_parallel.max(1)),
-                })
-            }
-        };
+        let moe = moe_routing(&table, model, expert_parallel)?;
         let layers = f64::from(model.layers);
-        let measured_max = |scope: fn(OperatorScope) -> bool| {
-            table
-                .operators
-                .iter()
-                .filter(|(op, _)| scope(op.scope()))
-                .map(|(_, c)| c.max_x() as u64)
-                .max()
-                .unwrap_or(0)
-                .min(MAX_PRECOMPUTED)
-        };
-        let max_tokens = measured_max(|s| !matches!(s, OperatorScope::PerSequence));
+        let max_tokens = measured_max(&table, |s| !matches!(s, OperatorScope::PerSequence));
         let dense_by_tokens = (0..=max_tokens)
             .map(|t| table.per_step_ns(t) + layers * table.layer_dense_ns(t))
             .collect();
-        let max_seqs = measured_max(|s| matches!(s, OperatorScope::PerSequence));
+        let max_seqs = measured_max(&table, |s| matches!(s, OperatorScope::PerSequence));
         let head_by_seqs = (0..=max_seqs).map(|s| table.per_sequence_ns(s)).collect();
         Ok(OperatorStepTime {
             dense_by_tokens,
@@ -188,17 +207,9 @@ impl OperatorStepTime {
             layers,
             moe_layers: model.moe.as_ref().map_or(0.0, |m| f64::from(m.moe_layers)),
             hidden_bytes: f64::from(model.hidden_size) * ACTIVATION_BYTES,
-            all_reduce: if table.tensor_parallel > 1 {
-                all_reduce
-            } else {
-                None
-            },
+            all_reduce: all_reduce.filter(|_| table.tensor_parallel > 1),
             moe,
-            attention_launch_ns: if attention_launch_ns.is_finite() {
-                attention_launch_ns
-            } else {
-                0.0
-            },
+            attention_launch_ns,
             skew_alpha: table.decode_skew_alpha.unwrap_or(0.0),
             table,
         })
