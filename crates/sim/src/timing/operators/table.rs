@@ -1,7 +1,7 @@
 //! The one internal form of a measured operator table, whichever profiler wrote it.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::curve::Curve;
 use super::grid::{AttentionGrid, MoeGrid};
@@ -145,45 +145,6 @@ pub struct OperatorTable {
 }
 
 impl OperatorTable {
-    /// Reads the operator table in `dir` for `tensor_parallel` ranks, detecting its format: a
-    /// folder holding `meta.yaml` is an LLMServingSim profiler bundle, one holding `mlp.csv`
-    /// Vidur's tables (with `all_reduce.csv` beside it when there is one). Anything else is
-    /// refused, saying which folder is expected.
-    pub fn load(dir: &Path, tensor_parallel: u32) -> Result<OperatorTable, OperatorTableError> {
-        if !dir.is_dir() {
-            return Err(OperatorTableError::Missing {
-                path: dir.to_path_buf(),
-                what: "no such folder".into(),
-                fix: "give the folder of an operator table".into(),
-            });
-        }
-        if dir.join("meta.yaml").is_file() {
-            return super::llmservingsim::read(dir, tensor_parallel);
-        }
-        if dir.join(super::vidur::MLP_FILE).is_file() {
-            let all_reduce = dir.join("all_reduce.csv");
-            return super::vidur::read(
-                dir,
-                tensor_parallel,
-                all_reduce.is_file().then_some(all_reduce.as_path()),
-            );
-        }
-        Err(not_a_table(dir))
-    }
-
-    /// The tensor-parallel degrees the table in `dir` has, detecting its format as
-    /// [`OperatorTable::load`] does: a bundle's `tp_degrees`, the degrees of Vidur's `mlp.csv`
-    /// rows.
-    pub fn tensor_parallel_degrees(dir: &Path) -> Result<Vec<u32>, OperatorTableError> {
-        if dir.join("meta.yaml").is_file() {
-            return super::llmservingsim::tensor_parallel_degrees(dir);
-        }
-        if dir.join(super::vidur::MLP_FILE).is_file() {
-            return super::vidur::tensor_parallel_degrees(dir);
-        }
-        Err(not_a_table(dir))
-    }
-
     /// One decoder layer's operators other than attention (and a mixture of experts' block) at
     /// `tokens` tokens, ns: each [`OperatorScope::PerLayer`] operator's time times its calls per
     /// layer, summed. 0 when none is measured.
@@ -219,16 +180,6 @@ impl OperatorTable {
 }
 
 /// `dir` holds neither kind of table.
-fn not_a_table(dir: &Path) -> OperatorTableError {
-    OperatorTableError::Missing {
-        path: dir.to_path_buf(),
-        what: "no operator table here".into(),
-        fix: "give the folder holding meta.yaml and tpN/ (an LLMServingSim profiler bundle), \
-              or Vidur's folder holding mlp.csv"
-            .into(),
-    }
-}
-
 /// Why an operator table could not be read. Each names the file, and the row and column where
 /// there is one, and says what would fix it.
 #[derive(Debug, thiserror::Error)]
