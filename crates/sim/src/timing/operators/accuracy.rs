@@ -127,25 +127,7 @@ mod tests {
                 let table = read(&target, tp, None).expect("target table");
                 let shape = layer_shape(&target, tp).expect("target shape");
                 let report = error_report(&coeffs, &shape, &table).expect("points compared");
-                let ops: Vec<String> = report
-                    .per_operator
-                    .iter()
-                    .map(|(op, s)| {
-                        format!(
-                            "{} {:.1}%/{:.1}%",
-                            op.name(),
-                            100.0 * s.median,
-                            100.0 * s.p90
-                        )
-                    })
-                    .collect();
-                println!(
-                    "{gpu} {model} tp{tp}: median {:.1}%, p90 {:.1}% ({} points); {}",
-                    100.0 * report.overall.median,
-                    100.0 * report.overall.p90,
-                    report.overall.points,
-                    ops.join(", ")
-                );
+                println!("{gpu} {model} tp{tp}: {}", per_operator_figures(&report));
                 let errors = relative_errors(&coeffs, &shape, &table);
                 (tp, errors.into_iter().flat_map(|(_, e)| e).collect())
             })
