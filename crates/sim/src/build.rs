@@ -737,6 +737,18 @@ mod operators_tests {
                 "for {body:?}: expected {expected:?} in {e}"
             );
         }
+        // A model file does not tell an operator table the GPU memory: the KV blocks are asked for.
+        let e = Scenario::from_toml_str(
+            "[batcher]\nkind = \"continuous\"\n[step_time]\nkind = \"operators\"\n\
+             profile = \"x\"\nmodel = \"models/Qwen/Qwen3-32B.json\"\n",
+        )
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("key `kv_cache.num_gpu_blocks`: is needed"),
+            "{e}"
+        );
         let e = Scenario::from_toml_str(
             "[batcher]\nkind = \"continuous\"\n[kv_cache]\nnum_gpu_blocks = 10\n\
              [step_time]\nkind = \"operators\"\nprofile = \"x\"\nmodel = \"qwen3-32b\"\ntensor_parallel = 0\n",

@@ -470,7 +470,7 @@ fn validate_llm_pool(
         .analytic()
         .map_err(|e| invalid(&key("step_time"), e.to_string()))?;
     let num_gpu_blocks_from_model =
-        kv_cache.num_gpu_blocks.is_none() && step_time.model_file().is_some();
+        kv_cache.num_gpu_blocks.is_none() && step_time.kv_sizing_model_file().is_some();
     let num_gpu_blocks = match kv_cache.num_gpu_blocks {
         Some(0) => {
             return Err(invalid(

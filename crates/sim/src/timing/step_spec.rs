@@ -403,8 +403,9 @@ impl StepTimeSpec {
         }
     }
 
-    /// The model config file this spec names (`roofline` with `model = "PATH"`), as written:
-    /// the build step reads it (relative to the scenario file's folder). `None` otherwise.
+    /// The model config file this spec names (`roofline` or `operators` with `model = "PATH"`),
+    /// as written: the build step reads it (relative to the scenario file's folder). `None`
+    /// otherwise.
     pub fn model_file(&self) -> Option<&Path> {
         match self {
             StepTimeSpec::Roofline(spec) => spec.model_file(),
@@ -413,6 +414,16 @@ impl StepTimeSpec {
                 _ => None,
             },
             StepTimeSpec::Linear { .. } | StepTimeSpec::Profile { .. } => None,
+        }
+    }
+
+    /// The model config file from which the build step sizes the KV cache: a roofline's, which
+    /// knows the GPU memory. `None` for every other kind, which knows no memory even when it
+    /// names a model file (`operators`).
+    pub fn kv_sizing_model_file(&self) -> Option<&Path> {
+        match self {
+            StepTimeSpec::Roofline(spec) => spec.model_file(),
+            _ => None,
         }
     }
 
