@@ -177,11 +177,6 @@ impl Comparison {
 /// Replays `log`'s arrivals and sizes through `scenario` as given (one continuous-batching
 /// pool) and compares the figures, fitting nothing.
 pub fn compare(scenario: &Scenario, log: &MeasuredLog, seed: u64) -> Result<Comparison, FitError> {
-    if scenario.pools().len() != 1 || scenario.pools()[0].llm.is_none() {
-        return Err(FitError::Scenario(
-            "a comparison with an LLM log needs one pool with batcher.kind = \"continuous\"".into(),
-        ));
-    }
     let replay = Replay::new(scenario, log, seed)?;
     let (simulated, not_completed) = replay.simulate(scenario)?;
     Ok(Comparison {
@@ -306,8 +301,16 @@ impl RequestLatencies {
 }
 
 impl Replay {
-    /// The replay of `log` through `scenario`, every row counted.
+    /// The replay of `log` through `scenario`, every row counted. The scenario must have one
+    /// continuous-batching pool.
     fn new(scenario: &Scenario, log: &MeasuredLog, seed: u64) -> Result<Replay, FitError> {
+        if scenario.pools().len() != 1 || scenario.pools()[0].llm.is_none() {
+            return Err(FitError::Scenario(
+                "a fit or comparison with an LLM log needs one pool with batcher.kind = \
+                 \"continuous\" (named pools are not fitted yet)"
+                    .into(),
+            ));
+        }
         let trace = Trace::from_columns(Columns {
             arrival_ns: log.arrival_ns.clone(),
             input_tokens: log.input_tokens.clone(),
@@ -466,12 +469,6 @@ pub fn fit(
     log: &MeasuredLog,
     config: &FitConfig,
 ) -> Result<FitResult, FitError> {
-    if scenario.pools().len() != 1 || scenario.pools()[0].llm.is_none() {
-        return Err(FitError::Scenario(
-            "a fit needs one pool with batcher.kind = \"continuous\" (named pools are not fitted yet)"
-                .into(),
-        ));
-    }
     let replay = Replay::new(scenario, log, config.seed)?;
     let measured = replay.measured;
     let params = replay.model.parameters();
