@@ -4,6 +4,10 @@
 # installs onnxruntime-gpu with its cuda and cudnn pip extras into target/venv-gpu (ignored by git).
 #
 #     scripts/calibrate_gpu.sh            # then commit traces/profiles/
+#
+# For a GPU machine that reaches PyPI and has Rust. The lent GPU machine (no registry, no Rust,
+# 64 MiB carried) cannot run this: use scripts/device/ there (docs/calibration.md, "On a lent GPU
+# machine").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
