@@ -119,7 +119,9 @@ fn dry_run_bundles_are_read_by_calibrate_and_by_an_operators_scenario() {
 }
 
 /// A continuous-batching scenario whose steps are composed from `bundle` at two ranks serves
-/// five requests of the shipped trace; every one completes.
+/// five requests of the shipped trace; every one completes. Two ranks need an all-reduce table:
+/// the shipped RTX PRO 6000 pair's stands in (this checks that the bundle is read, not its
+/// times).
 fn simulate_with(bundle: &Path, config: &Path, dir: &Path) {
     let name = bundle.parent().unwrap().file_name().unwrap().to_string_lossy();
     let scenario = dir.join(format!("{name}.toml"));
@@ -129,9 +131,11 @@ fn simulate_with(bundle: &Path, config: &Path, dir: &Path) {
             "name = \"dry-run-operators\"\ninstances = 1\n\n[batcher]\nkind = \"continuous\"\n\
              max_num_seqs = 4\nmax_num_batched_tokens = 8\nenable_chunked_prefill = true\n\n\
              [kv_cache]\nblock_size = 16\nnum_gpu_blocks = 4000\n\n[step_time]\n\
-             kind = \"operators\"\nprofile = {:?}\nmodel = {:?}\ntensor_parallel = 2\n",
+             kind = \"operators\"\nprofile = {:?}\nmodel = {:?}\ntensor_parallel = 2\n\
+             all_reduce = {:?}\n",
             path(bundle),
-            path(config)
+            path(config),
+            path(&repo("traces/profiles/rtxpro6000-2gpu-pcie.all_reduce.csv"))
         ),
     )
     .unwrap();

@@ -10,8 +10,8 @@
 # It runs there: PyTorch and a CPU onnxruntime, no Rust, no registry, nothing fetched. The capsim
 # it runs is the stripped binary scripts/device/pack.sh built here (target/device/capsim, the
 # call's carry). Everything lands in $OUT as at most 8 files, none more than 2 folders down (the
-# tool's limits): run.log, environment.txt, operators.tar.gz, operator-checks.txt and the
-# ONNX Runtime profiles.
+# tool's limits): run.log, environment.txt, operators.tar.gz, operator-checks.txt and
+# onnx-profiles.tar.gz (the ONNX Runtime profiles and their fit plots).
 #
 #     run tool: command "bash scripts/device/run.sh", carry ["target/device"], timeout_s 600
 set -uo pipefail
@@ -55,7 +55,7 @@ capsim_runs() {
 measure_operators() {
   local args=() model
   for model in "${models[@]}"; do args+=(--model "$model"); done
-  PYTHONUNBUFFERED=1 timeout 430 "$python" scripts/device/measure_operators.py "${args[@]}" \
+  PYTHONUNBUFFERED=1 timeout 400 "$python" scripts/device/measure_operators.py "${args[@]}" \
     --budget 6min --out "$work/pytorch" $measure_args
   echo "measure_operators.py exit status $?"
   tar -czf "$out/operators.tar.gz" -C "$work" pytorch
@@ -107,17 +107,19 @@ print(libs[-1] if libs else "")')
       "cannot travel in the 64 MiB a call carries. Calibrating with the CPU provider of the" \
       "device's host instead, labelled $label."
   fi
+  mkdir -p "$work/onnx"
   # Grids as scripts/calibrate_gpu.sh's on a GPU, smaller on a CPU, inside a ~2-minute share.
   local batches=1,2,4,8,16,32,64,128,256 seqs=16,32,64,128,256,512 iters=200
   if [ "$ep" = cpu ]; then batches=1,2,4,8,16,32; seqs=16,64,256; iters=60; fi
   timeout 80 "$capsim" calibrate --model traces/models/text_classifier.onnx --ep "$ep" \
     --ort-lib "$lib" --batch "$batches" --dim "seq=$seqs" --warmup 20 --iters "$iters" \
-    --min-iters 20 -o "$out/text_classifier.$label.json"
+    --min-iters 20 -o "$work/onnx/text_classifier.$label.json"
   echo "text_classifier exit status $?"
   timeout 50 "$capsim" calibrate --model traces/models/image_cnn.onnx --ep "$ep" \
     --ort-lib "$lib" --batch "$batches" --warmup 20 --iters "$iters" --min-iters 20 \
-    -o "$out/image_cnn.$label.json"
+    -o "$work/onnx/image_cnn.$label.json"
   echo "image_cnn exit status $?"
+  tar -czf "$out/onnx-profiles.tar.gz" -C "$work" onnx
 }
 
 main() {
