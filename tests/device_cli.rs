@@ -1,9 +1,9 @@
 //! The GPU device script's CPU dry run (`scripts/device/measure_operators.py --dry-run`) writes
 //! operator bundles that `capsim calibrate --operators DIR --model M` and a `[step_time] kind =
 //! "operators"` scenario accept: a dense model and a mixture of experts, at two tensor-parallel
-//! degrees.
+//! degrees. Its plan for an H200 (`--plan`, no PyTorch needed) covers every shipped config.
 //!
-//! The script needs PyTorch, which CI's `.venv` does not hold (the wheel and its CUDA libraries
+//! The dry run needs PyTorch, which CI's `.venv` does not hold (the wheel and its CUDA libraries
 //! are gigabytes). The test runs it with `$CAPSIM_TORCH_PYTHON` when set, else the project's
 //! `.venv/bin/python`, and is skipped, saying so on stderr, only when that Python cannot import
 //! torch. The check that what the device call carries fits and reaches for no registry is
@@ -159,4 +159,62 @@ fn simulate_with(bundle: &Path, config: &Path, dir: &Path) {
         "{name}: expected 5 completed, summary: {}",
         summary["requests"]
     );
+}
+
+/// The shipped configs, as scripts/device/run.sh measures them.
+const SHIPPED_CONFIGS: [&str; 6] = [
+    "models/meta-llama/Llama-3.1-8B.json",
+    "models/Qwen/Qwen3-32B.json",
+    "models/mistralai/Mixtral-8x7B-v0.1.json",
+    "models/Qwen/Qwen3-30B-A3B-Instruct-2507.json",
+    "models/microsoft/Phi-mini-MoE-instruct.json",
+    "models/meta-llama/Llama-3.1-70B.json",
+];
+
+/// A Python for the parts of the script that need no PyTorch: the project's `.venv`, else
+/// `python3`.
+fn any_python() -> PathBuf {
+    let venv = repo(".venv/bin/python");
+    if venv.exists() { venv } else { "python3".into() }
+}
+
+#[test]
+fn plan_on_an_h200_measures_every_shipped_config_at_its_smallest_fitting_degree_and_twice_it() {
+    let mut args = vec![
+        path(&repo("scripts/device/measure_operators.py")).to_string(),
+        "--plan".into(),
+        "139".into(),
+        "--out".into(),
+        "unused".into(),
+    ];
+    for config in SHIPPED_CONFIGS {
+        args.extend(["--model".into(), path(&repo(config)).to_string()]);
+    }
+    let run = Command::new(any_python()).args(&args).output().unwrap();
+    assert!(run.status.success(), "{}", text(&run));
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&run.stdout).unwrap();
+    let measured: Vec<(String, u64)> = rows
+        .iter()
+        .map(|r| (r["model"].as_str().unwrap().to_string(), r["tp"].as_u64().unwrap()))
+        .collect();
+    // BF16 weights within 80% of 139 GiB: 70B (141 GB) needs two ranks, every other model one.
+    let expected: Vec<(String, u64)> = [1, 2]
+        .iter()
+        .flat_map(|&k| {
+            SHIPPED_CONFIGS.iter().map(move |c| {
+                let id = c.trim_start_matches("models/").trim_end_matches(".json");
+                (id.to_string(), if id.ends_with("70B") { 2 * k } else { k })
+            })
+        })
+        .collect();
+    assert_eq!(measured, expected, "expected (model, tp) order vs actual");
+    for row in &rows {
+        let attention = row["attention_points"].as_u64().unwrap();
+        assert!(attention >= 1000, "a thin attention grid: {row}");
+        let moe = row["moe_points"].as_u64().unwrap();
+        let is_moe = ["Mixtral", "A3B", "MoE"]
+            .iter()
+            .any(|m| row["model"].as_str().unwrap().contains(m));
+        assert_eq!(moe > 0, is_moe, "moe.csv points only for a mixture of experts: {row}");
+    }
 }

@@ -391,6 +391,21 @@ class Budget:
 # The operators of one rank
 
 
+class RankLayerNames:
+    """The operators of dense.csv a model has (LLMServingSim's names)."""
+
+    @staticmethod
+    def dense(model: ModelShape) -> list[str]:
+        names = ["embedding", "layernorm", "qkv_proj"]
+        if model.qk_norm:
+            names.append("qk_norm")
+        names += ["rotary_emb", "o_proj"]
+        if not model.experts:
+            # A mixture of experts' MLP is its MoE block (moe.csv).
+            names += ["gate_up_proj", "act_fn", "down_proj"]
+        return names + ["final_layernorm"]
+
+
 class RankLayer:
     """Random weights of one rank's layer (and the embedding and LM head) and the operators
     measured on them. Every operator is a call on inputs built before it is timed."""
@@ -428,21 +443,19 @@ class RankLayer:
 
     def dense_operators(self) -> dict:
         """name -> (tokens -> a call), the per-layer and per-step operators of dense.csv."""
-        ops = {
+        builders = {
             "embedding": self._embedding,
             "layernorm": self._layernorm,
             "qkv_proj": self._qkv_proj,
+            "qk_norm": self._qk_norm,
             "rotary_emb": self._rotary_emb,
             "o_proj": self._o_proj,
+            "gate_up_proj": self._gate_up_proj,
+            "act_fn": self._act_fn,
+            "down_proj": self._down_proj,
             "final_layernorm": self._layernorm,
         }
-        if self.model.qk_norm:
-            ops["qk_norm"] = self._qk_norm
-        if not self.model.experts:
-            ops.update(
-                gate_up_proj=self._gate_up_proj, act_fn=self._act_fn, down_proj=self._down_proj
-            )
-        return ops
+        return {name: builders[name] for name in RankLayerNames.dense(self.model)}
 
     def _embedding(self, tokens: int):
         ids = self.torch.randint(0, self.rank.vocab, (tokens,), device=self.device)
@@ -918,6 +931,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "finished by then are left out and listed in environment.json")
     p.add_argument("--dry-run", action="store_true",
                    help="a tiny grid on the CPU in float32 (for tests; the times are no GPU's)")
+    p.add_argument("--plan", type=float, metavar="GIB",
+                   help="print, as JSON, what would be measured on a card of GIB GiB (the "
+                        "degrees and the points of each table) and measure nothing; needs no "
+                        "PyTorch")
     return p.parse_args(argv)
 
 
@@ -954,6 +971,24 @@ def plan(models: list[ModelShape], tp_arg: str, memory_bytes: int, dry_run: bool
     return order
 
 
+def describe_plan(models: list[ModelShape], tp_arg: str, memory_bytes: int) -> list[dict]:
+    """The GPU plan on a card of `memory_bytes`: each (model, degree) in order with its points."""
+    setup = Setup(torch=None, device="cuda", dtype=None, grid=GPU_GRID, timer=None,
+                  budget=None, memory_bytes=memory_bytes, bytes_per_value=2)
+    rows = []
+    for model, tp in plan(models, tp_arg, memory_bytes, dry_run=False):
+        rank = rank_shape(model, tp)
+        dense = len(RankLayerNames.dense(model)) * len(GPU_GRID.tokens)
+        capacity = kv_capacity(setup, model, rank)
+        rows.append({
+            "model": model.model_id, "tp": tp, "kv_capacity_tokens": capacity,
+            "dense_points": dense, "per_sequence_points": 2 * len(GPU_GRID.sequences),
+            "attention_points": len(attention_points(GPU_GRID, max(GPU_GRID.tokens), capacity)),
+            "moe_points": len(moe_points(GPU_GRID, model)) if model.experts else 0,
+        })
+    return rows
+
+
 def _divides(model: ModelShape, tp: int) -> bool:
     try:
         rank_shape(model, tp)
@@ -971,6 +1006,13 @@ def main(argv: list[str]) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if args.plan is not None:
+        try:
+            print(json.dumps(describe_plan(models, args.tp, int(args.plan * 2**30)), indent=2))
+        except ConfigError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        return 0
     try:
         import torch
     except ImportError:
