@@ -112,7 +112,7 @@ fn a_tensor_parallel_degree_the_table_lacks_is_refused_listing_those_it_has() {
 }
 
 #[test]
-fn an_unknown_hardware_name_is_refused_listing_the_presets() {
+fn an_unknown_hardware_name_is_refused_listing_the_catalogue() {
     let source = vidur_h100("meta-llama/Llama-2-7b-hf");
     let out = capsim(&[
         "calibrate",
@@ -121,7 +121,14 @@ fn an_unknown_hardware_name_is_refused_listing_the_presets() {
         "--hardware",
         "v100",
     ]);
-    assert_user_error(&out, &["\"v100\"", "h100, h200, a100"]);
+    assert_user_error(
+        &out,
+        &[
+            "\"v100\"",
+            "not in the hardware catalogue",
+            "h100-sxm, h100-pcie, h200",
+        ],
+    );
 }
 
 #[test]

@@ -141,8 +141,9 @@ pub struct CalibrateArgs {
     /// With --operators: the tensor-parallel degree of the rows to calibrate on.
     #[arg(long, default_value_t = 1, value_name = "N", requires = "operators")]
     pub tensor_parallel: u32,
-    /// With --operators: the GPU's datasheet figures, a preset (h100, h200, a100, rtx4090,
-    /// rtx-pro-6000); default: the GPU the table names.
+    /// With --operators: the GPU's datasheet figures, a hardware catalogue name (h100-sxm,
+    /// h200, a100-80gb, rtx4090, rtx-pro-6000, ...; see docs/step-time.md); default: the GPU
+    /// the table names.
     #[arg(long, value_name = "NAME", requires = "operators")]
     pub hardware: Option<String>,
     /// With --operators: another table of the same GPU to predict with the calibrated

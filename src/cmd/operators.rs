@@ -142,14 +142,20 @@ fn describe(s: &LayerShape) -> String {
     )
 }
 
-/// `--hardware`, or the preset of the GPU the table names.
+/// `--hardware`, or the catalogue entry of the GPU the table names, as the per-operator
+/// roofline sees it.
 fn gpu_of(table: &OperatorTable, hardware: Option<&str>) -> Result<Gpu> {
     let name = hardware.unwrap_or(&table.gpu);
-    Gpu::preset(name).ok_or_else(|| {
+    let entry = capsim_sim::timing::hardware::lookup(name).map_err(|e| {
         BadInput(format!(
-            "{}: no hardware preset {name:?}; give --hardware with one of {}",
-            table.source.display(),
-            capsim_sim::timing::hardware::PRESET_NAMES.join(", ")
+            "{}: {e}; give --hardware with the GPU the table was measured on",
+            table.source.display()
+        ))
+    })?;
+    Gpu::of(entry).map_err(|e| {
+        BadInput(format!(
+            "{}: {e}; the per-operator roofline cannot run on it",
+            table.source.display()
         ))
         .into()
     })

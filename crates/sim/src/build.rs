@@ -110,7 +110,7 @@ fn profile_files(scenario: &Scenario) -> Vec<ProfileFile> {
             });
         }
         let step_time = pool.llm.as_ref().map(|l| &l.step_time_spec);
-        if let Some(StepTimeSpec::Profile { path }) = step_time {
+        if let Some(StepTimeSpec::Profile { path, .. }) = step_time {
             files.push(ProfileFile::Step {
                 key: format!("{prefix}step_time"),
                 path: step_profile_path(base, path),
@@ -247,12 +247,14 @@ impl Profiles {
                 None => None,
                 Some(spec) => {
                     let model = match spec {
-                        StepTimeSpec::Profile { path } => {
+                        StepTimeSpec::Profile { path, .. } => {
                             let path = step_profile_path(scenario.base_dir(), path);
                             let model = self
                                 .steps
                                 .get(&path)
                                 .ok_or_else(|| not_loaded(&key("step_time"), &path))?;
+                            spec.check_measured_on(&model.measured_device(), &path)
+                                .map_err(|e| invalid(&key("step_time.hardware"), e.to_string()))?;
                             Arc::clone(model) as Arc<dyn StepTime>
                         }
                         StepTimeSpec::Operators(operators) => {
@@ -301,6 +303,8 @@ impl Profiles {
             .operator_tables
             .get(&slot)
             .ok_or_else(|| not_loaded(&key("step_time.profile"), &slot.0))?;
+        spec.check_measured_on(&table.gpu, &table.source)
+            .map_err(|e| invalid(&key("step_time.hardware"), e.to_string()))?;
         let model = match operators
             .model_source()
             .map_err(|e| invalid(&key("step_time.model"), e.to_string()))?
@@ -453,6 +457,40 @@ mod tests {
         build(&larger, &mut profiles).unwrap();
         profiles.build(&scenario).unwrap();
         assert_eq!(profiles.files_read(), 1, "one file, read once");
+    }
+
+    #[test]
+    fn a_step_profiles_device_must_be_the_hardware_the_step_time_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut scenario = steps_scenario(dir.path());
+        scenario.set("step_time.hardware", "h200").unwrap();
+        // The synthetic profile was measured on the CPU.
+        let e = build(&scenario, &mut Profiles::default())
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        for part in [
+            "step_time.hardware",
+            "\"h200\"",
+            "steps.json",
+            "the CPU (test)",
+        ] {
+            assert!(e.contains(part), "{part:?} not in {e}");
+        }
+        let mut on_h200 = crate::timing::step_profile::tests::synthetic();
+        on_h200.environment.execution_provider = "cuda".into();
+        on_h200.environment.device_name = "NVIDIA H200".into();
+        on_h200.write(&dir.path().join("steps.json")).unwrap();
+        build(&scenario, &mut Profiles::default()).unwrap();
+        scenario.set("step_time.hardware", "b200").unwrap();
+        let e = build(&scenario, &mut Profiles::default())
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("measured on NVIDIA H200 (the catalogue's \"h200\")"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -707,6 +745,26 @@ mod operators_tests {
             3,
             "two degrees of one bundle and one all-reduce file"
         );
+    }
+
+    #[test]
+    fn a_bundle_builds_on_the_gpu_it_was_measured_on_and_is_refused_on_another() {
+        for name in [
+            "rtx-pro-6000",
+            "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+        ] {
+            let s = scenario(&qwen(&format!("hardware = \"{name}\"\n")));
+            build(&s, &mut Profiles::default()).unwrap();
+        }
+        let e = build_error(&qwen("hardware = \"h100\"\n"));
+        for part in [
+            "step_time.hardware",
+            "\"h100-sxm\" (NVIDIA H100 SXM5 80 GB)",
+            "measured on NVIDIA RTX PRO 6000 Blackwell Server Edition (the catalogue's \"rtx-pro-6000\")",
+            "Qwen3-32B",
+        ] {
+            assert!(e.contains(part), "{part:?} not in {e}");
+        }
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use capsim_sim::Scenario;
 use capsim_sim::scenario::ServiceSpec;
+use capsim_sim::timing::hardware;
 use capsim_sim::timing::profile::{Environment, Profile};
 use capsim_sim::timing::step_profile::StepProfile;
 use serde::{Deserialize, Serialize};
@@ -299,8 +300,24 @@ fn service_words(scenario: &Scenario, path: &Path) -> (ServiceSource, String, Op
     (source, words, None)
 }
 
-/// A continuous pool's step-time model in words.
+/// A continuous pool's step-time model in words, ending with the GPU its `hardware` names.
 fn step_words(scenario: &Scenario, path: &Path) -> (ServiceSource, String, Option<Environment>) {
+    let (source, words, environment) = step_model_words(scenario, path);
+    let words = match scenario.get("step_time.hardware").and_then(|v| v.as_str()) {
+        Some(name) => match hardware::find(name) {
+            Some(part) => format!("{words}, on the {} ({})", part.name, part.model),
+            None => format!("{words}, on {name}"),
+        },
+        None => words,
+    };
+    (source, words, environment)
+}
+
+/// A continuous pool's step-time model in words.
+fn step_model_words(
+    scenario: &Scenario,
+    path: &Path,
+) -> (ServiceSource, String, Option<Environment>) {
     let kind = scenario
         .get("step_time.kind")
         .and_then(|v| v.as_str())
@@ -327,6 +344,17 @@ fn step_words(scenario: &Scenario, path: &Path) -> (ServiceSource, String, Optio
         "roofline" => (
             ServiceSource::Unmeasured,
             "step times from an analytic roofline of the model on the GPU, with assumed efficiencies".to_string(),
+            None,
+        ),
+        "operators" => (
+            ServiceSource::Calibrated,
+            format!(
+                "step times composed from the measured per-operator table {}",
+                scenario
+                    .get("step_time.profile")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or_default()
+            ),
             None,
         ),
         _ => (
@@ -388,6 +416,49 @@ mod tests {
         std::fs::write(&path, text).unwrap();
         let scenario = Scenario::from_path(&path).unwrap();
         Basis::of(&scenario, &path, 3, 0, 0.001)
+    }
+
+    /// The basis of a continuous-batching scenario whose `[step_time]` is `step_time`.
+    fn step_basis(step_time: &str) -> Basis {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.toml");
+        let text = format!(
+            "[batcher]\nkind = \"continuous\"\n[kv_cache]\nnum_gpu_blocks = 100\n\
+             [step_time]\n{step_time}"
+        );
+        std::fs::write(&path, text).unwrap();
+        let scenario = Scenario::from_path(&path).unwrap();
+        Basis::of(&scenario, &path, 1, 0, 0.001)
+    }
+
+    #[test]
+    fn a_step_times_hardware_is_named_in_the_basis_in_every_kind() {
+        let roofline =
+            step_basis("kind = \"roofline\"\nmodel = \"llama-3-8b\"\nhardware = \"H200\"\n");
+        assert!(
+            roofline
+                .service
+                .ends_with(", on the h200 (NVIDIA H200 SXM 141 GB)"),
+            "{}",
+            roofline.service
+        );
+        let linear = step_basis("kind = \"linear\"\nbase = \"5ms\"\nhardware = \"l40s\"\n");
+        assert!(
+            linear.service.starts_with("step times from a linear model")
+                && linear.service.ends_with("on the l40s (NVIDIA L40S 48 GB)"),
+            "{}",
+            linear.service
+        );
+        let unnamed = step_basis("kind = \"linear\"\nbase = \"5ms\"\n");
+        assert!(!unnamed.service.contains(", on "), "{}", unnamed.service);
+        let operators = step_basis(
+            "kind = \"operators\"\nprofile = \"bundle\"\nmodel = \"qwen3-32b\"\nhardware = \"rtx-pro-6000\"\n",
+        );
+        assert!(
+            operators.service.starts_with("step times composed from the measured per-operator table bundle, on the rtx-pro-6000"),
+            "{}",
+            operators.service
+        );
     }
 
     fn cpu_environment() -> Environment {

@@ -232,7 +232,15 @@ impl StepTime for Roofline {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::timing::hardware::{H100_SXM, H200_SXM};
+    use crate::timing::hardware::{ComputeDtype, catalogue};
+
+    const BF16: ComputeDtype = ComputeDtype::Bf16;
+    fn h100_sxm() -> Hardware {
+        catalogue::H100_SXM.hardware(BF16).unwrap()
+    }
+    fn h200_sxm() -> Hardware {
+        catalogue::H200_SXM.hardware(BF16).unwrap()
+    }
 
     /// Llama-3.1-8B's exact parameter count (its config's, and its safetensors').
     const LLAMA_8B_PARAMS: f64 = 8_030_261_248.0;
@@ -272,7 +280,7 @@ mod tests {
 
     #[test]
     fn small_decode_is_memory_bound_at_weights_over_bandwidth() {
-        let r = llama8b_on(H200_SXM);
+        let r = llama8b_on(h200_sxm());
         let step = decode(4, 1000);
         assert!(r.memory_s(&step) > 10.0 * r.compute_s(&step));
         // 16.06 GB of weights at 4.8 TB/s is 3.35 ms; 4,000 KV tokens read and 4 written add 0.5 GB.
@@ -287,7 +295,7 @@ mod tests {
 
     #[test]
     fn long_prefill_is_compute_bound() {
-        let r = llama8b_on(H200_SXM);
+        let r = llama8b_on(h200_sxm());
         let step = prefill(4096);
         assert!(r.compute_s(&step) > 5.0 * r.memory_s(&step));
         // 2 * 8.03e9 * 4096 + 4 * 32 * (32 * 128) * 4096^2 FLOPs at 989 TFLOPS.
@@ -309,7 +317,7 @@ mod tests {
         let r = Roofline {
             compute_efficiency: 0.6,
             bandwidth_efficiency: 0.8,
-            ..llama8b_on(H200_SXM)
+            ..llama8b_on(h200_sxm())
         };
         let mixed = StepBatch {
             decode_seqs: 64,
@@ -336,12 +344,12 @@ mod tests {
 
     #[test]
     fn kv_bytes_per_token_of_llama3_8b_is_128_kib() {
-        assert_eq!(llama8b_on(H100_SXM).kv_bytes_per_token(), 131_072.0);
+        assert_eq!(llama8b_on(h100_sxm()).kv_bytes_per_token(), 131_072.0);
     }
 
     #[test]
     fn step_time_never_decreases_in_any_input() {
-        let r = llama8b_on(H100_SXM);
+        let r = llama8b_on(h100_sxm());
         let base = StepBatch {
             prefill_tokens: 512,
             prefill_attention_tokens2: 512 * 700,
@@ -377,14 +385,14 @@ mod tests {
         let slower = Roofline {
             hardware: Hardware {
                 flops_per_s: 1e14,
-                ..H100_SXM
+                ..h100_sxm()
             },
             ..r
         };
         let narrower = Roofline {
             hardware: Hardware {
                 memory_bandwidth_bytes_per_s: 1e12,
-                ..H100_SXM
+                ..h100_sxm()
             },
             ..r
         };
@@ -413,7 +421,7 @@ mod tests {
     fn on_h200(model: ModelShape) -> Roofline {
         Roofline {
             model,
-            ..llama8b_on(H200_SXM)
+            ..llama8b_on(h200_sxm())
         }
     }
 

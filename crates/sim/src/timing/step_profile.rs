@@ -319,6 +319,9 @@ pub struct ProfileStepTime {
     decode_means_ns: Vec<f64>,
     shared_ns: f64,
     decoder: DecoderDescription,
+    /// Where the profile was measured (a `hardware = "..."` of the step time is checked
+    /// against it).
+    environment: Environment,
 }
 
 /// Running maximum of `values[cell * nq + q]` over `q`.
@@ -408,6 +411,23 @@ impl ProfileStepTime {
             decode_means_ns,
             shared_ns,
             decoder: profile.decoder.clone(),
+            environment: profile.environment.clone(),
+        }
+    }
+
+    /// The machine and runtime the profile was measured on.
+    pub fn environment(&self) -> &Environment {
+        &self.environment
+    }
+
+    /// The device the profile was measured on, in words a hardware catalogue name can match:
+    /// the GPU's name for CUDA (`NVIDIA H200`), else `the CPU (<model>)`, which matches none.
+    pub fn measured_device(&self) -> String {
+        let env = &self.environment;
+        if env.execution_provider.eq_ignore_ascii_case("cuda") {
+            env.device_name.clone()
+        } else {
+            format!("the CPU ({})", env.device_name)
         }
     }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use super::hardware::{self, Hardware};
+use super::hardware::{self, Accelerator, ComputeDtype, Hardware, MissingFigure, UnknownHardware};
 use super::model_config::{self, ModelConfig, ModelConfigError};
 use super::roofline::{ModelShape, Roofline, dtype_bytes};
 use super::step_profile::StepProfileError;
@@ -21,8 +21,12 @@ use crate::quantity::{QuantityError, parse_duration_ns_f64};
 /// [step_time]
 /// kind = "roofline"          # or "linear", "profile", "operators"
 /// model = "llama-3-8b"
-/// hardware = "h200"
+/// hardware = "h200"          # every kind takes it: the GPU the deployment runs on
 /// ```
+///
+/// `hardware` names an entry of the [`hardware`] catalogue in every kind: the roofline takes
+/// its figures; a profile or an operator table must have been measured on it; a linear model
+/// records it.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum StepTimeSpec {
@@ -46,6 +50,9 @@ pub enum StepTimeSpec {
         /// Time per KV-cache token read by decodes.
         #[serde(default)]
         per_kv_token: FineDurationNs,
+        /// The GPU the coefficients describe (a [`hardware`] catalogue name): checked and
+        /// reported, not used by the model.
+        hardware: Option<String>,
     },
     /// The analytic roofline of [`super::roofline`], from a model and a GPU.
     Roofline(Box<RooflineSpec>),
@@ -54,6 +61,9 @@ pub enum StepTimeSpec {
     Profile {
         /// The step profile (JSON).
         path: PathBuf,
+        /// The GPU the deployment runs on (a [`hardware`] catalogue name): the profile must
+        /// have been measured on it (its `environment`, checked by the build step).
+        hardware: Option<String>,
     },
     /// Composed from measured per-operator GPU times (see [`super::operators::step`]).
     Operators(Box<OperatorsSpec>),
@@ -87,6 +97,10 @@ pub struct OperatorsSpec {
     pub all_reduce: Option<PathBuf>,
     /// Ranks a mixture of experts' experts are spread over. Default 1.
     pub expert_parallel: Option<u32>,
+    /// The GPU the deployment runs on (a [`hardware`] catalogue name): the table must have
+    /// been measured on it (a bundle's `meta.yaml` `gpu`, Vidur's `compute/<gpu>/` folder;
+    /// checked by the build step).
+    pub hardware: Option<String>,
 }
 
 impl OperatorsSpec {
@@ -191,7 +205,8 @@ pub struct RooflineSpec {
     pub dtype: Option<String>,
     /// KV-cache data type, vLLM's `kv_cache_dtype`. Default: `dtype`.
     pub kv_cache_dtype: Option<String>,
-    /// GPU preset (`"h100"`, `"h200"`, `"a100"`).
+    /// The GPU: a [`hardware`] catalogue name (`"h200"`, `"rtx-pro-6000"`, ...); its dense
+    /// BF16 figure, or its FP8 figure when `dtype = "fp8"`.
     pub hardware: Option<String>,
     /// Dense FLOP/s of one GPU (`"989TFLOPS"`).
     pub flops: Option<String>,
@@ -273,17 +288,35 @@ impl<'de> Deserialize<'de> for ParamCount {
 /// Why a step-time spec could not be built. Each names the key and quotes the value.
 #[derive(Debug, thiserror::Error)]
 pub enum StepTimeError {
-    /// A preset name that is not known.
-    #[error(
-        "step_time.{key} = {value:?} is not a known preset; use one of {known}, or give the explicit keys instead"
-    )]
-    UnknownPreset {
-        /// `model` or `hardware`.
-        key: &'static str,
+    /// A `hardware` name the catalogue does not hold.
+    #[error("step_time.hardware = {source}")]
+    UnknownHardware {
+        /// The name, the catalogue's names and the closest.
+        source: UnknownHardware,
+    },
+    /// The named part has no figure for what the spec needs.
+    #[error("step_time.hardware = {name:?}: {source}; {fix}")]
+    HardwareFigure {
         /// The name as given.
-        value: String,
-        /// The presets, comma-separated.
-        known: String,
+        name: String,
+        /// What is missing.
+        source: MissingFigure,
+        /// What to write instead.
+        fix: &'static str,
+    },
+    /// A profile or operator table measured on another device than `hardware` names.
+    #[error(
+        "step_time.hardware = {named:?} ({model}), but {file} was measured on {measured}: its times hold for that device only; name the device it was measured on, or give a profile measured on the {named}"
+    )]
+    MeasuredElsewhere {
+        /// The catalogue name given.
+        named: String,
+        /// The product it names.
+        model: &'static str,
+        /// The profile or table.
+        file: String,
+        /// The device it records.
+        measured: String,
     },
     /// A `model` that is neither a preset nor a path.
     #[error(
@@ -360,7 +393,9 @@ impl StepTimeSpec {
                 per_prefill_attention_token2,
                 per_decode_seq,
                 per_kv_token,
+                hardware,
             } => {
+                hardware.as_deref().map(lookup_hardware).transpose()?;
                 let model = LinearStepTime {
                     base_ns: base.0,
                     per_prefill_token_ns: per_prefill_token.0,
@@ -394,13 +429,57 @@ impl StepTimeSpec {
                 let sized = spec.resolve()?.fitting()?;
                 Ok(Some(Arc::new(sized.roofline)))
             }
-            StepTimeSpec::Profile { .. } => Ok(None),
+            StepTimeSpec::Profile { .. } => {
+                // The profile is read by the build step, which checks where it was measured.
+                self.accelerator()?;
+                Ok(None)
+            }
             StepTimeSpec::Operators(spec) => {
                 // The table and the model are read by the build step.
                 spec.check()?;
+                self.accelerator()?;
                 Ok(None)
             }
         }
+    }
+
+    /// The `hardware` name the spec gives, in any kind.
+    pub fn hardware_name(&self) -> Option<&str> {
+        match self {
+            StepTimeSpec::Linear { hardware, .. } | StepTimeSpec::Profile { hardware, .. } => {
+                hardware.as_deref()
+            }
+            StepTimeSpec::Roofline(spec) => spec.hardware.as_deref(),
+            StepTimeSpec::Operators(spec) => spec.hardware.as_deref(),
+        }
+    }
+
+    /// The catalogue entry `hardware` names, `None` when the spec names none; a name the
+    /// catalogue does not hold is an error listing its names.
+    pub fn accelerator(&self) -> Result<Option<&'static Accelerator>, StepTimeError> {
+        self.hardware_name().map(lookup_hardware).transpose()
+    }
+
+    /// Checks that `file`, a profile or operator table measured on the device called
+    /// `measured` (as it records it: `NVIDIA H200`, `h100`), was measured on the GPU `hardware`
+    /// names. Nothing to check without `hardware`.
+    pub fn check_measured_on(&self, measured: &str, file: &Path) -> Result<(), StepTimeError> {
+        let Some(named) = self.accelerator()? else {
+            return Ok(());
+        };
+        if named.answers_to(measured) {
+            return Ok(());
+        }
+        let measured = match hardware::find(measured) {
+            Some(other) => format!("{measured} (the catalogue's {:?})", other.name),
+            None => measured.to_string(),
+        };
+        Err(StepTimeError::MeasuredElsewhere {
+            named: named.name.to_string(),
+            model: named.model,
+            file: file.display().to_string(),
+            measured,
+        })
     }
 
     /// The model config file this spec names (`roofline` or `operators` with `model = "PATH"`),
@@ -562,7 +641,22 @@ struct Machine {
 
 const MODEL_FIX: &str =
     "give model = \"llama-3-8b\" (a preset) or the path of a config.json, or this key";
-const HARDWARE_FIX: &str = "give hardware = \"h200\" (a preset) or this key";
+const HARDWARE_FIX: &str = "give hardware = \"h200\" (a hardware catalogue name) or this key";
+
+/// The catalogue entry `name` names, or [`StepTimeError::UnknownHardware`].
+fn lookup_hardware(name: &str) -> Result<&'static Accelerator, StepTimeError> {
+    hardware::lookup(name).map_err(|source| StepTimeError::UnknownHardware { source })
+}
+
+/// What a roofline's GEMMs compute in for weights of `dtype`: FP8 weights run W8A8 FP8 GEMMs;
+/// every other type computes in BF16/FP16 (weight-only quantized weights are dequantized).
+fn compute_dtype(dtype: &str) -> ComputeDtype {
+    if dtype.to_ascii_lowercase().starts_with("fp8") {
+        ComputeDtype::Fp8
+    } else {
+        ComputeDtype::Bf16
+    }
+}
 
 /// Whether a `model` value names a file rather than a preset: it has a path separator or ends
 /// in `.json`.
@@ -704,30 +798,57 @@ impl RooflineSpec {
         })
     }
 
+    /// Dense FLOP/s of one GPU: `flops` when given, else the catalogue part's figure for
+    /// `compute` (an error naming the part when it has none).
+    fn flops_per_s(
+        &self,
+        accelerator: Option<&Accelerator>,
+        compute: ComputeDtype,
+    ) -> Result<f64, StepTimeError> {
+        match (&self.flops, accelerator) {
+            (Some(text), _) => {
+                hardware::parse_flops_per_s(text).ok_or_else(|| StepTimeError::Invalid {
+                    key: "flops",
+                    value: format!("{text:?}"),
+                    fix: "write a positive number with FLOPS, GFLOPS, TFLOPS or PFLOPS, for \
+                          example \"989TFLOPS\""
+                        .into(),
+                })
+            }
+            (None, Some(a)) => {
+                a.flops_per_s(compute)
+                    .map_err(|source| StepTimeError::HardwareFigure {
+                        name: a.name.to_string(),
+                        source,
+                        fix: match compute {
+                            ComputeDtype::Fp8 => {
+                                "write dtype = \"bf16\" (an FP8 checkpoint on such a part runs \
+                                 weight-only, computing in BF16) or give flops = \"...TFLOPS\""
+                            }
+                            ComputeDtype::Bf16 => {
+                                "give flops = \"...TFLOPS\" from a source you trust"
+                            }
+                        },
+                    })
+            }
+            (None, None) => Err(StepTimeError::Missing {
+                key: "flops",
+                fix: HARDWARE_FIX,
+            }),
+        }
+    }
+
     /// Everything but the model, presets and explicit keys resolved.
     fn machine(&self) -> Result<Machine, StepTimeError> {
-        let hardware_preset = match &self.hardware {
-            None => None,
-            Some(name) => {
-                Some(
-                    hardware::preset(name).ok_or_else(|| StepTimeError::UnknownPreset {
-                        key: "hardware",
-                        value: name.clone(),
-                        known: hardware::PRESET_NAMES.join(", "),
-                    })?,
-                )
-            }
+        let accelerator = self.hardware.as_deref().map(lookup_hardware).transpose()?;
+        let weight_dtype = self.dtype.as_deref().unwrap_or("bf16");
+        let weight_bytes_per_param = dtype("dtype", weight_dtype)?;
+        let kv_bytes_per_element = match &self.kv_cache_dtype {
+            Some(name) => dtype("kv_cache_dtype", name)?,
+            None => weight_bytes_per_param,
         };
-        let flops_per_s = match (&self.flops, hardware_preset) {
-            (Some(text), _) => hardware::parse_flops_per_s(text).ok_or_else(|| StepTimeError::Invalid {
-                key: "flops",
-                value: format!("{text:?}"),
-                fix: "write a positive number with FLOPS, GFLOPS, TFLOPS or PFLOPS, for example \"989TFLOPS\"".into(),
-            })?,
-            (None, Some(h)) => h.flops_per_s,
-            (None, None) => return Err(StepTimeError::Missing { key: "flops", fix: HARDWARE_FIX }),
-        };
-        let memory_bandwidth_bytes_per_s = match (&self.memory_bandwidth, hardware_preset) {
+        let flops_per_s = self.flops_per_s(accelerator, compute_dtype(weight_dtype))?;
+        let memory_bandwidth_bytes_per_s = match (&self.memory_bandwidth, accelerator) {
             (Some(text), _) => {
                 hardware::parse_memory_bandwidth_bytes_per_s(text).ok_or_else(|| {
                     StepTimeError::Invalid {
@@ -746,7 +867,7 @@ impl RooflineSpec {
                 });
             }
         };
-        let memory_bytes = match (self.memory, hardware_preset) {
+        let memory_bytes = match (self.memory, accelerator) {
             (Some(SizeBytes(0)), _) => {
                 return Err(StepTimeError::Invalid {
                     key: "memory",
@@ -762,12 +883,6 @@ impl RooflineSpec {
                     fix: HARDWARE_FIX,
                 });
             }
-        };
-        let weight_dtype = self.dtype.as_deref().unwrap_or("bf16");
-        let weight_bytes_per_param = dtype("dtype", weight_dtype)?;
-        let kv_bytes_per_element = match &self.kv_cache_dtype {
-            Some(name) => dtype("kv_cache_dtype", name)?,
-            None => weight_bytes_per_param,
         };
         Ok(Machine {
             hardware: Hardware {
@@ -926,7 +1041,13 @@ mod tests {
             panic!("not a roofline: {s:?}")
         };
         let sized = r.resolve().unwrap();
-        assert_eq!(sized.roofline.hardware, hardware::H200_SXM);
+        // FP8 weights compute at the H100's FP8 figure; the explicit memory keys override it.
+        let expected = Hardware {
+            flops_per_s: 1979e12,
+            memory_bandwidth_bytes_per_s: 4.8e12,
+            memory_bytes: 141_000_000_000,
+        };
+        assert_eq!(sized.roofline.hardware, expected);
         assert_eq!(sized.roofline.weight_bytes(), 8_030_261_248.0);
         let explicit = spec(
             "kind = \"roofline\"\nparams = \"1.5B\"\nlayers = 28\nhidden_size = 1536\nnum_kv_heads = 2\n\
@@ -1136,5 +1257,162 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("num_attention_heads is missing"), "{e}");
+    }
+
+    /// A spec of `kind` naming `hardware`, with the keys that kind needs.
+    fn spec_of_kind(kind: &str, hardware: &str) -> StepTimeSpec {
+        let body = match kind {
+            "linear" => "base = \"5ms\"",
+            "profile" => "path = \"steps.json\"",
+            "roofline" => "model = \"llama-3-8b\"",
+            "operators" => "profile = \"bundle\"\nmodel = \"qwen3-32b\"",
+            other => panic!("no kind {other}"),
+        };
+        spec(&format!(
+            "kind = \"{kind}\"\n{body}\nhardware = \"{hardware}\""
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn every_catalogue_name_works_in_every_step_time_kind() {
+        for entry in hardware::CATALOGUE {
+            for kind in ["linear", "profile", "roofline", "operators"] {
+                let s = spec_of_kind(kind, entry.name);
+                assert_eq!(s.hardware_name(), Some(entry.name), "{kind}");
+                assert_eq!(s.accelerator().unwrap().map(|a| a.name), Some(entry.name));
+                let built = s.analytic();
+                if kind == "roofline" && entry.dense_bf16_flops_per_s.is_none() {
+                    // No published compute figure: the error says so and `flops` fixes it.
+                    let e = built.map(|_| ()).unwrap_err().to_string();
+                    assert!(e.contains(entry.name) && e.contains("flops"), "{e}");
+                    let StepTimeSpec::Roofline(mut r) = s else {
+                        unreachable!()
+                    };
+                    r.flops = Some("70TFLOPS".into());
+                    let sized = r.resolve().unwrap().fitting().unwrap();
+                    assert_eq!(sized.roofline.hardware.memory_bytes, entry.memory_bytes);
+                    continue;
+                }
+                let model = built.unwrap_or_else(|e| panic!("{kind} on {}: {e}", entry.name));
+                assert_eq!(
+                    model.is_some(),
+                    matches!(kind, "linear" | "roofline"),
+                    "{kind}"
+                );
+                // A profile or table measured on the part itself passes the build's check.
+                for alias in entry.aliases {
+                    s.check_measured_on(alias, Path::new("t")).unwrap();
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_roofline_on_a_catalogue_part_takes_its_bf16_figures() {
+        for entry in hardware::CATALOGUE {
+            let StepTimeSpec::Roofline(r) = spec_of_kind("roofline", entry.name) else {
+                unreachable!()
+            };
+            let Ok(sized) = r.resolve() else {
+                assert!(entry.dense_bf16_flops_per_s.is_none(), "{}", entry.name);
+                continue;
+            };
+            let expected = entry.hardware(ComputeDtype::Bf16).unwrap();
+            assert_eq!(sized.roofline.hardware, expected, "{}", entry.name);
+        }
+    }
+
+    #[test]
+    fn fp8_weights_take_the_fp8_figure_and_a_part_without_fp8_is_refused_by_name() {
+        let on = |hw: &str, extra: &str| {
+            roofline(&format!(
+                "model = \"llama-3-8b\"\nhardware = \"{hw}\"\n{extra}"
+            ))
+            .resolve()
+        };
+        let fp8 = on("h100", "dtype = \"fp8\"").unwrap().roofline;
+        let bf16 = on("h100", "").unwrap().roofline;
+        assert_eq!(fp8.hardware.flops_per_s, 1979e12);
+        assert_eq!(bf16.hardware.flops_per_s, 989e12);
+        assert_eq!(
+            on("l40s", "dtype = \"FP8_E4M3\"")
+                .unwrap()
+                .roofline
+                .hardware
+                .flops_per_s,
+            733e12
+        );
+        // Weight-only int4 dequantizes to BF16.
+        assert_eq!(
+            on("h100", "dtype = \"int4\"")
+                .unwrap()
+                .roofline
+                .hardware
+                .flops_per_s,
+            989e12
+        );
+        for part in ["a100", "a100-40gb"] {
+            let e = on(part, "dtype = \"fp8\"").unwrap_err().to_string();
+            assert!(
+                e.contains("has no FP8 Tensor Cores") && e.contains("dtype = \"bf16\""),
+                "{e}"
+            );
+            assert!(e.contains("A100 SXM4"), "the part is named: {e}");
+        }
+        let given = on("a100", "dtype = \"fp8\"\nflops = \"312TFLOPS\"").unwrap();
+        assert_eq!(given.roofline.hardware.flops_per_s, 312e12);
+    }
+
+    #[test]
+    fn an_unknown_hardware_name_is_refused_in_every_kind_with_the_closest_name() {
+        for kind in ["linear", "profile", "roofline", "operators"] {
+            let e = spec_of_kind(kind, "rtx-pro-600")
+                .analytic()
+                .map(|_| ())
+                .unwrap_err()
+                .to_string();
+            for part in [
+                "step_time.hardware = \"rtx-pro-600\"",
+                "did you mean \"rtx-pro-6000\"",
+                "h100-sxm, h100-pcie",
+            ] {
+                assert!(e.contains(part), "{kind}: {part:?} not in {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_file_measured_on_another_device_is_refused_naming_both() {
+        let s = spec_of_kind("operators", "h100");
+        s.check_measured_on("NVIDIA H100 80GB HBM3", Path::new("b"))
+            .unwrap();
+        let e = s
+            .check_measured_on(
+                "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+                Path::new("b/x"),
+            )
+            .unwrap_err()
+            .to_string();
+        for part in [
+            "\"h100-sxm\"",
+            "NVIDIA H100 SXM5",
+            "b/x",
+            "RTX PRO 6000",
+            "\"rtx-pro-6000\"",
+        ] {
+            assert!(e.contains(part), "{part:?} not in {e}");
+        }
+        let cpu = s
+            .check_measured_on("the CPU (AMD EPYC)", Path::new("p.json"))
+            .unwrap_err();
+        assert!(
+            cpu.to_string().contains("measured on the CPU (AMD EPYC)"),
+            "{cpu}"
+        );
+        let unnamed = spec("kind = \"profile\"\npath = \"p.json\"").unwrap();
+        unnamed
+            .check_measured_on("the CPU (AMD EPYC)", Path::new("p.json"))
+            .unwrap();
     }
 }

@@ -32,7 +32,7 @@
 use std::collections::BTreeMap;
 
 use super::table::{Operator, OperatorTable};
-use crate::timing::hardware::{self, Hardware};
+use crate::timing::hardware::{self, Accelerator, ComputeDtype, Hardware, MissingFigure};
 use crate::timing::model_config::ModelConfig;
 
 /// Bytes of one value (BF16).
@@ -150,38 +150,55 @@ impl LayerShape {
 }
 
 /// A GPU as the per-operator roofline sees it: the datasheet peaks and the number of streaming
-/// multiprocessors (for the GEMMs' tile waves).
+/// multiprocessors (for the GEMMs' tile waves), both from the hardware catalogue.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Gpu {
-    /// Peak dense BF16 throughput and HBM bandwidth.
+    /// Peak dense BF16 throughput and memory bandwidth.
     pub hardware: Hardware,
-    /// Streaming multiprocessors.
+    /// Streaming multiprocessors (compute units on AMD).
     pub streaming_multiprocessors: u32,
 }
 
-/// Streaming multiprocessors of each hardware preset, from NVIDIA's architecture whitepapers
-/// (A100 SXM4: 108; H100 SXM5 and H200: 132; GeForce RTX 4090: 128; RTX PRO 6000 Blackwell
-/// Server Edition: 188).
-const STREAMING_MULTIPROCESSORS: [(Hardware, u32); 5] = [
-    (hardware::A100_SXM_80GB, 108),
-    (hardware::H100_SXM, 132),
-    (hardware::H200_SXM, 132),
-    (hardware::RTX_4090, 128),
-    (hardware::RTX_PRO_6000_SERVER, 188),
-];
+/// Why a catalogue entry cannot be a [`Gpu`].
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum GpuError {
+    /// No dense BF16 figure.
+    #[error("{0}")]
+    Figure(MissingFigure),
+    /// No SM count.
+    #[error(
+        "no public source gives the {name}'s ({model}) SM count, which the GEMMs' tile waves need"
+    )]
+    NoComputeUnits {
+        /// The entry's name.
+        name: &'static str,
+        /// The product.
+        model: &'static str,
+    },
+}
 
 impl Gpu {
-    /// The preset called `name` (any name [`hardware::preset`] accepts: `h100`, `h200`, `a100`,
-    /// `rtx4090`, `rtx-pro-6000`, or a driver's device name of those cards), with its SM count.
-    pub fn preset(name: &str) -> Option<Gpu> {
-        let hardware = hardware::preset(name)?;
-        let (_, streaming_multiprocessors) = STREAMING_MULTIPROCESSORS
-            .into_iter()
-            .find(|(h, _)| *h == hardware)?;
-        Some(Gpu {
+    /// The catalogue entry `accelerator` with its dense BF16 figures and SM count; an error
+    /// when the catalogue holds either as absent (no public source).
+    pub fn of(accelerator: &Accelerator) -> Result<Gpu, GpuError> {
+        let hardware = accelerator
+            .hardware(ComputeDtype::Bf16)
+            .map_err(GpuError::Figure)?;
+        let streaming_multiprocessors =
+            accelerator.compute_units.ok_or(GpuError::NoComputeUnits {
+                name: accelerator.name,
+                model: accelerator.model,
+            })?;
+        Ok(Gpu {
             hardware,
             streaming_multiprocessors,
         })
+    }
+
+    /// The GPU `name` names in the catalogue (a name, an alias or a driver's device name; see
+    /// [`hardware::lookup`]), or `None` when it names none or lacks a figure.
+    pub fn preset(name: &str) -> Option<Gpu> {
+        Gpu::of(hardware::find(name)?).ok()
     }
 }
 
@@ -581,10 +598,19 @@ mod tests {
     }
 
     #[test]
-    fn every_hardware_preset_is_a_gpu_with_its_whitepaper_sm_count() {
-        for name in hardware::PRESET_NAMES {
-            assert!(Gpu::preset(name).is_some(), "{name}");
+    fn every_catalogue_entry_with_its_figures_is_a_gpu_with_its_sm_count() {
+        for entry in hardware::CATALOGUE {
+            let gpu = Gpu::of(entry);
+            let complete = entry.dense_bf16_flops_per_s.is_some() && entry.compute_units.is_some();
+            assert_eq!(gpu.is_ok(), complete, "{}: {gpu:?}", entry.name);
+            if let Err(e) = gpu {
+                assert!(e.to_string().contains(entry.name), "{e}");
+            }
         }
+        assert!(matches!(
+            Gpu::of(hardware::find("l4").unwrap()),
+            Err(GpuError::NoComputeUnits { name: "l4", .. })
+        ));
         let sms = |name| Gpu::preset(name).map(|g| g.streaming_multiprocessors);
         assert_eq!(sms("NVIDIA GeForce RTX 4090"), Some(128));
         assert_eq!(sms("rtx-pro-6000"), Some(188));
