@@ -190,6 +190,7 @@ struct Continuous {
     per_prefill_token_ns: u64,
     per_decode_seq_ns: u64,
     per_kv_token_ns: u64,
+    schedule_ahead_steps: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -406,6 +407,7 @@ fn draw_continuous(rng: &mut StdRng) -> Continuous {
         } else {
             0
         },
+        schedule_ahead_steps: [0, 1, 1, 2][rng.random_range(0..4)],
     }
 }
 
@@ -883,12 +885,13 @@ fn pool_toml(s: &mut String, prefix: &str, pool: &Pool) {
                 s,
                 "[{prefix}batcher]\nkind = \"continuous\"\nmax_num_seqs = {}\n\
                  max_num_batched_tokens = {}\nenable_chunked_prefill = {}\n\
-                 step_overhead = {}\nstep_overhead_per_seq = {}",
+                 step_overhead = {}\nstep_overhead_per_seq = {}\nschedule_ahead_steps = {}",
                 c.max_num_seqs,
                 c.max_num_batched_tokens,
                 c.chunked_prefill,
                 ns(c.step_overhead_ns),
-                ns(c.step_overhead_per_seq_ns)
+                ns(c.step_overhead_per_seq_ns),
+                c.schedule_ahead_steps
             )
             .unwrap();
             if pool.priority_levels > 1 {
@@ -1388,9 +1391,16 @@ fn audit(case: &Case, records: &[Rec], summary: &serde_json::Value) -> Vec<Strin
                 });
             }
             if present(r.exec_end_ns) {
+                // A streamed (continuous) response has only its last token's detokenization
+                // left after execution, then the close; a whole response every token's.
+                let tokens_left = if p.continuous().is_some() {
+                    1
+                } else {
+                    r.output_tokens
+                };
                 let post_ns = p
                     .postprocess
-                    .map_or(0, |(base, per)| base + per * r.output_tokens);
+                    .map_or(0, |(base, per)| base + per * tokens_left);
                 a.check(
                     r.postprocessed_ns.wrapping_sub(r.exec_end_ns) == post_ns,
                     || {
@@ -1459,9 +1469,13 @@ fn audit(case: &Case, records: &[Rec], summary: &serde_json::Value) -> Vec<Strin
                         a.check(c.chunked_prefill || r.input_tokens <= u64::from(c.max_num_batched_tokens), || {
                             format!("llm: {}: a prompt of {} tokens completed without chunked prefill", id(), r.input_tokens)
                         });
+                        // Every token's path to the client is the last one's without the
+                        // stream's close (`postprocess.base`).
+                        let close_ns = p.postprocess.map_or(0, |(base, _)| base);
                         let ttft_ns = r
                             .first_token_ns
                             .wrapping_add(r.response_ns.wrapping_sub(r.exec_end_ns))
+                            .wrapping_sub(close_ns)
                             .wrapping_sub(r.arrival_ns);
                         a.check(r.ttft_ns == ttft_ns, || {
                             format!("llm: {}: ttft_ns {} for {ttft_ns}", id(), r.ttft_ns)

@@ -98,6 +98,9 @@ pub(crate) struct Ticket {
     pub admitted: bool,
     /// Continuous batching: when its latest output token was sampled.
     pub last_token_ns: u64,
+    /// Continuous batching: the steps its instance had started when it joined the instance
+    /// queue (how many boundaries it has waited decides when it may be scheduled).
+    pub steps_at_join: u64,
 }
 
 /// The table of reusable tickets: the engine's memory is bounded by the requests in flight.
@@ -125,6 +128,7 @@ impl Tickets {
             measured,
             admitted: false,
             last_token_ns: 0,
+            steps_at_join: 0,
         };
         match self.free.pop() {
             Some(t) => {

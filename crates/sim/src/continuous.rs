@@ -7,8 +7,8 @@ use capsim_trace::ListColumn;
 
 use crate::context::{Ctx, Place};
 use crate::instance::{Site, begin_execution};
-use crate::llm::scheduler::{NewSeq, Scheduler, Token, Unservable};
-use crate::queue::is_live;
+use crate::llm::scheduler::{NewSeq, Scheduler, Step, Token, Unservable};
+use crate::queue::{InstanceQueue, is_live};
 use crate::record::RejectReason;
 use crate::timeseries::LlmState;
 
@@ -71,11 +71,40 @@ impl Continuous<'_> {
 }
 
 /// The continuous batcher of one instance (one model instance, which runs its steps).
+///
+/// Scheduling ahead (vLLM V1 with `async_scheduling`): vLLM's engine core keeps a queue of two
+/// scheduled steps, so while step k runs, step k+1 is already scheduled, and the next
+/// scheduling (of k+2) happens when step k's outputs are in. A request that joins during step
+/// k is thus first scheduled in k+2. Here the scheduler still plans each step at its start
+/// (running requests see no staleness); only requests from the instance queue wait: one that
+/// joined after `steps_started` was `s` is taken at the first plan with `steps_started >= s +
+/// schedule_ahead_steps`, or at once when the plan would otherwise be empty (the engine would
+/// go idle, and vLLM schedules a request that finds the batch queue empty at once).
 pub(crate) struct ContinuousInstance {
     pub scheduler: Scheduler,
+    /// Steps scheduled ahead of the running one (`batcher.schedule_ahead_steps`).
+    schedule_ahead_steps: u64,
+    /// Steps started so far.
+    steps_started: u64,
 }
 
 impl ContinuousInstance {
+    /// An idle instance running `scheduler`, scheduling `schedule_ahead_steps` ahead.
+    pub fn new(scheduler: Scheduler, schedule_ahead_steps: u32) -> ContinuousInstance {
+        ContinuousInstance {
+            scheduler,
+            schedule_ahead_steps: u64::from(schedule_ahead_steps),
+            steps_started: 0,
+        }
+    }
+
+    /// Steps started so far: a request joining the queue now keeps it
+    /// ([`crate::context::Ticket::steps_at_join`]).
+    #[inline]
+    pub fn steps_started(&self) -> u64 {
+        self.steps_started
+    }
+
     /// Why a request of these sizes can never be served here, if it cannot.
     #[inline]
     pub fn unservable(&self, input_tokens: u32, output_tokens: u32) -> Option<RejectReason> {
@@ -97,30 +126,19 @@ impl ContinuousInstance {
         if !mi.is_free() {
             return;
         }
-        let scheduler = &mut self.scheduler;
-        let before = Occupancy::of(scheduler);
-        let tickets = &mut ctx.tickets;
-        let queue = &mut instance.queue;
+        let before = Occupancy::of(&self.scheduler);
         let mut taken = 0u32;
-        let planned = scheduler.plan_step(now, || {
-            let entry = queue.pop(|e, part| is_live(tickets, e, part))?;
-            taken += 1;
-            let t = &mut tickets[entry.ticket];
-            // Out of the queue (and its timeout): waiting in the scheduler, then running.
-            t.place = Place::Executing;
-            t.record.batch_formed_ns = now;
-            let row = t.record.request as usize;
-            Some(NewSeq {
-                ticket: entry.ticket,
-                prompt_tokens: t.record.input_tokens,
-                output_tokens: t.record.output_tokens,
-                prefix_ids: prefix_blocks.map_or(&[][..], |p| p.get(row)),
-            })
-        });
+        let mut planned =
+            self.plan_from_queue(ctx, &mut instance.queue, prefix_blocks, true, &mut taken);
+        if planned.is_none() && self.schedule_ahead_steps > 0 && !instance.queue.is_empty() {
+            // Nothing would run: the engine would go idle, so it schedules what has joined now.
+            planned =
+                self.plan_from_queue(ctx, &mut instance.queue, prefix_blocks, false, &mut taken);
+        }
         ctx.counters.queued -= taken;
         ctx.llm_state.waiting -= taken;
-        Occupancy::of(scheduler).update(before, &mut ctx.llm_state);
-        for &ticket in scheduler.admitted() {
+        Occupancy::of(&self.scheduler).update(before, &mut ctx.llm_state);
+        for &ticket in self.scheduler.admitted() {
             let t = &mut ctx.tickets[ticket];
             t.record.exec_start_ns = now;
             t.record.model_instance = mi.index_in_instance;
@@ -128,6 +146,7 @@ impl ContinuousInstance {
         let Some(step) = planned else {
             return;
         };
+        self.steps_started += 1;
         let execution = site.execution;
         let step_time = execution
             .step_time
@@ -144,6 +163,47 @@ impl ContinuousInstance {
                 .end_ns(now, gpu_ns.saturating_add(step.overhead_ns)),
         );
         begin_execution(ctx, instance, mi, mi_index, seqs, done_ns);
+    }
+
+    /// Has the scheduler plan a step now, handing it requests from `queue` (counted in
+    /// `taken`); with `ahead`, only those that joined `schedule_ahead_steps` step starts ago
+    /// or earlier.
+    fn plan_from_queue(
+        &mut self,
+        ctx: &mut Ctx,
+        queue: &mut InstanceQueue,
+        prefix_blocks: Option<&ListColumn>,
+        ahead: bool,
+        taken: &mut u32,
+    ) -> Option<Step> {
+        let now = ctx.now.ns();
+        let tickets = &mut ctx.tickets;
+        // A request that joined after step `s` started may be scheduled once step
+        // `s + schedule_ahead_steps` has started; without `ahead`, every one may.
+        let latest_join = if ahead {
+            self.steps_started.checked_sub(self.schedule_ahead_steps)
+        } else {
+            Some(self.steps_started)
+        };
+        self.scheduler.plan_step(now, || {
+            let latest_join = latest_join?;
+            let entry = queue.pop_eligible(
+                |e, part| is_live(tickets, e, part),
+                |e| tickets[e.ticket].steps_at_join <= latest_join,
+            )?;
+            *taken += 1;
+            let t = &mut tickets[entry.ticket];
+            // Out of the queue (and its timeout): waiting in the scheduler, then running.
+            t.place = Place::Executing;
+            t.record.batch_formed_ns = now;
+            let row = t.record.request as usize;
+            Some(NewSeq {
+                ticket: entry.ticket,
+                prompt_tokens: t.record.input_tokens,
+                output_tokens: t.record.output_tokens,
+                prefix_ids: prefix_blocks.map_or(&[][..], |p| p.get(row)),
+            })
+        })
     }
 
     /// The running step ends now: its tokens go to `tokens`, in the scheduler's order.

@@ -117,6 +117,36 @@ impl InstanceQueue {
         None
     }
 
+    /// Removes and returns the next request to serve that `eligible` accepts, in the order of
+    /// [`InstanceQueue::pop`]. Within a level and part, entries joined in order and `eligible`
+    /// must accept a prefix of them (it accepts those that joined early enough): a live entry
+    /// it refuses holds back the rest of its level, and the next level is tried.
+    #[inline]
+    pub fn pop_eligible(
+        &mut self,
+        mut live: impl FnMut(Entry, Part) -> bool,
+        mut eligible: impl FnMut(Entry) -> bool,
+    ) -> Option<Entry> {
+        if self.live == 0 {
+            return None;
+        }
+        for (part, q) in Self::parts_mut(&mut self.main, &mut self.delayed) {
+            while let Some(&e) = q.front() {
+                if !live(e, part) {
+                    q.pop_front();
+                    continue;
+                }
+                if !eligible(e) {
+                    break;
+                }
+                q.pop_front();
+                self.live -= 1;
+                return Some(e);
+            }
+        }
+        None
+    }
+
     /// Queue time of the request `index` places behind the front, for a queue of one priority
     /// level with no tombstones and nothing delayed (a queue without timeouts); `None` past the
     /// end.
@@ -295,5 +325,35 @@ mod tests {
         assert_eq!(q.oldest_queued_ns(|e, _| e.ticket != 1), Some(3));
         assert_eq!(q.pop(|e, _| e.ticket != 1).map(|e| e.ticket), Some(2));
         assert_eq!(q.pop(|_, _| true), None);
+    }
+
+    #[test]
+    fn an_ineligible_front_holds_back_its_level_but_not_the_next() {
+        let mut q = InstanceQueue::new(2);
+        q.push(0, e(1, 10), Part::Main);
+        q.push(0, e(2, 20), Part::Main);
+        q.push(1, e(3, 5), Part::Main);
+        q.push(1, e(4, 30), Part::Main);
+        // Eligible: queued by 9 ns. Level 0's front (10 ns) holds back level 0; level 1's
+        // front (5 ns) goes, then its next (30 ns) holds back the rest.
+        let early = |e: Entry| e.queued_ns <= 9;
+        assert_eq!(
+            q.pop_eligible(|_, _| true, early).map(|e| e.ticket),
+            Some(3)
+        );
+        assert_eq!(q.pop_eligible(|_, _| true, early), None);
+        assert_eq!(q.len(), 3, "nothing ineligible left the queue");
+        // A tombstone at the front is dropped on the way, and the order is pop's.
+        q.forget_one();
+        let order: Vec<u32> = std::iter::from_fn(|| {
+            q.pop_eligible(|e, _| e.ticket != 1, |_| true)
+                .map(|e| e.ticket)
+        })
+        .collect();
+        assert_eq!(
+            order,
+            vec![2, 4],
+            "expected tickets 2 then 4, got {order:?}"
+        );
     }
 }

@@ -159,6 +159,9 @@ pub struct RequestRecord {
     pub exec_end_ns: u64,
     /// Post-processing finishes.
     pub postprocessed_ns: u64,
+    /// A streamed response: the part of its post-processing that closes the stream after its
+    /// last token was sent (`postprocess.base`), which no token waits for; 0 otherwise.
+    pub stream_close_ns: u64,
     /// The response (or the refusal) reaches the client, or the request times out.
     pub response_ns: u64,
     /// Batch number (run-wide, from 0), or [`NONE`].
@@ -196,6 +199,7 @@ impl RequestRecord {
             first_token_ns: NONE,
             exec_end_ns: NONE,
             postprocessed_ns: NONE,
+            stream_close_ns: 0,
             response_ns: NONE,
             batch_id: NONE,
             batch_size: 0,
@@ -211,18 +215,22 @@ impl RequestRecord {
         self.response_ns - self.arrival_ns
     }
 
-    /// Time to first token at the client, in nanoseconds: the first token's sampling plus the
-    /// response path's delay (`response_ns - exec_end_ns`), from the intended arrival. Only for
-    /// a completed request with a first token.
+    /// Time to first token at the client, in nanoseconds, from the intended arrival (the
+    /// client's send, as inference-perf and vLLM's benchmark measure it): the first token's
+    /// sampling plus the delay every streamed token has on its way to the client, which is the
+    /// last token's (`response_ns - exec_end_ns`) without the stream's close
+    /// (`stream_close_ns`). Only for a completed request with a first token.
     pub fn ttft_ns(&self) -> u64 {
         debug_assert!(self.first_token_ns != NONE && self.response_ns != NONE);
-        let ttft_ns = self.first_token_ns + (self.response_ns - self.exec_end_ns) - self.arrival_ns;
+        let token_path_ns = self.response_ns - self.exec_end_ns - self.stream_close_ns;
+        let ttft_ns = self.first_token_ns + token_path_ns - self.arrival_ns;
         assert!(ttft_ns <= self.latency_ns(), "TTFT exceeds e2e: {self:?}");
         ttft_ns
     }
 
-    /// Time per output token, `(e2e - TTFT) / (output_tokens - 1)`, in nanoseconds; `None`
-    /// with fewer than two output tokens.
+    /// Time per output token, in nanoseconds: the gap from the first token to the last,
+    /// `(e2e - TTFT - stream_close_ns) / (output_tokens - 1)` (every token has the same path to
+    /// the client); `None` with fewer than two output tokens.
     pub fn tpot_ns(&self) -> Option<u64> {
         (self.output_tokens >= 2)
             .then(|| (self.exec_end_ns - self.first_token_ns) / u64::from(self.output_tokens - 1))

@@ -121,9 +121,10 @@ impl<'a> Engine<'a> {
                     outstanding: 0,
                 });
                 executors.push(match &pool.llm {
-                    Some(l) => Executor::Continuous(ContinuousInstance {
-                        scheduler: Scheduler::new(l.scheduler.clone()),
-                    }),
+                    Some(l) => Executor::Continuous(ContinuousInstance::new(
+                        Scheduler::new(l.scheduler.clone()),
+                        l.schedule_ahead_steps,
+                    )),
                     None => Executor::Dynamic(DynamicInstance::new(
                         rule.clone(),
                         stream(seed, Component::BatcherRace, index.0),
@@ -304,6 +305,7 @@ impl<'a> Engine<'a> {
                     .iter()
                     .map(|p| postprocess::is_instant(&p.postprocess))
                     .collect(),
+                streamed: scenario.pools().iter().map(|p| p.llm.is_some()).collect(),
             },
             observe: Observer {
                 interval_ns,

@@ -46,6 +46,8 @@ mod build;
 
 pub use build::latency_keys;
 #[cfg(test)]
+mod pipeline_tests;
+#[cfg(test)]
 mod tests;
 
 /// Options of one run that are not part of the scenario.
@@ -464,8 +466,9 @@ impl<'a> Engine<'a> {
             return;
         }
         policy.push(&mut self.ctx, &mut instance.queue, ticket);
-        if let Executor::Continuous(_) = executor {
+        if let Executor::Continuous(c) = executor {
             self.ctx.llm_state.waiting += 1;
+            self.ctx.tickets[ticket].steps_at_join = c.steps_started();
         }
         self.arrived(index);
     }

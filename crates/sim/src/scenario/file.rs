@@ -265,6 +265,12 @@ pub struct BatcherSpec {
     /// Continuous: admit a waiting prompt only when KV blocks for all of it are free, not
     /// only for its first chunk (vLLM's `scheduler_reserve_full_isl`). Default false.
     pub reserve_full_isl: Option<bool>,
+    /// Continuous: steps the engine schedules ahead of the one running (vLLM V1's batch queue
+    /// with `async_scheduling`: 1). A request that joins while a step runs is first scheduled
+    /// this many step boundaries later than a synchronous engine would take it, unless the
+    /// engine would otherwise go idle. 0: synchronous (llama.cpp; vLLM without async
+    /// scheduling). Default 1.
+    pub schedule_ahead_steps: Option<u32>,
 }
 
 impl BatcherSpec {
@@ -278,6 +284,7 @@ impl BatcherSpec {
             step_overhead: self.step_overhead,
             step_overhead_per_seq: self.step_overhead_per_seq,
             reserve_full_isl: self.reserve_full_isl,
+            schedule_ahead_steps: self.schedule_ahead_steps,
         }
     }
 }
@@ -302,6 +309,7 @@ impl Default for BatcherSpec {
             step_overhead: None,
             step_overhead_per_seq: None,
             reserve_full_isl: None,
+            schedule_ahead_steps: None,
         }
     }
 }
@@ -679,6 +687,8 @@ pub struct ContinuousKeys {
     /// `reserve_full_isl`: admit a prompt only when blocks for all of it are free. Default
     /// false.
     pub reserve_full_isl: Option<bool>,
+    /// `schedule_ahead_steps`: steps scheduled ahead of the running one. Default 1.
+    pub schedule_ahead_steps: Option<u32>,
 }
 
 impl ContinuousKeys {
@@ -701,6 +711,7 @@ impl ContinuousKeys {
                 self.step_overhead_per_seq.is_some(),
             ),
             ("reserve_full_isl", self.reserve_full_isl.is_some()),
+            ("schedule_ahead_steps", self.schedule_ahead_steps.is_some()),
         ]
         .into_iter()
         .filter(|&(_, set)| set)

@@ -65,6 +65,10 @@ pub struct LlmPool {
     /// config file the step time names: true when `kv_cache.num_gpu_blocks` is not given and
     /// `step_time.model` is a path.
     pub num_gpu_blocks_from_model: bool,
+    /// Steps the engine schedules ahead of the running one (`batcher.schedule_ahead_steps`):
+    /// a request that joins during a step waits this many more step boundaries, unless the
+    /// engine would otherwise go idle.
+    pub schedule_ahead_steps: u32,
 }
 
 /// KV blocks of `block_size` tokens in `tokens` of KV capacity; an error at `key` when not even
@@ -393,6 +397,9 @@ fn validate_service(key: &dyn Fn(&str) -> String, spec: &ServiceSpec) -> Result<
     }
 }
 
+/// The most steps a continuous batcher may schedule ahead (a pipeline of 16 stages).
+const MAX_SCHEDULE_AHEAD_STEPS: u32 = 16;
+
 /// Validates a continuous pool's keys. `prefix` is the pool's key prefix (`""` or
 /// `"pools.NAME."`), `model_instances` its `gpus * instance_count`, `priority_levels` its queue's.
 fn validate_llm_pool(
@@ -426,6 +433,16 @@ fn validate_llm_pool(
         return Err(invalid(
             &key("batcher.max_num_batched_tokens"),
             "must be at least 1",
+        ));
+    }
+    let schedule_ahead_steps = keys.schedule_ahead_steps.unwrap_or(1);
+    if schedule_ahead_steps > MAX_SCHEDULE_AHEAD_STEPS {
+        return Err(invalid(
+            &key("batcher.schedule_ahead_steps"),
+            format!(
+                "{schedule_ahead_steps} is above {MAX_SCHEDULE_AHEAD_STEPS}: vLLM schedules at \
+                 most one step ahead per pipeline stage (1 with async scheduling, 0 without)"
+            ),
         ));
     }
     let scheduling = keys.scheduling.unwrap_or_default();
@@ -508,5 +525,6 @@ fn validate_llm_pool(
         scheduling,
         step_time_spec: step_time.clone(),
         num_gpu_blocks_from_model,
+        schedule_ahead_steps,
     })
 }
