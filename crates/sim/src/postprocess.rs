@@ -44,7 +44,7 @@ impl Postprocess {
             done.ns(),
             EventKind::PostprocessDone,
             ticket,
-            0,
+            t.generation,
         );
         true
     }
