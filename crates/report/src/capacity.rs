@@ -75,7 +75,8 @@ pub const MIN_ACHIEVED_FRACTION: f64 = 0.9;
 pub struct Outcome {
     /// Whether every SLO objective held.
     pub slo_met: bool,
-    /// Fraction of requests in the run that were rejected or timed out, in [0, 1].
+    /// Fraction of requests in the run that were rejected or timed out (in the queue, or at
+    /// their client's timeout: failed), in [0, 1].
     pub lost_fraction: f64,
     /// Whether the queue grew without bound over the run.
     pub queue_grows: bool,

@@ -307,7 +307,8 @@ impl RunResult {
     /// The verdict of this run against `slo`.
     pub fn outcome(&self, slo: &Slo) -> Outcome {
         let measured = &self.summary.measured;
-        let lost = measured.rejected + measured.timed_out;
+        // A request whose client gave up (`load.client_timeout`) is lost like a timed-out one.
+        let lost = measured.rejected + measured.timed_out + measured.failed;
         let lost_fraction = if measured.total == 0 {
             1.0
         } else {

@@ -1,12 +1,13 @@
 //! The clients: they send the trace's requests (open loop at the trace's arrivals, or closed
 //! loop, each of `concurrency` clients sending after its previous answer and a think time),
-//! retry rejected or timed-out attempts after a backoff, and own the network between them and
-//! the gateway (the uplink of each request, the downlink of each response).
+//! give up on an attempt not answered within `load.client_timeout`, retry rejected or
+//! timed-out attempts after a backoff, and own the network between them and the gateway (the
+//! uplink of each request, the downlink of each response).
 
-use crate::context::{ClientId, Ctx, LANE_CLIENT, NO_LANE, Place, RequestId};
+use crate::context::{ClientId, Ctx, LANE_CLIENT, LANE_CLIENT_TIMEOUT, NO_LANE, Place, RequestId};
 use crate::event::EventKind;
 use crate::network::NetworkPath;
-use crate::record::{Outcome, RequestRecord};
+use crate::record::{FailReason, Outcome, RequestRecord};
 use crate::rng::SimRng;
 
 /// Which requests are excluded from statistics as warm-up (they are still simulated and counted).
@@ -70,6 +71,8 @@ pub(crate) struct RetryPolicy {
     pub multiplier: f64,
     pub on_rejected: bool,
     pub on_timed_out: bool,
+    /// Retry an attempt that failed at the client's own timeout.
+    pub on_client_timeout: bool,
 }
 
 /// The clients and the trace they send.
@@ -81,6 +84,8 @@ pub(crate) struct Clients<'a> {
     pub warmup: Warmup,
     pub closed_loop: bool,
     pub think_time_ns: u64,
+    /// `load.client_timeout`: an attempt not answered this long after its send fails.
+    pub timeout_ns: Option<u64>,
     pub retry: RetryPolicy,
     pub uplink: Link,
     pub downlink: Link,
@@ -127,25 +132,36 @@ impl<'a> Clients<'a> {
         ticket
     }
 
-    /// The attempt on `ticket` leaves for the gateway; true when it is there at once (the
-    /// uplink takes no time).
+    /// The attempt on `ticket` leaves for the gateway, its client's timeout counting from now;
+    /// true when it is there at once (the uplink takes no time).
     #[inline(always)]
     pub fn launch(&mut self, ctx: &mut Ctx, ticket: u32) -> bool {
         let now = ctx.now.ns();
         ctx.counters.sent += 1;
         ctx.counters.in_system += 1;
         ctx.interval.arrivals += 1;
+        let t = &ctx.tickets[ticket];
+        let (tokens, generation) = (t.record.input_tokens, t.generation);
+        if let Some(timeout_ns) = self.timeout_ns {
+            // Every attempt waits the same time from its send: the lane stays in time order.
+            ctx.events.push_in_order(
+                LANE_CLIENT_TIMEOUT,
+                now.saturating_add(timeout_ns),
+                EventKind::ClientTimeout,
+                ticket,
+                generation,
+            );
+        }
         if self.uplink.instant {
             return true;
         }
-        let tokens = ctx.tickets[ticket].record.input_tokens;
         let delay_ns = self.uplink.path.delay_ns(tokens, &mut self.uplink.rng);
         ctx.events.push_in_order(
             self.uplink.lane,
             now.saturating_add(delay_ns),
             EventKind::GatewayArrival,
             ticket,
-            0,
+            generation,
         );
         false
     }
@@ -188,7 +204,7 @@ impl<'a> Clients<'a> {
             now.saturating_add(delay_ns),
             EventKind::ResponseDelivered,
             ticket,
-            0,
+            t.generation,
         );
         false
     }
@@ -197,10 +213,13 @@ impl<'a> Clients<'a> {
     #[inline]
     pub fn retries(&self, outcome: Outcome, attempt: u16) -> bool {
         (match outcome {
-            // The engine never fails a request: that outcome is a real server's.
-            Outcome::Completed | Outcome::Failed(_) => false,
+            Outcome::Completed => false,
             Outcome::Rejected(_) => self.retry.on_rejected,
             Outcome::TimedOut => self.retry.on_timed_out,
+            Outcome::Failed(FailReason::Timeout) => self.retry.on_client_timeout,
+            // The engine fails a request only at its client's timeout: the other reasons are a
+            // real server's.
+            Outcome::Failed(_) => false,
         }) && u32::from(attempt) < self.retry.max_attempts
     }
 

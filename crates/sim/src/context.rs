@@ -21,7 +21,8 @@ pub(crate) const LANE_TIMEOUT: usize = 3;
 pub(crate) const LANE_CLIENT: usize = 4;
 pub(crate) const LANE_UPLINK: usize = 5;
 pub(crate) const LANE_DOWNLINK: usize = 6;
-pub(crate) const LANES: usize = 7;
+pub(crate) const LANE_CLIENT_TIMEOUT: usize = 7;
+pub(crate) const LANES: usize = 8;
 /// A lane index that does not exist: the event goes to the heap.
 pub(crate) const NO_LANE: usize = usize::MAX;
 
@@ -75,6 +76,9 @@ pub(crate) enum Place {
     Free,
     NetworkIn,
     Gateway,
+    /// Waiting for a pre-processing worker.
+    PreprocessWaiting,
+    /// A pre-processing worker is busy with it.
     Preprocess,
     Queued,
     Delayed,
@@ -175,7 +179,7 @@ impl IndexMut<u32> for Tickets {
 pub(crate) struct Counters {
     /// Attempts sent.
     pub sent: u64,
-    /// Attempts finished (completed, rejected or timed out).
+    /// Attempts finished (completed, rejected, timed out or failed).
     pub finished: u64,
     /// Attempts sent and not finished.
     pub in_system: u32,

@@ -39,13 +39,16 @@ impl Occupancy {
 }
 
 /// What the continuous batchers share: the trace's prefix blocks, a buffer for a step's
-/// tokens, and the count of output tokens of completed requests.
+/// tokens, and the counts of output tokens of requests that left a scheduler.
 pub(crate) struct Continuous<'a> {
     pub prefix_blocks: Option<&'a ListColumn>,
     /// Tokens of the step being completed (capacity kept between steps).
     pub token_buf: Vec<Token>,
-    /// Output tokens of completed continuous-batching requests (checked against the samples).
+    /// Output tokens of requests whose generation ran to its last token (checked, with
+    /// `aborted_tokens`, against the samples).
     pub completed_tokens: u64,
+    /// Output tokens sampled for requests whose client gave up before their last token.
+    pub aborted_tokens: u64,
 }
 
 impl Continuous<'_> {
@@ -204,6 +207,19 @@ impl ContinuousInstance {
                 prefix_ids: prefix_blocks.map_or(&[][..], |p| p.get(row)),
             })
         })
+    }
+
+    /// The client of the request on `ticket`, which the scheduler holds (waiting or running),
+    /// gave up: the scheduler drops it and frees its KV blocks now (see [`Scheduler::abort`]).
+    /// Returns the output tokens it had sampled.
+    pub fn abort(&mut self, ctx: &mut Ctx, ticket: u32) -> u32 {
+        let before = Occupancy::of(&self.scheduler);
+        let sampled = self
+            .scheduler
+            .abort(ctx.now.ns(), ticket)
+            .expect("an executing request is held by its instance's scheduler");
+        Occupancy::of(&self.scheduler).update(before, &mut ctx.llm_state);
+        sampled
     }
 
     /// The running step ends now: its tokens go to `tokens`, in the scheduler's order.

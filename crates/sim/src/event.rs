@@ -21,13 +21,14 @@ use std::collections::VecDeque;
 /// instance, depending on the kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventKind {
-    /// A request reaches the gateway (target: ticket).
+    /// A request reaches the gateway (target: ticket; `aux`: its generation).
     GatewayArrival,
-    /// The gateway has processed a request and routes it (target: ticket).
+    /// The gateway has processed a request and routes it (target: ticket; `aux`: its
+    /// generation).
     GatewayDone,
-    /// A cache hit is answered (target: ticket).
+    /// A cache hit is answered (target: ticket; `aux`: its generation).
     CacheAnswered,
-    /// A request finished pre-processing (target: ticket).
+    /// A request finished pre-processing (target: ticket; `aux`: its generation).
     PreprocessDone,
     /// A request's queue timeout runs out (target: ticket; `aux`: its generation).
     QueueTimeout,
@@ -40,10 +41,12 @@ pub enum EventKind {
     BatchDone,
     /// A model instance finished loading (target: model instance).
     ModelInstanceReady,
-    /// A request finished post-processing (target: ticket).
+    /// A request finished post-processing (target: ticket; `aux`: its generation).
     PostprocessDone,
-    /// A response reaches its client (target: ticket).
+    /// A response reaches its client (target: ticket; `aux`: its generation).
     ResponseDelivered,
+    /// A client's `load.client_timeout` runs out (target: ticket; `aux`: its generation).
+    ClientTimeout,
     /// A closed-loop client sends its next request (target: client).
     ClientSend,
     /// A client retries a rejected or timed-out request after its backoff (target: ticket).

@@ -222,7 +222,7 @@ impl Gateway<'_> {
                 now.saturating_add(self.cache_latency_ns),
                 EventKind::CacheAnswered,
                 ticket,
-                0,
+                t.generation,
             );
             return Arrived::Later;
         }
@@ -234,7 +234,7 @@ impl Gateway<'_> {
             now.saturating_add(self.overhead_ns),
             EventKind::GatewayDone,
             ticket,
-            0,
+            t.generation,
         );
         Arrived::Later
     }

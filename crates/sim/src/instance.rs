@@ -144,7 +144,8 @@ pub struct ModelInstance {
     pub batch_start: SimTime,
     /// When it last became idle: its previous batch ended, or it became ready.
     pub idle_since: SimTime,
-    /// Tickets of the current batch (capacity kept between batches).
+    /// Tickets of the current batch (capacity kept between batches); a request whose client
+    /// gave up while it computed is marked in place (the engine's `ABANDONED`).
     pub members: Vec<u32>,
     /// Total time spent executing, in nanoseconds.
     pub busy_ns: u64,

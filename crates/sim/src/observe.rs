@@ -150,15 +150,15 @@ impl Observer {
     }
 
     /// The run's summary and timeseries, at its end (the clock). `extrapolated_batches` are by
-    /// pool; `schedulers` are the continuous batchers, which produced `completed_tokens` output
-    /// tokens for completed requests.
+    /// pool; `schedulers` are the continuous batchers, which sampled `left_tokens` output
+    /// tokens for the requests that left them (finished, or aborted by their client).
     pub fn finish<'s>(
         mut self,
         mut ctx: Ctx,
         fleet: &Fleet,
         extrapolated_batches: impl Iterator<Item = u64>,
         schedulers: impl Iterator<Item = &'s mut Scheduler>,
-        completed_tokens: u64,
+        left_tokens: u64,
     ) -> Run {
         let end = ctx.now;
         if end > self.last_sample {
@@ -167,7 +167,7 @@ impl Observer {
         let end_ns = end.ns();
         if self.has_llm {
             ctx.summary
-                .set_llm(llm_summary(schedulers, completed_tokens, end_ns));
+                .set_llm(llm_summary(schedulers, left_tokens, end_ns));
         }
         let utilization = fleet
             .model_instances
@@ -212,10 +212,10 @@ impl Observer {
 }
 
 /// The continuous batchers' section of the summary, checking that every output token sampled
-/// belongs to a completed request.
+/// belongs to a request that left its scheduler (`left_tokens`: finished, or aborted).
 fn llm_summary<'s>(
     schedulers: impl Iterator<Item = &'s mut Scheduler>,
-    completed_tokens: u64,
+    left_tokens: u64,
     end_ns: u64,
 ) -> LlmSummary {
     let mut llm = LlmSummary::default();
@@ -243,8 +243,8 @@ fn llm_summary<'s>(
             .max(f64::from(s.kv_in_use_max) / f64::from(scheduler.kv_total()));
     }
     assert_eq!(
-        llm.output_tokens, completed_tokens,
-        "output tokens sampled != output tokens of completed requests"
+        llm.output_tokens, left_tokens,
+        "output tokens sampled != output tokens of the requests that finished or were aborted"
     );
     let per_step = |n: u64| {
         if llm.steps == 0 {

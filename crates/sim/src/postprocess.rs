@@ -60,7 +60,7 @@ impl Postprocess {
             done.ns(),
             EventKind::PostprocessDone,
             ticket,
-            0,
+            t.generation,
         );
         true
     }

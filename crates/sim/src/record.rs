@@ -44,8 +44,8 @@ impl RejectReason {
     ];
 }
 
-/// Why a request sent to a real server got no answer (measured runs only; the simulator's
-/// requests never fail).
+/// Why a request got no answer. A real server's requests fail for any of these; a simulated
+/// one fails only as [`FailReason::Timeout`], when its client gives up (`load.client_timeout`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FailReason {
     /// No connection could be made, or it broke before the response began.
@@ -105,7 +105,8 @@ pub enum Outcome {
     Rejected(RejectReason),
     /// Left the instance queue at its timeout (`timeout_action = reject`).
     TimedOut,
-    /// Sent to a real server and not answered, with the reason (measured runs only).
+    /// Not answered, with the reason: a real server's failure, or (simulated) the client's own
+    /// timeout, [`FailReason::Timeout`].
     Failed(FailReason),
 }
 
@@ -162,7 +163,8 @@ pub struct RequestRecord {
     /// A streamed response: the part of its post-processing that closes the stream after its
     /// last token was sent (`postprocess.base`), which no token waits for; 0 otherwise.
     pub stream_close_ns: u64,
-    /// The response (or the refusal) reaches the client, or the request times out.
+    /// The response (or the refusal) reaches the client, or the request times out (in the
+    /// queue, or at its client's timeout).
     pub response_ns: u64,
     /// Batch number (run-wide, from 0), or [`NONE`].
     pub batch_id: u64,

@@ -35,9 +35,10 @@ pub struct Counts {
     pub rejected: u64,
     /// Refused, by reason (`rate_limited`, `max_in_flight`, `queue_full`).
     pub rejected_by_reason: BTreeMap<String, u64>,
-    /// Timed out in a queue.
+    /// Timed out in a queue (`queue.timeout`; a client's own timeout is a failure, `failed`).
     pub timed_out: u64,
-    /// Sent to a real server and not answered (measured runs only; absent from simulations).
+    /// Not answered: a real server's failures, or (simulated) attempts whose client gave up at
+    /// `load.client_timeout`; absent when none.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub failed: u64,
     /// Failed, by class ([`crate::record::FailReason::CLASSES`]).

@@ -250,12 +250,14 @@ impl<'a> Engine<'a> {
                 warmup: options.warmup,
                 closed_loop,
                 think_time_ns: scenario.load.think_time.0,
+                timeout_ns: scenario.load.client_timeout.map(|d| d.0),
                 retry: RetryPolicy {
                     max_attempts: scenario.retry.max_attempts,
                     backoff_ns: scenario.retry.backoff.0,
                     multiplier: scenario.retry.backoff_multiplier,
                     on_rejected: scenario.retry.on.contains(&RetryOn::Rejected),
                     on_timed_out: scenario.retry.on.contains(&RetryOn::TimedOut),
+                    on_client_timeout: scenario.retry.on.contains(&RetryOn::ClientTimeout),
                 },
                 uplink,
                 downlink,
@@ -293,6 +295,7 @@ impl<'a> Engine<'a> {
                 prefix_blocks: trace.prefix_blocks(),
                 token_buf: Vec::with_capacity(256),
                 completed_tokens: 0,
+                aborted_tokens: 0,
             },
             postprocess: Postprocess {
                 specs: scenario
@@ -320,6 +323,7 @@ impl<'a> Engine<'a> {
                 pool_names: scenario.pools().iter().map(|p| p.name.clone()).collect(),
                 seed,
             },
+            abandoned_preprocess: Vec::new(),
             past_horizon: None,
         }
     }

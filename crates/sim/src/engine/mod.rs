@@ -16,7 +16,8 @@
 //! [`crate::postprocess`]) and sees the kernel through a [`Ctx`]. [`crate::observe`] samples the
 //! timeseries and builds the summary.
 //!
-//! At the end the engine asserts that every request sent was completed, rejected or timed out.
+//! At the end the engine asserts that every request sent was completed, rejected, timed out or
+//! failed (its client gave up at `load.client_timeout`).
 
 use std::sync::Arc;
 
@@ -34,7 +35,7 @@ use crate::observe::Observer;
 use crate::postprocess::Postprocess;
 use crate::preprocess::Preprocess;
 use crate::queue::{QueuePolicy, is_stale_timeout};
-use crate::record::{NoRecords, Outcome, RecordSink, RejectReason, RequestLog};
+use crate::record::{FailReason, NoRecords, Outcome, RecordSink, RejectReason, RequestLog};
 use crate::summary::Summary;
 use crate::time::SimTime;
 use crate::timing::service::ServiceTime;
@@ -47,6 +48,8 @@ mod build;
 pub use build::latency_keys;
 #[cfg(test)]
 mod pipeline_tests;
+#[cfg(test)]
+mod abort_tests;
 #[cfg(test)]
 mod tests;
 
@@ -115,6 +118,7 @@ fn horizon_cause(kind: EventKind) -> &'static str {
         }
         EventKind::ClientSend => "a closed-loop client's pause (`load.think_time`)",
         EventKind::RetrySend => "a retry's backoff (`retry.backoff`, `retry.backoff_multiplier`)",
+        EventKind::ClientTimeout => "a client's timeout (`load.client_timeout`)",
     }
 }
 
@@ -203,6 +207,10 @@ const COMPUTED: u32 = 0;
 /// `aux` of a [`EventKind::BatchDone`]: the model instance is free after its release latency.
 const RELEASED: u32 = 1;
 
+/// A member of a dynamic batch whose client gave up while it computed: the batch runs on (a
+/// GPU batch cannot be cut), and its result is dropped when it ends.
+const ABANDONED: u32 = u32::MAX;
+
 /// What executes an instance's requests: Triton's dynamic batcher, or a continuous batcher.
 // One per instance, reached on every event of it: a boxed scheduler would cost an indirection
 // there, and the unused bytes of a dynamic instance's slot (a few hundred) cost nothing.
@@ -227,6 +235,9 @@ struct Engine<'a> {
     continuous: Continuous<'a>,
     postprocess: Postprocess,
     observe: Observer,
+    /// (ticket, generation, instance) of each request whose client gave up while a
+    /// pre-processing worker ran it: the worker finishes it, then takes the next request.
+    abandoned_preprocess: Vec<(u32, u32, InstanceId)>,
     /// Set when the run stopped at an event at or past [`SimTime::HORIZON`]: its kind.
     past_horizon: Option<EventKind>,
 }
@@ -302,10 +313,11 @@ impl<'a> Engine<'a> {
         let counts = self.ctx.summary.counts();
         assert!(
             counts.adds_up() && counts.total == counters.sent,
-            "completed {} + rejected {} + timed out {} != total {}",
+            "completed {} + rejected {} + timed out {} + failed {} != total {}",
             counts.completed,
             counts.rejected,
             counts.timed_out,
+            counts.failed,
             counters.sent
         );
     }
@@ -323,12 +335,19 @@ impl<'a> Engine<'a> {
         self.observe.integrate(&mut self.ctx, t);
     }
 
-    /// True for a queue timeout or batcher timer whose request or deadline has moved on: its
-    /// handler would do nothing.
+    /// True for a queue timeout or batcher timer whose request or deadline has moved on, or an
+    /// event of an attempt that has ended (its client gave up, or it was answered): its handler
+    /// would do nothing.
     #[inline]
     fn is_stale_timer(&self, event: &Event) -> bool {
         match event.kind {
             EventKind::QueueTimeout => is_stale_timeout(&self.ctx.tickets, event.target, event.aux),
+            EventKind::GatewayArrival
+            | EventKind::GatewayDone
+            | EventKind::CacheAnswered
+            | EventKind::PostprocessDone
+            | EventKind::ResponseDelivered
+            | EventKind::ClientTimeout => self.ctx.tickets[event.target].generation != event.aux,
             EventKind::BatcherTimer | EventKind::BatcherPoll => {
                 match &self.executors[InstanceId(event.target).index()] {
                     Executor::Dynamic(d) => d.is_stale(event),
@@ -353,7 +372,7 @@ impl<'a> Engine<'a> {
             EventKind::GatewayArrival => self.gateway_arrival(target, sink),
             EventKind::GatewayDone => self.route(target, sink),
             EventKind::CacheAnswered => self.postprocessed(target, sink),
-            EventKind::PreprocessDone => self.preprocess_done(target, sink),
+            EventKind::PreprocessDone => self.preprocess_done(target, aux, sink),
             EventKind::QueueTimeout => self.queue_timeout(target, aux, sink),
             EventKind::BatcherTimer | EventKind::BatcherPoll => {
                 let (executor, at) = site_of(
@@ -392,6 +411,7 @@ impl<'a> Engine<'a> {
                     self.send(request, ClientId(target), sink);
                 }
             }
+            EventKind::ClientTimeout => self.client_timeout(target, sink),
         }
     }
 
@@ -433,13 +453,33 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// A pre-processing worker is done with the request on `ticket` (of `generation`): it takes
+    /// the next waiting request, and the request is queued unless its client gave up meanwhile.
     #[inline]
-    fn preprocess_done<S: RecordSink>(&mut self, ticket: u32, sink: &mut S) {
+    fn preprocess_done<S: RecordSink>(&mut self, ticket: u32, generation: u32, sink: &mut S) {
+        if self.ctx.tickets[ticket].generation != generation {
+            self.abandoned_preprocess_done(ticket, generation);
+            return;
+        }
         let index = self.gateway.instance_of(&self.ctx.tickets[ticket].record);
         let instance = &mut self.fleet.instances[index.index()];
         self.preprocess
             .finish(&mut self.ctx, instance.pool, &mut instance.workers);
         self.enqueue(ticket, index, sink);
+    }
+
+    /// A worker finished a request whose client had given up: it takes the next one.
+    #[cold]
+    fn abandoned_preprocess_done(&mut self, ticket: u32, generation: u32) {
+        let at = self
+            .abandoned_preprocess
+            .iter()
+            .position(|&(t, g, _)| (t, g) == (ticket, generation))
+            .expect("a stale pre-processing end belongs to an abandoned request");
+        let (_, _, index) = self.abandoned_preprocess.swap_remove(at);
+        let instance = &mut self.fleet.instances[index.index()];
+        self.preprocess
+            .finish(&mut self.ctx, instance.pool, &mut instance.workers);
     }
 
     /// The request enters its instance's queue (or is rejected: it can never be served there,
@@ -484,6 +524,81 @@ impl<'a> Engine<'a> {
             }
             instance.outstanding -= 1;
             self.end(ticket, Outcome::TimedOut, sink);
+        }
+    }
+
+    /// The client of the attempt on `ticket` gives up (`load.client_timeout`): the server lets
+    /// go of the request wherever it is, and the attempt fails as `timeout` now. An event still
+    /// pending for it (in the network, the gateway, post-processing) is stale from here on
+    /// (`is_stale_timer`).
+    fn client_timeout<S: RecordSink>(&mut self, ticket: u32, sink: &mut S) {
+        let t = &self.ctx.tickets[ticket];
+        let (place, generation) = (t.place, t.generation);
+        // Read only where the request was routed to an instance.
+        let index = || self.gateway.instance_of(&t.record);
+        let mut replan = None;
+        match place {
+            Place::NetworkIn | Place::Gateway | Place::Postprocess | Place::NetworkOut => {}
+            Place::PreprocessWaiting => {
+                let index = index();
+                let instance = &mut self.fleet.instances[index.index()];
+                self.preprocess
+                    .abandon_waiting(&mut self.ctx, &mut instance.workers);
+                instance.outstanding -= 1;
+            }
+            Place::Preprocess => {
+                // Tokenization is not interruptible: the worker stays busy until it finishes.
+                let index = index();
+                self.abandoned_preprocess.push((ticket, generation, index));
+                self.fleet.instances[index.index()].outstanding -= 1;
+            }
+            Place::Queued | Place::Delayed => {
+                let index = index();
+                let instance = &mut self.fleet.instances[index.index()];
+                instance.queue.forget_one();
+                instance.outstanding -= 1;
+                self.ctx.counters.queued -= 1;
+                if let Executor::Continuous(_) = self.executors[index.index()] {
+                    self.ctx.llm_state.waiting -= 1;
+                }
+            }
+            Place::Executing => {
+                let index = index();
+                replan = self.abandon_execution(ticket, index).then_some(index);
+            }
+            Place::Free | Place::Backoff => {
+                unreachable!("the timeout of an ended attempt is stale")
+            }
+        }
+        self.end(ticket, Outcome::Failed(FailReason::Timeout), sink);
+        if let Some(index) = replan {
+            // Its blocks may let a waiting request in, if no step is running to plan after.
+            self.dispatch(index, None);
+        }
+    }
+
+    /// The client of the executing request on `ticket`, at instance `index`, gave up. A
+    /// continuous batcher drops it and frees its KV blocks now (true: plan a step, if none
+    /// runs); a dynamic batch runs on, and its result for it is dropped.
+    fn abandon_execution(&mut self, ticket: u32, index: InstanceId) -> bool {
+        self.fleet.instances[index.index()].outstanding -= 1;
+        match &mut self.executors[index.index()] {
+            Executor::Continuous(c) => {
+                self.continuous.aborted_tokens += u64::from(c.abort(&mut self.ctx, ticket));
+                true
+            }
+            Executor::Dynamic(_) => {
+                let instance = &self.fleet.instances[index.index()];
+                let mi_index =
+                    instance.first_model_instance + self.ctx.tickets[ticket].record.model_instance;
+                let members = &mut self.fleet.model_instances[mi_index as usize].members;
+                let member = members
+                    .iter_mut()
+                    .find(|m| **m == ticket)
+                    .expect("an executing request is a member of its batch");
+                *member = ABANDONED;
+                false
+            }
         }
     }
 
@@ -598,14 +713,19 @@ impl<'a> Engine<'a> {
             .push(at_ns, EventKind::BatchDone, mi_index, RELEASED);
     }
 
-    /// Every request of model instance `mi_index`'s batch is done executing.
+    /// Every request of model instance `mi_index`'s batch is done executing (those whose
+    /// client gave up are dropped).
     #[inline]
     fn batch_executed<S: RecordSink>(&mut self, index: InstanceId, mi_index: u32, sink: &mut S) {
         let now = self.ctx.now.ns();
         let mut members =
             std::mem::take(&mut self.fleet.model_instances[mi_index as usize].members);
-        self.fleet.instances[index.index()].outstanding -= members.len() as u32;
+        let answered = members.iter().filter(|&&m| m != ABANDONED).count();
+        self.fleet.instances[index.index()].outstanding -= answered as u32;
         for &ticket in &members {
+            if ticket == ABANDONED {
+                continue;
+            }
             self.ctx.tickets[ticket].record.exec_end_ns = now;
             self.executed(ticket, sink);
         }
@@ -664,6 +784,17 @@ impl<'a> Engine<'a> {
             observe,
             ..
         } = self;
+        for executor in &mut executors {
+            if let Executor::Continuous(c) = executor
+                && c.scheduler.is_busy()
+            {
+                // Every request is answered, so a step still running computes only for requests
+                // whose clients gave up: it samples nothing, and the run ends at its last response.
+                c.scheduler.complete_step(ctx.now.ns(), |token| {
+                    unreachable!("a step past the last response sampled {token:?}")
+                });
+            }
+        }
         observe.finish(
             ctx,
             &fleet,
@@ -672,7 +803,7 @@ impl<'a> Engine<'a> {
                 Executor::Continuous(c) => Some(&mut c.scheduler),
                 Executor::Dynamic(_) => None,
             }),
-            continuous.completed_tokens,
+            continuous.completed_tokens + continuous.aborted_tokens,
         )
     }
 }

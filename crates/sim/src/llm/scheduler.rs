@@ -458,6 +458,29 @@ impl Scheduler {
         }
     }
 
+    /// Drops the sequence of `ticket` at `now_ns`, as vLLM aborts a request whose client went
+    /// away: it leaves the running or the waiting line, and its KV blocks are freed now
+    /// (registered prefix blocks stay cached, as on a normal finish). If the step running now
+    /// includes it, the step still runs to its end (its time was drawn with it) but samples no
+    /// token for it. Returns the output tokens it had sampled, or `None` when the scheduler
+    /// does not hold `ticket`.
+    pub fn abort(&mut self, now_ns: u64, ticket: u32) -> Option<u32> {
+        let seqs = &self.seqs;
+        let holds = |slot: &u32| seqs[*slot as usize].ticket == ticket;
+        let slot = if let Some(i) = self.running.iter().position(holds) {
+            self.running.remove(i)
+        } else if let Some(i) = self.held.iter().position(holds) {
+            self.held.remove(i).expect("position is within the line")
+        } else {
+            return None;
+        };
+        self.integrate(now_ns);
+        self.release_blocks(slot);
+        self.scheduled.retain(|&(scheduled, _)| scheduled != slot);
+        self.free_slots.push(slot);
+        Some(self.seqs[slot as usize].generated)
+    }
+
     fn take_slot(&mut self, new: NewSeq<'_>) -> u32 {
         let (prompt_tokens, output_tokens) = effective_sizes(new.prompt_tokens, new.output_tokens);
         let slot = match self.free_slots.pop() {
@@ -984,6 +1007,117 @@ mod tests {
         let (_, stats, steps) = drive(cfg, &[a, b], |_| 1_000);
         assert_eq!(stats.prefix.cached_prompt_tokens, 496);
         assert_eq!(steps[1].prefill_tokens, 16);
+    }
+
+    fn new_seq(ticket: u32, prompt_tokens: u32, output_tokens: u32) -> NewSeq<'static> {
+        NewSeq {
+            ticket,
+            prompt_tokens,
+            output_tokens,
+            prefix_ids: &[],
+        }
+    }
+
+    /// Runs steps of 10 ns from `now_ns`, with nothing more arriving, until the scheduler is
+    /// idle; the tokens go to `tokens`.
+    fn drain(s: &mut Scheduler, mut now_ns: u64, tokens: &mut Vec<Token>) {
+        while s.plan_step(now_ns, || None).is_some() {
+            now_ns += 10;
+            s.complete_step(now_ns, |t| tokens.push(t));
+        }
+        assert!(s.is_idle());
+    }
+
+    /// vLLM's abort of a running sequence while a step runs: its blocks come back at once, the
+    /// step runs to its end, no token is sampled for it then or later, and the other goes on.
+    #[test]
+    fn aborting_a_running_sequence_mid_step_frees_its_blocks_and_samples_no_token_for_it() {
+        let mut s = Scheduler::new(SchedulerConfig {
+            block_size: 4,
+            num_gpu_blocks: 8,
+            ..config()
+        });
+        let mut queue: VecDeque<NewSeq> = [new_seq(0, 8, 5), new_seq(1, 4, 5)].into();
+        s.plan_step(0, || queue.pop_front()).unwrap();
+        s.complete_step(10, |_| {});
+        // Both decode: ticket 0 holds 3 blocks (9 tokens), ticket 1 holds 2 (5 tokens).
+        s.plan_step(10, || None).unwrap();
+        assert_eq!(s.kv_in_use(), 5);
+        assert_eq!(s.abort(15, 0), Some(1), "ticket 0 had sampled one token");
+        assert_eq!((s.kv_in_use(), s.running()), (2, 1));
+        let mut tokens = Vec::new();
+        s.complete_step(20, |t| tokens.push(t));
+        assert_eq!(
+            tokens,
+            vec![Token {
+                ticket: 1,
+                index: 1,
+                last: false
+            }],
+            "the step ends with a token for ticket 1 only"
+        );
+        assert_eq!(s.abort(21, 0), None, "an aborted sequence is gone");
+        drain(&mut s, 20, &mut tokens);
+        assert!(tokens.iter().all(|t| t.ticket == 1));
+        assert_eq!(tokens.len(), 4, "ticket 1's tokens 1 to 4");
+        assert_eq!(s.kv_in_use(), 0, "every block came back, none twice");
+        assert_eq!(s.stats().output_tokens, 1 + 5);
+    }
+
+    /// Aborting a request taken from the queue and waiting for blocks takes it out of the
+    /// line: the next request is admitted in its place, and it never gets a token.
+    #[test]
+    fn aborting_a_waiting_sequence_takes_it_out_of_the_line() {
+        let mut s = Scheduler::new(SchedulerConfig {
+            block_size: 4,
+            num_gpu_blocks: 2,
+            ..config()
+        });
+        // Ticket 0 fills both blocks; ticket 1 is taken and waits; ticket 2 stays queued.
+        let mut queue: VecDeque<NewSeq> =
+            [new_seq(0, 8, 1), new_seq(1, 4, 1), new_seq(2, 4, 1)].into();
+        s.plan_step(0, || queue.pop_front()).unwrap();
+        assert_eq!((s.running(), s.held(), queue.len()), (1, 1, 1));
+        assert_eq!(s.abort(5, 1), Some(0));
+        assert_eq!((s.held(), s.kv_in_use()), (0, 2));
+        let mut tokens = Vec::new();
+        s.complete_step(10, |t| tokens.push(t));
+        s.plan_step(10, || queue.pop_front()).unwrap();
+        assert_eq!(s.admitted(), &[2], "ticket 2 takes the aborted one's place");
+        s.complete_step(20, |t| tokens.push(t));
+        let tickets: Vec<u32> = tokens.iter().map(|t| t.ticket).collect();
+        assert_eq!(tickets, vec![0, 2]);
+        assert!(s.is_idle() && s.kv_in_use() == 0);
+    }
+
+    /// An aborted sequence's registered prompt blocks stay in the prefix cache, as on a normal
+    /// finish: the next request with the same prefix reuses them.
+    #[test]
+    fn aborting_keeps_the_registered_prefix_blocks_cached() {
+        let mut s = Scheduler::new(SchedulerConfig {
+            enable_prefix_caching: true,
+            ..config()
+        });
+        let (a_ids, b_ids) = ([1, 2, 3], [1, 2, 4]);
+        let a = NewSeq {
+            prefix_ids: &a_ids,
+            ..new_seq(0, 1100, 10)
+        };
+        let mut queue: VecDeque<NewSeq> = [a].into();
+        s.plan_step(0, || queue.pop_front()).unwrap();
+        s.complete_step(10, |_| {});
+        s.plan_step(10, || None).unwrap();
+        assert!(s.abort(15, 0).is_some());
+        s.complete_step(20, |_| {});
+        assert_eq!(s.kv_in_use(), 0);
+        let b = NewSeq {
+            prefix_ids: &b_ids,
+            ..new_seq(1, 1100, 2)
+        };
+        let mut queue: VecDeque<NewSeq> = [b].into();
+        s.plan_step(20, || queue.pop_front()).unwrap();
+        // B shares ids 1 and 2 with A: 1024 tokens.
+        assert_eq!(s.stats().prefix.cached_prompt_tokens, 1024);
     }
 
     /// A seeded random workload under a tight cache: bounds hold every step (checked in

@@ -26,6 +26,11 @@ pub struct LoadSpec {
     /// Closed loop: pause between a response and the client's next request. Default 0.
     #[serde(default)]
     pub think_time: DurationNs,
+    /// How long a client waits for its whole response, from the attempt's send, before it
+    /// gives up: the attempt fails as `timeout` and the server drops the request wherever it
+    /// is (vLLM aborts a request whose HTTP client disconnects and frees its KV blocks).
+    /// Default: none (the client waits forever).
+    pub client_timeout: Option<DurationNs>,
 }
 
 impl Default for LoadSpec {
@@ -34,6 +39,7 @@ impl Default for LoadSpec {
             mode: LoadMode::Open,
             concurrency: 1,
             think_time: DurationNs(0),
+            client_timeout: None,
         }
     }
 }
@@ -528,7 +534,8 @@ pub struct RetrySpec {
     /// Each further wait is the previous one times this (>= 1). Default 2.
     #[serde(default = "two")]
     pub backoff_multiplier: f64,
-    /// Which outcomes are retried. Default both.
+    /// Which outcomes are retried. Default `rejected` and `timed_out` (a client timeout is
+    /// retried only when `client_timeout` is listed).
     #[serde(default = "retry_on_all")]
     pub on: Vec<RetryOn>,
 }
@@ -552,6 +559,8 @@ pub enum RetryOn {
     Rejected,
     /// A queue timeout.
     TimedOut,
+    /// The client's own timeout (`load.client_timeout`): the attempt failed as `timeout`.
+    ClientTimeout,
 }
 
 fn hundred_ms() -> DurationNs {

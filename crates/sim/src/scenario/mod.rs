@@ -203,6 +203,7 @@ impl Scenario {
         if file.load.concurrency == 0 {
             return Err(invalid("load.concurrency", "must be at least 1"));
         }
+        validate_client_timeout(&file.load, &pools)?;
         if let Some(slo) = &file.slo
             && slo.latency.is_none()
             && slo.ttft.is_none()
@@ -423,6 +424,42 @@ fn suggest_full_path(message: &str, parts: &[&str]) -> String {
         Some(at) => format!("{}{full}{}", &message[..at], &message[at + short.len()..]),
         None => format!("{message}; {full}"),
     }
+}
+
+/// `load.client_timeout` is above 0, and no dynamic batcher that forms payloads ahead of a free
+/// model instance (Triton's prefetching) serves a pool: a payload's requests cannot leave its
+/// queue early, which a client timeout would ask of them.
+fn validate_client_timeout(load: &LoadSpec, pools: &[Pool]) -> Result<(), ScenarioError> {
+    let Some(timeout) = load.client_timeout else {
+        return Ok(());
+    };
+    if timeout.0 == 0 {
+        return Err(invalid(
+            "load.client_timeout",
+            "must be above 0 (leave it out for a client that waits forever)",
+        ));
+    }
+    let prefetching = pools.iter().find(|p| {
+        p.llm.is_none()
+            && p.batcher.max_batch_size > 1
+            && p.queue.allows_prefetch()
+            && p.batcher.prefetch.unwrap_or(true)
+    });
+    if let Some(pool) = prefetching {
+        let prefix = if pool.name == "default" {
+            String::new()
+        } else {
+            format!("pools.{}.", pool.name)
+        };
+        return Err(invalid(
+            "load.client_timeout",
+            format!(
+                "pool `{}`'s dynamic batcher prefetches payloads (Triton's default when the queue has no timeout, bound or priority levels), whose requests cannot leave the queue when their client gives up; set `{prefix}batcher.prefetch = false`",
+                pool.name
+            ),
+        ));
+    }
+    Ok(())
 }
 
 pub(crate) fn invalid(key: &str, message: impl Into<String>) -> ScenarioError {
@@ -683,6 +720,49 @@ mod tests {
     }
 
     const CONTINUOUS: &str = "[batcher]\nkind = \"continuous\"\n[kv_cache]\nnum_gpu_blocks = 1000\n[step_time]\nkind = \"linear\"\nbase = \"5ms\"\n";
+
+    #[test]
+    fn client_timeout_is_set_like_every_key_and_retried_only_when_listed() {
+        let mut s = Scenario::from_toml_str(CONTINUOUS).unwrap();
+        assert_eq!(
+            s.load.client_timeout, None,
+            "clients wait forever by default"
+        );
+        assert!(!s.retry.on.contains(&RetryOn::ClientTimeout));
+        s.set_all(&[
+            ("load.client_timeout", "300s"),
+            ("retry.on", "[\"client_timeout\"]"),
+        ])
+        .unwrap();
+        assert_eq!(s.load.client_timeout, Some(DurationNs(300_000_000_000)));
+        assert_eq!(s.retry.on, vec![RetryOn::ClientTimeout]);
+        let err = s.set("load.client_timeout", "0s").unwrap_err().to_string();
+        assert!(
+            err.contains("load.client_timeout") && err.contains("above 0"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn client_timeout_asks_a_prefetching_dynamic_batcher_to_stop_prefetching() {
+        let text =
+            format!("[load]\nclient_timeout = \"1s\"\n[batcher]\nmax_batch_size = 4\n{MINIMAL}");
+        let err = Scenario::from_toml_str(&text).unwrap_err().to_string();
+        assert!(
+            err.contains("load.client_timeout") && err.contains("batcher.prefetch = false"),
+            "{err}"
+        );
+        let off = text.replace(
+            "max_batch_size = 4\n",
+            "max_batch_size = 4\nprefetch = false\n",
+        );
+        assert!(Scenario::from_toml_str(&off).is_ok());
+        let queue_policy = format!("{text}[queue]\ntimeout = \"1s\"\n");
+        assert!(
+            Scenario::from_toml_str(&queue_policy).is_ok(),
+            "a queue with a timeout never prefetches"
+        );
+    }
 
     #[test]
     fn overlapping_or_empty_slowdown_windows_are_refused_naming_the_window() {
