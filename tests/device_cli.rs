@@ -90,7 +90,11 @@ fn dry_run_bundles_are_read_by_calibrate_and_by_an_operators_scenario() {
     let models = dry_run(&python, dir.path());
     for (config, bundle) in &models {
         for file in ["meta.yaml", "tp1/dense.csv", "tp2/attention.csv"] {
-            assert!(bundle.join(file).is_file(), "{} lacks {file}", bundle.display());
+            assert!(
+                bundle.join(file).is_file(),
+                "{} lacks {file}",
+                bundle.display()
+            );
         }
         for tp in ["1", "2"] {
             let calibrated = capsim(&[
@@ -106,7 +110,10 @@ fn dry_run_bundles_are_read_by_calibrate_and_by_an_operators_scenario() {
             ]);
             assert!(calibrated.status.success(), "tp{tp}: {}", text(&calibrated));
             let stdout = String::from_utf8_lossy(&calibrated.stdout);
-            assert!(stdout.contains("calibrated the per-operator roofline"), "{stdout}");
+            assert!(
+                stdout.contains("calibrated the per-operator roofline"),
+                "{stdout}"
+            );
         }
         simulate_with(bundle, config, dir.path());
     }
@@ -123,7 +130,12 @@ fn dry_run_bundles_are_read_by_calibrate_and_by_an_operators_scenario() {
 /// the shipped RTX PRO 6000 pair's stands in (this checks that the bundle is read, not its
 /// times).
 fn simulate_with(bundle: &Path, config: &Path, dir: &Path) {
-    let name = bundle.parent().unwrap().file_name().unwrap().to_string_lossy();
+    let name = bundle
+        .parent()
+        .unwrap()
+        .file_name()
+        .unwrap()
+        .to_string_lossy();
     let scenario = dir.join(format!("{name}.toml"));
     std::fs::write(
         &scenario,
@@ -175,7 +187,11 @@ const SHIPPED_CONFIGS: [&str; 6] = [
 /// `python3`.
 fn any_python() -> PathBuf {
     let venv = repo(".venv/bin/python");
-    if venv.exists() { venv } else { "python3".into() }
+    if venv.exists() {
+        venv
+    } else {
+        "python3".into()
+    }
 }
 
 #[test]
@@ -195,7 +211,12 @@ fn plan_on_an_h200_measures_every_shipped_config_at_its_smallest_fitting_degree_
     let rows: Vec<serde_json::Value> = serde_json::from_slice(&run.stdout).unwrap();
     let measured: Vec<(String, u64)> = rows
         .iter()
-        .map(|r| (r["model"].as_str().unwrap().to_string(), r["tp"].as_u64().unwrap()))
+        .map(|r| {
+            (
+                r["model"].as_str().unwrap().to_string(),
+                r["tp"].as_u64().unwrap(),
+            )
+        })
         .collect();
     // BF16 weights within 80% of 139 GiB: 70B (141 GB) needs two ranks, every other model one.
     let expected: Vec<(String, u64)> = [1, 2]
@@ -215,6 +236,10 @@ fn plan_on_an_h200_measures_every_shipped_config_at_its_smallest_fitting_degree_
         let is_moe = ["Mixtral", "A3B", "MoE"]
             .iter()
             .any(|m| row["model"].as_str().unwrap().contains(m));
-        assert_eq!(moe > 0, is_moe, "moe.csv points only for a mixture of experts: {row}");
+        assert_eq!(
+            moe > 0,
+            is_moe,
+            "moe.csv points only for a mixture of experts: {row}"
+        );
     }
 }

@@ -22,6 +22,7 @@ capsim=${CAPSIM:-target/device/capsim}
 # For a rehearsal here: MEASURE_ARGS=--dry-run MODELS="a.json b.json" (see docs/calibration.md).
 measure_args=${MEASURE_ARGS:-}
 work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
 
 # The shipped configs, smallest deployments first (measure_operators.py measures every model's
 # first degree before any second one, so a budget running short leaves the most models covered).
