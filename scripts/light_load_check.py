@@ -1,35 +1,38 @@
 #!/usr/bin/env python3
 """TTFT at light load against a real vLLM on this CPU, in units of the server's own decode step,
 against capsim's prediction for that engine (docs/accuracy.md, "TTFT at light load against vLLM
-on this CPU"). The machine's speed cancels: every time is divided by the step time the server
-measured in the same run.
+on this CPU"). The machine's speed cancels to first order: every time is divided by the step
+time the server measured in the same run.
 
     scripts/light_load_check.py calibrate --server DIR -o CAL.json
         On an idle engine: isolated streamed requests at a few prompt lengths (each alone, with
-        16 output tokens), then background streams alone. From the server's own per-request
-        metrics (vLLM --enable-per-request-metrics: queue, prefill, mean inter-token time) and
-        the client's TTFT: the prefill step's cost against the prompt length, the decode step at
-        one and at B sequences, and the cost outside the engine (client TTFT minus the server's
-        queue and prefill), all in units of the decode step.
-    scripts/light_load_check.py measure --server DIR -o RUN.json [--trace RUN.jsonl]
-        The measured run: B background streams decode long outputs (the engine is never idle)
+        16 output tokens); then B background streams alone, their step measured in successive
+        windows as their KV cache grows. From the server's own per-request metrics (vLLM
+        --enable-per-request-metrics: queue, prefill, mean inter-token time), its /metrics and
+        the client's TTFT: a linear step time (per step, per decode sequence, per KV token, per
+        prefill sequence, per prefill token) and the cost outside the engine (client TTFT less
+        the server's queue and prefill, per request and per input token), all in units of the
+        B-stream decode step at no context.
+    scripts/light_load_check.py measure --server DIR -o RUN.json
+        The measured run: B background streams decode long outputs (the engine never idles)
         while probes with short outputs arrive at random, well-spaced times (one in flight at a
         time). Each probe's client TTFT, and the decode step from the server's /metrics over the
-        probes' window (vllm:inter_token_latency_seconds sum/count); TTFT in step units. The trace
-        of the run's sends (background and probes) goes to --trace for `capsim simulate`.
-    scripts/light_load_check.py predict --calibration CAL.json --run RUN.json --trace RUN.jsonl
-                                        --capsim BIN -o PRED.json
+        probes' window (vllm:inter_token_latency_seconds sum/count); TTFT in step units. RUN.json
+        also holds the trace of the run's sends (background and probes).
+    scripts/light_load_check.py predict --calibration CAL.json --run RUN.json -o PRED.json
         capsim's prediction of the run's probes: a scenario of that engine (synchronous
-        scheduling, a linear step time and the per-request cost, all calibrated on CAL and
-        expressed in the run's own step time) simulated on the run's trace; plus the closed form
-        (half a step of residual + the prefill step + the cost). Prints measured against
-        predicted, in steps.
+        scheduling, the linear step time and the outside cost calibrated on CAL, in the run's own
+        step) simulated by `capsim simulate` on the run's trace (written beside PRED.json); and
+        the closed form (half a step of residual + the prefill step + the outside cost).
+    scripts/light_load_check.py table PRED.json... -o SUMMARY.json
+        The predictions as a markdown table, and the medians over the runs.
 
-DIR is a `scripts/vllm_cpu.sh start --dir DIR` directory (DIR/port, DIR/model_name) of a server
-started with `-- --enable-per-request-metrics`. The prompts are the word-level tokenizer's words
-(w3..w1023, one token each), so a prompt of L words is L tokens (checked against the server's
-usage). Standard library only, except `predict`, which reads capsim's requests.parquet with
-pyarrow (.venv has it).
+DIR is a `scripts/vllm_cpu.sh start --dir DIR` directory (DIR/port, DIR/pid, DIR/model_name) of a
+server started with `-- --enable-per-request-metrics`. The prompts are the word-level
+tokenizer's words (w3..w1023, one token each), so a prompt of L words is L tokens (checked
+against the server's usage). Each run records the CPU that other jobs took from the 2 cores over
+its windows (/proc/stat less the server's and this client's processes). Standard library only,
+except `predict`, which reads capsim's requests.parquet with pyarrow (.venv has it).
 """
 import argparse
 import http.client
@@ -400,20 +403,12 @@ def step_ns(units: float, unit: float, what: str) -> int:
 
 def scenario_toml(cal: dict, unit: float, schedule_ahead_steps: int) -> str:
     """capsim's model of the engine, its times in the measured run's milliseconds (`unit` ms a
-    calibration unit).
-
-    A new sequence's step costs `new_seq_extra` more than a decode's: that is
-    `batcher.step_overhead_per_seq` (paid by every sequence of a step), with `per_decode_seq`
-    lowered by as much, so a decode step of n sequences still costs decode_base + decode_per_seq
-    * n."""
-    if cal["new_seq_extra"] > cal["decode_per_seq"]:
-        sys.exit(f"light_load_check: a new sequence's extra ({cal['new_seq_extra']:.4f} unit) is "
-                 f"above a decode sequence's cost ({cal['decode_per_seq']:.4f}): the linear step "
-                 "time cannot state it with step_overhead_per_seq; calibrate again")
+    calibration unit). A prefill-only step of L tokens is base + per_prefill_seq +
+    per_prefill_token * L; a decode step of n sequences base + per_decode_seq * n + per_kv_token
+    * their KV tokens."""
     base = step_ns(cal["decode_base"], unit, "decode base")
     per_new = step_ns(cal["new_seq_extra"], unit, "extra of a new sequence's step")
-    per_seq = step_ns(cal["decode_per_seq"] - cal["new_seq_extra"], unit,
-                      "per decode sequence less a new sequence's extra")
+    per_seq = step_ns(cal["decode_per_seq"], unit, "per decode sequence")
     per_kv = cal["decode_per_kv_token"] * unit * 1e6
     per_token = step_ns(cal["prefill_per_token"], unit, "prefill per token")
     out_base = step_ns(cal["outside_base"], unit, "outside cost per request")
@@ -422,8 +417,10 @@ def scenario_toml(cal: dict, unit: float, schedule_ahead_steps: int) -> str:
 # platforms/cpu.py sets async_scheduling = False), every time calibrated on a separate
 # calibration run in units of its decode step, written here in the measured run's time (a unit
 # is {unit:.4f} ms: the run's mean step over its window). The cost outside the engine (client
-# TTFT less the server's queue and prefill) is the pre-processing per input token and the
-# post-processing per request.
+# TTFT less the server's queue and prefill on an idle engine: the HTTP hops, tokenization, the
+# hand-overs to and from the engine core, detokenization) is one per-request and one
+# per-input-token time; it is stated as pre-processing, as nothing tells its parts apart and
+# at light load nothing queues for it.
 name = "vllm-cpu-light-load"
 instances = 1
 
@@ -433,7 +430,6 @@ max_num_seqs = 32
 max_num_batched_tokens = 4096
 enable_chunked_prefill = true
 schedule_ahead_steps = {schedule_ahead_steps}
-step_overhead_per_seq = "{per_new}ns"
 
 [kv_cache]
 block_size = 128
@@ -443,15 +439,14 @@ enable_prefix_caching = false
 [step_time]
 kind = "linear"
 base = "{base}ns"
+per_prefill_seq = "{per_new}ns"
 per_decode_seq = "{per_seq}ns"
 per_kv_token = "{max(per_kv, 0.0):.4f}ns"
 per_prefill_token = "{per_token}ns"
 
 [preprocess]
-per_input_token = "{out_token}ns"
-
-[postprocess]
 base = "{out_base}ns"
+per_input_token = "{out_token}ns"
 """
 
 
@@ -466,6 +461,26 @@ def closed_form_steps(cal: dict, run: dict, schedule_ahead_steps: int) -> float:
     return 0.5 + schedule_ahead_steps + 1 + prefill_extra + outside
 
 
+def fold_prefill_seq(scen: Path, run: dict) -> None:
+    """For a capsim from before step_time.per_prefill_seq: every probe has the same prompt, so
+    its prefill step is the same with the per-sequence time spread over its tokens (only the
+    background streams' first steps, before the window, differ)."""
+    lengths = {p["prompt_tokens"] for p in run["probes"]}
+    if len(lengths) != 1:
+        sys.exit("light_load_check: this capsim has no step_time.per_prefill_seq and the probes' "
+                 "prompts differ: build capsim from this branch")
+    (L,) = lengths
+    lines = scen.read_text().splitlines()
+    get = {ln.split(" = ")[0]: ln for ln in lines if " = " in ln}
+    per_seq = float(get["per_prefill_seq"].split('"')[1].removesuffix("ns"))
+    per_token = float(get["per_prefill_token"].split('"')[1].removesuffix("ns"))
+    text = "\n".join(ln for ln in lines if not ln.startswith("per_prefill_seq = "))
+    text = text.replace(get["per_prefill_token"],
+                        f'per_prefill_token = "{per_token + per_seq / L:.4f}ns"  '
+                        f"# per_prefill_seq ({per_seq:.0f}ns) over the probes' {L} tokens")
+    scen.write_text(text + "\n")
+
+
 def simulate(args, cal: dict, run: dict) -> list:
     """The probes' TTFT in steps from `capsim simulate` on the run's trace."""
     import pyarrow.parquet as pq
@@ -476,28 +491,70 @@ def simulate(args, cal: dict, run: dict) -> list:
     scen.write_text(scenario_toml(cal, unit_ms(cal, run), args.schedule_ahead_steps))
     trace = out / "trace.jsonl"
     trace.write_text("".join(json.dumps(r) + "\n" for r in run["trace"]))
-    subprocess.run([args.capsim, "simulate", "--scenario", str(scen), str(trace),
-                    "--map", "arrival=arrival:ns", "-o", str(out / "sim")], check=True)
+    command = [args.capsim, "simulate", "--scenario", str(scen), str(trace),
+               "--map", "arrival=arrival:ns", "-o", str(out / "sim")]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0 and "unknown field `schedule_ahead_steps`" in done.stderr:
+        if args.schedule_ahead_steps != 0:
+            sys.exit(f"light_load_check: {args.capsim} predates batcher.schedule_ahead_steps")
+        # A capsim from before the key: its continuous batcher is synchronous (0).
+        scen.write_text(scen.read_text().replace("schedule_ahead_steps = 0\n", ""))
+        done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0 and "unknown field `per_prefill_seq`" in done.stderr:
+        fold_prefill_seq(scen, run)
+        done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"light_load_check: capsim simulate failed:\n{done.stderr}")
     table = pq.read_table(out / "sim" / "requests.parquet").to_pydict()
     # capsim's `request` is the row of the trace, which is sorted by arrival as written.
     ids = [run["trace"][i]["request_id"] for i in table["request"]]
-    return [t / 1e6 / run["step_ms"] for rid, t in zip(ids, table["ttft_ns"])
-            if rid.startswith("probe")]
+    # The simulated step, as the server's is measured: the background streams' time per token.
+    sim_step_ns = statistics.fmean(t for rid, t in zip(ids, table["tpot_ns"])
+                                   if rid.startswith("bg") and t is not None)
+    probes = [t for rid, t in zip(ids, table["ttft_ns"]) if rid.startswith("probe")]
+    return [t / sim_step_ns for t in probes], sim_step_ns / 1e6
 
 
 def predict(args) -> dict:
     cal = json.loads(Path(args.calibration).read_text())
     run = json.loads(Path(args.run).read_text())
-    sim = simulate(args, cal, run)
+    sim, sim_step_ms = simulate(args, cal, run)
     measured = [p["client_ttft_steps"] for p in run["probes"]]
     closed = closed_form_steps(cal, run, args.schedule_ahead_steps)
     res = {"class": "prediction (calibrated on another run)",
+           "calibration": args.calibration, "run": args.run,
+           "run_uptime": run["uptime_before"], "run_other_jobs_cores": run["cpu"]["other_jobs_cores"],
+           "calibration_other_jobs_cores": max(w["other_jobs_cores"]
+                                               for w in cal["background_windows"]),
+           "step_ms": run["step_ms"], "probes": len(run["probes"]),
+           "queue_median_steps": run["queue_steps_median"],
            "schedule_ahead_steps": args.schedule_ahead_steps,
            "measured_median_steps": median(measured), "measured_mean_steps": statistics.fmean(measured),
-           "simulated_median_steps": median(sim), "simulated_mean_steps": statistics.fmean(sim),
+           "simulated_step_ms": sim_step_ms, "simulated_median_steps": median(sim), "simulated_mean_steps": statistics.fmean(sim),
            "closed_form_mean_steps": closed}
     res["error_median"] = res["simulated_median_steps"] / res["measured_median_steps"] - 1
     res["error_mean"] = res["simulated_mean_steps"] / res["measured_mean_steps"] - 1
+    return res
+
+
+def table(args) -> dict:
+    """The predictions as the rows of docs/accuracy.md's table, and their medians."""
+    preds = [json.loads(Path(p).read_text()) for p in args.predictions]
+    print("| run | load average (1 min) | other jobs (cores) | step (ms) | measured p50 / mean "
+          "(steps) | capsim p50 / mean (steps) | closed form (steps) | error p50 / mean |")
+    print("|---|---|---|---|---|---|---|---|")
+    for p in preds:
+        load = p["run_uptime"].split("load average:")[1].split(",")[0].strip()
+        print(f"| {Path(p['run']).stem} | {load} | {p['run_other_jobs_cores']:.2f} | "
+              f"{p['step_ms']:.1f} | {p['measured_median_steps']:.2f} / "
+              f"{p['measured_mean_steps']:.2f} | {p['simulated_median_steps']:.2f} / "
+              f"{p['simulated_mean_steps']:.2f} | {p['closed_form_mean_steps']:.2f} | "
+              f"{p['error_median']:+.1%} / {p['error_mean']:+.1%} |")
+    keys = ("measured_median_steps", "measured_mean_steps", "simulated_median_steps",
+            "simulated_mean_steps", "closed_form_mean_steps")
+    res = {k: median([p[k] for p in preds]) for k in keys}
+    res["error_of_medians_p50"] = res["simulated_median_steps"] / res["measured_median_steps"] - 1
+    res["error_of_medians_mean"] = res["simulated_mean_steps"] / res["measured_mean_steps"] - 1
     return res
 
 
@@ -534,8 +591,12 @@ def main() -> None:
                                              / "target" / "release" / "capsim"))
     pre.add_argument("--schedule-ahead-steps", type=int, default=0)
     pre.add_argument("-o", "--out", required=True)
+    tab = sub.add_parser("table")
+    tab.add_argument("predictions", nargs="+")
+    tab.add_argument("-o", "--out", required=True)
     args = ap.parse_args()
-    result = {"calibrate": calibrate, "measure": measure, "predict": predict}[args.cmd](args)
+    result = {"calibrate": calibrate, "measure": measure, "predict": predict,
+              "table": table}[args.cmd](args)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     shown = {k: v for k, v in result.items() if not isinstance(v, (list, dict))}
     print(json.dumps(shown, indent=1))
