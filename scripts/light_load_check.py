@@ -537,6 +537,18 @@ def predict(args) -> dict:
     return res
 
 
+def pool(args) -> dict:
+    """A calibration whose every figure is the median of the given calibration runs' (the step's
+    terms, the outside cost): steadier than one run on a shared machine. Give it runs other than
+    the one it will predict."""
+    cals = [json.loads(Path(p).read_text()) for p in args.calibrations]
+    keys = ("decode_base", "decode_per_seq", "decode_per_kv_token", "prefill_base",
+            "prefill_per_token", "new_seq_extra", "outside_base", "outside_per_token")
+    pooled = {k: median([c[k] for c in cals]) for k in keys}
+    return {"kind": "calibration (median of runs)", "runs": args.calibrations, **pooled,
+            "background_windows": [w for c in cals for w in c["background_windows"]]}
+
+
 def table(args) -> dict:
     """The predictions as the rows of docs/accuracy.md's table, and their medians."""
     preds = [json.loads(Path(p).read_text()) for p in args.predictions]
@@ -591,11 +603,14 @@ def main() -> None:
                                              / "target" / "release" / "capsim"))
     pre.add_argument("--schedule-ahead-steps", type=int, default=0)
     pre.add_argument("-o", "--out", required=True)
+    poo = sub.add_parser("pool")
+    poo.add_argument("calibrations", nargs="+")
+    poo.add_argument("-o", "--out", required=True)
     tab = sub.add_parser("table")
     tab.add_argument("predictions", nargs="+")
     tab.add_argument("-o", "--out", required=True)
     args = ap.parse_args()
-    result = {"calibrate": calibrate, "measure": measure, "predict": predict,
+    result = {"calibrate": calibrate, "measure": measure, "predict": predict, "pool": pool,
               "table": table}[args.cmd](args)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     shown = {k: v for k, v in result.items() if not isinstance(v, (list, dict))}
