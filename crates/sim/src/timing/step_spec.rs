@@ -27,8 +27,8 @@ use crate::quantity::{QuantityError, parse_duration_ns_f64};
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum StepTimeSpec {
     /// `base + per_prefill_token * prefill_tokens + per_prefill_attention_token2 *
-    /// prefill_attention_tokens2 + per_decode_seq * decode_seqs + per_kv_token *
-    /// decode_kv_tokens`, every coefficient a duration (`"0.1ms"`, `"30ns"`; fractions of a
+    /// prefill_attention_tokens2 + per_prefill_seq * prefill_seqs + per_decode_seq * decode_seqs
+    /// + per_kv_token * decode_kv_tokens`, every coefficient a duration (`"0.1ms"`, `"30ns"`; fractions of a
     /// nanosecond are kept). Deterministic: every step of one composition takes the same time.
     Linear {
         /// Fixed time of every step.
@@ -40,6 +40,11 @@ pub enum StepTimeSpec {
         /// Time per unit of `prefill_attention_tokens2` (attention's quadratic term).
         #[serde(default)]
         per_prefill_attention_token2: FineDurationNs,
+        /// Time per sequence with a prefill chunk in the step, beyond its tokens (a new
+        /// request's setup in the engine: vLLM adds it to the input batch and samples its first
+        /// token).
+        #[serde(default)]
+        per_prefill_seq: FineDurationNs,
         /// Time per decoding sequence.
         #[serde(default)]
         per_decode_seq: FineDurationNs,
@@ -358,6 +363,7 @@ impl StepTimeSpec {
                 base,
                 per_prefill_token,
                 per_prefill_attention_token2,
+                per_prefill_seq,
                 per_decode_seq,
                 per_kv_token,
             } => {
@@ -365,6 +371,7 @@ impl StepTimeSpec {
                     base_ns: base.0,
                     per_prefill_token_ns: per_prefill_token.0,
                     per_prefill_attention_token2_ns: per_prefill_attention_token2.0,
+                    per_prefill_seq_ns: per_prefill_seq.0,
                     per_decode_seq_ns: per_decode_seq.0,
                     per_kv_token_ns: per_kv_token.0,
                 };
@@ -373,6 +380,7 @@ impl StepTimeSpec {
                     model.base_ns,
                     model.per_prefill_token_ns,
                     model.per_prefill_attention_token2_ns,
+                    model.per_prefill_seq_ns,
                     model.per_decode_seq_ns,
                     model.per_kv_token_ns,
                 ];
@@ -854,6 +862,33 @@ mod tests {
         assert_eq!(model.mean_ns(&step), expected);
         assert_eq!(model.sample_ns(&step, &mut rng()), expected as u64);
         assert_eq!(s.kv_capacity_tokens(), None);
+    }
+
+    #[test]
+    fn linear_per_prefill_seq_is_paid_once_per_sequence_with_a_prefill_chunk() {
+        let s = spec("kind = \"linear\"\nbase = \"20ms\"\nper_prefill_seq = \"1.5ms\"").unwrap();
+        let model = s.analytic().map(|m| m.expect("an analytic spec")).unwrap();
+        let decodes_only = StepBatch {
+            decode_seqs: 4,
+            decode_kv_tokens: 400,
+            ..StepBatch::default()
+        };
+        let two_prefills = StepBatch {
+            prefill_tokens: 64,
+            prefill_seqs: 2,
+            ..decodes_only
+        };
+        assert_eq!(
+            model.mean_ns(&decodes_only),
+            20e6,
+            "decodes pay no per_prefill_seq"
+        );
+        assert_eq!(
+            model.mean_ns(&two_prefills),
+            20e6 + 2.0 * 1.5e6,
+            "expected base + 2 * per_prefill_seq, got {}",
+            model.mean_ns(&two_prefills)
+        );
     }
 
     #[test]
