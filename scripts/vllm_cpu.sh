@@ -14,6 +14,8 @@
 #       Writes a tiny random Llama (2 layers, hidden 128, 2 heads of dimension 64 -- vLLM's CPU
 #       attention refuses 16 --, vocabulary 1,024, 16,384 positions; seeded, default 0) and a
 #       `tokenizers` word-level tokenizer (<unk> <s> </s> w3..w1023) into DIR. Prints the time.
+#       MODEL_LAYERS, MODEL_HIDDEN (a multiple of 64: heads of 64) and MODEL_INTERMEDIATE in the
+#       environment make it larger (a longer step; scripts/light_load_check.py uses that).
 #   scripts/vllm_cpu.sh start --dir DIR [--model-dir M] [--name tiny] [-- EXTRA vLLM ARGS]
 #       Builds the model into DIR/model unless --model-dir is given, starts
 #       `python -m vllm.entrypoints.openai.api_server` (`vllm serve` fails on the package name)
@@ -57,7 +59,7 @@ cmd_model() {
     local dir="${1:?model DIR [SEED]}" seed="${2:-0}" t0 t1
     [ -x "$PY" ] || die "no $PY: run 'scripts/vllm_cpu.sh install' first"
     t0=$(date +%s.%N)
-    "$PY" - "$dir" "$seed" <<'EOF'
+    "$PY" - "$dir" "$seed" "${MODEL_LAYERS:-2}" "${MODEL_HIDDEN:-128}" "${MODEL_INTERMEDIATE:-256}" <<'EOF'
 import sys
 from pathlib import Path
 
@@ -66,12 +68,16 @@ from tokenizers import Tokenizer, models, pre_tokenizers, decoders
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 out, seed = Path(sys.argv[1]), int(sys.argv[2])
+layers, hidden, intermediate = (int(a) for a in sys.argv[3:6])
+if hidden % 64 or hidden <= 0:
+    sys.exit(f"vllm_cpu.sh: MODEL_HIDDEN={hidden} is not a positive multiple of 64 (heads of 64)")
 out.mkdir(parents=True, exist_ok=True)
 VOCAB = 1024
 torch.manual_seed(seed)
 config = LlamaConfig(
-    vocab_size=VOCAB, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-    num_attention_heads=2, num_key_value_heads=2, head_dim=64, max_position_embeddings=16384,
+    vocab_size=VOCAB, hidden_size=hidden, intermediate_size=intermediate,
+    num_hidden_layers=layers, num_attention_heads=hidden // 64,
+    num_key_value_heads=hidden // 64, head_dim=64, max_position_embeddings=16384,
     bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False,
     torch_dtype="bfloat16",
 )
@@ -174,5 +180,5 @@ case "${1:-}" in
     model) shift; cmd_model "$@" ;;
     start) shift; cmd_start "$@" ;;
     stop) shift; cmd_stop "$@" ;;
-    *) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

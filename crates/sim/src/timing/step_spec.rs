@@ -31,8 +31,8 @@ use crate::quantity::{QuantityError, parse_duration_ns_f64};
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum StepTimeSpec {
     /// `base + per_prefill_token * prefill_tokens + per_prefill_attention_token2 *
-    /// prefill_attention_tokens2 + per_decode_seq * decode_seqs + per_kv_token *
-    /// decode_kv_tokens`, every coefficient a duration (`"0.1ms"`, `"30ns"`; fractions of a
+    /// prefill_attention_tokens2 + per_prefill_seq * prefill_seqs + per_decode_seq * decode_seqs
+    /// + per_kv_token * decode_kv_tokens`, every coefficient a duration (`"0.1ms"`, `"30ns"`; fractions of a
     /// nanosecond are kept). Deterministic: every step of one composition takes the same time.
     Linear {
         /// Fixed time of every step.
@@ -44,6 +44,11 @@ pub enum StepTimeSpec {
         /// Time per unit of `prefill_attention_tokens2` (attention's quadratic term).
         #[serde(default)]
         per_prefill_attention_token2: FineDurationNs,
+        /// Time per sequence with a prefill chunk in the step, beyond its tokens (a new
+        /// request's setup in the engine: vLLM adds it to the input batch and samples its first
+        /// token).
+        #[serde(default)]
+        per_prefill_seq: FineDurationNs,
         /// Time per decoding sequence.
         #[serde(default)]
         per_decode_seq: FineDurationNs,
@@ -391,6 +396,7 @@ impl StepTimeSpec {
                 base,
                 per_prefill_token,
                 per_prefill_attention_token2,
+                per_prefill_seq,
                 per_decode_seq,
                 per_kv_token,
                 hardware,
@@ -400,6 +406,7 @@ impl StepTimeSpec {
                     base_ns: base.0,
                     per_prefill_token_ns: per_prefill_token.0,
                     per_prefill_attention_token2_ns: per_prefill_attention_token2.0,
+                    per_prefill_seq_ns: per_prefill_seq.0,
                     per_decode_seq_ns: per_decode_seq.0,
                     per_kv_token_ns: per_kv_token.0,
                 };
@@ -408,6 +415,7 @@ impl StepTimeSpec {
                     model.base_ns,
                     model.per_prefill_token_ns,
                     model.per_prefill_attention_token2_ns,
+                    model.per_prefill_seq_ns,
                     model.per_decode_seq_ns,
                     model.per_kv_token_ns,
                 ];
@@ -969,6 +977,33 @@ mod tests {
         assert_eq!(model.mean_ns(&step), expected);
         assert_eq!(model.sample_ns(&step, &mut rng()), expected as u64);
         assert_eq!(s.kv_capacity_tokens(), None);
+    }
+
+    #[test]
+    fn linear_per_prefill_seq_is_paid_once_per_sequence_with_a_prefill_chunk() {
+        let s = spec("kind = \"linear\"\nbase = \"20ms\"\nper_prefill_seq = \"1.5ms\"").unwrap();
+        let model = s.analytic().map(|m| m.expect("an analytic spec")).unwrap();
+        let decodes_only = StepBatch {
+            decode_seqs: 4,
+            decode_kv_tokens: 400,
+            ..StepBatch::default()
+        };
+        let two_prefills = StepBatch {
+            prefill_tokens: 64,
+            prefill_seqs: 2,
+            ..decodes_only
+        };
+        assert_eq!(
+            model.mean_ns(&decodes_only),
+            20e6,
+            "decodes pay no per_prefill_seq"
+        );
+        assert_eq!(
+            model.mean_ns(&two_prefills),
+            20e6 + 2.0 * 1.5e6,
+            "expected base + 2 * per_prefill_seq, got {}",
+            model.mean_ns(&two_prefills)
+        );
     }
 
     #[test]

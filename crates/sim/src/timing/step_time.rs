@@ -74,6 +74,8 @@ pub struct LinearStepTime {
     pub per_prefill_token_ns: f64,
     /// Per unit of `prefill_attention_tokens2`, ns.
     pub per_prefill_attention_token2_ns: f64,
+    /// Per sequence with a prefill chunk in the step, ns.
+    pub per_prefill_seq_ns: f64,
     /// Per decoding sequence, ns.
     pub per_decode_seq_ns: f64,
     /// Per KV token read by decodes, ns.
@@ -89,6 +91,7 @@ impl StepTime for LinearStepTime {
         self.base_ns
             + self.per_prefill_token_ns * step.prefill_tokens as f64
             + self.per_prefill_attention_token2_ns * step.prefill_attention_tokens2 as f64
+            + self.per_prefill_seq_ns * f64::from(step.prefill_seqs)
             + self.per_decode_seq_ns * f64::from(step.decode_seqs)
             + self.per_kv_token_ns * step.decode_kv_tokens as f64
     }
