@@ -265,6 +265,16 @@ pub struct BatcherSpec {
     /// Continuous: admit a waiting prompt only when KV blocks for all of it are free, not
     /// only for its first chunk (vLLM's `scheduler_reserve_full_isl`). Default false.
     pub reserve_full_isl: Option<bool>,
+    /// Continuous: the token counts the engine captured CUDA graphs at (vLLM's
+    /// `cudagraph_capture_sizes`), strictly increasing; each step's time is drawn for the step
+    /// padded to its graph (see [`crate::timing::step_spread`]); `[]` runs every step eagerly.
+    /// Default: vLLM's default list for `max_num_seqs` and `max_num_batched_tokens`
+    /// ([`crate::timing::step_spread::vllm_default_sizes`]).
+    pub cuda_graph_sizes: Option<Vec<u32>>,
+    /// Continuous: measured factors of the step time (a step's measured GPU time over the
+    /// model's), each step's time multiplied by one drawn at random (not rescaled). Default:
+    /// none, every step takes the model's time.
+    pub step_residuals: Option<Vec<f64>>,
 }
 
 impl BatcherSpec {
@@ -278,6 +288,8 @@ impl BatcherSpec {
             step_overhead: self.step_overhead,
             step_overhead_per_seq: self.step_overhead_per_seq,
             reserve_full_isl: self.reserve_full_isl,
+            cuda_graph_sizes: self.cuda_graph_sizes.clone(),
+            step_residuals: self.step_residuals.clone(),
         }
     }
 }
@@ -302,6 +314,8 @@ impl Default for BatcherSpec {
             step_overhead: None,
             step_overhead_per_seq: None,
             reserve_full_isl: None,
+            cuda_graph_sizes: None,
+            step_residuals: None,
         }
     }
 }
@@ -679,6 +693,10 @@ pub struct ContinuousKeys {
     /// `reserve_full_isl`: admit a prompt only when blocks for all of it are free. Default
     /// false.
     pub reserve_full_isl: Option<bool>,
+    /// `cuda_graph_sizes`: captured CUDA-graph sizes. Default vLLM's list for the limits.
+    pub cuda_graph_sizes: Option<Vec<u32>>,
+    /// `step_residuals`: measured step-time factors. Default none.
+    pub step_residuals: Option<Vec<f64>>,
 }
 
 impl ContinuousKeys {
@@ -701,6 +719,8 @@ impl ContinuousKeys {
                 self.step_overhead_per_seq.is_some(),
             ),
             ("reserve_full_isl", self.reserve_full_isl.is_some()),
+            ("cuda_graph_sizes", self.cuda_graph_sizes.is_some()),
+            ("step_residuals", self.step_residuals.is_some()),
         ]
         .into_iter()
         .filter(|&(_, set)| set)
