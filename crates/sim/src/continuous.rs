@@ -3,6 +3,8 @@
 //! step-time model's time, and emits one token per running request; the gaps between a
 //! request's tokens are measured here.
 
+use std::sync::Arc;
+
 use capsim_trace::ListColumn;
 
 use crate::context::{Ctx, Place};
@@ -10,7 +12,10 @@ use crate::instance::{Site, begin_execution};
 use crate::llm::scheduler::{NewSeq, Scheduler, Step, Token, Unservable};
 use crate::queue::{InstanceQueue, is_live};
 use crate::record::RejectReason;
+use crate::rng::SimRng;
+use crate::scenario::LlmPool;
 use crate::timeseries::LlmState;
+use crate::timing::step_spread::{CudaGraphs, StepResiduals};
 
 /// What one continuous batcher holds, as the timeseries counts it.
 #[derive(Clone, Copy)]
@@ -89,15 +94,23 @@ pub(crate) struct ContinuousInstance {
     schedule_ahead_steps: u64,
     /// Steps started so far.
     steps_started: u64,
+    /// The CUDA graphs a step is padded to for its time (`batcher.cuda_graph_sizes`).
+    cuda_graphs: Arc<CudaGraphs>,
+    /// `batcher.step_residuals`, and the stream they are drawn from (untouched without them).
+    residuals: Option<Arc<StepResiduals>>,
+    residuals_rng: SimRng,
 }
 
 impl ContinuousInstance {
-    /// An idle instance running `scheduler`, scheduling `schedule_ahead_steps` ahead.
-    pub fn new(scheduler: Scheduler, schedule_ahead_steps: u32) -> ContinuousInstance {
+    /// An idle instance of `pool`, its residual factors drawn from `residuals_rng`.
+    pub fn new(pool: &LlmPool, residuals_rng: SimRng) -> ContinuousInstance {
         ContinuousInstance {
-            scheduler,
-            schedule_ahead_steps: u64::from(schedule_ahead_steps),
+            scheduler: Scheduler::new(pool.scheduler.clone()),
+            schedule_ahead_steps: u64::from(pool.schedule_ahead_steps),
             steps_started: 0,
+            cuda_graphs: pool.cuda_graphs.clone(),
+            residuals: pool.step_residuals.clone(),
+            residuals_rng,
         }
     }
 
@@ -155,8 +168,14 @@ impl ContinuousInstance {
             .step_time
             .as_ref()
             .expect("a continuous pool has a step-time model");
-        let gpu_ns = step_time.sample_ns(&step.batch, &mut execution.rng);
-        if execution.may_extrapolate && step_time.is_extrapolated(&step.batch) {
+        // The time is the padded step's; the scheduler's decisions (and `seqs` below) stay
+        // those of the real one.
+        let computed = self.cuda_graphs.pad(&step.batch);
+        let mut gpu_ns = step_time.sample_ns(&computed, &mut execution.rng);
+        if let Some(residuals) = &self.residuals {
+            gpu_ns = residuals.apply(gpu_ns, &mut self.residuals_rng);
+        }
+        if execution.may_extrapolate && step_time.is_extrapolated(&computed) {
             execution.extrapolated_batches += 1;
         }
         let (seqs, done_ns) = (

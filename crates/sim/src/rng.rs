@@ -43,6 +43,9 @@ pub enum Component {
     /// The dynamic batcher's dispatch latency draws (`batcher.dispatch_residuals`), one stream
     /// per instance.
     BatcherDispatch,
+    /// A continuous batcher's step-time factors (`batcher.step_residuals`), one stream per
+    /// instance.
+    StepResiduals,
 }
 
 impl Component {
@@ -58,6 +61,7 @@ impl Component {
             Component::Client => 8,
             Component::BatcherRace => 9,
             Component::BatcherDispatch => 10,
+            Component::StepResiduals => 11,
         }
     }
 }

@@ -17,7 +17,6 @@ use crate::continuous::{Continuous, ContinuousInstance};
 use crate::event::{EventKind, EventQueue};
 use crate::gateway::{Admission, Balancer, Gateway, PoolRoute};
 use crate::instance::{Execution, Fleet, FreeSet, Instance, ModelInstance};
-use crate::llm::scheduler::Scheduler;
 use crate::network::NetworkPath;
 use crate::observe::{Observer, Stage, StageSet};
 use crate::postprocess::{self, Postprocess};
@@ -122,8 +121,8 @@ impl<'a> Engine<'a> {
                 });
                 executors.push(match &pool.llm {
                     Some(l) => Executor::Continuous(ContinuousInstance::new(
-                        Scheduler::new(l.scheduler.clone()),
-                        l.schedule_ahead_steps,
+                        l,
+                        stream(seed, Component::StepResiduals, index.0),
                     )),
                     None => Executor::Dynamic(DynamicInstance::new(
                         rule.clone(),

@@ -870,3 +870,98 @@ fn a_batch_ending_past_the_horizon_stops_the_run_with_an_error_naming_the_stage(
         "{message}"
     );
 }
+
+/// One request of 10 prompt tokens and `output` output tokens at 0 through a continuous batcher
+/// of 10 ms steps (`extra` added to `[batcher]`): its execution time, steps back to back.
+fn continuous_execution_ns(extra: &str, output: u32, seed: u64) -> u64 {
+    let s = format!(
+        "[batcher]\nkind = \"continuous\"\n{extra}\n[kv_cache]\nnum_gpu_blocks = 1000\n\
+         [step_time]\nkind = \"linear\"\nbase = \"10ms\"\n"
+    );
+    let scenario = Scenario::from_toml_str(&s).unwrap();
+    let trace = Trace::from_columns(Columns {
+        arrival_ns: vec![0],
+        input_tokens: vec![10],
+        output_tokens: Some(vec![output]),
+        ..Columns::default()
+    })
+    .unwrap();
+    let options = RunOptions {
+        seed,
+        ..RunOptions::default()
+    };
+    let (_, log) = simulate_with_requests(&scenario, &trace, &options).unwrap();
+    let r = log.records()[0];
+    r.exec_end_ns - r.exec_start_ns
+}
+
+#[test]
+fn step_residuals_multiply_each_step_by_a_drawn_factor_with_the_factors_mean() {
+    // 2000 steps (the prefill and 1999 decodes), each 10 ms times 1 or 3: 10 or 30 ms.
+    let steps = 2000u64;
+    let total = continuous_execution_ns("step_residuals = [1.0, 3.0]", 2000, 7);
+    let long = (total - steps * 10 * MS) / (20 * MS);
+    assert_eq!(
+        total,
+        steps * 10 * MS + long * 20 * MS,
+        "every step is 10 or 30 ms"
+    );
+    // The mean step is 10 + 20 * long / steps ms, 20 ms in expectation: `long` is binomial
+    // (2000, 1/2), sd 22.4; five sd either side.
+    assert!(
+        long.abs_diff(steps / 2) <= 112,
+        "expected about {} steps of 30 ms, got {long} (mean step {:.2} ms)",
+        steps / 2,
+        total as f64 / steps as f64 / MS as f64
+    );
+    assert_eq!(
+        continuous_execution_ns("step_residuals = [1.0, 3.0]", 2000, 7),
+        total,
+        "the same seed draws the same factors"
+    );
+    assert_ne!(
+        continuous_execution_ns("step_residuals = [1.0, 3.0]", 2000, 8),
+        total,
+        "another seed draws others"
+    );
+    assert_eq!(
+        continuous_execution_ns("", 2000, 7),
+        steps * 10 * MS,
+        "without residuals every step is the model's 10 ms"
+    );
+}
+
+#[test]
+fn step_residuals_draw_from_their_own_stream_and_leave_every_other_draw_alone() {
+    // A profile step time draws each step from the pool's execution stream, and the network's
+    // latency from its own: a factor of 1 drawn from a stream of its own changes no record.
+    let dir = tempfile::tempdir().unwrap();
+    crate::timing::step_profile::tests::synthetic()
+        .write(&dir.path().join("steps.json"))
+        .unwrap();
+    let records = |extra: &str| {
+        let s = format!(
+            "[network]\nlatency = {{ kind = \"lognormal\", median = \"1ms\", p99 = \"5ms\" }}\n\
+             [batcher]\nkind = \"continuous\"\n{extra}\n[kv_cache]\nnum_gpu_blocks = 1000\n\
+             [step_time]\nkind = \"profile\"\npath = \"steps.json\"\n"
+        );
+        std::fs::write(dir.path().join("s.toml"), s).unwrap();
+        let scenario = Scenario::from_path(&dir.path().join("s.toml")).unwrap();
+        let trace = Trace::from_columns(Columns {
+            arrival_ns: (0..60).map(|i| i * 3 * MS).collect(),
+            input_tokens: (0..60).map(|i| 20 + i % 7 * 30).collect(),
+            output_tokens: Some((0..60).map(|i| 5 + i % 11).collect()),
+            ..Columns::default()
+        })
+        .unwrap();
+        let (_, log) = simulate_with_requests(&scenario, &trace, &RunOptions::default()).unwrap();
+        log.records().to_vec()
+    };
+    let without = records("");
+    assert_eq!(records("step_residuals = [1.0]"), without);
+    assert_ne!(
+        records("step_residuals = [1.0, 1.5]"),
+        without,
+        "factors other than 1 do move the steps"
+    );
+}

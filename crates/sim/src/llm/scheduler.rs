@@ -829,6 +829,7 @@ mod tests {
                 decode_seqs: 1,
                 decode_kv_tokens: 51,
                 decode_kv_max: 51,
+                padding_tokens: 0,
             }
         );
         assert_eq!(
@@ -841,6 +842,7 @@ mod tests {
                 decode_seqs: 1,
                 decode_kv_tokens: 52,
                 decode_kv_max: 52,
+                padding_tokens: 0,
             }
         );
         assert_eq!(stats.output_tokens, 7);

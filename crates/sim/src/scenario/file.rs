@@ -277,6 +277,16 @@ pub struct BatcherSpec {
     /// engine would otherwise go idle. 0: synchronous (llama.cpp; vLLM without async
     /// scheduling). Default 1.
     pub schedule_ahead_steps: Option<u32>,
+    /// Continuous: the token counts the engine captured CUDA graphs at (vLLM's
+    /// `cudagraph_capture_sizes`), strictly increasing; each step's time is drawn for the step
+    /// padded to its graph (see [`crate::timing::step_spread`]); `[]` runs every step eagerly.
+    /// Default: vLLM's default list for `max_num_seqs` and `max_num_batched_tokens`
+    /// ([`crate::timing::step_spread::vllm_default_sizes`]).
+    pub cuda_graph_sizes: Option<Vec<u32>>,
+    /// Continuous: measured factors of the step time (a step's measured GPU time over the
+    /// model's), each step's time multiplied by one drawn at random (not rescaled). Default:
+    /// none, every step takes the model's time.
+    pub step_residuals: Option<Vec<f64>>,
 }
 
 impl BatcherSpec {
@@ -291,6 +301,8 @@ impl BatcherSpec {
             step_overhead_per_seq: self.step_overhead_per_seq,
             reserve_full_isl: self.reserve_full_isl,
             schedule_ahead_steps: self.schedule_ahead_steps,
+            cuda_graph_sizes: self.cuda_graph_sizes.clone(),
+            step_residuals: self.step_residuals.clone(),
         }
     }
 }
@@ -316,6 +328,8 @@ impl Default for BatcherSpec {
             step_overhead_per_seq: None,
             reserve_full_isl: None,
             schedule_ahead_steps: None,
+            cuda_graph_sizes: None,
+            step_residuals: None,
         }
     }
 }
@@ -698,6 +712,10 @@ pub struct ContinuousKeys {
     pub reserve_full_isl: Option<bool>,
     /// `schedule_ahead_steps`: steps scheduled ahead of the running one. Default 1.
     pub schedule_ahead_steps: Option<u32>,
+    /// `cuda_graph_sizes`: captured CUDA-graph sizes. Default vLLM's list for the limits.
+    pub cuda_graph_sizes: Option<Vec<u32>>,
+    /// `step_residuals`: measured step-time factors. Default none.
+    pub step_residuals: Option<Vec<f64>>,
 }
 
 impl ContinuousKeys {
@@ -721,6 +739,8 @@ impl ContinuousKeys {
             ),
             ("reserve_full_isl", self.reserve_full_isl.is_some()),
             ("schedule_ahead_steps", self.schedule_ahead_steps.is_some()),
+            ("cuda_graph_sizes", self.cuda_graph_sizes.is_some()),
+            ("step_residuals", self.step_residuals.is_some()),
         ]
         .into_iter()
         .filter(|&(_, set)| set)

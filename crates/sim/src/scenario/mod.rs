@@ -862,6 +862,65 @@ mod tests {
     }
 
     #[test]
+    fn cuda_graph_sizes_must_increase_from_1_and_default_to_vllms_list() {
+        let mut s = Scenario::from_toml_str(CONTINUOUS).unwrap();
+        let graphs = |s: &Scenario| s.pools()[0].llm.as_ref().unwrap().cuda_graphs.clone();
+        assert_eq!(
+            graphs(&s).sizes().len(),
+            51,
+            "max_num_seqs 256, 8192 tokens"
+        );
+        s.set("batcher.max_num_seqs", "2").unwrap();
+        assert_eq!(graphs(&s).sizes(), [1, 2, 4]);
+        s.set("batcher.cuda_graph_sizes", "[]").unwrap();
+        assert!(graphs(&s).sizes().is_empty(), "[] runs eagerly");
+        s.set("batcher.cuda_graph_sizes", "[1, 8, 64]").unwrap();
+        assert_eq!(graphs(&s).sizes(), [1, 8, 64]);
+        for (bad, says) in [
+            ("[0, 8]", "holds 0"),
+            ("[8, 4]", "strictly increasing"),
+            ("[4, 4]", "strictly increasing"),
+        ] {
+            let err = s
+                .set("batcher.cuda_graph_sizes", bad)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("batcher.cuda_graph_sizes") && err.contains(says),
+                "{bad}: {err}"
+            );
+        }
+        let err = s
+            .set("batcher.cuda_graph_sizes", "[-1]")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cuda_graph_sizes"), "-1: {err}");
+    }
+
+    #[test]
+    fn step_residuals_need_positive_factors_and_a_continuous_batcher() {
+        let mut s = Scenario::from_toml_str(CONTINUOUS).unwrap();
+        s.set("batcher.step_residuals", "[0.8, 1.3]").unwrap();
+        for bad in ["[]", "[1.0, -2.0]", "[0.0]"] {
+            let err = s
+                .set("batcher.step_residuals", bad)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("batcher.step_residuals") && err.contains("above 0"),
+                "{bad}: {err}"
+            );
+        }
+        for key in ["step_residuals = [1.0]", "cuda_graph_sizes = [1, 2]"] {
+            let err = Scenario::from_toml_str(&format!("{MINIMAL}[batcher]\n{key}\n"))
+                .unwrap_err()
+                .to_string();
+            let name = key.split(' ').next().unwrap();
+            assert!(err.contains(&format!("batcher.{name}")), "{key}: {err}");
+        }
+    }
+
+    #[test]
     fn a_thread_first_fraction_outside_0_to_1_is_refused_naming_the_key() {
         let mut s = Scenario::from_toml_str(MINIMAL).unwrap();
         s.set("batcher.thread_first_fraction", "0.25").unwrap();

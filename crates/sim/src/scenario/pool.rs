@@ -1,9 +1,12 @@
 //! One pool of instances: its tables validated, each key checked against the others.
 
+use std::sync::Arc;
+
 use crate::llm::scheduler::{SchedulerConfig, Scheduling};
 use crate::timing::service::Residuals;
 use crate::timing::slowdown::{Pauses, SlowdownWindow, Slowdowns};
 use crate::timing::step_spec::StepTimeSpec;
+use crate::timing::step_spread::{CudaGraphs, StepResiduals};
 
 use super::file::{BatcherKind, ContinuousKeys, KvCacheSpec, PoolFile};
 use super::{
@@ -69,6 +72,10 @@ pub struct LlmPool {
     /// a request that joins during a step waits this many more step boundaries, unless the
     /// engine would otherwise go idle.
     pub schedule_ahead_steps: u32,
+    /// The CUDA graphs each step is padded to for its time (`batcher.cuda_graph_sizes`).
+    pub cuda_graphs: Arc<CudaGraphs>,
+    /// The measured spread of the step time (`batcher.step_residuals`); `None`: none.
+    pub step_residuals: Option<Arc<StepResiduals>>,
 }
 
 /// KV blocks of `block_size` tokens in `tokens` of KV capacity; an error at `key` when not even
@@ -509,6 +516,16 @@ fn validate_llm_pool(
             }
         },
     };
+    let cuda_graphs = cuda_graphs_of(
+        &key("batcher.cuda_graph_sizes"),
+        keys.cuda_graph_sizes.as_deref(),
+        max_num_seqs,
+        max_num_batched_tokens,
+    )?;
+    let step_residuals = step_residuals_of(
+        &key("batcher.step_residuals"),
+        keys.step_residuals.as_deref(),
+    )?;
     Ok(LlmPool {
         scheduler: SchedulerConfig {
             max_num_seqs,
@@ -526,5 +543,54 @@ fn validate_llm_pool(
         step_time_spec: step_time.clone(),
         num_gpu_blocks_from_model,
         schedule_ahead_steps,
+        cuda_graphs: Arc::new(cuda_graphs),
+        step_residuals,
     })
+}
+
+/// The CUDA graphs written at `key` (`None`: vLLM's default for the limits), validated.
+fn cuda_graphs_of(
+    key: &str,
+    sizes: Option<&[u32]>,
+    max_num_seqs: u32,
+    max_num_batched_tokens: u32,
+) -> Result<CudaGraphs, ScenarioError> {
+    let Some(sizes) = sizes else {
+        return Ok(CudaGraphs::vllm_default(
+            max_num_seqs,
+            max_num_batched_tokens,
+        ));
+    };
+    if sizes.first() == Some(&0) {
+        return Err(invalid(
+            key,
+            "holds 0: captured sizes are token counts of at least 1 (`[]` runs every step eagerly)",
+        ));
+    }
+    if let Some(w) = sizes.windows(2).find(|w| w[0] >= w[1]) {
+        return Err(invalid(
+            key,
+            format!(
+                "must be strictly increasing, but {} is followed by {}: list each captured size once, smallest first",
+                w[0], w[1]
+            ),
+        ));
+    }
+    Ok(CudaGraphs::new(sizes.to_vec(), max_num_seqs))
+}
+
+/// The step-time factors written at `key`, validated.
+fn step_residuals_of(
+    key: &str,
+    factors: Option<&[f64]>,
+) -> Result<Option<Arc<StepResiduals>>, ScenarioError> {
+    match factors {
+        None => Ok(None),
+        Some(f) => StepResiduals::new(f).map(|r| Some(Arc::new(r))).ok_or_else(|| {
+            invalid(
+                key,
+                "needs at least one factor, each finite and above 0 (a step's measured GPU time over the model's)",
+            )
+        }),
+    }
 }

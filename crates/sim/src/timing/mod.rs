@@ -5,7 +5,8 @@
 //! A dynamic-batcher pool's batch takes a [`service::ServiceTime`] (constant, exponential,
 //! affine, or drawn from a calibrated batch [`profile`]); a continuous-batcher pool's step takes a
 //! [`step_time::StepTime`] (linear, the analytic [`roofline`] with [`hardware`] presets, or drawn
-//! from a decoder [`step_profile`]). The scenario names a model; `crate::build` builds it.
+//! from a decoder [`step_profile`]), padded to the engine's CUDA graphs and spread by measured
+//! factors ([`step_spread`]). The scenario names a model; `crate::build` builds it.
 
 pub mod hardware;
 pub mod least_squares;
@@ -17,4 +18,5 @@ pub mod service;
 pub mod slowdown;
 pub mod step_profile;
 pub mod step_spec;
+pub mod step_spread;
 pub mod step_time;

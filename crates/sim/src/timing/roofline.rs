@@ -184,20 +184,21 @@ impl Roofline {
         self.model.params * self.weight_bytes_per_param
     }
 
-    /// FLOPs of the step (over all GPUs).
+    /// FLOPs of the step (over all GPUs). A CUDA graph's padding tokens pay the dense part only.
     pub fn step_flops(&self, step: &StepBatch) -> f64 {
-        let dense = 2.0 * self.model.active_params * step.batched_tokens() as f64;
+        let dense = 2.0 * self.model.active_params * step.computed_tokens() as f64;
         let pairs = step.prefill_attention_tokens2 as f64 + step.decode_kv_tokens as f64;
         let attention = 4.0 * f64::from(self.model.layers) * self.model.attention_width() * pairs;
         dense + attention
     }
 
-    /// HBM bytes the step moves (over all GPUs): the weights it touches, then the KV cache.
+    /// HBM bytes the step moves (over all GPUs): the weights it touches, then the KV cache. A
+    /// CUDA graph's padding tokens may route to more experts, and write no KV.
     pub fn step_bytes(&self, step: &StepBatch) -> f64 {
         let kv_tokens = step.decode_kv_tokens as f64
             + step.prefill_tokens as f64
             + step.batched_tokens() as f64;
-        let weights = self.model.params_read(step.batched_tokens()) * self.weight_bytes_per_param;
+        let weights = self.model.params_read(step.computed_tokens()) * self.weight_bytes_per_param;
         weights + self.kv_bytes_per_token() * kv_tokens
     }
 

@@ -467,7 +467,7 @@ impl ProfileStepTime {
 
     /// Prefill plus decode minus the shared per-step cost (when the step has both parts).
     fn combine(&self, step: &StepBatch, prefill_ns: f64, decode_ns: f64) -> f64 {
-        let shared = if step.prefill_tokens > 0 && step.decode_seqs > 0 {
+        let shared = if prefill_tokens(step) > 0 && step.decode_seqs > 0 {
             self.shared_ns
         } else {
             0.0
@@ -488,11 +488,20 @@ impl ProfileStepTime {
             let lo = table[cell * nq + k];
             lo + w * (table[cell * nq + k + 1] - lo)
         };
-        let prefill =
-            self.prefill_value(step.prefill_tokens, |i| read(&self.prefill_quantiles_ns, i));
+        let prefill = self.prefill_value(prefill_tokens(step), |i| {
+            read(&self.prefill_quantiles_ns, i)
+        });
         let decode = self.decode_value(step, |cell| read(&self.decode_quantiles_ns, cell));
         self.combine(step, prefill, decode)
     }
+}
+
+/// The tokens the prefill part is read at: the prefill tokens plus a PIECEWISE CUDA graph's
+/// padding tokens. A profile's prefill points hold attention and the token-linear layers
+/// together, so the padding is charged at the prefill curve's slope there, its attention share
+/// included: an overestimate by that share.
+fn prefill_tokens(step: &StepBatch) -> u64 {
+    step.prefill_tokens + step.padding_tokens
 }
 
 /// The intercept of the least-squares line of prefill mean over tokens, clamped to `[0,
@@ -527,7 +536,7 @@ impl StepTime for ProfileStepTime {
     }
 
     fn mean_ns(&self, step: &StepBatch) -> f64 {
-        let prefill = self.prefill_value(step.prefill_tokens, |i| self.prefill_means_ns[i]);
+        let prefill = self.prefill_value(prefill_tokens(step), |i| self.prefill_means_ns[i]);
         let decode = self.decode_value(step, |cell| self.decode_means_ns[cell]);
         self.combine(step, prefill, decode)
     }

@@ -20,13 +20,20 @@ pub struct StepBatch {
     pub prefill_history_tokens: u64,
     /// Sequences with a prefill chunk in this step.
     pub prefill_seqs: u32,
-    /// Sequences decoding one token in this step.
+    /// Sequences decoding one token in this step. A step padded to a FULL CUDA graph
+    /// ([`super::step_spread::CudaGraphs::pad`]) counts its padded entries here: they have no
+    /// context, so `decode_kv_tokens` and `decode_kv_max` count none for them.
     pub decode_seqs: u32,
     /// KV-cache tokens read by the step's decodes (sum of their context lengths).
     pub decode_kv_tokens: u64,
     /// The longest context among the step's decodes (0 without decodes): how uneven the decode
     /// contexts are, which attention kernels feel.
     pub decode_kv_max: u64,
+    /// Tokens a PIECEWISE CUDA graph computes beyond the step's real ones
+    /// ([`super::step_spread::CudaGraphs::pad`]): they pass through the token-linear layers
+    /// (GEMMs, norms, activations, all-reduces) and attend to nothing, read no KV and write none.
+    /// 0 for the batch the scheduler plans.
+    pub padding_tokens: u64,
 }
 
 impl StepBatch {
@@ -39,6 +46,11 @@ impl StepBatch {
     /// `max_num_batched_tokens` bounds.
     pub fn batched_tokens(&self) -> u64 {
         self.prefill_tokens + u64::from(self.decode_seqs)
+    }
+
+    /// Tokens the token-linear layers compute: the batched tokens plus `padding_tokens`.
+    pub fn computed_tokens(&self) -> u64 {
+        self.batched_tokens() + self.padding_tokens
     }
 }
 
@@ -70,7 +82,8 @@ pub trait StepTime: Send + Sync + std::fmt::Debug {
 pub struct LinearStepTime {
     /// Fixed time of every step, ns.
     pub base_ns: f64,
-    /// Per prefill token, ns.
+    /// Per prefill token, ns; also what a CUDA graph's padding token costs (`padding_tokens`:
+    /// the token-linear share of a token, with no attention to pay).
     pub per_prefill_token_ns: f64,
     /// Per unit of `prefill_attention_tokens2`, ns.
     pub per_prefill_attention_token2_ns: f64,
@@ -89,7 +102,7 @@ impl StepTime for LinearStepTime {
 
     fn mean_ns(&self, step: &StepBatch) -> f64 {
         self.base_ns
-            + self.per_prefill_token_ns * step.prefill_tokens as f64
+            + self.per_prefill_token_ns * (step.prefill_tokens + step.padding_tokens) as f64
             + self.per_prefill_attention_token2_ns * step.prefill_attention_tokens2 as f64
             + self.per_prefill_seq_ns * f64::from(step.prefill_seqs)
             + self.per_decode_seq_ns * f64::from(step.decode_seqs)

@@ -31,7 +31,13 @@
 //!   layer, from a measured all-reduce table of this tensor-parallel degree.
 //!
 //! Kernel times only: the scheduler's CPU time per step (`batcher.step_overhead`) is added on
-//! top, and CUDA graphs, which the profilers' eager runs do not use, are not modelled.
+//! top. A step padded to a CUDA graph (`batcher.cuda_graph_sizes`) is composed at its padded
+//! size: `T` counts a PIECEWISE graph's padding tokens in the dense, MoE and all-reduce terms,
+//! and a FULL decode graph's padded sequences are decodes of no context (so the attention's mean
+//! context falls, its KV read stays). They are also charged the LM head, which vLLM runs on the
+//! real sequences only: at decode sizes the head reads its weights once whatever the count, so
+//! the error is small. The launch overhead a graph saves over the profilers' eager runs is not
+//! modelled.
 
 use std::sync::Arc;
 
@@ -299,7 +305,9 @@ impl StepTime for OperatorStepTime {
     }
 
     fn mean_ns(&self, step: &StepBatch) -> f64 {
-        let tokens = step.batched_tokens();
+        // The token-linear operators see a PIECEWISE graph's padding tokens; attention and the
+        // LM head do not.
+        let tokens = step.computed_tokens();
         self.dense_ns(tokens)
             + self.layers * (self.attention_ns(step) + self.all_reduce_ns(tokens))
             + self.moe_layers * self.moe_ns(tokens)
@@ -401,6 +409,30 @@ mod tests {
         assert_eq!(
             m.sample_ns(&decode(8, 1024), &mut rand::SeedableRng::seed_from_u64(1)),
             got.round() as u64
+        );
+    }
+
+    #[test]
+    fn a_mixed_steps_graph_padding_pays_the_dense_operators_only() {
+        let m = OperatorStepTime::new(Arc::new(table(1)), &model(4), None, 1).unwrap();
+        let real = StepBatch {
+            prefill_tokens: 16,
+            prefill_attention_tokens2: 16 * 16,
+            prefill_seqs: 1,
+            ..decode(8, 16)
+        };
+        let padded = StepBatch {
+            padding_tokens: 8,
+            ..real
+        };
+        assert_eq!(m.attention_ns(&padded), m.attention_ns(&real), "attention");
+        // Eight more tokens through the layer's qkv, o and two norms (1 ns each per token);
+        // the embedding, final norm and head do not grow.
+        let expected = 4.0 * 4.0 * 8.0;
+        let got = m.mean_ns(&padded) - m.mean_ns(&real);
+        assert!(
+            (got - expected).abs() < 1e-9,
+            "expected {expected} ns more, got {got}"
         );
     }
 
