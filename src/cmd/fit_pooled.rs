@@ -22,7 +22,7 @@ pub fn run(args: &FitArgs) -> Result<()> {
         return Err(BadInput(
             "--predict compares one log with its scenario; with several --log, run it once per \
              log"
-                .into(),
+            .into(),
         )
         .into());
     }
@@ -223,11 +223,8 @@ fn write_outputs(
         for warning in warnings(fit) {
             warnings_text.push_str(&format!("# WARNING: {warning}\n"));
         }
-        std::fs::write(
-            &path,
-            header + &warnings_text + &scenario.to_toml_string(),
-        )
-        .with_context(|| format!("writing {}", path.display()))?;
+        std::fs::write(&path, header + &warnings_text + &scenario.to_toml_string())
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     if let Some(report) = &args.report {
         super::create_out_dir(report, "--report")?;

@@ -23,11 +23,11 @@ use crate::scenario::{Scenario, ScenarioError, ServiceSpec, invalid, kv_blocks_o
 use crate::timing::model_config::ModelConfig;
 use crate::timing::operators::{Curve, OperatorStepTime, OperatorTable, read_all_reduce};
 use crate::timing::profile::ProfileServiceTime;
+use crate::timing::roofline::{Roofline, TensorParallelRoofline};
 use crate::timing::service::{
     AffineService, ConstantService, ExponentialService, ScaledService, ServiceTime,
 };
 use crate::timing::step_profile::ProfileStepTime;
-use crate::timing::roofline::{Roofline, TensorParallelRoofline};
 use crate::timing::step_spec::{
     ModelSource, OperatorsSpec, RooflineSpec, StepTimeError, StepTimeSpec,
 };
@@ -357,7 +357,11 @@ impl Profiles {
         spec: &RooflineSpec,
         roofline: Roofline,
     ) -> Result<Arc<dyn StepTime>, ScenarioError> {
-        let Some(path) = spec.all_reduce.as_ref().filter(|_| roofline.tensor_parallel > 1) else {
+        let Some(path) = spec
+            .all_reduce
+            .as_ref()
+            .filter(|_| roofline.tensor_parallel > 1)
+        else {
             return Ok(Arc::new(roofline));
         };
         let slot = (

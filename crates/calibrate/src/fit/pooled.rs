@@ -204,9 +204,8 @@ const HELD_OUT_FIGURES: [usize; 6] = [0, 1, 3, 4, 6, 7];
 /// A plain-text leave-one-run-out table: per run the values it was predicted with, then TTFT,
 /// TPOT and end-to-end mean and p50, measured, predicted and the relative error.
 pub fn held_out_table(held: &[HeldOut]) -> String {
-    let mut out = String::from(
-        "leave one run out (class: prediction, calibrated on the other runs):\n",
-    );
+    let mut out =
+        String::from("leave one run out (class: prediction, calibrated on the other runs):\n");
     for h in held {
         let source = match h.source {
             HeldOutSource::OwnDeployment => "its deployment's values from the other runs",
@@ -489,7 +488,10 @@ pub fn fit_pooled(runs: &[PooledRun], config: &FitConfig) -> Result<PooledFit, F
         .deployments
         .iter()
         .map(|d| {
-            let r = runs.iter().position(|run| &run.deployment == d).unwrap_or(0);
+            let r = runs
+                .iter()
+                .position(|run| &run.deployment == d)
+                .unwrap_or(0);
             let scenario = pooled.replays[r].scenario(&pooled.run_values(&values, r))?;
             Ok((d.clone(), scenario))
         })
@@ -569,11 +571,16 @@ fn predict_held_out(run: &PooledRun, fit: &PooledFit, seed: u64) -> Result<HeldO
             let value = if own || scope_of(key) == Scope::Shared {
                 fit.value(key, &run.deployment)
             } else {
-                geometric_mean(fit.parameters.iter().filter(|p| p.key == key).map(|p| p.value))
+                geometric_mean(
+                    fit.parameters
+                        .iter()
+                        .filter(|p| p.key == key)
+                        .map(|p| p.value),
+                )
             };
-            value
-                .map(|v| (key, v))
-                .ok_or_else(|| FitError::Scenario(format!("the fit of the other runs has no {key}")))
+            value.map(|v| (key, v)).ok_or_else(|| {
+                FitError::Scenario(format!("the fit of the other runs has no {key}"))
+            })
         })
         .collect::<Result<_, _>>()?;
     let numbers: Vec<f64> = values.iter().map(|&(_, v)| v).collect();
@@ -610,7 +617,10 @@ mod tests {
     fn every_fitted_key_has_a_scope_and_only_efficiencies_are_shared() {
         for (key, _, _) in LINEAR.iter().chain(ROOFLINE.iter()) {
             let listed = KEY_SCOPES.iter().find(|(k, _)| k == key);
-            assert!(listed.is_some(), "{key} is fitted but missing from KEY_SCOPES");
+            assert!(
+                listed.is_some(),
+                "{key} is fitted but missing from KEY_SCOPES"
+            );
             let expected = if key.ends_with("_efficiency") {
                 Scope::Shared
             } else {

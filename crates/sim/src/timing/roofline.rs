@@ -28,9 +28,9 @@
 //! all-reduce curve is given ([`TensorParallelRoofline`]).
 
 use super::hardware::Hardware;
+use super::model_config::{self, ModelConfig};
 use super::operators::Curve;
 use super::operators::step::ACTIVATION_BYTES;
-use super::model_config::{self, ModelConfig};
 use super::step_time::{StepBatch, StepTime};
 use crate::rng::SimRng;
 
