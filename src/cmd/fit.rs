@@ -27,16 +27,20 @@ use super::BadInput;
 pub struct FitArgs {
     /// The scenario to fit (TOML, one pool). With `batcher.kind = "continuous"` its engine limits
     /// and KV cache are kept and its `[step_time]` becomes the fitted `linear` one; with a dynamic
-    /// batcher its `[service]` becomes the fitted `affine` one with residuals.
-    #[arg(long, value_name = "S.toml")]
-    pub scenario: PathBuf,
+    /// batcher its `[service]` becomes the fitted `affine` one with residuals. With several
+    /// `--log`: once for all logs (one deployment), or once per log in the same order (each
+    /// scenario one deployment).
+    #[arg(long = "scenario", value_name = "S.toml", required = true)]
+    pub scenarios: Vec<PathBuf>,
     /// The measured log, its format told by its content: vLLM per-request records (JSON lines:
     /// input_toks, output_toks, arrival_time, queued_ts, first_token_ts, last_token_ts),
     /// capsim's `requests.parquet` (a dynamic-batching fit needs its execution times: batch_id,
     /// batch_size, exec_start_ns, exec_end_ns), inference-perf's
     /// `per_request_lifecycle_metrics.json` or AIPerf's `profile_export.jsonl`.
-    #[arg(long, value_name = "LOG")]
-    pub log: PathBuf,
+    /// Given more than once, the runs are fitted together (the efficiencies shared, the
+    /// overheads per deployment) and each is predicted from a fit of the others.
+    #[arg(long = "log", value_name = "LOG", required = true)]
+    pub logs: Vec<PathBuf>,
     /// Read LOG as this format instead of the one its content shows: vllm, capsim,
     /// inference-perf or aiperf.
     #[arg(long, value_name = "FORMAT")]
@@ -48,7 +52,8 @@ pub struct FitArgs {
     /// with a note), ms, us or ns. Latencies count from the arrival.
     #[arg(long, value_name = "MAP")]
     pub map: Option<String>,
-    /// Where to write the fitted scenario (required unless --predict).
+    /// Where to write the fitted scenario (required unless --predict); with several --log, a
+    /// folder that gets one fitted scenario per deployment, named after its scenario file.
     #[arg(
         short = 'o',
         long = "output",
@@ -76,11 +81,39 @@ pub struct FitArgs {
     /// Most Nelder-Mead iterations of each start.
     #[arg(long, default_value_t = FitConfig::default().max_iterations)]
     pub max_iterations: u64,
+    /// Nelder-Mead starts, run in parallel (1 to 8); the best is kept.
+    #[arg(long, default_value_t = FitConfig::default().starts, value_name = "N")]
+    pub starts: usize,
+}
+
+impl FitArgs {
+    /// The scenario of a fit of one log.
+    fn scenario(&self) -> &Path {
+        &self.scenarios[0]
+    }
+
+    /// The log of a fit of one log.
+    fn log(&self) -> &Path {
+        &self.logs[0]
+    }
+
+    /// The fit's settings from the flags.
+    pub(crate) fn config(&self) -> FitConfig {
+        FitConfig {
+            seed: self.seed,
+            max_iterations: self.max_iterations,
+            starts: self.starts,
+            ..FitConfig::default()
+        }
+    }
 }
 
 /// Runs `capsim fit`.
 pub fn run(args: FitArgs) -> Result<()> {
-    let scenario = Scenario::from_path(&args.scenario).map_err(|e| BadInput(e.to_string()))?;
+    if args.logs.len() > 1 || args.scenarios.len() > 1 {
+        return super::fit_pooled::run(&args);
+    }
+    let scenario = Scenario::from_path(args.scenario()).map_err(|e| BadInput(e.to_string()))?;
     if scenario.pools().len() == 1 && scenario.pools()[0].service_spec.is_some() {
         if args.predict {
             return Err(BadInput(
@@ -102,11 +135,11 @@ pub fn run(args: FitArgs) -> Result<()> {
         .map(LogFormat::parse)
         .transpose()
         .map_err(|e| BadInput(e.to_string()))?;
-    let log = read_log_as(&args.log, map.as_ref(), format).map_err(|e| BadInput(e.to_string()))?;
+    let log = read_log_as(args.log(), map.as_ref(), format).map_err(|e| BadInput(e.to_string()))?;
     // The engine the log was served by: its limits and KV cache, where meta.json says.
     let mut scenario = scenario;
     let mut from_meta = String::new();
-    if let Some(meta) = read_run_meta(&args.log).map_err(|e| BadInput(e.to_string()))? {
+    if let Some(meta) = read_run_meta(args.log()).map_err(|e| BadInput(e.to_string()))? {
         for a in meta
             .apply(&mut scenario)
             .map_err(|e| BadInput(e.to_string()))?
@@ -129,11 +162,7 @@ pub fn run(args: FitArgs) -> Result<()> {
         );
         return Ok(());
     }
-    let config = FitConfig {
-        seed: args.seed,
-        max_iterations: args.max_iterations,
-        ..FitConfig::default()
-    };
+    let config = args.config();
     let result = fit(&scenario, &log, &config).map_err(|e| BadInput(e.to_string()))?;
     let intervals = bootstrap(&scenario, &log, &result, &config, args.bootstrap)
         .map_err(|e| BadInput(e.to_string()))?;
@@ -174,16 +203,16 @@ const DYNAMIC_BOOTSTRAP: usize = 200;
 /// The dynamic-batching fit: affine service time from the log's execution times.
 fn run_dynamic(scenario: &Scenario, args: &FitArgs) -> Result<()> {
     let parquet = args
-        .log
+        .log()
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("parquet"));
     let json = args
-        .log
+        .log()
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("json"));
     if args.map.is_none()
         && json
-        && let Some(stats) = read_triton_stats(&args.log)?
+        && let Some(stats) = read_triton_stats(args.log())?
     {
         return run_triton(scenario, args, &stats);
     }
@@ -193,8 +222,8 @@ fn run_dynamic(scenario: &Scenario, args: &FitArgs) -> Result<()> {
              execution times (batch_id, batch_size, exec_start_ns, exec_end_ns) or Triton's \
              statistics (.json); a per-request LLM log{} fits a scenario with \
              batcher.kind = \"continuous\"",
-            args.log.display(),
-            args.scenario.display(),
+            args.log().display(),
+            args.scenario().display(),
             if args.map.is_some() {
                 " read through --map"
             } else {
@@ -203,19 +232,15 @@ fn run_dynamic(scenario: &Scenario, args: &FitArgs) -> Result<()> {
         ))
         .into());
     }
-    let log = read_batch_log(&args.log).map_err(|e| BadInput(e.to_string()))?;
-    let overheads = server_overheads(&args.log, &log)?;
+    let log = read_batch_log(args.log()).map_err(|e| BadInput(e.to_string()))?;
+    let overheads = server_overheads(args.log(), &log)?;
     let mut scenario = scenario.clone();
     if let Some(o) = &overheads {
         o.apply(&mut scenario)
             .map_err(|e| BadInput(e.to_string()))?;
     }
     let scenario = &scenario;
-    let config = FitConfig {
-        seed: args.seed,
-        max_iterations: args.max_iterations,
-        ..FitConfig::default()
-    };
+    let config = args.config();
     let result = fit_dynamic(scenario, &log, &config).map_err(|e| BadInput(e.to_string()))?;
     // Resampling batches is cheap; a fit by simulation has no batches to resample.
     let replicas = args.bootstrap.max(DYNAMIC_BOOTSTRAP);
@@ -241,8 +266,8 @@ fn run_dynamic(scenario: &Scenario, args: &FitArgs) -> Result<()> {
     };
     let mut header = format!(
         "# Fitted by `capsim fit --scenario {} --log {}` (seed {}): [service] a, b, c {how}",
-        args.scenario.display(),
-        args.log.display(),
+        args.scenario().display(),
+        args.log().display(),
         args.seed,
     );
     if overheads.is_some() {
@@ -305,7 +330,7 @@ fn run_triton(scenario: &Scenario, args: &FitArgs, stats: &ModelStats) -> Result
              per request (b) cannot be told apart from the time per batch (a); take them after a \
              run whose batches had several sizes (a load that queues requests with \
              max_batch_size > 1)",
-            args.log.display(),
+            args.log().display(),
             stats.name,
             times.len(),
             if times.len() == 1 { "" } else { "s" },
@@ -320,7 +345,7 @@ fn run_triton(scenario: &Scenario, args: &FitArgs, stats: &ModelStats) -> Result
     let line = fit_affine(&times).ok_or_else(|| {
         BadInput(format!(
             "{}: Triton's statistics of model {:?} hold no batch",
-            args.log.display(),
+            args.log().display(),
             stats.name
         ))
     })?;
@@ -348,7 +373,7 @@ fn run_triton(scenario: &Scenario, args: &FitArgs, stats: &ModelStats) -> Result
          (the statistics know no input lengths: b carries the per-token cost at the run's lengths)\n\
          {:<6} {:>9} {:>14} {:>14} {:>8}\n",
         stats.name,
-        args.log.display(),
+        args.log().display(),
         batches,
         times.len(),
         fit.a_ns,
@@ -390,8 +415,8 @@ fn run_triton(scenario: &Scenario, args: &FitArgs, stats: &ModelStats) -> Result
         "# Fitted by `capsim fit --scenario {} --log {}`: [service] a and b by least squares of\n\
          # Triton's mean compute time per batch size ({batches} batches); c = 0, no residuals;\n\
          # [postprocess] base: the server's mean time per request outside queue and model.\n",
-        args.scenario.display(),
-        args.log.display(),
+        args.scenario().display(),
+        args.log().display(),
     );
     write_outputs(args, &(header + &fitted.to_toml_string()), &text)?;
     Ok(())
@@ -410,13 +435,13 @@ fn describe_dynamic(
             "fit: {} batches ({} completed requests) of {}; affine service time by least squares\n",
             result.batches,
             requests,
-            args.log.display()
+            args.log().display()
         ),
         Some(sim) => format!(
             "fit: {} completed requests of {}; {}: affine service time by simulation from the \
              end-to-end{} figures; {} iterations, loss {:.3e}, {}\n",
             requests,
-            args.log.display(),
+            args.log().display(),
             sim.reason,
             if result.measured.queue.mean_ms.is_nan() {
                 ""
@@ -505,7 +530,7 @@ fn describe(result: &FitResult, args: &FitArgs, log: &MeasuredLog) -> String {
     let mut out = format!(
         "fit: {} requests of {} ({}); {} iterations, loss {:.3e}, {}\n",
         log.len(),
-        args.log.display(),
+        args.log().display(),
         log.format,
         result.iterations,
         result.loss,
@@ -557,9 +582,9 @@ fn describe_comparison(comparison: &Comparison, args: &FitArgs, log: &MeasuredLo
     let mut out = format!(
         "predict: {} requests of {} ({}) replayed through {} as it is, nothing fitted\n",
         log.len(),
-        args.log.display(),
+        args.log().display(),
         log.format,
-        args.scenario.display()
+        args.scenario().display()
     );
     if let Some(excluded) = log.excluded_summary() {
         out.push_str(&format!("left out of the log: {excluded}\n"));
@@ -619,8 +644,8 @@ fn fitted_toml(result: &FitResult, args: &FitArgs) -> String {
     let mut header = format!(
         "# Fitted by `capsim fit --scenario {} --log {}` (seed {}): step time and step_overhead\n\
          # from the log's TTFT, TPOT and end-to-end mean, p50 and p90 (worst error {:.1}%).\n",
-        args.scenario.display(),
-        args.log.display(),
+        args.scenario().display(),
+        args.log().display(),
         args.seed,
         result.worst_error() * 100.0,
     );

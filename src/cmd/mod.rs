@@ -2,6 +2,7 @@
 
 pub mod calibrate;
 pub mod fit;
+pub mod fit_pooled;
 pub mod operators;
 pub mod plan;
 pub mod replay;

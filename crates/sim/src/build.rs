@@ -23,11 +23,14 @@ use crate::scenario::{Scenario, ScenarioError, ServiceSpec, invalid, kv_blocks_o
 use crate::timing::model_config::ModelConfig;
 use crate::timing::operators::{Curve, OperatorStepTime, OperatorTable, read_all_reduce};
 use crate::timing::profile::ProfileServiceTime;
+use crate::timing::roofline::{Roofline, TensorParallelRoofline};
 use crate::timing::service::{
     AffineService, ConstantService, ExponentialService, ScaledService, ServiceTime,
 };
 use crate::timing::step_profile::ProfileStepTime;
-use crate::timing::step_spec::{ModelSource, OperatorsSpec, StepTimeError, StepTimeSpec};
+use crate::timing::step_spec::{
+    ModelSource, OperatorsSpec, RooflineSpec, StepTimeError, StepTimeSpec,
+};
 use crate::timing::step_time::{ScaledStepTime, StepTime};
 
 /// A scenario with every pool's time model built: what [`crate::simulate`] runs.
@@ -120,6 +123,16 @@ fn profile_files(scenario: &Scenario) -> Vec<ProfileFile> {
             files.push(ProfileFile::Model {
                 key: format!("{prefix}step_time.model"),
                 path: step_profile_path(base, path),
+            });
+        }
+        if let Some(StepTimeSpec::Roofline(spec)) = step_time
+            && let Some(path) = &spec.all_reduce
+            && spec.tensor_parallel.unwrap_or(1) > 1
+        {
+            files.push(ProfileFile::AllReduce {
+                key: format!("{prefix}step_time.all_reduce"),
+                path: step_profile_path(base, path),
+                workers: spec.tensor_parallel.unwrap_or(1),
             });
         }
         if let Some(StepTimeSpec::Operators(spec)) = step_time {
@@ -260,13 +273,19 @@ impl Profiles {
                         StepTimeSpec::Operators(operators) => {
                             self.operator_step_time(scenario, &key, spec, operators)?
                         }
-                        StepTimeSpec::Roofline(roofline) if spec.model_file().is_some() => {
-                            let config = self.model_of(scenario, &key, spec)?;
-                            let sized = roofline
-                                .resolve_with(config)
+                        StepTimeSpec::Roofline(roofline)
+                            if spec.model_file().is_some() || roofline.all_reduce.is_some() =>
+                        {
+                            let sized = match spec.model_file() {
+                                Some(_) => {
+                                    roofline.resolve_with(self.model_of(scenario, &key, spec)?)
+                                }
+                                None => roofline.resolve(),
+                            };
+                            let sized = sized
                                 .and_then(|s| s.fitting())
                                 .map_err(|e| invalid(&key("step_time"), e.to_string()))?;
-                            Arc::new(sized.roofline) as Arc<dyn StepTime>
+                            self.roofline_step_time(scenario, &key, roofline, sized.roofline)?
                         }
                         _ => spec
                             .analytic()
@@ -331,6 +350,37 @@ impl Profiles {
         )
         .map_err(|e| invalid(&key("step_time"), e.to_string()))?;
         Ok(Arc::new(model))
+    }
+
+    /// A roofline's step time: with `tensor_parallel > 1` and an all-reduce table, the
+    /// roofline plus its all-reduces from the loaded table; else the roofline alone.
+    fn roofline_step_time(
+        &self,
+        scenario: &Scenario,
+        key: &dyn Fn(&str) -> String,
+        spec: &RooflineSpec,
+        roofline: Roofline,
+    ) -> Result<Arc<dyn StepTime>, ScenarioError> {
+        let Some(path) = spec
+            .all_reduce
+            .as_ref()
+            .filter(|_| roofline.tensor_parallel > 1)
+        else {
+            return Ok(Arc::new(roofline));
+        };
+        let slot = (
+            step_profile_path(scenario.base_dir(), path),
+            roofline.tensor_parallel,
+        );
+        let all_reduce = self
+            .all_reduces
+            .get(&slot)
+            .ok_or_else(|| not_loaded(&key("step_time.all_reduce"), &slot.0))?
+            .clone();
+        Ok(Arc::new(TensorParallelRoofline {
+            roofline,
+            all_reduce,
+        }))
     }
 
     /// The loaded config of the model file `spec` names, or an error naming the key and file.

@@ -17,6 +17,9 @@
 //! parameter is searched in log space, within bounds; one that ends within 1% of a bound is
 //! reported.
 //!
+//! Several runs are fitted together by [`pooled`]: the efficiencies shared by every run, the
+//! overheads one per deployment, and each run predicted from a fit of the others.
+//!
 //! ```no_run
 //! use capsim_calibrate::fit::{FitConfig, fit, read_log};
 //! use capsim_sim::Scenario;
@@ -36,6 +39,7 @@ pub mod log;
 pub mod mapped;
 pub mod meta;
 pub mod metrics;
+pub mod pooled;
 
 use argmin::core::{CostFunction, Executor, State, TerminationReason, TerminationStatus};
 use argmin::solver::neldermead::NelderMead;

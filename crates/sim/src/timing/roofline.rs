@@ -23,11 +23,14 @@
 //! every weight outside the routed experts, and in each MoE layer the experts its tokens were
 //! routed to: with `n = batched_tokens` tokens each picking `k` of `E` experts uniformly, the
 //! expected number of distinct experts touched is `E * (1 - (1 - k/E)^n)` ([`ExpertWeights`]):
-//! `k` for one token, all `E` for a large batch. Activations, tensor-parallel all-reduces and
-//! kernel launch gaps are not modelled (see docs/step-time.md).
+//! `k` for one token, all `E` for a large batch. Activations and kernel launch gaps are not
+//! modelled (see docs/step-time.md); tensor parallelism's all-reduces are when a measured
+//! all-reduce curve is given ([`TensorParallelRoofline`]).
 
 use super::hardware::Hardware;
 use super::model_config::{self, ModelConfig};
+use super::operators::Curve;
+use super::operators::step::ACTIVATION_BYTES;
 use super::step_time::{StepBatch, StepTime};
 use crate::rng::SimRng;
 
@@ -230,6 +233,44 @@ impl StepTime for Roofline {
     }
 }
 
+/// A roofline over GPUs joined by tensor parallelism, with their communication: each layer
+/// all-reduces the step's hidden states twice (after attention and after the MLP), each
+/// all-reduce timed from a curve measured on those GPUs (NCCL, time by message bytes), and the
+/// step takes the roofline's time plus `2 * layers * all_reduce(batched_tokens * hidden_size *
+/// 2 bytes)`: vLLM runs the all-reduces between a layer's kernels, not beside them. Over PCIe
+/// they are as long as the kernels (docs/step-time.md), and no datasheet gives them: the host's
+/// topology, ACS and IOMMU settings change them twofold.
+#[derive(Debug, Clone)]
+pub struct TensorParallelRoofline {
+    /// The GPUs' kernels.
+    pub roofline: Roofline,
+    /// One all-reduce among the `tensor_parallel` GPUs: time (ns) by message bytes.
+    pub all_reduce: Curve,
+}
+
+impl TensorParallelRoofline {
+    /// The step's all-reduces, ns.
+    pub fn all_reduce_ns(&self, step: &StepBatch) -> f64 {
+        let model = &self.roofline.model;
+        let bytes = step.batched_tokens() as f64 * f64::from(model.hidden_size) * ACTIVATION_BYTES;
+        2.0 * f64::from(model.layers) * self.all_reduce.at(bytes)
+    }
+}
+
+impl StepTime for TensorParallelRoofline {
+    fn sample_ns(&self, step: &StepBatch, _rng: &mut SimRng) -> u64 {
+        self.mean_ns(step).round().max(1.0) as u64
+    }
+
+    fn mean_ns(&self, step: &StepBatch) -> f64 {
+        self.roofline.mean_ns(step) + self.all_reduce_ns(step)
+    }
+
+    fn may_extrapolate(&self) -> bool {
+        false
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -341,6 +382,29 @@ mod tests {
                 "{step:?}: documented {expected_ms} ms, model gives {got_ms:.3} ms"
             );
         }
+    }
+
+    #[test]
+    fn tensor_parallel_roofline_adds_two_all_reduces_of_the_hidden_states_per_layer() {
+        let roofline = Roofline {
+            model: preset("qwen3-32b"),
+            tensor_parallel: 2,
+            ..llama8b_on(H100_SXM)
+        };
+        // 1 MB in 50 us, 2 MB in 100 us: a 128-sequence decode moves 128 x 5120 x 2 bytes.
+        let all_reduce = Curve::new(vec![(1e6, 50_000.0), (2e6, 100_000.0)]).expect("a curve");
+        let tp = TensorParallelRoofline {
+            roofline,
+            all_reduce,
+        };
+        let step = decode(128, 1000);
+        let one_ns = 50_000.0 + (1_310_720.0 - 1e6) / 1e6 * 50_000.0;
+        let expected_ns = roofline.mean_ns(&step) + 2.0 * 64.0 * one_ns;
+        let got_ns = tp.mean_ns(&step);
+        assert!(
+            (got_ns - expected_ns).abs() < 1e-6 * expected_ns,
+            "expected {expected_ns} ns, got {got_ns}"
+        );
     }
 
     #[test]

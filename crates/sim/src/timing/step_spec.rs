@@ -232,6 +232,12 @@ pub struct RooflineSpec {
     /// Memory per GPU kept for activations, CUDA graphs and the runtime, outside the KV
     /// cache. Default [`DEFAULT_ACTIVATION_RESERVE_BYTES`].
     pub activation_reserve: Option<SizeBytes>,
+    /// A measured all-reduce table of the GPUs (Vidur's `all_reduce.csv` columns; the rows of
+    /// `tensor_parallel` workers are read), relative to the scenario file's folder: with
+    /// `tensor_parallel > 1` each step adds its layers' two all-reduces of the hidden states
+    /// ([`super::roofline::TensorParallelRoofline`]). Read by the build step; without it a
+    /// tensor-parallel roofline leaves the communication out.
+    pub all_reduce: Option<PathBuf>,
 }
 
 /// Default `compute_efficiency`: large prefill GEMMs on Hopper reach about half to two thirds
@@ -435,6 +441,10 @@ impl StepTimeSpec {
                     return Ok(None);
                 }
                 let sized = spec.resolve()?.fitting()?;
+                if spec.all_reduce.is_some() {
+                    // The all-reduce table is read by the build step.
+                    return Ok(None);
+                }
                 Ok(Some(Arc::new(sized.roofline)))
             }
             StepTimeSpec::Profile { .. } => {

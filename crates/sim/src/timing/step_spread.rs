@@ -146,7 +146,7 @@ impl StepResiduals {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::timing::hardware::H100_SXM;
+    use crate::timing::hardware::catalogue;
     use crate::timing::roofline::{Roofline, model_preset};
     use crate::timing::step_profile::{self, ProfileStepTime};
     use crate::timing::step_time::{LinearStepTime, StepTime};
@@ -246,13 +246,16 @@ mod tests {
             per_prefill_attention_token2_ns: 0.5,
             per_decode_seq_ns: 150e3,
             per_kv_token_ns: 200.0,
+            per_prefill_seq_ns: 0.0,
         }
     }
 
     fn llama8b_roofline() -> Roofline {
         Roofline {
             model: model_preset("llama-3-8b").expect("preset"),
-            hardware: H100_SXM,
+            hardware: catalogue::H100_SXM
+                .hardware(crate::timing::hardware::ComputeDtype::Bf16)
+                .expect("the H100 SXM has a BF16 figure"),
             weight_bytes_per_param: 2.0,
             kv_bytes_per_element: 2.0,
             tensor_parallel: 1,
