@@ -389,7 +389,7 @@ mod tests {
         let roofline = Roofline {
             model: preset("qwen3-32b"),
             tensor_parallel: 2,
-            ..llama8b_on(H100_SXM)
+            ..llama8b_on(h100_sxm())
         };
         // 1 MB in 50 us, 2 MB in 100 us: a 128-sequence decode moves 128 x 5120 x 2 bytes.
         let all_reduce = Curve::new(vec![(1e6, 50_000.0), (2e6, 100_000.0)]).expect("a curve");
