@@ -430,6 +430,8 @@ max_num_seqs = 32
 max_num_batched_tokens = 4096
 enable_chunked_prefill = true
 schedule_ahead_steps = {schedule_ahead_steps}
+# vLLM on CPU captures no CUDA graphs: every step runs eagerly, unpadded.
+cuda_graph_sizes = []
 
 [kv_cache]
 block_size = 128
@@ -495,6 +497,8 @@ def simulate(args, cal: dict, run: dict) -> list:
                "--map", "arrival=arrival:ns", "-o", str(out / "sim")]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0 and "unknown field `schedule_ahead_steps`" in done.stderr:
+        # (A capsim that predates schedule_ahead_steps predates cuda_graph_sizes too.)
+        scen.write_text(scen.read_text().replace("cuda_graph_sizes = []\n", ""))
         if args.schedule_ahead_steps != 0:
             sys.exit(f"light_load_check: {args.capsim} predates batcher.schedule_ahead_steps")
         # A capsim from before the key: its continuous batcher is synchronous (0).

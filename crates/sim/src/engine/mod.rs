@@ -47,9 +47,9 @@ mod build;
 
 pub use build::latency_keys;
 #[cfg(test)]
-mod pipeline_tests;
-#[cfg(test)]
 mod abort_tests;
+#[cfg(test)]
+mod pipeline_tests;
 #[cfg(test)]
 mod tests;
 

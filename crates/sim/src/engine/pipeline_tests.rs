@@ -26,12 +26,13 @@ const COSTS_NS: u64 = 2 * MS + 2 * MS + 500 * US;
 /// The background request's decode step that the probes join during: 24-34 ms.
 const STEP_END_NS: u64 = 34 * MS;
 
-/// The scenario, scheduling `ahead` steps ahead.
+/// The scenario, scheduling `ahead` steps ahead; eager (no CUDA graphs), so that no step is
+/// padded and each step's time is the closed form's.
 fn scenario(ahead: u32) -> Scenario {
     Scenario::from_toml_str(&format!(
         "[network]\nlatency = {{ kind = \"constant\", one_way = \"1ms\" }}\n\
          [preprocess]\nworkers = 1\nper_input_token = \"20us\"\n\
-         [batcher]\nkind = \"continuous\"\nschedule_ahead_steps = {ahead}\n\
+         [batcher]\nkind = \"continuous\"\nschedule_ahead_steps = {ahead}\ncuda_graph_sizes = []\n\
          [kv_cache]\nnum_gpu_blocks = 1000\n\
          [step_time]\nkind = \"linear\"\nbase = \"10ms\"\nper_prefill_token = \"10us\"\n\
          [postprocess]\nbase = \"3ms\"\nper_output_token = \"500us\"\n"
@@ -144,7 +145,7 @@ fn detokenization_leaves_tpot_alone_and_e2e_pays_it_once_after_the_last_token_wi
     let bare = Scenario::from_toml_str(
         "[network]\nlatency = { kind = \"constant\", one_way = \"1ms\" }\n\
          [preprocess]\nworkers = 1\nper_input_token = \"20us\"\n\
-         [batcher]\nkind = \"continuous\"\n[kv_cache]\nnum_gpu_blocks = 1000\n\
+         [batcher]\nkind = \"continuous\"\ncuda_graph_sizes = []\n[kv_cache]\nnum_gpu_blocks = 1000\n\
          [step_time]\nkind = \"linear\"\nbase = \"10ms\"\nper_prefill_token = \"10us\"\n",
     )
     .expect("valid");

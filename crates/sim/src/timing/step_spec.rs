@@ -31,9 +31,10 @@ use crate::quantity::{QuantityError, parse_duration_ns_f64};
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum StepTimeSpec {
     /// `base + per_prefill_token * prefill_tokens + per_prefill_attention_token2 *
-    /// prefill_attention_tokens2 + per_prefill_seq * prefill_seqs + per_decode_seq * decode_seqs
-    /// + per_kv_token * decode_kv_tokens`, every coefficient a duration (`"0.1ms"`, `"30ns"`; fractions of a
-    /// nanosecond are kept). Deterministic: every step of one composition takes the same time.
+    /// prefill_attention_tokens2 + per_prefill_seq * prefill_seqs + per_decode_seq *
+    /// decode_seqs + per_kv_token * decode_kv_tokens`, every coefficient a duration (`"0.1ms"`,
+    /// `"30ns"`; fractions of a nanosecond are kept). Deterministic: every step of one
+    /// composition takes the same time.
     Linear {
         /// Fixed time of every step.
         #[serde(default)]
