@@ -8,23 +8,11 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{assert_user_error, capsim, repo, text};
+use common::{assert_user_error, capsim, ground_truth, repo, text};
 use serde_json::Value;
 
 /// The acceptance bound on every figure's relative error.
 const MAX_RELATIVE_ERROR: f64 = 0.05;
-
-fn ground_truth(run: &str) -> PathBuf {
-    let root = std::env::var("CAPSIM_GROUND_TRUTH")
-        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/ground-truth").into());
-    let log = Path::new(&root).join(run).join("requests.jsonl");
-    assert!(
-        log.is_file(),
-        "{} missing; set CAPSIM_GROUND_TRUTH",
-        log.display()
-    );
-    log
-}
 
 /// Runs `capsim fit` and returns the fit.txt it wrote, after checking the fitted scenario exists
 /// and names the fitted keys.

@@ -5,24 +5,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-
-use common::{assert_user_error, capsim, text};
+use common::{assert_user_error, capsim, ground_truth, text};
 
 const RTX4090: &str = "vllm-rtx4090-llama-3.1-8b";
 const RTXPRO6000: &str = "vllm-rtxpro6000-qwen3-32b";
-
-fn ground_truth(run: &str) -> PathBuf {
-    let root = std::env::var("CAPSIM_GROUND_TRUTH")
-        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/ground-truth").into());
-    let log = Path::new(&root).join(run).join("requests.jsonl");
-    assert!(
-        log.is_file(),
-        "{} missing; set CAPSIM_GROUND_TRUTH",
-        log.display()
-    );
-    log
-}
 
 /// The (run, metric, relative error) rows of the report's leave-one-run-out table.
 fn held_out_errors(report: &str) -> Vec<(String, String, f64)> {

@@ -9,6 +9,20 @@ pub fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
 }
 
+/// The `requests.jsonl` of the shared ground-truth run `run` (`../shared/ground-truth`, or
+/// `CAPSIM_GROUND_TRUTH`); fails naming the path when it is missing.
+pub fn ground_truth(run: &str) -> PathBuf {
+    let root = std::env::var("CAPSIM_GROUND_TRUTH")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/ground-truth").into());
+    let log = Path::new(&root).join(run).join("requests.jsonl");
+    assert!(
+        log.is_file(),
+        "{} missing; set CAPSIM_GROUND_TRUTH",
+        log.display()
+    );
+    log
+}
+
 /// Runs the built `capsim` in the repository root. `ORT_DYLIB_PATH` is removed so that the
 /// tests find ONNX Runtime the way a user's first run does (the project's `.venv`).
 pub fn capsim(args: &[&str]) -> Output {
