@@ -620,21 +620,40 @@ fn describe_intervals(intervals: &[Interval], replicas: usize) -> String {
 
 /// What makes the fit untrustworthy: no convergence, parameters on a bound.
 fn warnings(result: &FitResult) -> Vec<String> {
+    untrusted(
+        "the fit",
+        "the log",
+        result.converged,
+        result.iterations,
+        result.parameters.iter().filter(|p| p.at_bound).map(|p| {
+            let value = format!("{:.3}", p.value);
+            (p.key.to_string(), value, p.key, p.bounds)
+        }),
+    )
+}
+
+/// What makes a fit (`fit`, fitted to `data`) untrustworthy: no convergence in `iterations`,
+/// and each parameter given as (its name, its value as written, its key, its search's bounds)
+/// that ended on a bound.
+pub(super) fn untrusted<'k>(
+    fit: &str,
+    data: &str,
+    converged: bool,
+    iterations: u64,
+    on_bound: impl Iterator<Item = (String, String, &'k str, (f64, f64))>,
+) -> Vec<String> {
     let mut out = Vec::new();
-    if !result.converged {
+    if !converged {
         out.push(format!(
-            "the fit did not converge in {} iterations; raise --max-iterations",
-            result.iterations
+            "{fit} did not converge in {iterations} iterations; raise --max-iterations"
         ));
     }
-    for p in result.parameters.iter().filter(|p| p.at_bound) {
+    for (name, value, key, bounds) in on_bound {
         out.push(format!(
-            "{} = {:.3} {} lies on a bound of its search ({:e}..{:e}): the log cannot place it",
-            p.key,
-            p.value,
-            parameter_unit(p.key),
-            p.bounds.0,
-            p.bounds.1
+            "{name} = {value} {} lies on a bound of its search ({:e}..{:e}): {data} cannot place it",
+            parameter_unit(key),
+            bounds.0,
+            bounds.1
         ));
     }
     out

@@ -9,11 +9,11 @@ use capsim_calibrate::fit::meta::read_run_meta;
 use capsim_calibrate::fit::pooled::{
     HeldOut, PooledFit, PooledRun, fit_pooled, held_out_table, leave_one_run_out,
 };
-use capsim_calibrate::fit::{LogFormat, LogMap, parameter_unit, read_log_as};
+use capsim_calibrate::fit::{LogFormat, LogMap, read_log_as};
 use capsim_sim::Scenario;
 
 use super::BadInput;
-use super::fit::FitArgs;
+use super::fit::{FitArgs, untrusted};
 
 /// Runs a pooled fit of `args.logs`, each with its scenario.
 pub fn run(args: &FitArgs) -> Result<()> {
@@ -164,27 +164,20 @@ fn describe(fit: &PooledFit, held: &[HeldOut], runs: &[PooledRun]) -> String {
 
 /// What makes the pooled fit untrustworthy: no convergence, values on a bound.
 fn warnings(fit: &PooledFit) -> Vec<String> {
-    let mut out = Vec::new();
-    if !fit.converged {
-        out.push(format!(
-            "the pooled fit did not converge in {} iterations; raise --max-iterations",
-            fit.iterations
-        ));
-    }
-    for p in fit.parameters.iter().filter(|p| p.at_bound) {
-        out.push(format!(
-            "{}{} = {:.4} {} lies on a bound of its search ({:e}..{:e}): the runs cannot place it",
-            p.key,
-            p.deployment
+    untrusted(
+        "the pooled fit",
+        "the runs",
+        fit.converged,
+        fit.iterations,
+        fit.parameters.iter().filter(|p| p.at_bound).map(|p| {
+            let deployment = p
+                .deployment
                 .as_ref()
-                .map_or(String::new(), |d| format!(" ({d})")),
-            p.value,
-            parameter_unit(p.key),
-            p.bounds.0,
-            p.bounds.1
-        ));
-    }
-    out
+                .map_or(String::new(), |d| format!(" ({d})"));
+            let value = format!("{:.4}", p.value);
+            (format!("{}{deployment}", p.key), value, p.key, p.bounds)
+        }),
+    )
 }
 
 /// Writes one fitted scenario per deployment into the `-o` folder and, with `--report DIR`,
