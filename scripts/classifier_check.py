@@ -54,33 +54,36 @@ def toml_value(v) -> str:
     return repr(v)
 
 
-def timeline_scenario(fit: dict, windows: list, thread_first: float) -> str:
+def timeline_scenario(fit: dict, windows: list, thread_first: float) -> tuple:
     """The scenario's queue and batcher, one server of its model instances, the run's fitted
-    batch times and the run's speed, the batcher thread first at `thread_first` of batch
-    ends."""
+    batch times; and the run's replay inputs (`capsim simulate --replay-inputs`): its
+    dispatch spread and hand-over per request, the run's speed, the batcher thread first at
+    `thread_first` of batch ends. Returns (scenario text, replay-inputs text), as
+    `triton_check.scenario_toml` does."""
     s = tomllib.loads(SCENARIO.read_text())
     lines = ['name = "classifier-timeline"', "instances = 1",
              f"max_input_tokens = {s.get('max_input_tokens', MAX_LENGTH)}"]
+    replay = []
     for table in ("queue", "batcher"):
         lines.append(f"[{table}]")
-        lines += [f"{k} = {toml_value(v)}" for k, v in s.get(table, {}).items()
-                  if k != "thread_first_fraction"]
+        lines += [f"{k} = {toml_value(v)}" for k, v in s.get(table, {}).items()]
     if fit.get("dispatch_ms", 0.0) > 0:
         lines.append(f'dispatch_latency = "{fit["dispatch_ms"] * 1e3:.1f}us"')
         if fit.get("dispatch_residuals"):
-            lines.append(tc.ratios_toml("dispatch_residuals", fit["dispatch_residuals"]))
+            replay.append(tc.ratios_toml("dispatch_residuals", fit["dispatch_residuals"]))
     if fit.get("release_ms", 0.0) > 0:
         lines.append(f'release_latency = "{fit["release_ms"] * 1e3:.1f}us"')
     if fit.get("release_per_request_ms", 0.0) > 0:
-        lines.append(f'release_latency_per_request = "{fit["release_per_request_ms"] * 1e3:.1f}us"')
+        replay.append(
+            f'release_latency_per_request = "{fit["release_per_request_ms"] * 1e3:.1f}us"')
     if thread_first > 0:
-        lines.append(f"thread_first_fraction = {thread_first:.4f}")
+        replay.append(f"thread_first_fraction = {thread_first:.4f}")
     lines += ["[execution]",
-              f"instance_count = {s.get('execution', {}).get('instance_count', 1)}",
-              *tc.slowdowns_toml(windows)]
+              f"instance_count = {s.get('execution', {}).get('instance_count', 1)}"]
+    replay += tc.slowdowns_toml(windows)
     lines += ["[service]", 'kind = "affine"', f'a = "{fit["a_ms"]:.6f}ms"',
               f'b = "{fit["b_ms"]:.6f}ms"', f'c = "{fit["c_ms"]:.8f}ms"']
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n", "\n".join(replay) + "\n"
 
 
 def fit_batches(batches: list) -> dict:

@@ -69,39 +69,52 @@ def scenario_toml(name: str, s: dict, a_ms: float = A_MS, b_ms: float = B_MS,
                   residuals: list | None = None, slowdowns: list | None = None,
                   dispatch_ms: float = 0.0, release_ms: float = 0.0,
                   release_per_request_ms: float = 0.0, thread_first: float = 0.0,
-                  dispatch_residuals: list | None = None) -> str:
+                  dispatch_residuals: list | None = None) -> tuple:
     """The setting as a capsim scenario whose batches take a + b * batch_size, times a factor
-    drawn from `residuals` (measured over predicted batch times) when given, and stretched by
-    `slowdowns` ((from ns, to ns, factor) windows of `execution.slowdowns`) when given, each
-    after a dispatch latency of `dispatch_ms` (spread by `dispatch_residuals`, the measured
-    dispatches over their mean, when given) when its model instance was idle, each model
-    instance taken `release_ms` + `release_per_request_ms` x size after (`handover`), the
-    batcher thread first at `thread_first` of batch ends."""
+    drawn from `residuals` (measured over predicted batch times) when given, each after a
+    dispatch latency of `dispatch_ms` when its model instance was idle, each model instance
+    taken `release_ms` after; and its replay inputs (`capsim simulate --replay-inputs`, timings
+    only a measured run gives): the dispatch's spread `dispatch_residuals` (the measured
+    dispatches over their mean), `release_per_request_ms` x size more per release (`handover`),
+    the batcher thread first at `thread_first` of batch ends, and the run's speed as
+    `slowdowns` ((from ns, to ns, factor) windows; factor None: a pause). Returns
+    (scenario text, replay-inputs text); write them with `write_scenario`."""
     lines = [f'name = "{name}"', "instances = 1", "[batcher]",
              f"max_batch_size = {s['max_batch_size']}", f'max_queue_delay = "{s["delay"]}"']
+    replay = []
     if s["preferred"]:
         lines.append(f"preferred_batch_size = {s['preferred']}")
     if dispatch_ms > 0:
         lines.append(f'dispatch_latency = "{dispatch_ms * 1e3:.1f}us"')
         if dispatch_residuals:
-            lines.append(ratios_toml("dispatch_residuals", dispatch_residuals))
+            replay.append(ratios_toml("dispatch_residuals", dispatch_residuals))
     if release_ms > 0:
         lines.append(f'release_latency = "{release_ms * 1e3:.1f}us"')
     if release_per_request_ms > 0:
-        lines.append(f'release_latency_per_request = "{release_per_request_ms * 1e3:.1f}us"')
+        replay.append(f'release_latency_per_request = "{release_per_request_ms * 1e3:.1f}us"')
     if thread_first > 0:
-        lines.append(f"thread_first_fraction = {thread_first:.4f}")
+        replay.append(f"thread_first_fraction = {thread_first:.4f}")
     lines += ["[execution]", f"instance_count = {s['instances']}"]
     if slowdowns:
-        lines += slowdowns_toml(slowdowns)
+        replay += slowdowns_toml(slowdowns)
     lines += ["[service]", 'kind = "affine"', f'a = "{a_ms:.4f}ms"', f'b = "{b_ms:.4f}ms"']
     if residuals:
         lines.append(ratios_toml("residuals", residuals))
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n", "\n".join(replay) + "\n"
+
+
+def write_scenario(path: Path, texts: tuple) -> list:
+    """Writes a (scenario, replay inputs) pair of `scenario_toml` to `path` and
+    `path`.replay.toml; returns `capsim simulate`'s arguments for the two."""
+    scenario, replay = texts
+    path.write_text(scenario)
+    replay_path = path.with_suffix(".replay.toml")
+    replay_path.write_text(replay)
+    return ["--scenario", str(path), "--replay-inputs", str(replay_path)]
 
 
 def ratios_toml(key: str, ratios: list) -> str:
-    """A scenario line setting `key` to a list of ratios, to 4 decimals."""
+    """A TOML line setting `key` to a list of ratios, to 4 decimals."""
     return f"{key} = [{', '.join(f'{r:.4f}' for r in ratios)}]"
 
 
@@ -151,8 +164,8 @@ def release_fit(pairs: list) -> tuple:
 
 
 def slowdowns_toml(windows: list) -> list:
-    """`execution.slowdowns = [...]` lines of (from ns, to ns, factor) windows, and
-    `execution.pauses = [...]` of the (from ns, to ns, None) ones."""
+    """The replay inputs' `slowdowns = [...]` lines of (from ns, to ns, factor) windows, and
+    `pauses = [...]` of the (from ns, to ns, None) ones."""
     return (["slowdowns = ["]
             + [f'  {{ from = "{a}ns", to = "{b}ns", factor = {f:.6f} }},'
                for a, b, f in windows if f is not None]
@@ -278,7 +291,7 @@ def serve_once(out: Path, setting: dict, replays: list) -> dict:
         stale.unlink()
     scenario = out / "scenario.toml"
     nominal = model_times(setting)
-    scenario.write_text(scenario_toml(out.name, setting, nominal["a_ms"], nominal["b_ms"]))
+    scenario.write_text(scenario_toml(out.name, setting, nominal["a_ms"], nominal["b_ms"])[0])
     triton = ROOT / "scripts" / "triton.py"
     flags = ["--cpus", SERVER_CPUS] if SERVER_CPUS else []
     flags += ["--trace"] if TRACE else []
@@ -357,13 +370,11 @@ def compare(out: Path, label: str, setting: dict, load: float, rate: float,
     cal = json.loads(cal_path.read_text()) if cal_path.exists() else model_times(setting)
     planned = out / "scenario-calibrated.toml"
     # Calibrations stored before the split of the turnaround: all of it as dispatch.
-    planned.write_text(scenario_toml(label, setting, cal["a_ms"], cal["b_ms"],
-                                     cal.get("residuals"), None,
-                                     cal.get("dispatch_ms", cal.get("turnaround_ms", 0.0)),
-                                     cal.get("release_ms", 0.0),
-                                     cal.get("release_per_request_ms", 0.0),
-                                     dispatch_residuals=cal.get("dispatch_residuals")))
-    capsim("simulate", "--scenario", str(planned), str(trace), "-o", str(out / "simulated"))
+    planned_args = write_scenario(planned, scenario_toml(
+        label, setting, cal["a_ms"], cal["b_ms"], cal.get("residuals"), None,
+        cal.get("dispatch_ms", cal.get("turnaround_ms", 0.0)), cal.get("release_ms", 0.0),
+        cal.get("release_per_request_ms", 0.0), dispatch_residuals=cal.get("dispatch_residuals")))
+    capsim("simulate", *planned_args, str(trace), "-o", str(out / "simulated"))
     # The run-driven simulation: the service time Triton itself measured per batch size
     # (compute input + infer + output), fitted as a + b * batch_size, after, when the run was
     # traced, each model instance's turnaround between batches (Triton's own timestamps) as
@@ -375,10 +386,10 @@ def compare(out: Path, label: str, setting: dict, load: float, rate: float,
     turnaround_ms = timings["turnaround_ms"] if timings else 0.0
     fitted = out / "scenario-run.toml"
     residuals = batch_residuals(out / "trace.json", a_ms, b_ms) if traced else None
-    fitted.write_text(scenario_toml(label, setting, a_ms, b_ms, residuals, None,
-                                    *handover(timings),
-                                    dispatch_residuals=dispatch_residuals(timings)))
-    capsim("simulate", "--scenario", str(fitted), str(trace), "-o", str(out / "simulated-run"))
+    fitted_args = write_scenario(fitted, scenario_toml(
+        label, setting, a_ms, b_ms, residuals, None, *handover(timings),
+        dispatch_residuals=dispatch_residuals(timings)))
+    capsim("simulate", *fitted_args, str(trace), "-o", str(out / "simulated-run"))
     measured = json.loads((out / "measured" / "summary.json").read_text())
     sims = [json.loads((out / d / "summary.json").read_text())
             for d in ("simulated", "simulated-run")]
@@ -596,7 +607,7 @@ def timeline_sim(out: Path, requests: list, tokens: dict, latency_ns: dict, nomi
     client's (`latency_ns` by id) minus Triton's queue-to-compute-end plus the simulation's.
     The batcher thread runs first at the fraction of batch ends measured from the trace
     (`measure_thread_first`, with batches of at most `max_batch`).
-    `tokens`: input tokens by id; `scenario_of(windows, thread_first)`: the scenario's text."""
+    `tokens`: input tokens by id; `scenario_of(windows, thread_first)`: the (scenario, replay inputs) texts of `scenario_toml`."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     if not requests:
@@ -612,16 +623,16 @@ def timeline_sim(out: Path, requests: list, tokens: dict, latency_ns: dict, nomi
     scenario = out / "scenario-timeline.toml"
 
     def simulate(thread_first: float) -> dict:
-        scenario.write_text(scenario_of(windows, thread_first))
-        capsim("simulate", "--scenario", str(scenario), str(trace), "-o",
-               str(out / "simulated-timeline"))
+        capsim("simulate", *write_scenario(scenario, scenario_of(windows, thread_first)),
+               str(trace), "-o", str(out / "simulated-timeline"))
         return pq.read_table(out / "simulated-timeline" / "requests.parquet").to_pydict()
 
     def seed_run(seed: int) -> tuple:
         """The final scenario run with another seed (the thread's race at each batch end and
         each dispatch drawn again): its requests and its batch-size shares."""
         folder = out / "simulated-timeline-seed"
-        capsim("simulate", "--scenario", str(scenario), str(trace), "--seed", str(seed),
+        capsim("simulate", "--scenario", str(scenario), "--replay-inputs",
+               str(scenario.with_suffix(".replay.toml")), str(trace), "--seed", str(seed),
                "-o", str(folder))
         return (pq.read_table(folder / "requests.parquet").to_pydict(),
                 summary_shares(json.loads((folder / "summary.json").read_text())))

@@ -11,7 +11,7 @@
 //! `max_num_seqs`, `max_num_batched_tokens`, chunked prefill on 80%, a KV cache small enough to
 //! preempt and reject, prefix caching 30%, per-step overheads) or Triton's dynamic batcher (65%:
 //! `max_batch_size` 1..64, preferred sizes 30%, `max_queue_delay` 70%, prefetch explicitly off
-//! 20%, a dispatch latency 20%, a release latency 20% (and per request 20%), pauses of dispatch 10%, constant, affine or exponential service
+//! 20%, a dispatch latency 20%, a release latency 20% (and, in the default pool, replay inputs: per request 20%, pauses of dispatch 10%), constant, affine or exponential service
 //! time); per pool several instances, 1..2 GPUs x
 //! 1..2 model instances (dynamic), standby instances 15%, cold start 15%, pre-processing 25%,
 //! post-processing 30%, priority levels 20%, `max_queue_size` 20%, queue timeout 25% (half with
@@ -133,7 +133,7 @@ struct Dynamic {
     dispatch_latency_ns: u64,
     release_latency_ns: u64,
     release_latency_per_request_ns: u64,
-    /// `execution.pauses`: sorted, disjoint `[from, to)` in ns.
+    /// The replay input `pauses` (default pool only): sorted, disjoint `[from, to)` in ns.
     pauses: Vec<(u64, u64)>,
     service: Service,
 }
@@ -276,6 +276,8 @@ struct Case {
     spec: Spec,
     trace: TraceRows,
     scenario_toml: String,
+    /// The default pool's replay inputs (a replay-inputs file; may be empty).
+    replay_toml: String,
     trace_csv: String,
     map: String,
 }
@@ -468,7 +470,13 @@ fn draw_pool(rng: &mut StdRng, name: &str) -> Pool {
         batching: if continuous {
             Batching::Continuous(draw_continuous(rng))
         } else {
-            Batching::Dynamic(draw_dynamic(rng))
+            let mut d = draw_dynamic(rng);
+            if name != "default" {
+                // Replay inputs are the default pool's only (a replay is of one server).
+                d.release_latency_per_request_ns = 0;
+                d.pauses.clear();
+            }
+            Batching::Dynamic(d)
         },
         postprocess: rng.random_bool(0.3).then(|| {
             (
@@ -677,6 +685,31 @@ fn draw_trace(rng: &mut StdRng, spec: &Spec) -> (TraceRows, f64) {
     (trace, rate_rps)
 }
 
+/// The default pool's replay inputs (`capsim simulate --replay-inputs`): its hand-over per
+/// request and its pauses, which a scenario does not take. Empty when it has none.
+fn replay_toml(spec: &Spec) -> String {
+    let mut s = String::new();
+    if let Batching::Dynamic(d) = &spec.pools[0].batching {
+        if d.release_latency_per_request_ns > 0 {
+            writeln!(
+                s,
+                "release_latency_per_request = {}",
+                ns(d.release_latency_per_request_ns)
+            )
+            .unwrap();
+        }
+        if !d.pauses.is_empty() {
+            let windows: Vec<String> = d
+                .pauses
+                .iter()
+                .map(|&(from, to)| format!("{{ from = {}, to = {} }}", ns(from), ns(to)))
+                .collect();
+            writeln!(s, "pauses = [{}]", windows.join(", ")).unwrap();
+        }
+    }
+    s
+}
+
 fn scenario_toml(spec: &Spec, seed: u64) -> String {
     let mut s = format!(
         "name = \"swarm-{seed}\"\ninstances = {}\n",
@@ -820,16 +853,6 @@ fn pool_toml(s: &mut String, prefix: &str, pool: &Pool) {
         ns(pool.cold_start_ns)
     )
     .unwrap();
-    if let Batching::Dynamic(d) = &pool.batching
-        && !d.pauses.is_empty()
-    {
-        let windows: Vec<String> = d
-            .pauses
-            .iter()
-            .map(|&(from, to)| format!("{{ from = {}, to = {} }}", ns(from), ns(to)))
-            .collect();
-        writeln!(s, "pauses = [{}]", windows.join(", ")).unwrap();
-    }
     match &pool.batching {
         Batching::Dynamic(d) => {
             writeln!(
@@ -850,14 +873,6 @@ fn pool_toml(s: &mut String, prefix: &str, pool: &Pool) {
             }
             if d.release_latency_ns > 0 {
                 writeln!(s, "release_latency = {}", ns(d.release_latency_ns)).unwrap();
-            }
-            if d.release_latency_per_request_ns > 0 {
-                writeln!(
-                    s,
-                    "release_latency_per_request = {}",
-                    ns(d.release_latency_per_request_ns)
-                )
-                .unwrap();
             }
             match d.service {
                 Service::Constant { time_ns } => writeln!(
@@ -979,11 +994,13 @@ fn draw_case(seed: u64) -> Case {
         }
     }
     let scenario_toml = scenario_toml(&spec, seed);
+    let replay_toml = replay_toml(&spec);
     let (trace_csv, map) = trace_csv(&trace);
     Case {
         spec,
         trace,
         scenario_toml,
+        replay_toml,
         trace_csv,
         map,
     }
@@ -2045,6 +2062,8 @@ fn run_simulate(case_dir: &Path, out: &str, seed: u64, map: &str) -> Result<(), 
             "simulate",
             "--scenario",
             "scenario.toml",
+            "--replay-inputs",
+            "replay.toml",
             "trace.csv",
             "--map",
             map,
@@ -2095,15 +2114,18 @@ fn run_case(seed: u64, dir: &Path) -> Result<Tally, String> {
     let case_dir = dir.join(format!("case-{seed}"));
     std::fs::create_dir_all(&case_dir).expect("case directory");
     std::fs::write(case_dir.join("scenario.toml"), &case.scenario_toml).expect("write scenario");
+    std::fs::write(case_dir.join("replay.toml"), &case.replay_toml).expect("write replay inputs");
     std::fs::write(case_dir.join("trace.csv"), &case.trace_csv).expect("write trace");
     let reproduce = |why: String| {
         format!(
-            "seed {seed}: {why}\nreproduce: cd {} && capsim simulate --scenario scenario.toml trace.csv \
-             --map {} --seed {seed} -o out (or CAPSIM_SWARM_SEEDS={seed} CAPSIM_SWARM_DIR=DIR \
-             cargo test --release --test swarm)\nscenario.toml:\n{}",
+            "seed {seed}: {why}\nreproduce: cd {} && capsim simulate --scenario scenario.toml \
+             --replay-inputs replay.toml trace.csv --map {} --seed {seed} -o out (or \
+             CAPSIM_SWARM_SEEDS={seed} CAPSIM_SWARM_DIR=DIR cargo test --release --test swarm)\n\
+             scenario.toml:\n{}replay.toml:\n{}",
             case_dir.display(),
             case.map,
-            case.scenario_toml
+            case.scenario_toml,
+            case.replay_toml
         )
     };
     let result = (|| {

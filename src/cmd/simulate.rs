@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use capsim_sim::output::{write_requests_parquet, write_summary_json, write_timeseries_parquet};
 use capsim_sim::quantity::parse_duration_ns;
+use capsim_sim::scenario::ReplayInputs;
 use capsim_sim::timeline::{TimelineWindow, write_timeline_json};
 use capsim_sim::{RequestLog, RunOptions, Scenario};
 use clap::Args;
@@ -32,6 +33,13 @@ pub struct SimulateArgs {
     /// --set service.path=P` (the path relative to the scenario's folder).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub sets: Vec<String>,
+
+    /// Replay a measured run: timings only that run gives (its dispatch spread, hand-over per
+    /// request, batcher race, slow and stalled windows), from a replay-inputs file that `capsim
+    /// validate --endpoint --server-trace` writes (docs/scenario.md, "Replay inputs"). They apply
+    /// to the default pool; the result is a replay, not a prediction.
+    #[arg(long, value_name = "R.toml")]
+    pub replay_inputs: Option<PathBuf>,
 
     /// Seed of every random stream of the run.
     #[arg(long, default_value_t = 0, value_name = "N")]
@@ -77,6 +85,12 @@ pub fn run(args: SimulateArgs) -> Result<()> {
     let mut scenario = Scenario::from_path(&args.scenario).map_err(|e| BadInput(e.to_string()))?;
     super::apply_profile(&mut scenario, args.profile.as_deref())?;
     super::apply_sets(&mut scenario, &args.sets)?;
+    if let Some(path) = &args.replay_inputs {
+        let inputs = ReplayInputs::from_path(path).map_err(|e| BadInput(e.to_string()))?;
+        scenario
+            .set_replay(inputs)
+            .map_err(|e| BadInput(format!("replay inputs {}: {e}", path.display())))?;
+    }
     for note in scenario.notes() {
         eprintln!("note: {note}");
     }

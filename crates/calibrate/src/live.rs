@@ -250,7 +250,7 @@ pub fn replay(
         let worker = Worker {
             index,
             shared: shared.clone(),
-            batcher: Batcher::new(&pool.batcher, false),
+            batcher: Batcher::new(&pool.batcher, &pool.replay, false),
             inputs: inputs.clone(),
             plan: plan.clone(),
             lengths: lengths.clone(),

@@ -72,9 +72,9 @@ pub(crate) struct Execution {
     pub may_extrapolate: bool,
     /// Batches started whose execution time the model extrapolated.
     pub extrapolated_batches: u64,
-    /// `execution.slowdowns` (empty: none).
+    /// The replay input `slowdowns` (empty: none).
     pub slowdowns: Slowdowns,
-    /// `execution.pauses` (empty: none).
+    /// The replay input `pauses` (empty: none).
     pub pauses: Pauses,
     pub rng: SimRng,
 }

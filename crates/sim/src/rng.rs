@@ -37,10 +37,10 @@ pub enum Component {
     Cache,
     /// Client think times and retry backoff.
     Client,
-    /// The dynamic batcher's race at a batch's end (`batcher.thread_first_fraction`), one
+    /// The dynamic batcher's race at a batch's end (the replay input `thread_first_fraction`), one
     /// stream per instance.
     BatcherRace,
-    /// The dynamic batcher's dispatch latency draws (`batcher.dispatch_residuals`), one stream
+    /// The dynamic batcher's dispatch latency draws (the replay input `dispatch_residuals`), one stream
     /// per instance.
     BatcherDispatch,
     /// A continuous batcher's step-time factors (`batcher.step_residuals`), one stream per

@@ -425,8 +425,10 @@ fn trace_sim(
     };
     let mut built_at = |fraction: f64| -> Result<BuiltScenario> {
         let mut scenario = on_timeline.clone();
+        let mut inputs = scenario.replay().clone();
+        inputs.thread_first_fraction = fraction;
         scenario
-            .set("batcher.thread_first_fraction", &format!("{fraction}"))
+            .set_replay(inputs)
             .context("setting the batcher thread's share of the race")?;
         crate::cmd::build_scenario(&scenario, profiles)
     };

@@ -1,18 +1,21 @@
 //! A run as Triton's own trace tells it ([`super::trace`]), made into a simulation of that run
 //! with the machine taken out of the way: the simulated requests arrive when Triton queued them,
 //! its batches take the time fitted to the run's own batches, stretched wherever the run's
-//! batches ran slow (`execution.slowdowns`), and the server's hand-over between batches and its
-//! stalled dispatches are replayed (`batcher.dispatch_latency`, `release_latency`,
-//! `execution.pauses`). What is left to differ is the queue and the batcher.
+//! batches ran slow (the replay input `slowdowns`), and the server's hand-over between batches
+//! and its stalled dispatches are replayed (`batcher.dispatch_latency`, `release_latency`, the
+//! replay inputs `release_latency_per_request`, `dispatch_residuals` and `pauses`: timings only
+//! this run gives, handed to the engine by [`Scenario::set_replay`], never scenario keys). What
+//! is left to differ is the queue and the batcher.
 //!
 //! Each request's end to end in that simulation is its measured time outside Triton's queue and
 //! compute (the client's latency less Triton's queue start to compute end) plus its simulated
 //! time from arrival to compute end ([`ServerTimeline::join`]).
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
 
 use capsim_sim::batcher::Batcher;
-use capsim_sim::scenario::BatcherSpec;
+use capsim_sim::scenario::{BatcherSpec, ReplayInputs};
 use capsim_sim::timing::least_squares::non_negative_least_squares;
 use capsim_sim::{Outcome, RequestRecord, Scenario, ScenarioError};
 use capsim_trace::{Columns, Trace, TraceError};
@@ -64,7 +67,7 @@ impl LeftBehind {
 
     /// Of `requests` (traced, or simulated: [`executed_requests`]) under a `max_batch_size`.
     /// When Triton's batcher thread wins the race at a batch's end
-    /// (`batcher.thread_first_fraction`), the requests waiting behind the growing payload join
+    /// (the replay's `thread_first_fraction`), the requests waiting behind the growing payload join
     /// it and none is left behind.
     pub fn of(requests: &[TracedRequest], max_batch_size: u32) -> LeftBehind {
         let mut by_queue: Vec<(u64, u64)> = requests
@@ -104,7 +107,7 @@ impl LeftBehind {
     }
 }
 
-/// The run's `batcher.thread_first_fraction`: the fraction whose simulation leaves requests
+/// The run's `thread_first_fraction` (a replay input): the fraction whose simulation leaves requests
 /// behind at as many batches taken at a release as the server did (`server`), by bisection on
 /// `simulated(fraction)`, the simulation's share (which falls as the fraction grows). `Some(0)`
 /// when the server left more behind than a thread never first does; `None` when the share
@@ -236,7 +239,7 @@ pub struct Handover {
     /// instance's running thread and pays none of it.
     pub dispatch_ns: f64,
     /// Each of those waits over their mean (stalls apart), in trace order: the dispatch's
-    /// spread, replayed as `batcher.dispatch_residuals`. Empty when `dispatch_ns` is 0.
+    /// spread, replayed as the replay input `dispatch_residuals`. Empty when `dispatch_ns` is 0.
     pub dispatch_residuals: Vec<f64>,
     /// The turnaround fitted as `release_ns + release_per_request_ns * n`, n the size of the
     /// batch that ended (its responses go out first): the part per batch, ns (>= 0).
@@ -682,8 +685,26 @@ impl ServerTimeline {
             ),
         )?;
         let pool = &scenario.pools()[0];
-        let prefetch = Batcher::new(&pool.batcher, pool.queue.allows_prefetch()).prefetch;
+        let prefetch =
+            Batcher::new(&pool.batcher, &pool.replay, pool.queue.allows_prefetch()).prefetch;
         scenario.set("batcher.dispatch_latency", &ms(self.handover.dispatch_ns))?;
+        scenario.set(
+            "batcher.release_latency",
+            &ms(self.handover.release_paid_ns(prefetch)),
+        )?;
+        let inputs =
+            ReplayInputs::from_toml_str(&self.replay_inputs_toml(), Path::new("server trace"))?;
+        scenario.set_replay(inputs)
+    }
+
+    /// The run's replay inputs as a replay-inputs file (`capsim simulate --replay-inputs`): the
+    /// dispatch's spread, the hand-over per request, and the run's speed and stalls, each
+    /// written to the precision the replay uses.
+    pub fn replay_inputs_toml(&self) -> String {
+        let ms = |ns: f64| format!("\"{:.9}ms\"", ns.max(0.0) * 1e-6);
+        let mut lines = vec![
+            "# Measured from a server's trace by `capsim validate --endpoint --server-trace`: replay inputs, not scenario keys".to_string(),
+        ];
         if !self.handover.dispatch_residuals.is_empty() {
             let ratios: Vec<String> = self
                 .handover
@@ -691,19 +712,12 @@ impl ServerTimeline {
                 .iter()
                 .map(|r| format!("{r:.4}"))
                 .collect();
-            scenario.set(
-                "batcher.dispatch_residuals",
-                &format!("[{}]", ratios.join(", ")),
-            )?;
+            lines.push(format!("dispatch_residuals = [{}]", ratios.join(", ")));
         }
-        scenario.set(
-            "batcher.release_latency",
-            &ms(self.handover.release_paid_ns(prefetch)),
-        )?;
-        scenario.set(
-            "batcher.release_latency_per_request",
-            &ms(self.handover.release_per_request_ns),
-        )?;
+        lines.push(format!(
+            "release_latency_per_request = {}",
+            ms(self.handover.release_per_request_ns)
+        ));
         let slowdowns: Vec<String> = self
             .windows
             .slowdowns
@@ -712,17 +726,15 @@ impl ServerTimeline {
                 format!("{{ from = \"{from}ns\", to = \"{to}ns\", factor = {factor:.6} }}")
             })
             .collect();
-        scenario.set(
-            "execution.slowdowns",
-            &format!("[{}]", slowdowns.join(", ")),
-        )?;
+        lines.push(format!("slowdowns = [{}]", slowdowns.join(", ")));
         let pauses: Vec<String> = self
             .windows
             .pauses
             .iter()
             .map(|&(from, to)| format!("{{ from = \"{from}ns\", to = \"{to}ns\" }}"))
             .collect();
-        scenario.set("execution.pauses", &format!("[{}]", pauses.join(", ")))
+        lines.push(format!("pauses = [{}]", pauses.join(", ")));
+        lines.join("\n") + "\n"
     }
 
     /// The simulation's records (`simulated`, of [`ServerTimeline::trace`]) beside the run:

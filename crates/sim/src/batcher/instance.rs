@@ -30,7 +30,7 @@ pub(crate) struct DynamicInstance {
     poll_event_at: SimTime,
     /// Draws who wins the race at a batch's end; untouched when the thread never goes first.
     race: SimRng,
-    /// Draws each dispatch latency; untouched without `batcher.dispatch_residuals`.
+    /// Draws each dispatch latency; untouched without the replay input `dispatch_residuals`.
     dispatch_draws: SimRng,
     /// The model instance (the fleet's index) being released now, inside [`Self::released`],
     /// and the wait before the compute of the batch it takes (instead of the dispatch latency).
@@ -57,7 +57,7 @@ impl DynamicInstance {
 
 impl DynamicInstance {
     /// How long a model instance stays taken after the compute of a batch of `size` requests
-    /// ends (`batcher.release_latency` and `release_latency_per_request`).
+    /// ends (`batcher.release_latency` and the replay input `release_latency_per_request`).
     #[inline]
     pub fn release_latency_ns(&self, size: u32) -> u64 {
         let per_request = self.rule.release_latency_per_request_ns;
@@ -158,7 +158,7 @@ impl DynamicInstance {
         self.released = None;
     }
 
-    /// Whether the batcher is inside a pause (`execution.pauses`) now: it forms and hands out
+    /// Whether the batcher is inside a pause (the replay input `pauses`) now: it forms and hands out
     /// nothing, and its timer is set to the pause's end, when it runs on what is queued then.
     #[inline(always)]
     fn held_by_pause(&mut self, ctx: &mut Ctx, site: &Site<'_>) -> bool {

@@ -39,7 +39,7 @@
 //! - **The race at a batch's end.** When a batch completes, Triton wakes the thread and the
 //!   model instance takes the next payload at once; either may run first. When the thread is
 //!   first, the requests waiting behind a growing payload join it before it leaves. capsim lets
-//!   the thread run first in `batcher.thread_first_fraction` of batch ends, drawn from the
+//!   the thread run first in the replay input `thread_first_fraction` of batch ends, drawn from the
 //!   run's seed, and the instance otherwise (the default, 0: Triton's instance won most runs of
 //!   the timeline below on a 2-core machine, `tests/triton_cli.rs`). The fraction is the
 //!   server's thread scheduling, not its rule: `capsim validate --endpoint --server-trace`

@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 
 use crate::rng::SimRng;
-use crate::scenario::BatcherSpec;
+use crate::scenario::{BatcherSpec, ReplayInputs};
 use crate::timing::service::Residuals;
 
 /// How long Triton's batcher thread sleeps when nothing waits (`default_wait_microseconds`).
@@ -36,16 +36,17 @@ pub struct Batcher {
     /// From an idle model instance taking a batch to its compute start
     /// (`batcher.dispatch_latency`); 0 for a batch taken at the instance's release.
     pub dispatch_latency_ns: u64,
-    /// The spread of the dispatch latency (`batcher.dispatch_residuals`): each dispatch is
+    /// The spread of the dispatch latency (the replay's `dispatch_residuals`): each dispatch is
     /// `dispatch_latency_ns` times a factor drawn from it. `None`: exactly `dispatch_latency_ns`.
     pub dispatch_residuals: Option<Residuals>,
     /// From a batch's compute end to its model instance being free (`batcher.release_latency`),
     /// before the per-request part.
     pub release_latency_ns: u64,
-    /// Added to the release for each request of the batch (`batcher.release_latency_per_request`).
+    /// Added to the release for each request of the batch (the replay's
+    /// `release_latency_per_request`).
     pub release_latency_per_request_ns: u64,
     /// Share of batch ends at which the thread runs before the freed instance takes a payload
-    /// (`batcher.thread_first_fraction`), 0 to 1.
+    /// (the replay's `thread_first_fraction`), 0 to 1.
     pub thread_first_fraction: f64,
 }
 
@@ -99,9 +100,10 @@ impl Default for BatcherThread {
 }
 
 impl Batcher {
-    /// Builds a batcher from a validated scenario section. `prefetch` is Triton's rule (asked of
-    /// the pool's queue policy) unless `batcher.prefetch = false` turns it off.
-    pub fn new(spec: &BatcherSpec, queue_allows_prefetch: bool) -> Batcher {
+    /// Builds a batcher from a validated scenario section and the pool's replay inputs (empty
+    /// unless a run is replayed). `prefetch` is Triton's rule (asked of the pool's queue policy)
+    /// unless `batcher.prefetch = false` turns it off.
+    pub fn new(spec: &BatcherSpec, replay: &ReplayInputs, queue_allows_prefetch: bool) -> Batcher {
         let mut preferred = spec.preferred_batch_size.clone();
         if preferred.is_empty() {
             preferred.push(spec.max_batch_size);
@@ -115,13 +117,13 @@ impl Batcher {
             prefetch: queue_allows_prefetch && spec.prefetch.unwrap_or(true),
             dispatch_latency_ns: spec.dispatch_latency.0,
             // Validated with the scenario: `None` only where none were given.
-            dispatch_residuals: spec
+            dispatch_residuals: replay
                 .dispatch_residuals
                 .as_deref()
                 .and_then(Residuals::from_ratios),
             release_latency_ns: spec.release_latency.0,
-            release_latency_per_request_ns: spec.release_latency_per_request.0,
-            thread_first_fraction: spec.thread_first_fraction,
+            release_latency_per_request_ns: replay.release_latency_per_request.0,
+            thread_first_fraction: replay.thread_first_fraction,
         }
     }
 
@@ -355,6 +357,7 @@ mod tests {
                 max_queue_delay: DurationNs(delay_ns),
                 ..BatcherSpec::default()
             },
+            &ReplayInputs::default(),
             true,
         )
     }

@@ -102,7 +102,7 @@ impl<'a> Engine<'a> {
             let first_instance = instances.len() as u32;
             let per_instance = pool.execution.gpus * pool.execution.instance_count;
             let cold_start_ns = pool.execution.cold_start.0;
-            let rule = Batcher::new(&pool.batcher, pool.queue.allows_prefetch());
+            let rule = Batcher::new(&pool.batcher, &pool.replay, pool.queue.allows_prefetch());
             for i in 0..pool.instances + pool.standby.instances {
                 let index = InstanceId(instances.len() as u32);
                 let standby = i >= pool.instances;

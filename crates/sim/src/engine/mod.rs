@@ -622,7 +622,7 @@ impl<'a> Engine<'a> {
     /// (or step) freed model instance `freed` (the fleet's index, with the wait before its next
     /// batch computes): free model instances take the waiting payloads, then the batcher thread
     /// runs (a continuous batcher plans its next step). After a batch, the dynamic batcher's
-    /// thread may run first (`batcher.thread_first_fraction`), and the freed instance's next
+    /// thread may run first (the replay input `thread_first_fraction`), and the freed instance's next
     /// batch waits that instead of the dispatch latency.
     #[inline(always)]
     fn dispatch(&mut self, index: InstanceId, freed: Option<(u32, u64)>) {

@@ -3,7 +3,9 @@
 
 use super::*;
 use crate::build::scenario_runs::{run_with_sink, simulate, simulate_with_requests};
-use crate::scenario::Scenario;
+use std::path::Path;
+
+use crate::scenario::{ReplayInputs, Scenario};
 use capsim_trace::Columns;
 
 use crate::rng::SimRng;
@@ -24,8 +26,20 @@ fn trace_ms(arrivals_ms: &[u64], class: Option<Vec<u32>>) -> Trace {
 /// (request, batch formed ms, exec end ms, batch size, outcome) of one request.
 type Step = (u32, Option<u64>, Option<u64>, u32, &'static str);
 
+/// The scenario of `text`; a last `[replay]` table holds replay inputs (a replay-inputs file's
+/// keys, which a scenario does not take), given with [`Scenario::set_replay`].
+fn scenario_of(text: &str) -> Scenario {
+    let (scenario, replay) = text.split_once("[replay]\n").unwrap_or((text, ""));
+    let mut s = Scenario::from_toml_str(scenario).unwrap();
+    if !replay.is_empty() {
+        let inputs = ReplayInputs::from_toml_str(replay, Path::new("test")).unwrap();
+        s.set_replay(inputs).unwrap();
+    }
+    s
+}
+
 fn timeline(scenario: &str, trace: &Trace) -> Vec<Step> {
-    let scenario = Scenario::from_toml_str(scenario).unwrap();
+    let scenario = scenario_of(scenario);
     let (_, log) = simulate_with_requests(&scenario, trace, &RunOptions::default()).unwrap();
     let ms = |ns: u64| (ns != crate::record::NONE).then_some(ns / MS);
     log.records()
@@ -46,7 +60,7 @@ const DONE: &str = "completed";
 
 /// (queued, batch formed, compute start, compute end, response) of each request, in ms.
 fn stage_times_ms(scenario: &str, arrivals_ms: &[u64]) -> (Run, Vec<[u64; 5]>) {
-    let scenario = Scenario::from_toml_str(scenario).unwrap();
+    let scenario = scenario_of(scenario);
     let trace = trace_ms(arrivals_ms, None);
     let (run, log) = simulate_with_requests(&scenario, &trace, &RunOptions::default()).unwrap();
     let times = log
@@ -82,8 +96,9 @@ fn dispatch_latency_holds_an_idle_model_instance_before_compute_but_not_one_at_i
 #[test]
 fn dispatch_residuals_spread_each_idle_dispatch_around_the_latency_and_leave_releases_alone() {
     // Residuals 1 and 3 rescale to 0.5 and 1.5: an idle instance's dispatch is 1 or 3 ms.
-    let s = "[batcher]\ndispatch_latency = \"2ms\"\ndispatch_residuals = [1.0, 3.0]\n\
-             [service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+    let s = "[batcher]\ndispatch_latency = \"2ms\"\n\
+             [service]\nkind = \"constant\"\ntime = \"10ms\"\n\
+             [replay]\ndispatch_residuals = [1.0, 3.0]\n";
     let arrivals: Vec<u64> = (0..200).map(|i| i * 20).collect();
     let (_, got) = stage_times_ms(s, &arrivals);
     let waits: Vec<u64> = got.iter().map(|t| t[2] - t[1]).collect();
@@ -110,8 +125,8 @@ fn dispatch_residuals_spread_each_idle_dispatch_around_the_latency_and_leave_rel
 #[test]
 fn release_latency_per_request_holds_the_model_instance_by_the_size_of_its_batch() {
     let s = "[batcher]\nmax_batch_size = 4\nrelease_latency = \"1ms\"\n\
-             release_latency_per_request = \"2ms\"\n\
-             [service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+             [service]\nkind = \"constant\"\ntime = \"10ms\"\n\
+             [replay]\nrelease_latency_per_request = \"2ms\"\n";
     let (_, got) = stage_times_ms(s, &[0, 1, 2, 3, 11]);
     // r0 alone, released at 10 + 1 + 2 = 13 ms. At its compute end (10 ms) the instance takes
     // the payload r1-r3, which grows no more: r4 (11 ms, inside the release) waits for the next
@@ -140,8 +155,9 @@ fn release_latency_per_request_holds_the_model_instance_by_the_size_of_its_batch
 #[test]
 fn without_prefetching_the_batch_after_a_release_is_formed_at_its_end_and_pays_the_dispatch() {
     let s = "[batcher]\nmax_batch_size = 4\nprefetch = false\ndispatch_latency = \"1ms\"\n\
-             release_latency = \"1ms\"\nrelease_latency_per_request = \"2ms\"\n\
-             [service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+             release_latency = \"1ms\"\n\
+             [service]\nkind = \"constant\"\ntime = \"10ms\"\n\
+             [replay]\nrelease_latency_per_request = \"2ms\"\n";
     let (_, got) = stage_times_ms(s, &[0, 1, 2, 3, 12]);
     // r0 wakes the idle instance: formed at 0, computes 1-11 ms, released at 11 + 1 + 2 = 14.
     // Nothing is formed before the instance's thread waits for it, so r4, arriving inside the
@@ -170,7 +186,7 @@ fn release_latency_holds_the_model_instance_after_compute_but_not_the_requests()
 #[test]
 fn a_pause_holds_the_start_of_compute_and_not_the_work_in_flight() {
     let s = "[service]\nkind = \"constant\"\ntime = \"10ms\"\n\
-             [execution]\npauses = [{ from = \"5ms\", to = \"20ms\" }]\n";
+             [replay]\npauses = [{ from = \"5ms\", to = \"20ms\" }]\n";
     let (_, got) = stage_times_ms(s, &[0, 8]);
     // r0 runs through the pause; r1's batch, taken at 10 ms inside it, computes from 20 ms.
     assert_eq!(got, vec![[0, 0, 0, 10, 10], [8, 10, 20, 30, 30]]);
@@ -179,7 +195,7 @@ fn a_pause_holds_the_start_of_compute_and_not_the_work_in_flight() {
 #[test]
 fn golden_a_paused_batcher_forms_nothing_until_the_pause_ends_then_batches_all_queued() {
     let s = "[batcher]\nmax_batch_size = 8\n[service]\nkind = \"constant\"\ntime = \"10ms\"\n\
-             [execution]\npauses = [{ from = \"5ms\", to = \"20ms\" }]\n";
+             [replay]\npauses = [{ from = \"5ms\", to = \"20ms\" }]\n";
     let got = timeline(s, &trace_ms(&[0, 8, 12, 15], None));
     // r0 runs through the pause. r1, r2 and r3 arrive while the batcher is held (its thread
     // stalled, as Triton's was when it missed a wake-up): nothing is formed, not even when r0's
@@ -192,7 +208,7 @@ fn golden_a_paused_batcher_forms_nothing_until_the_pause_ends_then_batches_all_q
 #[test]
 fn a_slowdown_window_delays_only_the_work_inside_it() {
     let s = "[service]\nkind = \"constant\"\ntime = \"10ms\"\n\
-             [execution]\nslowdowns = [{ from = \"5ms\", to = \"15ms\", factor = 3.0 }]\n";
+             [replay]\nslowdowns = [{ from = \"5ms\", to = \"15ms\", factor = 3.0 }]\n";
     let got = timeline(s, &trace_ms(&[0, 30], None));
     // r0: 5 ms of work before the window, 10/3 ms of work in its 10 ms at a third of the
     // speed, the last 5/3 ms after it: done at 16.67 ms. r1 starts after the window.
@@ -307,7 +323,7 @@ fn golden_doc_timeline_payloads_form_ahead_and_arrivals_below_the_next_preferred
 
 #[test]
 fn golden_doc_timeline_with_the_thread_first_r5_joins_the_waiting_payload() {
-    let s = DOC_TIMELINE.replace("[service]", "thread_first_fraction = 1\n[service]");
+    let s = format!("{DOC_TIMELINE}[replay]\nthread_first_fraction = 1\n");
     let got = timeline(&s, &doc_timeline_cycles(1));
     // At 12 ms the thread runs before the instance takes [r2 r3 r4]: r5 joins it (a preferred
     // 4), and r6 waits its own delay, then for the instance. Here that is the batches of
@@ -324,11 +340,8 @@ fn the_thread_runs_first_in_its_fraction_of_batch_ends_drawn_from_the_seed() {
     let trace = doc_timeline_cycles(CYCLES);
     // Cycles whose r5 left at 12 ms in a batch of 4: the thread won that cycle's first race.
     let thread_won = |fraction: f64, seed: u64| {
-        let s = DOC_TIMELINE.replace(
-            "[service]",
-            &format!("thread_first_fraction = {fraction}\n[service]"),
-        );
-        let scenario = Scenario::from_toml_str(&s).unwrap();
+        let s = format!("{DOC_TIMELINE}[replay]\nthread_first_fraction = {fraction}\n");
+        let scenario = scenario_of(&s);
         let options = RunOptions {
             seed,
             ..RunOptions::default()

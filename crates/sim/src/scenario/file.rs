@@ -229,13 +229,6 @@ pub struct BatcherSpec {
     /// and computes when that batch's release is over. Default 0.
     #[serde(default)]
     pub dispatch_latency: DurationNs,
-    /// Dynamic: measured-over-mean ratios of the dispatch latency (a server's spread of it, as
-    /// `service.residuals` are of the compute): each batch that pays the dispatch waits
-    /// `dispatch_latency` times one of them, drawn at random and rescaled to mean 1, so the mean
-    /// stays `dispatch_latency`. Needs `dispatch_latency`. Default: every dispatch takes exactly
-    /// `dispatch_latency`.
-    #[serde(default)]
-    pub dispatch_residuals: Option<Vec<f64>>,
     /// Dynamic: time from a batch's compute end until its model instance can compute the next
     /// one (Triton: the backend returning, the instance released). With prefetching, a payload
     /// ready at compute end is taken then (it grows no more) and computes after the release;
@@ -244,18 +237,6 @@ pub struct BatcherSpec {
     /// compute end; only the instance waits. Default 0.
     #[serde(default)]
     pub release_latency: DurationNs,
-    /// Dynamic: added to `release_latency` for each request of the batch that ended (Triton's
-    /// backend sending each response and releasing each request before its instance thread
-    /// returns for the next payload). Default 0.
-    #[serde(default)]
-    pub release_latency_per_request: DurationNs,
-    /// Dynamic: the fraction of batch ends at which the batcher thread runs before the freed
-    /// model instance takes the next payload (in Triton the two threads race; see
-    /// [`crate::batcher`]), so that requests waiting behind a growing payload join it before it
-    /// leaves. Between 0 and 1; measured from a server's trace by `capsim validate --endpoint
-    /// --server-trace`. Default 0: the instance first.
-    #[serde(default)]
-    pub thread_first_fraction: f64,
     /// Continuous: most sequences running at once. Default 256.
     pub max_num_seqs: Option<u32>,
     /// Continuous: most tokens computed in one step. Default 8192.
@@ -316,10 +297,7 @@ impl Default for BatcherSpec {
             max_queue_delay: DurationNs(0),
             prefetch: None,
             dispatch_latency: DurationNs(0),
-            dispatch_residuals: None,
             release_latency: DurationNs(0),
-            release_latency_per_request: DurationNs(0),
-            thread_first_fraction: 0.0,
             max_num_seqs: None,
             max_num_batched_tokens: None,
             enable_chunked_prefill: None,
@@ -352,20 +330,9 @@ pub struct ExecutionSpec {
     /// Finite, above 0 and at most 1000. Default 1 (times as the model gives them).
     #[serde(default = "one_f64")]
     pub time_scale: f64,
-    /// Windows of simulated time in which execution (a batch, or an LLM step's GPU time and CPU
-    /// overhead) runs `factor` times slower (see [`crate::timing::slowdown`]):
-    /// `slowdowns = [{ from = "60s", to = "90s", factor = 1.5 }]`. They stack with `time_scale`.
-    /// Default: none.
-    #[serde(default)]
-    pub slowdowns: Vec<SlowdownSpec>,
-    /// Windows of simulated time in which the dynamic batcher dispatches nothing: a batch whose
-    /// compute would start inside one starts at its end (see [`crate::timing::slowdown`]):
-    /// `pauses = [{ from = "12.07s", to = "12.09s" }]`. Default: none.
-    #[serde(default)]
-    pub pauses: Vec<PauseSpec>,
 }
 
-/// One window of [`ExecutionSpec::pauses`] as written.
+/// One window of a replay's `pauses` as written ([`super::ReplayInputs::pauses`]).
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct PauseSpec {
@@ -375,7 +342,7 @@ pub struct PauseSpec {
     pub to: DurationNs,
 }
 
-/// One window of [`ExecutionSpec::slowdowns`] as written.
+/// One window of a replay's `slowdowns` as written ([`super::ReplayInputs::slowdowns`]).
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct SlowdownSpec {
@@ -398,8 +365,6 @@ impl Default for ExecutionSpec {
             instance_count: 1,
             cold_start: DurationNs(0),
             time_scale: 1.0,
-            slowdowns: Vec::new(),
-            pauses: Vec::new(),
         }
     }
 }

@@ -26,17 +26,19 @@
 
 mod file;
 mod pool;
+mod replay;
 mod suggest;
 
 use std::path::{Path, PathBuf};
 
 pub use file::{
     BatcherKind, BatcherSpec, CacheSpec, ContinuousKeys, ExecutionSpec, GatewaySpec, KvCacheSpec,
-    LatencySpec, LoadBalancing, LoadMode, LoadSpec, NetworkSpec, PoolFile, PostprocessSpec,
-    PreprocessSpec, QueueSpec, RetryOn, RetrySpec, ServiceSpec, SloSpec, SlowdownSpec, StandbySpec,
-    TimeoutAction, TimeseriesSpec,
+    LatencySpec, LoadBalancing, LoadMode, LoadSpec, NetworkSpec, PauseSpec, PoolFile,
+    PostprocessSpec, PreprocessSpec, QueueSpec, RetryOn, RetrySpec, ServiceSpec, SloSpec,
+    SlowdownSpec, StandbySpec, TimeoutAction, TimeseriesSpec,
 };
 pub use pool::{LlmPool, MAX_MODEL_INSTANCES, MAX_SERVERS, Pool};
+pub use replay::{REPLAY_KEYS, ReplayInputs};
 
 use crate::quantity::DurationNs;
 use crate::timeseries::MAX_ROWS_LIMIT;
@@ -108,6 +110,8 @@ pub struct Scenario {
     /// Timeseries sampling.
     pub timeseries: TimeseriesSpec,
     pools: Vec<Pool>,
+    /// The replay inputs of the default pool ([`Scenario::set_replay`]), kept across `set`.
+    replay: ReplayInputs,
     notes: Vec<String>,
 }
 
@@ -141,6 +145,19 @@ impl Scenario {
     }
 
     fn from_table(raw: toml::Table, origin: Option<PathBuf>) -> Result<Scenario, ScenarioError> {
+        if let Some(e) = replay::written_in_scenario(&raw, "") {
+            return Err(e);
+        }
+        if let Some(pools) = raw.get("pools").and_then(toml::Value::as_table) {
+            for (name, pool) in pools {
+                if let Some(e) = pool
+                    .as_table()
+                    .and_then(|t| replay::written_in_scenario(t, &format!("pools.{name}.")))
+                {
+                    return Err(e);
+                }
+            }
+        }
         let file: ScenarioFile =
             raw.clone()
                 .try_into()
@@ -248,6 +265,7 @@ impl Scenario {
             slo: file.slo,
             timeseries: file.timeseries,
             pools,
+            replay: ReplayInputs::default(),
             notes: Vec::new(),
         })
     }
@@ -326,6 +344,17 @@ impl Scenario {
         if self.raw.get("name").is_none() && overrides.iter().all(|(k, _)| *k != "name") {
             next.name = self.name.clone();
         }
+        if !self.replay.is_empty() {
+            replay::apply(&mut next.pools[0], &self.replay).map_err(|e| {
+                let (path, value) = overrides.last().copied().unwrap_or_default();
+                ScenarioError::Override {
+                    key: path.to_string(),
+                    value: value.to_string(),
+                    message: format!("the replay inputs no longer fit: {e}"),
+                }
+            })?;
+            next.replay = self.replay.clone();
+        }
         next.notes = self.notes.clone();
         next.notes.extend(kept);
         if !next.notes.is_empty() {
@@ -337,6 +366,23 @@ impl Scenario {
         }
         *self = next;
         Ok(notes)
+    }
+
+    /// Gives the default pool `inputs`, timings measured from the run a simulation replays
+    /// (see [`ReplayInputs`]); they replace any given before and stay through later
+    /// [`Scenario::set`] calls. On error (an input the pool cannot take, named `replay.KEY`) the
+    /// scenario is unchanged.
+    pub fn set_replay(&mut self, inputs: ReplayInputs) -> Result<(), ScenarioError> {
+        let mut pool = self.pools[0].clone();
+        replay::apply(&mut pool, &inputs)?;
+        self.pools[0] = pool;
+        self.replay = inputs;
+        Ok(())
+    }
+
+    /// The default pool's replay inputs (empty unless [`Scenario::set_replay`] gave some).
+    pub fn replay(&self) -> &ReplayInputs {
+        &self.replay
     }
 
     /// Serves the default pool with the calibrated profile at `path` (`capsim calibrate`'s
@@ -764,34 +810,89 @@ mod tests {
         );
     }
 
+    fn replay(text: &str) -> ReplayInputs {
+        ReplayInputs::from_toml_str(text, Path::new("replay.toml")).unwrap()
+    }
+
     #[test]
     fn overlapping_or_empty_slowdown_windows_are_refused_naming_the_window() {
         let mut s = Scenario::from_toml_str(MINIMAL).unwrap();
         let err = s
-            .set(
-                "execution.slowdowns",
-                r#"[{ from = "0s", to = "2s", factor = 2.0 }, { from = "1s", to = "3s", factor = 2.0 }]"#,
-            )
+            .set_replay(replay(
+                r#"slowdowns = [{ from = "0s", to = "2s", factor = 2.0 }, { from = "1s", to = "3s", factor = 2.0 }]"#,
+            ))
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("execution.slowdowns[1]") && err.contains("overlap"),
+            err.contains("replay.slowdowns[1]") && err.contains("overlap"),
             "{err}"
         );
         let err = s
-            .set(
-                "execution.slowdowns",
-                r#"[{ from = "2s", to = "2s", factor = 2.0 }]"#,
-            )
+            .set_replay(replay(
+                r#"slowdowns = [{ from = "2s", to = "2s", factor = 2.0 }]"#,
+            ))
             .unwrap_err()
             .to_string();
-        assert!(err.contains("execution.slowdowns[0]"), "{err}");
-        s.set(
-            "execution.slowdowns",
-            r#"[{ from = "1s", to = "2s", factor = 2.0 }]"#,
-        )
+        assert!(err.contains("replay.slowdowns[0]"), "{err}");
+        assert!(
+            s.pools()[0].slowdowns.windows().is_empty(),
+            "unchanged on error"
+        );
+        s.set_replay(replay(
+            r#"slowdowns = [{ from = "1s", to = "2s", factor = 2.0 }]"#,
+        ))
         .unwrap();
         assert_eq!(s.pools()[0].slowdowns.windows().len(), 1);
+    }
+
+    #[test]
+    fn replay_inputs_stay_through_later_overrides_and_refuse_a_pool_they_no_longer_fit() {
+        let mut s = Scenario::from_toml_str(MINIMAL).unwrap();
+        s.set("batcher.dispatch_latency", "\"50us\"").unwrap();
+        s.set_replay(replay(
+            "dispatch_residuals = [0.5, 1.5]\nthread_first_fraction = 0.25",
+        ))
+        .unwrap();
+        s.set("batcher.max_batch_size", "8").unwrap();
+        assert_eq!(s.pools()[0].replay.thread_first_fraction, 0.25);
+        assert_eq!(s.replay().dispatch_residuals, Some(vec![0.5, 1.5]));
+        let err = s
+            .set("batcher.dispatch_latency", "\"0us\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("replay.dispatch_residuals") && err.contains("dispatch_latency"),
+            "{err}"
+        );
+        assert_eq!(s.pools()[0].batcher.dispatch_latency.0, 50_000, "unchanged");
+    }
+
+    #[test]
+    fn a_replay_input_written_in_a_scenario_is_refused_naming_the_key_and_the_replay_file() {
+        for (name, key) in REPLAY_KEYS {
+            let (table, field) = key.split_once('.').unwrap();
+            let value = match name {
+                "dispatch_residuals" => "[1.0]",
+                "release_latency_per_request" => "\"1ms\"",
+                "thread_first_fraction" => "0.5",
+                _ => "[]",
+            };
+            let text = format!("{MINIMAL}[{table}]\n{field} = {value}\n");
+            let text = text.replacen("[batcher]\n[batcher]", "[batcher]", 1);
+            let err = Scenario::from_toml_str(&text).unwrap_err().to_string();
+            assert!(
+                err.contains(key) && err.contains("--replay-inputs"),
+                "{key}: {err}"
+            );
+            let mut s = Scenario::from_toml_str(MINIMAL).unwrap();
+            let err = s.set(key, value).unwrap_err().to_string();
+            assert!(err.contains("replay input"), "{key}: {err}");
+            let named = format!(
+                "{MINIMAL}[pools.b]\nmodels = [\"m\"]\n[pools.b.{table}]\n{field} = {value}\n"
+            );
+            let err = Scenario::from_toml_str(&named).unwrap_err().to_string();
+            assert!(err.contains(&format!("pools.b.{key}")), "{key}: {err}");
+        }
     }
 
     #[test]
@@ -840,22 +941,23 @@ mod tests {
     fn dispatch_residuals_need_a_dispatch_latency_and_positive_ratios() {
         let mut s = Scenario::from_toml_str(MINIMAL).unwrap();
         let err = s
-            .set("batcher.dispatch_residuals", "[0.5, 1.5]")
+            .set_replay(replay("dispatch_residuals = [0.5, 1.5]"))
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("batcher.dispatch_residuals") && err.contains("dispatch_latency"),
+            err.contains("replay.dispatch_residuals") && err.contains("dispatch_latency"),
             "{err}"
         );
         s.set("batcher.dispatch_latency", "\"50us\"").unwrap();
-        s.set("batcher.dispatch_residuals", "[0.5, 1.5]").unwrap();
+        s.set_replay(replay("dispatch_residuals = [0.5, 1.5]"))
+            .unwrap();
         for bad in ["[]", "[1.0, -2.0]", "[0.0]"] {
             let err = s
-                .set("batcher.dispatch_residuals", bad)
+                .set_replay(replay(&format!("dispatch_residuals = {bad}")))
                 .unwrap_err()
                 .to_string();
             assert!(
-                err.contains("batcher.dispatch_residuals") && err.contains("above 0"),
+                err.contains("replay.dispatch_residuals") && err.contains("above 0"),
                 "{bad}: {err}"
             );
         }
@@ -923,17 +1025,19 @@ mod tests {
     #[test]
     fn a_thread_first_fraction_outside_0_to_1_is_refused_naming_the_key() {
         let mut s = Scenario::from_toml_str(MINIMAL).unwrap();
-        s.set("batcher.thread_first_fraction", "0.25").unwrap();
+        s.set_replay(replay("thread_first_fraction = 0.25"))
+            .unwrap();
         for bad in ["-0.1", "1.5", "nan"] {
             let err = s
-                .set("batcher.thread_first_fraction", bad)
+                .set_replay(replay(&format!("thread_first_fraction = {bad}")))
                 .unwrap_err()
                 .to_string();
             assert!(
-                err.contains("batcher.thread_first_fraction") && err.contains("between 0"),
+                err.contains("replay.thread_first_fraction") && err.contains("between 0"),
                 "{bad}: {err}"
             );
         }
+        assert_eq!(s.replay().thread_first_fraction, 0.25, "unchanged on error");
     }
 
     #[test]
@@ -990,12 +1094,16 @@ mod tests {
             err.to_string().contains("batcher.dispatch_latency"),
             "{err}"
         );
-        let text = CONTINUOUS.replace(
-            "[kv_cache]\n",
-            "[execution]\npauses = [{ from = \"1ms\", to = \"2ms\" }]\n[kv_cache]\n",
-        );
-        let err = Scenario::from_toml_str(&text).unwrap_err();
-        assert!(err.to_string().contains("execution.pauses"), "{err}");
+        let mut continuous = Scenario::from_toml_str(CONTINUOUS).unwrap();
+        let err = continuous
+            .set_replay(replay(r#"pauses = [{ from = "1ms", to = "2ms" }]"#))
+            .unwrap_err();
+        assert!(err.to_string().contains("replay.pauses"), "{err}");
+        continuous
+            .set_replay(replay(
+                r#"slowdowns = [{ from = "1ms", to = "2ms", factor = 2.0 }]"#,
+            ))
+            .unwrap();
         let text = CONTINUOUS.replace("[kv_cache]\n", "[kv_cache]\nprefix_block_tokens = 500\n");
         let err = Scenario::from_toml_str(&text).unwrap_err();
         assert!(

@@ -4,11 +4,12 @@ use std::sync::Arc;
 
 use crate::llm::scheduler::{SchedulerConfig, Scheduling};
 use crate::timing::service::Residuals;
-use crate::timing::slowdown::{Pauses, SlowdownWindow, Slowdowns};
+use crate::timing::slowdown::{Pauses, Slowdowns};
 use crate::timing::step_spec::StepTimeSpec;
 use crate::timing::step_spread::{CudaGraphs, StepResiduals};
 
 use super::file::{BatcherKind, ContinuousKeys, KvCacheSpec, PoolFile};
+use super::replay::ReplayInputs;
 use super::{
     BatcherSpec, DurationNs, ExecutionSpec, PostprocessSpec, PreprocessSpec, QueueSpec,
     ScenarioError, ServiceSpec, StandbySpec, invalid,
@@ -41,9 +42,12 @@ pub struct Pool {
     pub batcher: BatcherSpec,
     /// Execution resources.
     pub execution: ExecutionSpec,
-    /// `execution.slowdowns`, validated.
+    /// The replay inputs given with [`super::Scenario::set_replay`] (none by default): timings
+    /// measured from the run being replayed, never written in a scenario file.
+    pub replay: ReplayInputs,
+    /// `replay.slowdowns`, validated.
     pub slowdowns: Slowdowns,
-    /// `execution.pauses`, validated.
+    /// `replay.pauses`, validated.
     pub pauses: Pauses,
     /// The service-time model as written (dynamic batcher; `None` with a continuous batcher).
     pub service_spec: Option<ServiceSpec>,
@@ -229,16 +233,7 @@ pub(super) fn validate_pool(name: &str, prefix: &str, p: PoolFile) -> Result<Poo
                 ("max_queue_delay", batcher.max_queue_delay.0 != 0),
                 ("prefetch", batcher.prefetch.is_some()),
                 ("dispatch_latency", batcher.dispatch_latency.0 != 0),
-                ("dispatch_residuals", batcher.dispatch_residuals.is_some()),
                 ("release_latency", batcher.release_latency.0 != 0),
-                (
-                    "release_latency_per_request",
-                    batcher.release_latency_per_request.0 != 0,
-                ),
-                (
-                    "thread_first_fraction",
-                    batcher.thread_first_fraction != 0.0,
-                ),
             ];
             if let Some((k, _)) = dynamic_keys.iter().find(|(_, set)| *set) {
                 return Err(invalid(
@@ -284,23 +279,6 @@ pub(super) fn validate_pool(name: &str, prefix: &str, p: PoolFile) -> Result<Poo
             "must be between 1 and 65536",
         ));
     }
-    let fraction = batcher.thread_first_fraction;
-    if !(0.0..=1.0).contains(&fraction) {
-        return Err(invalid(
-            &key("batcher.thread_first_fraction"),
-            format!("is {fraction}; it must be between 0 (the instance first) and 1"),
-        ));
-    }
-    residuals_of(
-        &key("batcher.dispatch_residuals"),
-        &batcher.dispatch_residuals,
-    )?;
-    if batcher.dispatch_residuals.is_some() && batcher.dispatch_latency.0 == 0 {
-        return Err(invalid(
-            &key("batcher.dispatch_residuals"),
-            "spreads `batcher.dispatch_latency`, which is 0: set it (the mean dispatch) or drop the residuals",
-        ));
-    }
     batcher.preferred_batch_size.sort_unstable();
     batcher.preferred_batch_size.dedup();
     if let Some(bad) = batcher
@@ -330,36 +308,6 @@ pub(super) fn validate_pool(name: &str, prefix: &str, p: PoolFile) -> Result<Poo
             format!("is {scale}; it must be above 0 and at most 1000 (1 leaves times as they are)"),
         ));
     }
-    let windows: Vec<SlowdownWindow> = p
-        .execution
-        .slowdowns
-        .iter()
-        .map(|w| SlowdownWindow {
-            from_ns: w.from.0,
-            to_ns: w.to.0,
-            factor: w.factor,
-        })
-        .collect();
-    let slowdowns = Slowdowns::new(&windows).map_err(|e| {
-        invalid(
-            &key(&format!("execution.slowdowns[{}]", e.index)),
-            e.message,
-        )
-    })?;
-    let spans: Vec<(u64, u64)> = p
-        .execution
-        .pauses
-        .iter()
-        .map(|w| (w.from.0, w.to.0))
-        .collect();
-    let pauses = Pauses::new(&spans)
-        .map_err(|e| invalid(&key(&format!("execution.pauses[{}]", e.index)), e.message))?;
-    if llm.is_some() && !pauses.windows().is_empty() {
-        return Err(invalid(
-            &key("execution.pauses"),
-            "pauses the dynamic batcher's dispatch; a continuous batcher takes `slowdowns`",
-        ));
-    }
     match (&p.service, &llm) {
         (_, Some(_)) => {}
         (None, None) => {
@@ -382,8 +330,9 @@ pub(super) fn validate_pool(name: &str, prefix: &str, p: PoolFile) -> Result<Poo
         queue: p.queue,
         batcher,
         execution: p.execution,
-        slowdowns,
-        pauses,
+        replay: ReplayInputs::default(),
+        slowdowns: Slowdowns::default(),
+        pauses: Pauses::default(),
         service_spec: if llm.is_some() { None } else { p.service },
         llm,
         postprocess: p.postprocess,
