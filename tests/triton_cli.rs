@@ -378,7 +378,7 @@ fn validate_endpoint_with_tritons_trace_simulates_the_runs_own_timeline() {
         // With a 2 ms delay the race at a batch's end shows in the batches that left requests
         // behind: the fraction measured leaves as many behind in the simulation. Checked below
         // 85% busy: nearer saturation Triton cuts more payloads short than capsim
-        // (docs/validation.md), and a slow spell of this VM puts the 60% load there.
+        // (docs/archive/validation-log.md), and a slow spell of this VM puts the 60% load there.
         // (null where the share cannot see the race: trace-sim then runs the instance first.)
         let fraction = timeline["thread_first_fraction"].as_f64();
         let (server_left, sim_left) = (
