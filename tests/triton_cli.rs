@@ -456,6 +456,15 @@ fn validate_endpoint_with_tritons_trace_simulates_the_runs_own_timeline() {
             "{}",
             dir.display()
         );
+        // What was replayed, as a replay-inputs file (`simulate --replay-inputs`).
+        let replayed = std::fs::read_to_string(dir.join("replay-inputs.toml")).unwrap();
+        for key in [
+            "release_latency_per_request",
+            "slowdowns",
+            "thread_first_fraction",
+        ] {
+            assert!(replayed.contains(key), "{key} missing: {replayed}");
+        }
     }
     // The 30% load (under half busy even in a slow spell) is always checked.
     assert!(

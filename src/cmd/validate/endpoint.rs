@@ -386,7 +386,8 @@ fn load_traces(t: &TraceSimInputs) -> Result<std::result::Result<LoadTraces, Str
 }
 
 /// The trace-driven simulation of one load (`Ok(Err(why))` when the trace gave nothing to
-/// simulate), its records written to `dir/simulated-trace.parquet`.
+/// simulate), its records written to `dir/simulated-trace.parquet` and what it replayed to
+/// `dir/replay-inputs.toml`.
 fn trace_sim(
     t: &TraceSimInputs,
     profiles: &mut capsim_sim::Profiles,
@@ -449,6 +450,14 @@ fn trace_sim(
         )
     })?;
     let fraction = thread_first.unwrap_or(0.0);
+    // What was replayed, for `capsim simulate --replay-inputs` (the run's timings, not a
+    // scenario's keys).
+    let replay_inputs = format!(
+        "{}thread_first_fraction = {fraction}\n",
+        timeline.replay_inputs_toml()
+    );
+    std::fs::write(dir.join("replay-inputs.toml"), replay_inputs)
+        .with_context(|| format!("writing {}", dir.join("replay-inputs.toml").display()))?;
     // The final scenario, built once for its run and its seeds' draws.
     let built = built_at(fraction)?;
     let (sim_run, log) = simulate_with_requests(&built, &sim_trace, &options)?;

@@ -1021,13 +1021,16 @@ mod tests {
     fn a_run_simulated_on_its_own_timeline_gives_back_its_queue_times_and_latencies() {
         // A dynamic batcher whose batches take 1 ms + 0.2 ms per request + 2 us per padded
         // token, half speed from 300 to 400 ms, with 50 us of dispatch.
-        let server = Scenario::from_toml_str(
+        let mut server = Scenario::from_toml_str(
             "name = \"s\"\n[batcher]\nmax_batch_size = 8\nmax_queue_delay = \"1ms\"\n\
              dispatch_latency = \"50us\"\n[queue]\nmax_queue_size = 100\n\
-             [execution]\nslowdowns = [{ from = \"300ms\", to = \"400ms\", factor = 2.0 }]\n\
              [service]\nkind = \"affine\"\na = \"1ms\"\nb = \"0.2ms\"\nc = \"2us\"\n",
         )
         .unwrap();
+        let slow = "slowdowns = [{ from = \"300ms\", to = \"400ms\", factor = 2.0 }]";
+        server
+            .set_replay(ReplayInputs::from_toml_str(slow, Path::new("test")).unwrap())
+            .unwrap();
         let n = 1500u64;
         let tokens: Vec<u32> = (0..n).map(|i| 16 + (i * 37 % 200) as u32).collect();
         let trace = Trace::from_columns(Columns {

@@ -35,7 +35,7 @@ runs (`2 ms + 0.5 ms x n`, preferred 4 and 8, a 2 ms delay), N requests at 0 and
 G us for 3 s, so the queue is long while the burst drains and short after, at one arrival rate.
 
     cargo build --release
-    .venv/bin/python scripts/triton_probe.py [--attempts 4] [--steady GAP_MS | --drain N |
+    .venv/bin/python scripts/experiments/triton_probe.py [--attempts 4] [--steady GAP_MS | --drain N |
         --backlog N --gap-us G] [--out DIR]
 """
 import argparse
@@ -48,9 +48,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-import triton_check as tc
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/: triton_check
+import triton_check as tc  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = """name = "probe"
 [batcher]
 max_batch_size = 8

@@ -8,7 +8,7 @@ docs/calibration.md, Accuracy). Each round works `--warm-ms` back to back, sleep
 then times `--runs` runs one by one; the medians per position over the rounds are printed with
 the work done before each run.
 
-    .venv/bin/python scripts/warmup_after_idle.py [--model M.onnx] [--shapes 1x64,2x64,8x64]
+    .venv/bin/python scripts/experiments/warmup_after_idle.py [--model M.onnx] [--shapes 1x64,2x64,8x64]
         [--sleep-ms 4] [--runs 8] [--rounds 60] [--warm-ms 20] [--cpu 1]
 """
 

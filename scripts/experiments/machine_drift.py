@@ -7,7 +7,7 @@ machine itself runs the same batch at different speeds from one window to the ne
 virtual machines do), that spread bounds how closely any simulation driven by an earlier
 calibration can match a live run. See docs/calibration.md, Accuracy.
 
-    .venv/bin/python scripts/machine_drift.py [--model M.onnx] [--batch 8] [--length 32]
+    .venv/bin/python scripts/experiments/machine_drift.py [--model M.onnx] [--batch 8] [--length 32]
         [--seconds 60] [--cpu 1]
 """
 
