@@ -2,39 +2,102 @@
 """Finds module cycles inside each crate of the workspace; exits 1 naming them, else 0.
 
     python3 scripts/module_cycles.py [REPO_ROOT]
+    python3 scripts/module_cycles.py --self-test
 
-For each `crates/*/src`, every `.rs` file is a module (`lib.rs` the root, `a/mod.rs` and `a.rs`
-both `a`). A module depends on the modules it names in `use crate::..`, `use super::..`,
-`use self::..`, `use child::..` and in `crate::..` / `super::..` paths in its code. A path is
+Checks every `crates/*/src` and the command's `src/`. Every `.rs` file is a module (`lib.rs` and
+`main.rs` the root, `a/mod.rs` and `a.rs` both `a`). A module names another in its `use` lines
+(`use crate::..`, `use super::..`, `use self::..`, `use child::..`) and in the paths of its code:
+`crate::a::b`, `super::..`, `self::..`, and a path that starts with a name it imported. Comments,
+string literals and `#[cfg(test)]` items (a test may reach anywhere) are not code. A path is
 resolved to the deepest module it names; a name imported there (`use x::Name`, `pub use`) is
 followed to the module it comes from, so `crate::Scenario` re-exported by `lib.rs` is a use of
-`scenario`, and a name from outside the crate is no edge. A module's use of its own descendants
-is containment (`mod child;`, `pub use child::Item`), not an edge: a parent and the children it
-is made of are one unit seen from outside, and a child may use its parent's items. Items under
-`#[cfg(test)]` (test modules) are skipped: a test may reach anywhere.
+`scenario`, and a name from outside the crate is no edge.
+
+A parent and the children it is made of are one unit seen from outside: a use of
+`crate::review::basis::X` from `sweep` is an edge `sweep -> review`, and a use of `crate::sweep`
+from `review::basis` is an edge `review -> sweep`, so the two make a cycle. Each edge joins the
+two children of the modules' nearest common parent that hold them. A module's use of its own
+descendants (`mod child;`, `pub use child::Item`) is containment and a child's use of its parent
+is the child's own business: neither is an edge. A cycle is printed with one `file:line` per edge.
 """
 
 import re
 import sys
+import tempfile
 from collections import deque
 from pathlib import Path
 
 
 def code_of(text):
-    """The code without comments, string contents and `#[cfg(test)]` items."""
-    text = re.sub(r"//[^\n]*", "", text)
-    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
-    text = re.sub(r'r(#*)"(?:.|\n)*?"\1', '""', text)
-    text = re.sub(r'"(?:\\.|[^"\\])*"', '""', text)
-    text = re.sub(r"'(?:\\.|[^'\\])'", "' '", text)
+    """The code with comments, string contents and `#[cfg(test)]` items blanked to spaces; every
+    newline is kept, so a line number in the result is the line in the file."""
+    out, i, n = [], 0, len(text)
+
+    def blank(s):
+        return re.sub(r"[^\n]", " ", s)
+
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            out.append(blank(text[i:j]))
+            i = j
+        elif text.startswith("/*", i):
+            j, depth = i + 2, 1
+            while j < n and depth:
+                if text.startswith("/*", j):
+                    depth, j = depth + 1, j + 2
+                elif text.startswith("*/", j):
+                    depth, j = depth - 1, j + 2
+                else:
+                    j += 1
+            out.append(blank(text[i:j]))
+            i = j
+        elif (m := re.compile(r'b?r(#*)"').match(text, i)) and not _ident_before(text, i):
+            end = text.find('"' + m.group(1), m.end())
+            j = n if end < 0 else end + 1 + len(m.group(1))
+            out.append(text[i : m.end()] + blank(text[m.end() : j - 1 - len(m.group(1))]))
+            out.append(text[j - 1 - len(m.group(1)) : j])
+            i = j
+        elif c == '"' or (c == "b" and text.startswith('b"', i) and not _ident_before(text, i)):
+            start = i + (2 if c == "b" else 1)
+            j = start
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            out.append(text[i:start] + blank(text[start:j]) + '"')
+            i = j + 1
+        elif c == "'":
+            # A char literal ('a', '\n', '\u{1F600}') or a lifetime ('a, 'static).
+            m = CHAR.match(text, i)
+            if m:
+                out.append("' '")
+                i = m.end()
+            else:
+                out.append(c)
+                i += 1
+        else:
+            out.append(c)
+            i += 1
+    return _without_tests("".join(out))
+
+
+CHAR = re.compile(r"'(?:\\(?:u\{[0-9a-fA-F]*\}|x[0-9a-fA-F]{2}|.)|[^\\'\n])'")
+
+
+def _ident_before(text, i):
+    return i > 0 and (text[i - 1].isalnum() or text[i - 1] == "_")
+
+
+def _without_tests(code):
     out, i = [], 0
-    for m in re.finditer(r"#\[cfg\(test\)\]", text):
+    for m in re.finditer(r"#\[cfg\(test\)\]", code):
         if m.start() < i:
             continue
-        out.append(text[i : m.start()])
+        out.append(code[i : m.start()])
         j, depth = m.end(), 0
-        while j < len(text):
-            c = text[j]
+        while j < len(code):
+            c = code[j]
             j += 1
             if c == "{":
                 depth += 1
@@ -44,8 +107,9 @@ def code_of(text):
                     break
             elif c == ";" and depth == 0:
                 break
+        out.append(re.sub(r"[^\n]", " ", code[m.start() : j]))
         i = j
-    out.append(text[i:])
+    out.append(code[i:])
     return "".join(out)
 
 
@@ -89,24 +153,38 @@ def expand(tree):
     return out
 
 
+USE = re.compile(r"\buse\s+([^;]*);")
+PATH = re.compile(r"(?<![:\w])(\w+(?:\s*::\s*\w+)+)")
+
+
 class Crate:
-    def __init__(self, src):
-        self.files = {module_of(src, f): f for f in src.rglob("*.rs")}
+    def __init__(self, src, root):
+        self.files = {module_of(src, f): f for f in sorted(src.rglob("*.rs"))}
         self.modules = set(self.files)
-        self.code = {m: code_of(f.read_text()) for m, f in self.files.items()}
-        # Names each module imports: name -> (module it was imported in, path segments).
+        self.root = root
+        code = {m: code_of(f.read_text()) for m, f in self.files.items()}
+        # Names each module imports: name -> path segments.
         self.imports = {m: {} for m in self.modules}
+        # What each module names: (path segments, line).
         self.uses = {m: [] for m in self.modules}
-        for m, code in self.code.items():
-            for u in re.finditer(r"\buse\s+([^;]*);", code):
-                for segs, alias in expand(u.group(1).replace("\n", " ")):
+        for m, text in code.items():
+            for u in USE.finditer(text):
+                line = text.count("\n", 0, u.start()) + 1
+                for segs, alias in expand(re.sub(r"\s+", " ", u.group(1))):
                     if not segs:
                         continue
-                    self.uses[m].append(segs)
+                    self.uses[m].append((segs, line))
                     if alias and alias != "*":
                         self.imports[m][alias] = segs
-            for p in re.finditer(r"(?<![:\w])((?:crate|super|self)(?:::\w+)+)", code):
-                self.uses[m].append(p.group(1).split("::"))
+            # Paths in the code, the `use` lines blanked (a path inside a use tree is relative
+            # to the tree's prefix, read above).
+            rest = USE.sub(lambda u: re.sub(r"[^\n]", " ", u.group(0)), text)
+            for p in PATH.finditer(rest):
+                segs = re.split(r"\s*::\s*", p.group(1))
+                first = segs[0]
+                if first in ("crate", "super", "self") or first in self.imports[m]:
+                    line = rest.count("\n", 0, p.start()) + 1
+                    self.uses[m].append((segs, line))
 
     def target(self, module, segs, depth=0):
         """The module `segs`, used in `module`, comes from; None when outside the crate."""
@@ -116,6 +194,11 @@ class Crate:
             here, rest = module, segs
         elif module + (segs[0],) in self.modules:
             here, rest = module, segs
+        elif segs[0] in self.imports[module] and depth < 20:
+            imported = self.imports[module][segs[0]]
+            if imported[0] == segs[0] and len(imported) == 1:
+                return None
+            return self.target(module, imported + segs[1:], depth + 1)
         else:
             return None  # another crate, std, or a name of this module
         for i, s in enumerate(rest):
@@ -133,13 +216,21 @@ class Crate:
         return here
 
     def edges(self):
-        edges = {m: set() for m in self.modules}
-        for m in self.modules:
-            for segs in self.uses[m]:
+        """Edges between sibling modules: `{a: {b: "file:line"}}`, the first place `a`'s files
+        name `b`'s."""
+        edges = {m: {} for m in self.modules}
+        for m in sorted(self.modules):
+            for segs, line in self.uses[m]:
                 t = self.target(m, segs)
-                if t is None or t == m or t[: len(m)] == m:
-                    continue  # outside the crate, itself, or one of its own descendants
-                edges[m].add(t)
+                if t is None or t[: len(m)] == m or m[: len(t)] == t:
+                    continue  # outside the crate, itself, a descendant or an ancestor
+                k = 0
+                while m[k] == t[k]:
+                    k += 1
+                a, b = m[: k + 1], t[: k + 1]
+                where = f"{self.files[m].relative_to(self.root)}:{line}"
+                edges.setdefault(a, {}).setdefault(b, where)
+                edges.setdefault(b, {})
         return edges
 
 
@@ -194,22 +285,85 @@ def name(module):
     return "crate" + "".join("::" + p for p in module)
 
 
-def main():
-    root = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent
+def check(root, out=print):
+    """Prints each cycle of each crate under `root`; returns how many it found."""
     crates = sorted(root.glob("crates/*/src"))
+    if (root / "src").is_dir():
+        crates.append(root / "src")
     found = 0
     for src in crates:
-        edges = Crate(src).edges()
+        label = src.parent.name if src.parent != root else "capsim (src/)"
+        edges = Crate(src, root).edges()
         for comp in components(edges):
             found += 1
-            cycle = " -> ".join(name(m) for m in one_cycle(edges, comp))
-            print(f"{src.parent.name}: module cycle: {cycle}")
+            cycle = one_cycle(edges, comp)
+            out(f"{label}: module cycle: " + " -> ".join(name(m) for m in cycle))
+            for a, b in zip(cycle, cycle[1:]):
+                out(f"  {name(a)} -> {name(b)}: {edges[a][b]}")
             if len(comp) > 2:
                 members = ", ".join(name(m) for m in sorted(comp))
-                print(f"  (modules depending on each other in a ring: {members})")
+                out(f"  (modules depending on each other in a ring: {members})")
     if found == 0:
-        print("no module cycle in " + ", ".join(c.parent.name for c in crates))
-    return 1 if found else 0
+        out("no module cycle in " + ", ".join(c.parent.name if c.parent != root else "src" for c in crates))
+    return found
+
+
+SELF_TEST = {
+    # A cycle only through an inline path in a function body: found.
+    "lib.rs": "mod a;\nmod b;\nmod c;\nmod d;\nmod e;\nmod f;\npub use f::inner::Thing;\n",
+    "a.rs": "use crate::b::Bee;\npub struct Ay;\n",
+    "b.rs": "pub struct Bee;\nfn make() -> usize {\n    let x = crate::a::Ay;\n    0\n}\n",
+    # Only in comments (line, doc, block, nested block) and strings (plain, raw, with `//`): none.
+    "c.rs": (
+        "use crate::d::Dee;\n"
+        "// crate::c::X\n"
+        "/// [`crate::c::X`]\n"
+        "pub struct Cee;\n"
+    ),
+    "d.rs": (
+        "//! crate::c::Cee\n"
+        "pub struct Dee;\n"
+        "/* crate::c::Cee /* nested */ crate::c::Cee */\n"
+        "fn f() -> (&'static str, &'static str, &'static str, char) {\n"
+        '    ("see crate::c::Cee", r#"crate::c::Cee "quoted""#, "http://x \\" crate::c::Cee", \'"\')\n'
+        "}\n"
+    ),
+    # Through a child: `e` names `f::inner` (via the root's re-export); `f::inner` names `e`.
+    "e.rs": "pub fn g() -> crate::Thing { crate::Thing }\n",
+    "f/mod.rs": "pub mod inner;\n",
+    "f/inner.rs": "pub struct Thing;\nfn h() { super::super::e::g(); }\n",
+}
+
+
+def self_test():
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "crates" / "toy" / "src"
+        for path, text in SELF_TEST.items():
+            (src / path).parent.mkdir(parents=True, exist_ok=True)
+            (src / path).write_text(text)
+        lines = []
+        found = check(Path(tmp), lines.append)
+    text = "\n".join(lines)
+    expected = [
+        "toy: module cycle: crate::a -> crate::b -> crate::a",
+        "  crate::a -> crate::b: crates/toy/src/a.rs:1",
+        "  crate::b -> crate::a: crates/toy/src/b.rs:3",
+        "toy: module cycle: crate::e -> crate::f -> crate::e",
+        "  crate::e -> crate::f: crates/toy/src/e.rs:1",
+        "  crate::f -> crate::e: crates/toy/src/f/inner.rs:2",
+    ]
+    if found != 2 or lines != expected:
+        print("module_cycles self-test failed: expected\n" + "\n".join(expected) + "\ngot\n" + text)
+        return 1
+    print("module_cycles self-test: the inline path's cycles found, none from comments or strings")
+    return 0
+
+
+def main():
+    if sys.argv[1:] == ["--self-test"]:
+        return self_test()
+    root = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent
+    return 1 if check(root) else 0
 
 
 if __name__ == "__main__":

@@ -182,7 +182,7 @@ impl TraceInput {
             .as_deref()
             .map(|text| {
                 capsim_trace::parse_duration_ns(text).map_err(|e| {
-                    crate::cmd::BadInput(format!("--extend-to {text:?}: {e}; write e.g. 10m"))
+                    crate::BadInput(format!("--extend-to {text:?}: {e}; write e.g. 10m"))
                 })
             })
             .transpose()?;

@@ -11,6 +11,19 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// Marks an error as caused by the user's input (exit code 2), for commands whose libraries do
+/// not already say so. Wrap the message: `return Err(BadInput(msg).into())`.
+#[derive(Debug)]
+pub struct BadInput(pub String);
+
+impl std::fmt::Display for BadInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadInput {}
+
 /// Trace-replay simulator and capacity planner for online inference services.
 #[derive(Debug, Parser)]
 #[command(name = "capsim", version, about, propagate_version = true)]

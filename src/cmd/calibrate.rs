@@ -1,5 +1,7 @@
 //! `capsim calibrate`: measure an ONNX model through ONNX Runtime and write a profile.
 
+mod operators;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -262,7 +264,7 @@ fn parse_dim(text: &str) -> Result<(String, Vec<u32>), BadInput> {
 
 pub fn run(args: CalibrateArgs) -> Result<()> {
     if let Some(table) = &args.operators {
-        return super::operators::run(table, &args);
+        return operators::run(table, &args);
     }
     if args.decoder {
         return run_decoder(args);

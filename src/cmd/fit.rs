@@ -2,6 +2,8 @@
 //! continuous-batching scenario's step time by simulation, a dynamic batcher's affine service
 //! time from the log's execution times.
 
+mod pooled;
+
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -111,7 +113,7 @@ impl FitArgs {
 /// Runs `capsim fit`.
 pub fn run(args: FitArgs) -> Result<()> {
     if args.logs.len() > 1 || args.scenarios.len() > 1 {
-        return super::fit_pooled::run(&args);
+        return pooled::run(&args);
     }
     let scenario = Scenario::from_path(args.scenario()).map_err(|e| BadInput(e.to_string()))?;
     if scenario.pools().len() == 1 && scenario.pools()[0].service_spec.is_some() {

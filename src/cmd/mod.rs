@@ -2,8 +2,6 @@
 
 pub mod calibrate;
 pub mod fit;
-pub mod fit_pooled;
-pub mod operators;
 pub mod plan;
 pub mod replay;
 pub mod report;
@@ -13,18 +11,8 @@ pub mod sweep;
 pub mod trace;
 pub mod validate;
 
-/// Marks an error as caused by the user's input (exit code 2), for commands whose libraries do
-/// not already say so. Wrap the message: `return Err(BadInput(msg).into())`.
-#[derive(Debug)]
-pub struct BadInput(pub String);
-
-impl std::fmt::Display for BadInput {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for BadInput {}
+// The commands' and `input.rs`'s error for bad input lives at the root, which both use.
+pub use crate::BadInput;
 
 /// Creates `dir` and its parents for the output that `flag` names. A folder that cannot be
 /// made there is bad input (exit 2): the user picks another path.

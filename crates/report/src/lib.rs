@@ -17,6 +17,7 @@
 
 #![warn(missing_docs)]
 
+mod basis;
 pub mod capacity;
 pub mod error;
 pub mod experiment;

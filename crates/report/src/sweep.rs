@@ -198,12 +198,12 @@ pub struct SweepResult {
     /// The question, the provenance and the sensitivity run that `report.md` states; set by the
     /// command that knows the trace and the scenario file (absent in older sweep.json files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub review: Option<crate::review::Review>,
+    pub review: Option<crate::basis::Review>,
     /// A shard's sensitivity runs, one per configuration it ran
     /// ([`crate::review::shard_sensitivities`]); the merge moves the answer's into `review` and
     /// empties this. Empty (and absent from `sweep.json`) for a whole sweep.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub shard_sensitivities: Vec<crate::review::Sensitivity>,
+    pub shard_sensitivities: Vec<crate::basis::Sensitivity>,
 }
 
 /// Why a sweep failed.

@@ -2,6 +2,11 @@
 
 use std::path::PathBuf;
 
+/// The `--map` hint printed with a missing-column error (the grammar is `format.rs`'s; the hint
+/// lives here, with the one message that prints it, so the errors depend on no other module).
+const MAP_HINT: &str =
+    "arrival=COL:UNIT,input_tokens=COL,output_tokens=COL (UNIT: datetime, s, ms, us, ns)";
+
 /// Everything that can go wrong with a trace. Each variant names where (file, row, column) and
 /// what would fix it, so the command can print it as is. Row numbers are 1-based line numbers as
 /// a person sees them in the file (the CSV header is line 1).
@@ -69,7 +74,7 @@ pub enum TraceError {
         line.map_or("schema".to_string(), |l| format!("line {l}")),
         present.join(", "),
         closest.as_ref().map(|c| format!("; did you mean `{c}`?")).unwrap_or_default(),
-        crate::format::MAP_HINT
+        MAP_HINT
     )]
     MissingColumn {
         /// The file that lacks the column.

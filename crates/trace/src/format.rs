@@ -300,10 +300,6 @@ impl ColumnMap {
     }
 }
 
-/// The `--map` hint printed with a missing-column error.
-pub(crate) const MAP_HINT: &str =
-    "arrival=COL:UNIT,input_tokens=COL,output_tokens=COL (UNIT: datetime, s, ms, us, ns)";
-
 /// Decides the format of `path` from its extension and first bytes (header line or JSON keys).
 pub fn detect(path: &Path) -> Result<Format, TraceError> {
     let mut head = vec![0u8; 4096];

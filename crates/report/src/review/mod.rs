@@ -17,11 +17,9 @@ use std::sync::atomic::AtomicBool;
 
 use capsim_sim::Scenario;
 
-mod basis;
+pub use crate::basis::{Basis, Question, Review, Sensitivity, ServiceSource};
 
-use basis::trim;
-pub use basis::{Basis, Question, Review, Sensitivity, ServiceSource};
-
+use crate::basis::trim;
 use crate::error::ReportError;
 use crate::experiment::{Workload, configure};
 use crate::grid::{Configuration, Grid};

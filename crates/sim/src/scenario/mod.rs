@@ -345,7 +345,7 @@ impl Scenario {
             next.name = self.name.clone();
         }
         if !self.replay.is_empty() {
-            replay::apply(&mut next.pools[0], &self.replay).map_err(|e| {
+            pool::apply_replay(&mut next.pools[0], &self.replay).map_err(|e| {
                 let (path, value) = overrides.last().copied().unwrap_or_default();
                 ScenarioError::Override {
                     key: path.to_string(),
@@ -374,7 +374,7 @@ impl Scenario {
     /// scenario is unchanged.
     pub fn set_replay(&mut self, inputs: ReplayInputs) -> Result<(), ScenarioError> {
         let mut pool = self.pools[0].clone();
-        replay::apply(&mut pool, &inputs)?;
+        pool::apply_replay(&mut pool, &inputs)?;
         self.pools[0] = pool;
         self.replay = inputs;
         Ok(())

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use crate::llm::scheduler::{SchedulerConfig, Scheduling};
 use crate::timing::service::Residuals;
-use crate::timing::slowdown::{Pauses, Slowdowns};
+use crate::timing::slowdown::{Pauses, SlowdownWindow, Slowdowns};
 use crate::timing::step_spec::StepTimeSpec;
 use crate::timing::step_spread::{CudaGraphs, StepResiduals};
 
@@ -107,6 +107,61 @@ pub(crate) fn residuals_of(
             .map(Some)
             .ok_or_else(|| invalid(key, "needs at least one ratio, each finite and above 0")),
     }
+}
+
+/// Checks the replay inputs `inputs` against `pool` and stores them, validated, in it. Errors name the input as
+/// `replay.KEY`.
+pub(super) fn apply_replay(pool: &mut Pool, inputs: &ReplayInputs) -> Result<(), ScenarioError> {
+    let key = |k: &str| format!("replay.{k}");
+    if pool.llm.is_some() {
+        let dynamic_only = [
+            ("dispatch_residuals", inputs.dispatch_residuals.is_some()),
+            (
+                "release_latency_per_request",
+                inputs.release_latency_per_request.0 != 0,
+            ),
+            ("thread_first_fraction", inputs.thread_first_fraction != 0.0),
+            ("pauses", !inputs.pauses.is_empty()),
+        ];
+        if let Some((k, _)) = dynamic_only.iter().find(|(_, set)| *set) {
+            return Err(invalid(
+                &key(k),
+                "is a dynamic batcher's; this pool's batcher is continuous (it takes `slowdowns`)",
+            ));
+        }
+    }
+    let fraction = inputs.thread_first_fraction;
+    if !(0.0..=1.0).contains(&fraction) {
+        return Err(invalid(
+            &key("thread_first_fraction"),
+            format!("is {fraction}; it must be between 0 (the instance first) and 1"),
+        ));
+    }
+    residuals_of(&key("dispatch_residuals"), &inputs.dispatch_residuals)?;
+    if inputs.dispatch_residuals.is_some() && pool.batcher.dispatch_latency.0 == 0 {
+        return Err(invalid(
+            &key("dispatch_residuals"),
+            "spread `batcher.dispatch_latency`, which is 0: set it in the scenario (the mean dispatch) or drop the residuals",
+        ));
+    }
+    let windows: Vec<SlowdownWindow> = inputs
+        .slowdowns
+        .iter()
+        .map(|w| SlowdownWindow {
+            from_ns: w.from.0,
+            to_ns: w.to.0,
+            factor: w.factor,
+        })
+        .collect();
+    let slowdowns = Slowdowns::new(&windows)
+        .map_err(|e| invalid(&key(&format!("slowdowns[{}]", e.index)), e.message))?;
+    let spans: Vec<(u64, u64)> = inputs.pauses.iter().map(|w| (w.from.0, w.to.0)).collect();
+    let pauses = Pauses::new(&spans)
+        .map_err(|e| invalid(&key(&format!("pauses[{}]", e.index)), e.message))?;
+    pool.replay = inputs.clone();
+    pool.slowdowns = slowdowns;
+    pool.pauses = pauses;
+    Ok(())
 }
 
 /// The most servers (`instances` plus `standby.instances`, over all pools) a scenario may have:

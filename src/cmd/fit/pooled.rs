@@ -12,8 +12,8 @@ use capsim_calibrate::fit::pooled::{
 use capsim_calibrate::fit::{LogFormat, LogMap, read_log_as};
 use capsim_sim::Scenario;
 
-use super::BadInput;
-use super::fit::{FitArgs, untrusted};
+use super::{FitArgs, untrusted};
+use crate::cmd::{BadInput, create_out_dir};
 
 /// Runs a pooled fit of `args.logs`, each with its scenario.
 pub fn run(args: &FitArgs) -> Result<()> {
@@ -192,7 +192,7 @@ fn write_outputs(
         .output
         .as_ref()
         .ok_or_else(|| BadInput("-o DIR is required to write the fitted scenarios".into()))?;
-    super::create_out_dir(dir, "-o")?;
+    create_out_dir(dir, "-o")?;
     let logs: Vec<String> = pairs.iter().map(|(_, l)| l.display().to_string()).collect();
     let mut names: Vec<String> = Vec::new();
     for (deployment, scenario) in &fit.scenarios {
@@ -220,7 +220,7 @@ fn write_outputs(
             .with_context(|| format!("writing {}", path.display()))?;
     }
     if let Some(report) = &args.report {
-        super::create_out_dir(report, "--report")?;
+        create_out_dir(report, "--report")?;
         let path = report.join("fit.txt");
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     }

@@ -12,8 +12,8 @@ use capsim_sim::timing::operators::roofline::{Coefficients, Gpu, LayerShape, cal
 use capsim_sim::timing::operators::{OperatorTable, TableFormat, llmservingsim, vidur};
 use capsim_sim::timing::step_spec::{ModelSource, model_source};
 
-use super::BadInput;
-use super::calibrate::CalibrateArgs;
+use super::CalibrateArgs;
+use crate::cmd::BadInput;
 
 /// Calibrates on the table in `dir` at `args.tensor_parallel` and prints the coefficients, the
 /// error on the table and the error on each `--check` table.

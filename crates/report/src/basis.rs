@@ -1,7 +1,9 @@
 //! What a capacity review rests on besides the runs: the question (the traffic and the growth
 //! planned for), the scenario's provenance and the sweep's settings, and the sensitivity run.
 //! Plain data that a sweep stores in `sweep.json` (its `review`), so that `capsim report` redraws
-//! the same documents; the documents and the sensitivity run are in [`super`].
+//! the same documents; the documents and the sensitivity run are in [`crate::review`], which
+//! re-exports these types. A module of its own so that `sweep` stores what `review` reads without
+//! the two knowing each other.
 
 use std::path::Path;
 
@@ -391,7 +393,7 @@ fn profile_words(path: &Path, profile: &Path) -> (ServiceSource, String, Option<
 }
 
 /// `value` with at most three decimals and no trailing zeros.
-pub(super) fn trim(value: f64) -> String {
+pub(crate) fn trim(value: f64) -> String {
     let text = format!("{value:.3}");
     text.trim_end_matches('0').trim_end_matches('.').to_string()
 }
