@@ -109,8 +109,8 @@ pub(crate) fn residuals_of(
     }
 }
 
-/// Checks the replay inputs `inputs` against `pool` and stores them, validated, in it. Errors name the input as
-/// `replay.KEY`.
+/// Checks the replay inputs `inputs` against `pool` and stores them, validated, in it. Errors
+/// name the input as `replay.KEY`.
 pub(super) fn apply_replay(pool: &mut Pool, inputs: &ReplayInputs) -> Result<(), ScenarioError> {
     let key = |k: &str| format!("replay.{k}");
     if pool.llm.is_some() {
