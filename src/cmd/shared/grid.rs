@@ -153,7 +153,8 @@ pub fn parse_growth(text: &str) -> Result<f64> {
 /// What `report.md` states beyond the runs: the trace's figures and the growth, the scenario's
 /// provenance, and the answer's configuration (else the best-ranked) run again with slower
 /// service times ([`sensitivity_of`]). A sharded run has no answer yet: its part of the
-/// sensitivity run is [`shard_sensitivities`], which the merge reads.
+/// sensitivity run is [`shard_sensitivities`](capsim_report::review::shard_sensitivities), which
+/// the merge reads.
 pub fn review_of(
     args: &GridArgs,
     spec: &SweepSpec,
