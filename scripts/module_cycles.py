@@ -2,6 +2,7 @@
 """Finds module cycles inside each crate of the workspace; exits 1 naming them, else 0.
 
     python3 scripts/module_cycles.py [REPO_ROOT]
+    python3 scripts/module_cycles.py --flat-commands [REPO_ROOT]
     python3 scripts/module_cycles.py --self-test
 
 Checks every `crates/*/src` and the command's `src/`. Every `.rs` file is a module (`lib.rs` and
@@ -19,6 +20,11 @@ from `review::basis` is an edge `review -> sweep`, so the two make a cycle. Each
 two children of the modules' nearest common parent that hold them. A module's use of its own
 descendants (`mod child;`, `pub use child::Item`) is containment and a child's use of its parent
 is the child's own business: neither is an edge. A cycle is printed with one `file:line` per edge.
+
+`--flat-commands` checks that the command layer is flat, with the same reading of `use` lines and
+inline paths: a command module (`src/cmd/X.rs` and `src/cmd/X/..`) names no other command, only
+its own parts, `cmd/mod.rs` and `cmd/shared/`; `cmd/shared/` names no command. Each breach is
+printed with its `file:line`; exits 1 when there is one.
 """
 
 import re
@@ -308,6 +314,33 @@ def check(root, out=print):
     return found
 
 
+def flat_commands(root, out=print):
+    """Prints each place under `root/src/cmd` where a command names another command, or `shared`
+    names a command; returns how many it found."""
+    src = root / "src"
+    crate = Crate(src, root)
+    found, seen = 0, set()
+    for m in sorted(crate.modules):
+        if len(m) < 2 or m[0] != "cmd":
+            continue  # the command's root, `input.rs`, `cmd/mod.rs`
+        for segs, line in crate.uses[m]:
+            t = crate.target(m, segs)
+            if t is None or len(t) < 2 or t[0] != "cmd" or t[1] in ("shared", m[1]):
+                continue  # outside cmd, `cmd/mod.rs`, shared, or the command's own parts
+            if (m, t[:2], line) in seen:
+                continue  # one line per place: `use a::{X, Y}` names `a` once
+            seen.add((m, t[:2], line))
+            found += 1
+            what = "shared module" if m[1] == "shared" else "command"
+            where = f"{crate.files[m].relative_to(root)}:{line}"
+            out(f"{what} {name(m)} names command {name(t[:2])}: {where}")
+    if found == 0:
+        out("no command module names another command (src/cmd)")
+    else:
+        out("move what two commands share into src/cmd/shared/ (or a library crate)")
+    return found
+
+
 SELF_TEST = {
     # A cycle only through an inline path in a function body: found.
     "lib.rs": "mod a;\nmod b;\nmod c;\nmod d;\nmod e;\nmod f;\npub use f::inner::Thing;\n",
@@ -333,6 +366,53 @@ SELF_TEST = {
     "f/mod.rs": "pub mod inner;\n",
     "f/inner.rs": "pub struct Thing;\nfn h() { super::super::e::g(); }\n",
 }
+
+
+FLAT_SELF_TEST = {
+    "main.rs": "mod cmd;\nfn main() { cmd::a::run(); cmd::b::run(); }\n",
+    "cmd/mod.rs": "pub mod a;\npub mod b;\npub mod shared;\npub fn out_dir() {}\n",
+    # A command naming another in a use line: found; naming cmd/mod.rs, shared, or another
+    # command only in a comment, a string or a test: not.
+    "cmd/a.rs": (
+        "use super::b::helper;\n"
+        "use super::shared::grid::Args;\n"
+        "// super::b::helper\n"
+        "pub fn run() { crate::cmd::out_dir(); let _ = \"crate::cmd::b::run\"; }\n"
+        "#[cfg(test)]\nmod tests { use crate::cmd::b::run; }\n"
+    ),
+    # A command's own part naming its parent: fine; naming another command inline: found.
+    "cmd/b.rs": "mod part;\npub fn helper() {}\npub fn run() { part::go(); }\n",
+    "cmd/b/part.rs": "use super::helper;\npub fn go() {\n    crate::cmd::a::run();\n}\n",
+    # shared naming a command: found.
+    "cmd/shared/mod.rs": "pub mod grid;\n",
+    "cmd/shared/grid.rs": "pub struct Args;\nfn f() { super::super::b::helper(); }\n",
+}
+
+
+def flat_self_test():
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "src"
+        for path, text in FLAT_SELF_TEST.items():
+            (src / path).parent.mkdir(parents=True, exist_ok=True)
+            (src / path).write_text(text)
+        lines = []
+        found = flat_commands(Path(tmp), lines.append)
+    expected = [
+        "command crate::cmd::a names command crate::cmd::b: src/cmd/a.rs:1",
+        "command crate::cmd::b::part names command crate::cmd::a: src/cmd/b/part.rs:3",
+        "shared module crate::cmd::shared::grid names command crate::cmd::b: src/cmd/shared/grid.rs:2",
+        "move what two commands share into src/cmd/shared/ (or a library crate)",
+    ]
+    if found != 3 or lines != expected:
+        print(
+            "flat-commands self-test failed: expected\n"
+            + "\n".join(expected)
+            + "\ngot\n"
+            + "\n".join(lines)
+        )
+        return 1
+    print("flat-commands self-test: commands naming commands found, none from comments or tests")
+    return 0
 
 
 def self_test():
@@ -361,7 +441,10 @@ def self_test():
 
 def main():
     if sys.argv[1:] == ["--self-test"]:
-        return self_test()
+        return self_test() or flat_self_test()
+    if sys.argv[1:2] == ["--flat-commands"]:
+        root = Path(sys.argv[2]) if len(sys.argv) > 2 else Path(__file__).resolve().parent.parent
+        return 1 if flat_commands(root) else 0
     root = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent
     return 1 if check(root) else 0
 

@@ -9,33 +9,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use capsim_calibrate::{
     CalibrateError, CalibrationConfig, Progress, ProviderChoice, ProviderDecision, Runtime,
-    calibrate, check_model_file, library,
+    calibrate, check_model_file,
 };
-use clap::{Args, ValueEnum};
+use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::BadInput;
-
-/// Execution provider flag values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Ep {
-    /// ONNX Runtime's CPU provider.
-    Cpu,
-    /// The CUDA provider; fails when it cannot be registered.
-    Cuda,
-    /// CUDA when it can be registered, otherwise CPU (says which).
-    Auto,
-}
-
-impl From<Ep> for ProviderChoice {
-    fn from(ep: Ep) -> ProviderChoice {
-        match ep {
-            Ep::Cpu => ProviderChoice::Cpu,
-            Ep::Cuda => ProviderChoice::Cuda,
-            Ep::Auto => ProviderChoice::Auto,
-        }
-    }
-}
+use super::shared::runtime::{Ep, cpu_wait_share, load_runtime, user_facing};
 
 #[derive(Debug, Args)]
 pub struct CalibrateArgs {
@@ -188,34 +168,6 @@ fn provider_line(decision: &ProviderDecision, choice: ProviderChoice) -> String 
         }
         _ => format!("execution provider: {}", decision.provider.name()),
     }
-}
-
-/// A library error as the command reports it: bad input (exit 2) when the user can fix it.
-pub(super) fn user_facing(err: CalibrateError) -> anyhow::Error {
-    if err.is_bad_input() {
-        BadInput(err.to_string()).into()
-    } else {
-        err.into()
-    }
-}
-
-/// Finds ONNX Runtime (`--ort-lib`, then the usual places) and loads it; what the user can fix
-/// is bad input. Shared by `calibrate`, `replay --live` and `validate`.
-pub(super) fn load_runtime(ort_lib: Option<&std::path::Path>) -> Result<Runtime> {
-    let location = library::locate(ort_lib).map_err(user_facing)?;
-    Runtime::load(&location).map_err(user_facing)
-}
-
-/// The share of the timed runs' time the measuring thread waited for a CPU, when every grid
-/// point recorded it.
-pub(super) fn cpu_wait_share(profile: &capsim_sim::timing::profile::Profile) -> Option<f64> {
-    let (mut waited_ns, mut ran_ns) = (0.0, 0.0);
-    for point in &profile.points {
-        let runs = f64::from(point.iterations);
-        waited_ns += point.cpu_wait_mean_ns? * runs;
-        ran_ns += (point.latency_mean_ns + point.input_build_mean_ns) * runs;
-    }
-    (ran_ns > 0.0).then(|| waited_ns / ran_ns)
 }
 
 /// `--idle-curve`: comma-separated durations, or `none`.

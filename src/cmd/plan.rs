@@ -11,7 +11,7 @@ use capsim_report::sweep::{CapacityRow, SweepSpec};
 use clap::Args;
 
 use super::BadInput;
-use super::sweep::{
+use super::shared::grid::{
     GridArgs, parse_grid_args, parse_growth, parse_warmup, review_of, run_with_progress,
 };
 
@@ -82,7 +82,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
         .first()
         .copied()
         .or_else(|| most_carrying(&result.capacities, mean_rps));
-    super::steady::refuse_short_trace(&spec, &workload, named, Some(growth))?;
+    super::shared::steady::refuse_short_trace(&spec, &workload, named, Some(growth))?;
     println!(
         "SLO {slo}; trace mean {mean_rps:.1} req/s, 60 s peak {peak_rps:.1} req/s; growth {growth}x: target peak {:.1} req/s",
         peak_rps * growth

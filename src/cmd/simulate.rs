@@ -95,7 +95,7 @@ pub fn run(args: SimulateArgs) -> Result<()> {
         eprintln!("note: {note}");
     }
     let built = super::build_scenario(&scenario, &mut capsim_sim::Profiles::default())?;
-    let warmup = super::sweep::parse_warmup(args.warmup.as_deref())?;
+    let warmup = super::shared::grid::parse_warmup(args.warmup.as_deref())?;
     let loaded = args.input.load()?;
     eprintln!("{}", loaded.report_line());
     let options = RunOptions {
@@ -130,7 +130,7 @@ pub fn run(args: SimulateArgs) -> Result<()> {
         }
         run
     };
-    if let Some(note) = super::steady::short_trace_note(&run.summary) {
+    if let Some(note) = super::shared::steady::short_trace_note(&run.summary) {
         eprintln!("note: {note}");
     }
     if let Some(note) = run.summary.timeseries_note() {

@@ -24,8 +24,8 @@ use capsim_trace::{Columns, Trace};
 use clap::Args;
 
 use super::BadInput;
-use super::calibrate::{cpu_wait_share, load_runtime, user_facing};
-use super::replay::{ProtocolArg, ServerArgs, live_summary};
+use super::shared::runtime::{cpu_wait_share, load_runtime, user_facing};
+use super::shared::server::{ProtocolArg, ServerArgs, live_summary};
 
 #[derive(Debug, Args)]
 pub struct ValidateArgs {

@@ -34,7 +34,7 @@ use capsim_trace::{Columns, Distribution, Trace};
 
 use super::{ValidateArgs, check_loads, scaled_trace, served_lengths};
 use crate::cmd::BadInput;
-use crate::cmd::replay::{ProtocolArg, reporting_of};
+use crate::cmd::shared::server::{ProtocolArg, reporting_of};
 
 /// Where `-o` defaults to.
 const DEFAULT_OUT: &str = "output/validate-endpoint";

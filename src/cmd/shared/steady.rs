@@ -8,7 +8,7 @@ use capsim_report::grid::Configuration;
 use capsim_report::load::LoadKind;
 use capsim_report::sweep::{CapacityRow, SweepSpec};
 
-use super::BadInput;
+use crate::cmd::BadInput;
 
 /// Refuses (a usage error, exit 2) when the trace is too short to measure any of `rows` at its
 /// capacity (the load the answer quotes) or at `asked`, the load the question asks (plan's
