@@ -110,8 +110,6 @@ pub struct Scenario {
     /// Timeseries sampling.
     pub timeseries: TimeseriesSpec,
     pools: Vec<Pool>,
-    /// The replay inputs of the default pool ([`Scenario::set_replay`]), kept across `set`.
-    replay: ReplayInputs,
     notes: Vec<String>,
 }
 
@@ -265,7 +263,6 @@ impl Scenario {
             slo: file.slo,
             timeseries: file.timeseries,
             pools,
-            replay: ReplayInputs::default(),
             notes: Vec::new(),
         })
     }
@@ -344,8 +341,9 @@ impl Scenario {
         if self.raw.get("name").is_none() && overrides.iter().all(|(k, _)| *k != "name") {
             next.name = self.name.clone();
         }
-        if !self.replay.is_empty() {
-            pool::apply_replay(&mut next.pools[0], &self.replay).map_err(|e| {
+        let replay = &self.pools[0].replay;
+        if !replay.is_empty() {
+            pool::apply_replay(&mut next.pools[0], replay).map_err(|e| {
                 let (path, value) = overrides.last().copied().unwrap_or_default();
                 ScenarioError::Override {
                     key: path.to_string(),
@@ -353,7 +351,6 @@ impl Scenario {
                     message: format!("the replay inputs no longer fit: {e}"),
                 }
             })?;
-            next.replay = self.replay.clone();
         }
         next.notes = self.notes.clone();
         next.notes.extend(kept);
@@ -373,16 +370,12 @@ impl Scenario {
     /// [`Scenario::set`] calls. On error (an input the pool cannot take, named `replay.KEY`) the
     /// scenario is unchanged.
     pub fn set_replay(&mut self, inputs: ReplayInputs) -> Result<(), ScenarioError> {
-        let mut pool = self.pools[0].clone();
-        pool::apply_replay(&mut pool, &inputs)?;
-        self.pools[0] = pool;
-        self.replay = inputs;
-        Ok(())
+        pool::apply_replay(&mut self.pools[0], &inputs)
     }
 
     /// The default pool's replay inputs (empty unless [`Scenario::set_replay`] gave some).
     pub fn replay(&self) -> &ReplayInputs {
-        &self.replay
+        &self.pools[0].replay
     }
 
     /// Serves the default pool with the calibrated profile at `path` (`capsim calibrate`'s

@@ -110,7 +110,8 @@ pub(crate) fn residuals_of(
 }
 
 /// Checks the replay inputs `inputs` against `pool` and stores them, validated, in it. Errors
-/// name the input as `replay.KEY`.
+/// name the input as `replay.KEY`; on error the pool is unchanged (it is written only after
+/// every check).
 pub(super) fn apply_replay(pool: &mut Pool, inputs: &ReplayInputs) -> Result<(), ScenarioError> {
     let key = |k: &str| format!("replay.{k}");
     if pool.llm.is_some() {
