@@ -125,19 +125,7 @@ pub fn run(args: FitArgs) -> Result<()> {
         }
         return run_dynamic(&scenario, &args);
     }
-    let map = args
-        .map
-        .as_deref()
-        .map(LogMap::parse)
-        .transpose()
-        .map_err(|e| BadInput(e.to_string()))?;
-    let format = args
-        .format
-        .as_deref()
-        .map(LogFormat::parse)
-        .transpose()
-        .map_err(|e| BadInput(e.to_string()))?;
-    let log = read_log_as(args.log(), map.as_ref(), format).map_err(|e| BadInput(e.to_string()))?;
+    let log = read_measured_log(&args, args.log())?;
     // The engine the log was served by: its limits and KV cache, where meta.json says.
     let mut scenario = scenario;
     let mut from_meta = String::new();
@@ -526,6 +514,24 @@ fn dynamic_warnings(result: &DynamicFitResult) -> Vec<String> {
         }
     }
     out
+}
+
+/// The measured log at `path`, read with `--map` and `--format` (bad input names the flag's
+/// value or the file).
+fn read_measured_log(args: &FitArgs, path: &Path) -> Result<MeasuredLog> {
+    let map = args
+        .map
+        .as_deref()
+        .map(LogMap::parse)
+        .transpose()
+        .map_err(|e| BadInput(e.to_string()))?;
+    let format = args
+        .format
+        .as_deref()
+        .map(LogFormat::parse)
+        .transpose()
+        .map_err(|e| BadInput(e.to_string()))?;
+    Ok(read_log_as(path, map.as_ref(), format).map_err(|e| BadInput(e.to_string()))?)
 }
 
 fn describe(result: &FitResult, args: &FitArgs, log: &MeasuredLog) -> String {

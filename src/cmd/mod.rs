@@ -14,6 +14,11 @@ pub mod validate;
 // The commands' and `input.rs`'s error for bad input lives at the root, which both use.
 pub use crate::BadInput;
 
+/// `e` as bad input (exit 2), for `map_err` and early returns.
+pub fn bad_input(e: impl std::fmt::Display) -> anyhow::Error {
+    BadInput(e.to_string()).into()
+}
+
 /// Creates `dir` and its parents for the output that `flag` names. A folder that cannot be
 /// made there is bad input (exit 2): the user picks another path.
 pub fn create_out_dir(dir: &std::path::Path, flag: &str) -> anyhow::Result<()> {

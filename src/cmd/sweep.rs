@@ -14,7 +14,7 @@ use capsim_report::shard::Shard;
 use capsim_report::sweep::{SweepResult, SweepSpec};
 use clap::Args;
 
-use super::BadInput;
+use super::bad_input;
 use super::shared::grid::{
     GridArgs, parse_grid_args, parse_growth, parse_warmup, review_of, run_with_progress,
 };
@@ -75,10 +75,6 @@ pub struct MergeArgs {
     pub no_report: bool,
 }
 
-fn bad(e: impl std::fmt::Display) -> anyhow::Error {
-    BadInput(e.to_string()).into()
-}
-
 pub fn run(args: SweepArgs) -> Result<()> {
     let (scenario, profiles, grid, slo) = parse_grid_args(&args.grid, Vec::new())?;
     let load = match (&args.load, &args.rate, &args.concurrency) {
@@ -87,9 +83,11 @@ pub fn run(args: SweepArgs) -> Result<()> {
         (Some(load), _, _) => LoadAxis::parse(load, LoadKind::RateScale),
         (None, None, None) => LoadAxis::parse("0.25..2x:8", LoadKind::RateScale),
     }
-    .map_err(bad)?;
+    .map_err(bad_input)?;
     let shard: Shard = match &args.shard {
-        Some(text) => text.parse().map_err(|e| bad(format!("--shard: {e}")))?,
+        Some(text) => text
+            .parse()
+            .map_err(|e| bad_input(format!("--shard: {e}")))?,
         None => Shard::WHOLE,
     };
     let warmup = parse_warmup(args.grid.warmup.as_deref())?;
@@ -97,7 +95,7 @@ pub fn run(args: SweepArgs) -> Result<()> {
     eprintln!("{}", loaded.report_line());
     let workload = Workload::new(&loaded.trace, load.kind, warmup);
     if load.kind == LoadKind::TargetRate && workload.trace_rate_rps.is_none() {
-        return Err(bad(
+        return Err(bad_input(
             "--rate needs a trace with at least two requests over a nonzero span",
         ));
     }
@@ -141,9 +139,9 @@ pub fn merge_run(args: MergeArgs) -> Result<()> {
     let shards = args
         .shards
         .iter()
-        .map(|dir| read_sweep(&dir.join("sweep.json")).map_err(bad))
+        .map(|dir| read_sweep(&dir.join("sweep.json")).map_err(bad_input))
         .collect::<Result<Vec<_>>>()?;
-    let merged = merge(shards).map_err(bad)?;
+    let merged = merge(shards).map_err(bad_input)?;
     if !merged.complete {
         eprintln!("warning: the shards do not cover the whole sweep, or one was interrupted");
     }

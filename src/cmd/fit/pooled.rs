@@ -9,10 +9,9 @@ use capsim_calibrate::fit::meta::read_run_meta;
 use capsim_calibrate::fit::pooled::{
     HeldOut, PooledFit, PooledRun, fit_pooled, held_out_table, leave_one_run_out,
 };
-use capsim_calibrate::fit::{LogFormat, LogMap, read_log_as};
 use capsim_sim::Scenario;
 
-use super::{FitArgs, untrusted};
+use super::{FitArgs, read_measured_log, untrusted};
 use crate::cmd::{BadInput, create_out_dir};
 
 /// Runs a pooled fit of `args.logs`, each with its scenario.
@@ -83,19 +82,7 @@ fn read_run(args: &FitArgs, scenario_path: &Path, log_path: &Path) -> Result<(Po
         ))
         .into());
     }
-    let map = args
-        .map
-        .as_deref()
-        .map(LogMap::parse)
-        .transpose()
-        .map_err(|e| BadInput(e.to_string()))?;
-    let format = args
-        .format
-        .as_deref()
-        .map(LogFormat::parse)
-        .transpose()
-        .map_err(|e| BadInput(e.to_string()))?;
-    let log = read_log_as(log_path, map.as_ref(), format).map_err(|e| BadInput(e.to_string()))?;
+    let log = read_measured_log(args, log_path)?;
     let mut notes = format!(
         "run {}: {} requests ({}), scenario {}\n",
         label(log_path),

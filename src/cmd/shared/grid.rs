@@ -17,7 +17,7 @@ use capsim_sim::{Profiles, Scenario, Warmup};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::cmd::BadInput;
+use crate::cmd::bad_input;
 use crate::input::TraceInput;
 
 /// The flags `sweep` and `plan` share: scenario, trace, grid, SLO, seeds.
@@ -77,10 +77,6 @@ pub struct GridArgs {
     pub growth: String,
 }
 
-fn bad(e: impl std::fmt::Display) -> anyhow::Error {
-    BadInput(e.to_string()).into()
-}
-
 /// Parses `--warmup`: a bare integer is a request count, anything else a duration.
 pub fn parse_warmup(text: Option<&str>) -> Result<Warmup> {
     let Some(text) = text else {
@@ -91,7 +87,7 @@ pub fn parse_warmup(text: Option<&str>) -> Result<Warmup> {
     }
     parse_duration_ns(text)
         .map(Warmup::DurationNs)
-        .map_err(|e| bad(format!("--warmup: {e}, or a request count such as 1000")))
+        .map_err(|e| bad_input(format!("--warmup: {e}, or a request count such as 1000")))
 }
 
 /// The scenario (with `--set` applied and the profiles it names, read), the grid and the SLO of
@@ -101,34 +97,37 @@ pub fn parse_grid_args(
     args: &GridArgs,
     extra_axes: Vec<GridAxis>,
 ) -> Result<(Scenario, Profiles, Grid, Slo)> {
-    let mut scenario = Scenario::from_path(&args.scenario).map_err(bad)?;
+    let mut scenario = Scenario::from_path(&args.scenario).map_err(bad_input)?;
     crate::cmd::apply_profile(&mut scenario, args.profile.as_deref())?;
     crate::cmd::apply_sets(&mut scenario, &args.sets)?;
     let mut profiles = Profiles::default();
-    profiles.load(&scenario).map_err(bad)?;
+    profiles.load(&scenario).map_err(bad_input)?;
     let mut axes: Vec<GridAxis> = args
         .grids
         .iter()
         .map(|g| {
             g.parse::<GridAxis>()
-                .map_err(|e| bad(format!("--grid: {e}")))
+                .map_err(|e| bad_input(format!("--grid: {e}")))
         })
         .collect::<Result<_>>()?;
     axes.extend(extra_axes);
-    let grid = Grid::new(axes).map_err(bad)?;
-    let slo: Slo = args.slo.parse().map_err(|e| bad(format!("--slo: {e}")))?;
+    let grid = Grid::new(axes).map_err(bad_input)?;
+    let slo: Slo = args
+        .slo
+        .parse()
+        .map_err(|e| bad_input(format!("--slo: {e}")))?;
     let grid_notes = check_configurations(&scenario, &grid, &slo).map_err(|e| match e {
-        capsim_report::ConfigurationError::Slo { .. } => bad(format!("--slo: {e}")),
-        _ => bad(format!("--grid: {e}")),
+        capsim_report::ConfigurationError::Slo { .. } => bad_input(format!("--slo: {e}")),
+        _ => bad_input(format!("--grid: {e}")),
     })?;
     for note in scenario.notes().iter().chain(&grid_notes) {
         eprintln!("note: {note}");
     }
     if args.seeds == 0 {
-        return Err(bad("--seeds must be at least 1"));
+        return Err(bad_input("--seeds must be at least 1"));
     }
     if !(0.0..=1.0).contains(&args.max_lost) {
-        return Err(bad(format!(
+        return Err(bad_input(format!(
             "--max-lost {} is not a fraction in [0, 1]",
             args.max_lost
         )));
@@ -144,7 +143,7 @@ pub fn parse_growth(text: &str) -> Result<f64> {
         .ok()
         .filter(|g: &f64| *g > 0.0 && g.is_finite())
         .ok_or_else(|| {
-            bad(format!(
+            bad_input(format!(
                 "--growth {text:?}: write a positive multiplier such as 3x"
             ))
         })
