@@ -1,7 +1,7 @@
 //! End-to-end tests of `capsim fit` pooled over several logs: the two real vLLM runs of
-//! `../shared/ground-truth` (or `$CAPSIM_GROUND_TRUTH`) fitted together with roofline step
-//! times, the efficiencies shared and each run's step overhead its own, and each run predicted
-//! from a fit of the other alone (issue 32); and the refusals.
+//! `../shared/ground-truth` (or `$CAPSIM_GROUND_TRUTH`) fitted together, with measured operator
+//! times (each run's step overhead its own) and with roofline step times (the efficiencies
+//! shared), and each run predicted from a fit of the other alone (issue 32); and the refusals.
 
 mod common;
 
@@ -34,27 +34,23 @@ fn held_out_errors(report: &str) -> Vec<(String, String, f64)> {
     rows
 }
 
-/// Issue 32's acceptance, as far as it is reached: both runs fitted together within 5% on every
-/// figure (replay), and each shared run predicted from a pooled roofline fit of the other run
-/// alone (the efficiencies from that run, the step overhead the other deployment's), TTFT, TPOT
-/// and end-to-end mean and p50 within 100% only (prediction): the 10% of the issue is NOT
-/// reached (docs/llm.md says what does not transfer). Fewer starts and iterations than the
-/// command's defaults keep it under a minute on two cores.
-#[test]
-fn pooled_roofline_fits_both_runs_within_5_percent_but_predicts_each_from_the_other_only_within_100_percent()
- {
+/// Fits the two shared runs together with `scenarios/<run>-<kind>.toml` (fewer starts and
+/// iterations than the command's defaults, to keep it under a minute on two cores), checks that
+/// each fitted scenario holds `fitted_key`, and returns the report.
+fn pooled_fit_of_both_runs(kind: &str, fitted_key: &str) -> String {
     let dir = tempfile::tempdir().expect("tempdir");
     let (a, b) = (ground_truth(RTX4090), ground_truth(RTXPRO6000));
     let fitted = dir.path().join("fitted");
     let report = dir.path().join("report");
+    let scenario = |run: &str| format!("scenarios/{run}-{kind}.toml");
     let out = capsim(&[
         "fit",
         "--scenario",
-        "scenarios/vllm-rtx4090-llama-3.1-8b-roofline.toml",
+        &scenario(RTX4090),
         "--log",
         a.to_str().expect("utf-8"),
         "--scenario",
-        "scenarios/vllm-rtxpro6000-qwen3-32b-roofline.toml",
+        &scenario(RTXPRO6000),
         "--log",
         b.to_str().expect("utf-8"),
         "-o",
@@ -68,20 +64,27 @@ fn pooled_roofline_fits_both_runs_within_5_percent_but_predicts_each_from_the_ot
     ]);
     assert!(out.status.success(), "pooled fit failed: {}", text(&out));
     let text = std::fs::read_to_string(report.join("fit.txt")).expect("fit.txt written");
-    for name in [
-        "vllm-rtx4090-llama-3.1-8b-roofline.toml",
-        "vllm-rtxpro6000-qwen3-32b-roofline.toml",
-    ] {
-        let toml = std::fs::read_to_string(fitted.join(name))
+    for run in [RTX4090, RTXPRO6000] {
+        let name = format!("{run}-{kind}.toml");
+        let toml = std::fs::read_to_string(fitted.join(&name))
             .unwrap_or_else(|e| panic!("{name} not written: {e}"));
-        assert!(toml.contains("compute_efficiency"), "{name}:\n{toml}");
+        assert!(
+            toml.contains(fitted_key) && toml.contains(&format!("kind = \"{kind}\"")),
+            "{name}:\n{toml}"
+        );
     }
     assert!(
         text.contains("shared (one value for every run)")
             && text.contains("class: prediction, calibrated on the other runs"),
         "{text}"
     );
-    let fitted = fitted_errors(&text);
+    text
+}
+
+/// Every fitted (replay) figure within `fitted_bound`, every leave-one-run-out (prediction)
+/// figure within `held_out_bound`.
+fn assert_errors_within(text: &str, fitted_bound: f64, held_out_bound: f64) {
+    let fitted = fitted_errors(text);
     assert_eq!(
         fitted.len(),
         18,
@@ -89,22 +92,45 @@ fn pooled_roofline_fits_both_runs_within_5_percent_but_predicts_each_from_the_ot
     );
     for (metric, err) in fitted {
         assert!(
-            err.abs() <= MAX_FITTED_ERROR,
+            err.abs() <= fitted_bound,
             "fitted {metric}: error {:+.1}%, bound {:.0}%:\n{text}",
             err * 100.0,
-            MAX_FITTED_ERROR * 100.0
+            fitted_bound * 100.0
         );
     }
-    let rows = held_out_errors(&text);
+    let rows = held_out_errors(text);
     assert_eq!(rows.len(), 12, "six figures of two runs expected:\n{text}");
     for (run, metric, err) in rows {
         assert!(
-            err.abs() <= MAX_HELD_OUT_ERROR,
+            err.abs() <= held_out_bound,
             "{run} {metric}: predicted from the other run with error {:+.1}%, bound {:.0}%:\n{text}",
             err * 100.0,
-            MAX_HELD_OUT_ERROR * 100.0
+            held_out_bound * 100.0
         );
     }
+}
+
+/// Issue 32's acceptance with measured operator times (`kind = "operators"`: each run's GPU
+/// time composed from the operator table LLMServingSim's profiler measured on its card and
+/// model, micro-benchmarks separate from the runs): both runs fitted together within 5% on
+/// every figure (replay), and each run predicted from a fit of the other alone (its step
+/// overhead the other deployment's) with TTFT, TPOT and end-to-end mean and p50 within 10%
+/// (prediction, calibrated on the other run and the card's operator table).
+#[test]
+fn pooled_operators_fit_predicts_each_run_from_the_other_within_10_percent() {
+    let text = pooled_fit_of_both_runs("operators", "step_overhead");
+    assert_errors_within(&text, MAX_FITTED_ERROR, 0.10);
+}
+
+/// The same with roofline step times (datasheet peaks and shared efficiencies): fitted
+/// together within 5% (replay), but each run predicted from the other only within 100%
+/// (prediction): the roofline's datasheet path does not reach the issue's 10% (docs/llm.md
+/// says what does not transfer).
+#[test]
+fn pooled_roofline_fits_both_runs_within_5_percent_but_predicts_each_from_the_other_only_within_100_percent()
+ {
+    let text = pooled_fit_of_both_runs("roofline", "compute_efficiency");
+    assert_errors_within(&text, MAX_FITTED_ERROR, MAX_HELD_OUT_ERROR);
 }
 
 /// The bound the leave-one-run-out figures reach (worst 88.8%, the 4090 run's E2E p50; see

@@ -47,10 +47,11 @@ use capsim_sim::rng::{SimRng, splitmix64};
 use capsim_sim::timing::step_spec::{
     DEFAULT_BANDWIDTH_EFFICIENCY, DEFAULT_COMPUTE_EFFICIENCY, StepTimeSpec,
 };
-use capsim_sim::{Outcome, RunOptions, Scenario};
+use capsim_sim::{Outcome, Profiles, RunOptions, Scenario};
 use capsim_trace::{Columns, Trace};
 use rand::{RngExt, SeedableRng};
 use rayon::prelude::*;
+use std::sync::Arc;
 
 pub use format::{detect_format, read_log, read_log_as};
 pub use log::{Excluded, LogError, LogFormat, MeasuredLog};
@@ -235,6 +236,11 @@ const ROOFLINE: [Parameter; 3] = [
     ("step_time.bandwidth_efficiency", 0.01, 1.0),
 ];
 
+/// With measured operator times (`kind = "operators"`) the GPU's time of a step is the card's
+/// own micro-benchmarks; what is left to fit is the engine's: its CPU time per step that the GPU
+/// does not hide.
+const OPERATORS: [Parameter; 1] = [("batcher.step_overhead", 1e3, 1e9)];
+
 /// Which step-time model a fit varies, from the scenario's `[step_time]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum StepModel {
@@ -242,6 +248,8 @@ enum StepModel {
     Linear,
     /// `kind = "roofline"`: [`ROOFLINE`]'s keys, the model and GPU kept.
     Roofline,
+    /// `kind = "operators"`: [`OPERATORS`]' key, the operator table, model and GPU kept.
+    Operators,
 }
 
 impl StepModel {
@@ -249,6 +257,16 @@ impl StepModel {
         match self {
             StepModel::Linear => &LINEAR,
             StepModel::Roofline => &ROOFLINE,
+            StepModel::Operators => &OPERATORS,
+        }
+    }
+
+    /// The name of its `[step_time]` kind.
+    fn name(self) -> &'static str {
+        match self {
+            StepModel::Linear => "linear",
+            StepModel::Roofline => "roofline",
+            StepModel::Operators => "operators",
         }
     }
 }
@@ -263,6 +281,9 @@ struct Replay {
     seed: u64,
     /// Rows whose latencies count (with repeats), for a bootstrap replica; all rows when `None`.
     sample: Option<Vec<u32>>,
+    /// The files the scenario names (a model's config.json, an operator table), read once for
+    /// every candidate.
+    profiles: Arc<Profiles>,
 }
 
 /// Per-request latencies in nanoseconds, one entry per request of the log in its order (NaN where
@@ -326,8 +347,19 @@ impl Replay {
             Some(llm) if matches!(llm.step_time_spec, StepTimeSpec::Roofline(_)) => {
                 StepModel::Roofline
             }
+            Some(llm) if matches!(llm.step_time_spec, StepTimeSpec::Operators(_)) => {
+                StepModel::Operators
+            }
             _ => StepModel::Linear,
         };
+        // The files the kept step time names (a model's config.json, an operator table), read
+        // once; a linear fit replaces the step time, so a profile it named is never read.
+        let mut profiles = Profiles::default();
+        if model != StepModel::Linear {
+            profiles
+                .load(scenario)
+                .map_err(|e| FitError::Scenario(e.to_string()))?;
+        }
         Ok(Replay {
             base: scenario.clone(),
             model,
@@ -335,7 +367,23 @@ impl Replay {
             measured: RequestLatencies::of_log(log).metrics(None),
             seed,
             sample: None,
+            profiles: Arc::new(profiles),
         })
+    }
+
+    /// The starting values of a fit of `log`, in the model's parameter order.
+    fn initial(&self, log: &MeasuredLog) -> Vec<f64> {
+        match self.model {
+            StepModel::Linear => initial_linear(log, &self.measured).to_vec(),
+            // A fifth of a median TPOT fixed; the efficiencies at the roofline's defaults.
+            StepModel::Roofline => vec![
+                0.2 * self.measured.tpot.p50_ms * 1e6,
+                DEFAULT_COMPUTE_EFFICIENCY,
+                DEFAULT_BANDWIDTH_EFFICIENCY,
+            ],
+            // The operators time the GPU: a twentieth of a median TPOT left to the engine.
+            StepModel::Operators => vec![0.05 * self.measured.tpot.p50_ms * 1e6],
+        }
     }
 
     /// The scenario with `values` (in the model's parameter order) set.
@@ -351,6 +399,9 @@ impl Replay {
             "batcher.step_overhead",
             &format!("\"{}ns\"", values[0].round() as u64),
         )?;
+        if self.model == StepModel::Operators {
+            return Ok(s);
+        }
         if self.model == StepModel::Roofline {
             set(
                 &mut s,
@@ -391,8 +442,10 @@ impl Replay {
             seed: self.seed,
             ..RunOptions::default()
         };
-        // The fitted service or step time is affine, linear or a roofline: no profile is read.
-        let built = capsim_sim::build::build(scenario, &mut capsim_sim::Profiles::default())
+        // Every file the candidate names was read by `Replay::new`.
+        let built = self
+            .profiles
+            .build(scenario)
             .map_err(|e| FitError::Scenario(e.to_string()))?;
         let (_, records) = capsim_sim::simulate_with_requests(&built, &self.trace, &options)
             .map_err(|e| FitError::Simulation(e.to_string()))?;
@@ -476,15 +529,7 @@ pub fn fit(
     let replay = Replay::new(scenario, log, config.seed)?;
     let measured = replay.measured;
     let params = replay.model.parameters();
-    let initial: Vec<f64> = match replay.model {
-        StepModel::Linear => initial_linear(log, &measured).to_vec(),
-        // A fifth of a median TPOT fixed; the efficiencies at the roofline's defaults.
-        StepModel::Roofline => vec![
-            0.2 * measured.tpot.p50_ms * 1e6,
-            DEFAULT_COMPUTE_EFFICIENCY,
-            DEFAULT_BANDWIDTH_EFFICIENCY,
-        ],
-    };
+    let initial = replay.initial(log);
     let x0: Vec<f64> = initial
         .iter()
         .zip(params)
@@ -640,6 +685,13 @@ where
         v[k] += 0.7;
         simplex.push(v);
     }
+    // argmin's Nelder-Mead panics on a vertex whose first cost is an error (a candidate the
+    // build refuses): they are costed here first, so that becomes the fit's error.
+    for vertex in &simplex {
+        replay
+            .cost(vertex)
+            .map_err(|e| FitError::Simulation(format!("at the fit's starting simplex: {e}")))?;
+    }
     let solver = NelderMead::new(simplex)
         .with_sd_tolerance(config.loss_tolerance)
         .map_err(|e| FitError::Optimizer(e.to_string()))?;
@@ -691,6 +743,34 @@ fn on_bound(value: f64, lo: f64, hi: f64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A cost that fails once its first parameter passes 1 (a candidate the build refuses).
+    #[derive(Clone)]
+    struct RefusesAboveOne;
+
+    impl CostFunction for RefusesAboveOne {
+        type Param = Vec<f64>;
+        type Output = f64;
+
+        fn cost(&self, x: &Vec<f64>) -> Result<f64, argmin::core::Error> {
+            if x[0] > 1.0 {
+                return Err(FitError::Scenario(format!("refused at {}", x[0])).into());
+            }
+            Ok(x[0] * x[0])
+        }
+    }
+
+    #[test]
+    fn a_start_whose_simplex_the_cost_refuses_is_an_error_not_a_panic() {
+        // The simplex's second vertex is the start plus 0.7: refused.
+        let err = descend(&RefusesAboveOne, vec![0.5], &FitConfig::default()).unwrap_err();
+        assert!(
+            err.to_string().contains("starting simplex") && err.to_string().contains("refused"),
+            "{err}"
+        );
+        let ok = descend(&RefusesAboveOne, vec![-0.5], &FitConfig::default()).expect("fits");
+        assert!(ok.loss < 1e-3, "{}", ok.loss);
+    }
 
     #[test]
     fn values_within_one_percent_of_a_bound_in_log_space_are_on_it() {

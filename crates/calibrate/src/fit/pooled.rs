@@ -14,7 +14,10 @@
 //! | `step_time.per_prefill_token`, `per_decode_seq`, `per_kv_token` | per deployment | times of one GPU and model: nothing transfers to another |
 //!
 //! So a `linear` pool shares nothing between deployments and is refused unless every run is of
-//! one deployment (the same scenario at different loads).
+//! one deployment (the same scenario at different loads). An `operators` pool (each run's GPU
+//! time composed from its card's measured operator table) fits only the step overhead, per
+//! deployment: the kernels' times are each card's measurement, and what a run held out gets from
+//! the others is the engine's overhead.
 //!
 //! [`leave_one_run_out`] checks what transfers: each run is predicted from a pooled fit of the
 //! others, with the shared values of that fit and, for its per-deployment values, those its
@@ -24,9 +27,8 @@
 use std::collections::BTreeMap;
 
 use super::{
-    DEFAULT_BANDWIDTH_EFFICIENCY, DEFAULT_COMPUTE_EFFICIENCY, Descent, FitConfig, FitError,
-    LatencyMetrics, METRIC_NAMES, MeasuredLog, Parameter, Replay, START_OFFSETS, StepModel,
-    comparison_table, descend, initial_linear, on_bound, parameter_unit, to_values,
+    Descent, FitConfig, FitError, LatencyMetrics, METRIC_NAMES, MeasuredLog, Parameter, Replay,
+    START_OFFSETS, StepModel, comparison_table, descend, on_bound, parameter_unit, to_values,
 };
 use argmin::core::CostFunction;
 use capsim_sim::Scenario;
@@ -348,9 +350,9 @@ impl PooledReplay {
                  coefficients of one step-time model, so give every run's scenario the same \
                  [step_time] kind",
                 r.label,
-                model_name(x.model),
+                x.model.name(),
                 first.label,
-                model_name(model)
+                model.name()
             )));
         }
         let names: Vec<&str> = runs.iter().map(|r| r.deployment.as_str()).collect();
@@ -360,7 +362,9 @@ impl PooledReplay {
                 "the runs have a linear step time and {} deployments ({}): its coefficients are \
                  times of one GPU and model, so nothing is shared between deployments; pool runs \
                  of one deployment (one --scenario for every --log), or give the runs \
-                 kind = \"roofline\" step times, whose efficiencies are shared",
+                 kind = \"operators\" step times (each GPU's measured operator table, the \
+                 engine's overhead fitted) or kind = \"roofline\" ones (the efficiencies \
+                 shared)",
                 layout.deployments.len(),
                 layout.deployments.join(", ")
             )));
@@ -382,14 +386,14 @@ impl PooledReplay {
         Ok(losses.iter().sum())
     }
 
-    /// The starting point: each run's own start ([`initial_run`]); a shared key takes the first
+    /// The starting point: each run's own start ([`Replay::initial`]); a shared key takes the first
     /// run's, a per-deployment key its deployment's first run's.
     fn initial(&self, runs: &[PooledRun]) -> Vec<f64> {
         let starts: Vec<Vec<f64>> = self
             .replays
             .iter()
             .zip(runs)
-            .map(|(replay, run)| initial_run(replay, &run.log))
+            .map(|(replay, run)| replay.initial(&run.log))
             .collect();
         (0..self.layout.params.len())
             .map(|i| {
@@ -403,25 +407,6 @@ impl PooledReplay {
                 starts[r][k]
             })
             .collect()
-    }
-}
-
-fn model_name(model: StepModel) -> &'static str {
-    match model {
-        StepModel::Linear => "linear",
-        StepModel::Roofline => "roofline",
-    }
-}
-
-/// One run's starting values, as a fit of it alone starts.
-fn initial_run(replay: &Replay, log: &MeasuredLog) -> Vec<f64> {
-    match replay.model {
-        StepModel::Linear => initial_linear(log, &replay.measured).to_vec(),
-        StepModel::Roofline => vec![
-            0.2 * replay.measured.tpot.p50_ms * 1e6,
-            DEFAULT_COMPUTE_EFFICIENCY,
-            DEFAULT_BANDWIDTH_EFFICIENCY,
-        ],
     }
 }
 
