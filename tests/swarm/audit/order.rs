@@ -49,9 +49,11 @@ pub fn latency_is_response_minus_arrival(_: &Case, r: &Rec) -> Option<String> {
         r.latency_ns == r.response_ns.wrapping_sub(r.arrival_ns),
         || {
             format!(
-                "{}: latency_ns {} is not response - arrival",
+                "{}: latency_ns {} is not response_ns {} - arrival_ns {}",
                 id(r),
-                r.latency_ns
+                r.latency_ns,
+                r.response_ns,
+                r.arrival_ns
             )
         },
     )
