@@ -2,11 +2,10 @@
 //! of the header of `main.rs`). A rule returns what broke it (the request or row, and the values);
 //! [`audit`] only calls the rules in order and names each violation by its rule's path.
 //!
-//! Record rules are functions of one record and the case (`fn(&Case, &Rec)`), so a `RecordSink`
-//! could run them as the engine goes; they run on the written `requests.parquet` instead, because
-//! the swarm tests the `capsim` binary end to end, and an in-process second run per case would
-//! only convert `RequestRecord`s into the same rows at the cost of another run. Run rules need
-//! every record (peaks, batches, attempts, summary.json), so they run after the run.
+//! Record rules are functions of one record (`fn(&Case, &Rec)`), as a `RecordSink` would call
+//! them; they read the written `requests.parquet` instead, since the swarm tests the `capsim`
+//! binary end to end and an in-process run per case would only rebuild the same rows at the cost
+//! of a second run. Run rules need every record (peaks, batches, attempts, summary.json).
 
 mod accounting;
 mod batches;
