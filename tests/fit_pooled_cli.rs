@@ -72,6 +72,25 @@ fn pooled_fit_of_both_runs(kind: &str, fitted_key: &str) -> String {
             toml.contains(fitted_key) && toml.contains(&format!("kind = \"{kind}\"")),
             "{name}:\n{toml}"
         );
+        // Written elsewhere, the scenario still finds its operator table or all-reduce file.
+        let sim = capsim(&[
+            "simulate",
+            "--scenario",
+            fitted.join(&name).to_str().expect("utf-8"),
+            "traces/azure-conv.parquet",
+            "--limit",
+            "20",
+            "-o",
+            dir.path()
+                .join(format!("sim-{name}"))
+                .to_str()
+                .expect("utf-8"),
+        ]);
+        assert!(
+            sim.status.success(),
+            "{name} does not simulate: {}",
+            common::text(&sim)
+        );
     }
     assert!(
         text.contains("shared (one value for every run)")

@@ -164,7 +164,7 @@ pub fn run(args: FitArgs) -> Result<()> {
     for warning in warnings(&result) {
         eprintln!("warning: {warning}");
     }
-    if let Some(dir) = write_outputs(&args, &fitted_toml(&result, &args), &text)? {
+    if let Some(dir) = write_outputs(&args, &fitted_toml(&result, &args)?, &text)? {
         draw_cdfs(&result, dir)?;
     }
     Ok(())
@@ -172,6 +172,22 @@ pub fn run(args: FitArgs) -> Result<()> {
 
 /// Writes the fitted scenario to `-o` and, with `--report DIR`, the fit's text to `DIR/fit.txt`;
 /// returns the report folder when there is one.
+/// The fitted scenario as TOML for the `-o` file: its relative profile, model and operator-table
+/// paths lead from that file's folder.
+fn toml_beside_output(scenario: &Scenario, args: &FitArgs) -> Result<String> {
+    let dir = args
+        .output
+        .as_deref()
+        .and_then(Path::parent)
+        .unwrap_or(Path::new(""));
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    Ok(capsim_sim::build::toml_for_folder(scenario, dir)?)
+}
+
 fn write_outputs<'a>(args: &'a FitArgs, fitted: &str, text: &str) -> Result<Option<&'a Path>> {
     let output = args
         .output
@@ -271,7 +287,11 @@ fn run_dynamic(scenario: &Scenario, args: &FitArgs) -> Result<()> {
         header.push_str(&format!("# WARNING: {warning}\n"));
         eprintln!("warning: {warning}");
     }
-    write_outputs(args, &(header + &result.scenario.to_toml_string()), &text)?;
+    write_outputs(
+        args,
+        &(header + &toml_beside_output(&result.scenario, args)?),
+        &text,
+    )?;
     Ok(())
 }
 
@@ -408,7 +428,7 @@ fn run_triton(scenario: &Scenario, args: &FitArgs, stats: &ModelStats) -> Result
         args.scenario().display(),
         args.log().display(),
     );
-    write_outputs(args, &(header + &fitted.to_toml_string()), &text)?;
+    write_outputs(args, &(header + &toml_beside_output(&fitted, args)?), &text)?;
     Ok(())
 }
 
@@ -667,7 +687,7 @@ pub(super) fn untrusted<'k>(
     out
 }
 
-fn fitted_toml(result: &FitResult, args: &FitArgs) -> String {
+fn fitted_toml(result: &FitResult, args: &FitArgs) -> Result<String> {
     let mut header = format!(
         "# Fitted by `capsim fit --scenario {} --log {}` (seed {}): step time and step_overhead\n\
          # from the log's TTFT, TPOT and end-to-end mean, p50 and p90 (worst error {:.1}%).\n",
@@ -679,7 +699,7 @@ fn fitted_toml(result: &FitResult, args: &FitArgs) -> String {
     for warning in warnings(result) {
         header.push_str(&format!("# WARNING: {warning}\n"));
     }
-    header + &result.scenario.to_toml_string()
+    Ok(header + &toml_beside_output(&result.scenario, args)?)
 }
 
 /// Writes `ttft_cdf.png`, `tpot_cdf.png` and `e2e_cdf.png`: each latency's CDF, measured and

@@ -15,7 +15,7 @@
 //! assert!(built.pools[0].service.is_some());
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -152,6 +152,67 @@ fn profile_files(scenario: &Scenario) -> Vec<ProfileFile> {
         }
     }
     files
+}
+
+impl ProfileFile {
+    /// The scenario key that holds the file's path, and the path as resolved.
+    fn path_key(&self) -> (String, &Path) {
+        match self {
+            // A step profile's error names its table; its path is the table's `path`.
+            ProfileFile::Step { key, path } => (format!("{key}.path"), path),
+            ProfileFile::Service { key, path }
+            | ProfileFile::Model { key, path }
+            | ProfileFile::Operators { key, path, .. }
+            | ProfileFile::AllReduce { key, path, .. } => (key.clone(), path),
+        }
+    }
+}
+
+/// `scenario` as TOML ([`Scenario::to_toml_string`]) for a file written in `dir`: every relative
+/// path its pools name (service and step profiles, a model's `config.json`, operator and
+/// all-reduce tables) is rewritten to lead from `dir` to the same file, so that a scenario
+/// `capsim fit` writes elsewhere still finds them. Absolute paths are kept; a path that cannot
+/// be made relative (another drive) is written absolute.
+pub fn toml_for_folder(scenario: &Scenario, dir: &Path) -> Result<String, ScenarioError> {
+    let Some(base) = scenario.base_dir() else {
+        return Ok(scenario.to_toml_string());
+    };
+    let from = absolute(dir);
+    // Only the text is used: the copy would resolve the new paths against the old folder.
+    let mut moved = scenario.clone();
+    let mut seen = BTreeSet::new();
+    for file in profile_files(scenario) {
+        let (key, resolved) = file.path_key();
+        let written = resolved.strip_prefix(base).unwrap_or(resolved);
+        if written.is_absolute() || !seen.insert(key.clone()) {
+            continue;
+        }
+        let target = absolute(resolved);
+        let path = relative_path(&from, &target).unwrap_or(target);
+        let value = toml::Value::String(path.to_string_lossy().into_owned()).to_string();
+        moved.set(&key, &value)?;
+    }
+    Ok(moved.to_toml_string())
+}
+
+/// `path` canonical when it exists, else made absolute against the working folder.
+fn absolute(path: &Path) -> PathBuf {
+    path.canonicalize()
+        .or_else(|_| std::path::absolute(path))
+        .unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// The path from the folder `from` to `to`, both absolute: `..` for each of `from`'s
+/// components past their common prefix, then the rest of `to`; `None` when they share no root.
+fn relative_path(from: &Path, to: &Path) -> Option<PathBuf> {
+    let (from, to): (Vec<_>, Vec<_>) = (from.components().collect(), to.components().collect());
+    let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+    if common == 0 {
+        return None;
+    }
+    let mut path: PathBuf = from[common..].iter().map(|_| "..").collect();
+    path.extend(&to[common..]);
+    Some(path)
 }
 
 impl Profiles {
@@ -507,6 +568,40 @@ mod tests {
         build(&larger, &mut profiles).unwrap();
         profiles.build(&scenario).unwrap();
         assert_eq!(profiles.files_read(), 1, "one file, read once");
+    }
+
+    #[test]
+    fn a_scenario_written_to_another_folder_leads_there_to_its_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        let away = dir.path().join("fitted").join("run");
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::create_dir_all(&away).unwrap();
+        let scenario = steps_scenario(&home);
+        let text = toml_for_folder(&scenario, &away).unwrap();
+        assert!(text.contains("path = \"../../home/steps.json\""), "{text}");
+        std::fs::write(away.join("s.toml"), &text).unwrap();
+        let moved = Scenario::from_path(&away.join("s.toml")).unwrap();
+        build(&moved, &mut Profiles::default()).expect("the moved scenario finds its profile");
+        // From its own folder nothing changes; without a folder there is nothing to rewrite.
+        let same = toml_for_folder(&scenario, &home).unwrap();
+        assert!(same.contains("path = \"steps.json\""), "{same}");
+        let text_only = Scenario::from_toml_str(STEPS).unwrap();
+        assert_eq!(
+            toml_for_folder(&text_only, &away).unwrap(),
+            text_only.to_toml_string()
+        );
+    }
+
+    #[test]
+    fn relative_paths_climb_to_the_common_folder() {
+        let p = |s: &str| PathBuf::from(s);
+        assert_eq!(
+            relative_path(&p("/a/b/c"), &p("/a/d/e.json")),
+            Some(p("../../d/e.json"))
+        );
+        assert_eq!(relative_path(&p("/a"), &p("/a/x")), Some(p("x")));
+        assert_eq!(relative_path(&p("/"), &p("/x")), Some(p("x")));
     }
 
     #[test]

@@ -203,7 +203,8 @@ fn write_outputs(
         for warning in warnings(fit) {
             warnings_text.push_str(&format!("# WARNING: {warning}\n"));
         }
-        std::fs::write(&path, header + &warnings_text + &scenario.to_toml_string())
+        let toml = capsim_sim::build::toml_for_folder(scenario, dir)?;
+        std::fs::write(&path, header + &warnings_text + &toml)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     if let Some(report) = &args.report {
