@@ -11,8 +11,8 @@ use anyhow::{Context, Result};
 use capsim_calibrate::check_model_file;
 use capsim_calibrate::live::{LiveRequest, replay};
 use capsim_calibrate::probe::SpeedProbe;
-use capsim_report::validation::CalibratedCapacity;
-use capsim_report::validation::live::{
+use capsim_endpoint::validation::comparison::CalibratedCapacity;
+use capsim_endpoint::validation::live::{
     BatchReport, Leveled, figure_rows, figures_header, figures_text,
 };
 use capsim_sim::output::write_requests_parquet;

@@ -32,7 +32,7 @@ pub mod measured_service;
 pub mod metrics;
 mod openai;
 mod replay;
-pub mod triton;
+pub mod validation;
 
 use std::time::Duration;
 
@@ -43,6 +43,7 @@ use capsim_sim::timeseries::{DEFAULT_MAX_ROWS, Timeseries, interval_for, sample_
 use capsim_trace::{Trace, percentile_sorted};
 
 pub use replay::{Measured, PREPARE_AHEAD, Replayed};
+pub use validation::triton;
 
 /// The protocol a server speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

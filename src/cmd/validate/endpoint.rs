@@ -17,7 +17,7 @@ use capsim_endpoint::triton::timeline::{
 use capsim_endpoint::triton::trace::{self, TraceSetting};
 use capsim_endpoint::triton::{self, ModelStats, ServerOverheads};
 use capsim_endpoint::{EndpointError, EndpointOptions, LoadMode, MeasuredRun, Protocol};
-use capsim_report::validation::{
+use capsim_endpoint::validation::comparison::{
     BatchShares, CalibratedCapacity, ComputeDrift, EndpointValidation, Figures, LoadValidation,
     Measured, MeasuredPath, RunService, ServerBatchTime, ServerTimelineReport, Simulated,
 };

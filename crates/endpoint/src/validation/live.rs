@@ -14,7 +14,7 @@ use capsim_sim::timing::profile::ProfileServiceTime;
 use capsim_sim::{BatchShape, Summary};
 
 /// `(simulated - measured) / measured`, and 0 when the measured value is 0 (the live table's
-/// convention; [`super::relative_error`] leaves that case out instead).
+/// convention; [`super::comparison::relative_error`] leaves that case out instead).
 pub fn error_or_zero(simulated: f64, measured: f64) -> f64 {
     if measured == 0.0 {
         0.0

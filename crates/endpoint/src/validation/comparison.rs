@@ -9,8 +9,6 @@
 //! second leaves only the queue and the batcher between the server and the simulator; the first
 //! adds the drift of the service model.
 
-pub mod live;
-
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
