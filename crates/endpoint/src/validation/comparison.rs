@@ -121,7 +121,7 @@ impl Figures {
         }
     }
 
-    /// Each figure's [`relative_error`] against `measured`.
+    /// Each figure's relative error (`relative_error`) against `measured`.
     pub fn errors_against(&self, measured: &Figures) -> Errors {
         Errors {
             throughput: relative_error(self.throughput_rps, measured.throughput_rps),

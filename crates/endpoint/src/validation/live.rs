@@ -296,7 +296,7 @@ pub struct BatchReport {
     pub run_times: Vec<RunTimes>,
     /// Live batches beyond the profile's p99 and longest run.
     pub tail: TailExcess,
-    /// The median ratio of live to predicted run time ([`live_level`]).
+    /// The median ratio of live to predicted run time (`live_level`).
     pub level: Option<f64>,
 }
 
@@ -341,7 +341,7 @@ impl BatchReport {
 /// to the run it is compared with.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Leveled {
-    /// The factor on the profile's times ([`live_level`]).
+    /// The factor on the profile's times (`live_level`).
     pub level: f64,
     /// Per compared stage (`end_to_end`, `queue`): the relative errors of p50 and p99.
     pub errors: Vec<StageErrors>,
