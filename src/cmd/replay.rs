@@ -18,9 +18,7 @@ use clap::Args;
 use super::BadInput;
 use super::shared::grid::parse_warmup;
 use super::shared::runtime::{load_runtime, user_facing};
-use super::shared::server::{
-    ProtocolArg, ServerArgs, live_interval_ns, live_summary, reporting_of,
-};
+use super::shared::server::{ProtocolArg, ServerArgs, live_interval_ns, live_summary};
 
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
@@ -189,7 +187,7 @@ fn run_endpoint(args: &ReplayArgs, url: &str) -> Result<()> {
         warmup: parse_warmup(args.warmup.as_deref())?,
         ..scenario
             .as_ref()
-            .map_or_else(Reporting::default, reporting_of)
+            .map_or_else(Reporting::default, Reporting::of)
     };
     let loaded = server.input.load()?;
     eprintln!("{}", loaded.report_line());
@@ -210,7 +208,26 @@ fn run_endpoint(args: &ReplayArgs, url: &str) -> Result<()> {
     for warning in &run.warnings {
         eprintln!("warning: {warning}");
     }
-    if let Some(load) = &run.summary.load {
+    print_load(&run.summary);
+    if let Some(note) = run.summary.timeseries_note() {
+        eprintln!("note: {note}");
+    }
+    super::create_out_dir(&args.out, "--out")?;
+    write_requests_parquet(
+        &args.out.join("requests.parquet"),
+        &run.records,
+        &["endpoint".to_string()],
+    )?;
+    write_summary_json(&args.out.join("summary.json"), &run.summary)?;
+    write_timeseries_parquet(&args.out.join("timeseries.parquet"), &run.timeseries)?;
+    print!("{}", run.summary.human());
+    println!("wrote {}", args.out.display());
+    Ok(())
+}
+
+/// How well the load generator kept to its schedule, printed, with a warning when it sent late.
+fn print_load(summary: &capsim_sim::Summary) {
+    if let Some(load) = &summary.load {
         eprintln!(
             "load: {} sent ({} not sent), requested {:.2} req/s, achieved {:.2} req/s; schedule delay p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms",
             load.sent,
@@ -228,18 +245,4 @@ fn run_endpoint(args: &ReplayArgs, url: &str) -> Result<()> {
             );
         }
     }
-    if let Some(note) = run.summary.timeseries_note() {
-        eprintln!("note: {note}");
-    }
-    super::create_out_dir(&args.out, "--out")?;
-    write_requests_parquet(
-        &args.out.join("requests.parquet"),
-        &run.records,
-        &["endpoint".to_string()],
-    )?;
-    write_summary_json(&args.out.join("summary.json"), &run.summary)?;
-    write_timeseries_parquet(&args.out.join("timeseries.parquet"), &run.timeseries)?;
-    print!("{}", run.summary.human());
-    println!("wrote {}", args.out.display());
-    Ok(())
 }

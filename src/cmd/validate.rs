@@ -8,19 +8,22 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
+use capsim_calibrate::Runtime;
 use capsim_calibrate::check_model_file;
-use capsim_calibrate::live::{LiveRequest, replay};
+use capsim_calibrate::live::{LiveConfig, LiveRequest, replay};
 use capsim_calibrate::probe::SpeedProbe;
-use capsim_report::validation::CalibratedCapacity;
-use capsim_report::validation::live::{
-    BatchReport, Leveled, figure_rows, figures_header, figures_text,
+use capsim_endpoint::{
+    BatchReport, CalibratedCapacity, Leveled, ValidationError, check_loads, figure_rows,
+    figures_header, figures_text, measurement_mismatch, scaled_trace, served_lengths,
 };
 use capsim_sim::output::write_requests_parquet;
 use capsim_sim::quantity::parse_duration_ns;
 use capsim_sim::timing::profile::{Profile, ProfileServiceTime};
 use capsim_sim::timing::service::ScaledService;
-use capsim_sim::{RunOptions, Scenario, ServiceTime, Summary, simulate, simulate_with_requests};
-use capsim_trace::{Columns, Trace};
+use capsim_sim::{
+    BuiltScenario, RunOptions, Scenario, ServiceTime, Summary, simulate, simulate_with_requests,
+};
+use capsim_trace::Trace;
 use clap::Args;
 
 use super::BadInput;
@@ -83,129 +86,143 @@ pub struct ValidateArgs {
     pub out: Option<PathBuf>,
 }
 
-/// Checks `--loads`: each a positive finite fraction.
-fn check_loads(loads: &[f64]) -> Result<()> {
-    if loads.iter().any(|&l| !(l > 0.0 && l.is_finite())) {
-        return Err(BadInput(format!(
-            "--loads {loads:?}: each load must be a positive fraction such as 0.6"
+/// The library's error as the command reports it: bad input (exit code 2) as [`BadInput`], a
+/// simulator's error as itself (so its exit code is the simulator's), the rest with its context.
+fn failed(e: ValidationError) -> anyhow::Error {
+    match e {
+        ValidationError::BadInput(message) => BadInput(message).into(),
+        ValidationError::OutDir { dir, source } => BadInput(format!(
+            "--out: cannot create the folder {} ({source}); pass a path in a folder you can write",
+            dir.display()
         ))
-        .into());
+        .into(),
+        ValidationError::Sim(e) => e.into(),
+        ValidationError::Output(e) => e.into(),
+        e @ ValidationError::Context { .. } => e.into(),
     }
-    Ok(())
-}
-
-/// The requests' input lengths as the server sees them: cut to `max_length`, at least 1.
-fn served_lengths(trace: &Trace, max_length: u32) -> Vec<u32> {
-    trace
-        .input_tokens()
-        .iter()
-        .map(|&t| t.clamp(1, max_length))
-        .collect()
-}
-
-/// The trace's mean rate: its requests after the first over its span, per second.
-fn trace_rate_rps(trace: &Trace) -> f64 {
-    let arrivals = trace.arrival_ns();
-    let n = arrivals.len();
-    (n - 1) as f64 / ((arrivals[n - 1] - arrivals[0]).max(1) as f64 * 1e-9)
-}
-
-/// The trace with its gaps compressed (or stretched) to `rate_rps`, from 0, and its requests
-/// in the first `duration_ns` kept, with input lengths `lengths` and, when
-/// `keep_output_tokens`, the trace's output lengths.
-fn scaled_trace(
-    trace: &Trace,
-    lengths: &[u32],
-    rate_rps: f64,
-    duration_ns: u64,
-    keep_output_tokens: bool,
-) -> Result<Trace> {
-    let scale = trace_rate_rps(trace) / rate_rps;
-    let arrivals = trace.arrival_ns();
-    let first = arrivals[0];
-    let outputs = trace.output_tokens().filter(|_| keep_output_tokens);
-    let mut columns = Columns {
-        output_tokens: outputs.map(|_| Vec::new()),
-        ..Columns::default()
-    };
-    for (i, &arrival) in arrivals.iter().enumerate() {
-        let at_ns = ((arrival - first) as f64 * scale).round() as u64;
-        if at_ns > duration_ns {
-            break;
-        }
-        columns.arrival_ns.push(at_ns);
-        columns.input_tokens.push(lengths[i]);
-        if let (Some(kept), Some(all)) = (columns.output_tokens.as_mut(), outputs) {
-            kept.push(all[i]);
-        }
-    }
-    Trace::from_columns(columns).context("building the scaled trace")
 }
 
 pub fn run(args: ValidateArgs) -> Result<()> {
     if let Some(url) = &args.endpoint {
         return endpoint::run(&args, url);
     }
-    let server = &args.server;
-    let mut scenario = server.served_scenario()?;
-    super::apply_sets(&mut scenario, &args.sets)?;
-    // capsim's own live server forms a batch when a model instance frees up: no payloads ahead.
-    scenario.set("batcher.prefetch", "false")?;
-    let built = super::build_scenario(&scenario, &mut capsim_sim::Profiles::default())?;
-    check_loads(&args.loads)?;
-    let duration_ns =
-        parse_duration_ns(&args.duration).map_err(|e| BadInput(format!("--duration: {e}")))?;
-    check_model_file(&server.model).map_err(user_facing)?;
-    let profile_path = args
-        .profile
-        .as_ref()
-        .ok_or_else(|| BadInput("--profile is required without --endpoint".into()))?;
-    let profile = Profile::read(profile_path).map_err(|e| BadInput(e.to_string()))?;
-    if let Some(warning) = measurement_mismatch(&profile, &scenario, server.threads) {
-        eprintln!("validate: warning: {warning}");
-    }
-    let service = Arc::new(ProfileServiceTime::new(&profile));
-    let calibration_wait = cpu_wait_share(&profile).map_or_else(
-        || "not recorded".to_string(),
-        |s| format!("{:.1}%", 100.0 * s),
-    );
-    let loaded = server.input.load()?;
-    eprintln!("{}", loaded.report_line());
-    let trace = &loaded.trace;
-    if trace.len() < 2 {
-        return Err(BadInput("capsim validate needs a trace of at least 2 requests".into()).into());
-    }
-    let max_length = args.max_length.unwrap_or(64).max(1);
-    let lengths = served_lengths(trace, max_length);
-
-    // Calibrated capacity: every model instance running full batches of a typical (mean) length.
-    let pool = &scenario.pools()[0];
-    let capacity = CalibratedCapacity::of(pool, service.as_ref(), &lengths)
-        .ok_or_else(|| BadInput("the profile times a full batch at 0 ns".into()))?;
-    let capacity_rps = capacity.rate_rps;
-    println!(
-        "calibrated capacity: {capacity_rps:.1} rps ({} model instances, batches of {} padded to {} tokens on average, inputs {} tokens on average)",
-        capacity.model_instances,
-        capacity.max_batch_size,
-        capacity.padded_input_tokens,
-        capacity.mean_input_tokens
-    );
-
-    let runtime = load_runtime(server.ort_lib.as_deref())?;
-    // The token ids the profile was measured with (their values do not change the time).
-    let config = server.live_config(max_length, profile.settings.vocab, args.seed);
-    let mut probe = SpeedProbe::new(
-        &runtime,
-        &server.model,
-        config.provider,
-        config.intra_threads,
-        &profile,
-    )
-    .map_err(user_facing)?;
+    let mut live = LiveValidation::prepare(&args)?;
     print!("{}", figures_header());
     for &load in &args.loads {
+        live.run_load(&args, load)?;
+    }
+    Ok(())
+}
+
+/// A validation against capsim's own live server: the scenario built, the profile's times, the
+/// trace at the served lengths and the capacity the loads are fractions of, with the runtime
+/// and the machine-speed probe.
+struct LiveValidation {
+    scenario: Scenario,
+    built: BuiltScenario,
+    service: Arc<ProfileServiceTime>,
+    /// The calibration's share of execution time spent waiting for a CPU, as printed.
+    calibration_wait: String,
+    trace: Trace,
+    lengths: Vec<u32>,
+    max_length: u32,
+    duration_ns: u64,
+    capacity_rps: f64,
+    runtime: Runtime,
+    config: LiveConfig,
+    probe: SpeedProbe,
+}
+
+impl LiveValidation {
+    /// Checks the flags, the scenario, the model and the profile, reads the trace and prints
+    /// the calibrated capacity; loads ONNX Runtime and the probe.
+    fn prepare(args: &ValidateArgs) -> Result<LiveValidation> {
+        let server = &args.server;
+        let mut scenario = server.served_scenario()?;
+        super::apply_sets(&mut scenario, &args.sets)?;
+        // capsim's own live server forms a batch when a model instance frees up: no payloads ahead.
+        scenario.set("batcher.prefetch", "false")?;
+        let built = super::build_scenario(&scenario, &mut capsim_sim::Profiles::default())?;
+        check_loads(&args.loads).map_err(failed)?;
+        let duration_ns =
+            parse_duration_ns(&args.duration).map_err(|e| BadInput(format!("--duration: {e}")))?;
+        check_model_file(&server.model).map_err(user_facing)?;
+        let profile_path = args
+            .profile
+            .as_ref()
+            .ok_or_else(|| BadInput("--profile is required without --endpoint".into()))?;
+        let profile = Profile::read(profile_path).map_err(|e| BadInput(e.to_string()))?;
+        if let Some(warning) = measurement_mismatch(&profile, &scenario, server.threads) {
+            eprintln!("validate: warning: {warning}");
+        }
+        let service = Arc::new(ProfileServiceTime::new(&profile));
+        let calibration_wait = cpu_wait_share(&profile).map_or_else(
+            || "not recorded".to_string(),
+            |s| format!("{:.1}%", 100.0 * s),
+        );
+        let loaded = server.input.load()?;
+        eprintln!("{}", loaded.report_line());
+        let trace = loaded.trace;
+        if trace.len() < 2 {
+            return Err(
+                BadInput("capsim validate needs a trace of at least 2 requests".into()).into(),
+            );
+        }
+        let max_length = args.max_length.unwrap_or(64).max(1);
+        let lengths = served_lengths(&trace, max_length);
+
+        // Calibrated capacity: every model instance running full batches of a typical (mean) length.
+        let capacity = CalibratedCapacity::of(&scenario.pools()[0], service.as_ref(), &lengths)
+            .ok_or_else(|| BadInput("the profile times a full batch at 0 ns".into()))?;
+        println!(
+            "calibrated capacity: {:.1} rps ({} model instances, batches of {} padded to {} tokens on average, inputs {} tokens on average)",
+            capacity.rate_rps,
+            capacity.model_instances,
+            capacity.max_batch_size,
+            capacity.padded_input_tokens,
+            capacity.mean_input_tokens
+        );
+
+        let runtime = load_runtime(server.ort_lib.as_deref())?;
+        // The token ids the profile was measured with (their values do not change the time).
+        let config = server.live_config(max_length, profile.settings.vocab, args.seed);
+        let probe = SpeedProbe::new(
+            &runtime,
+            &server.model,
+            config.provider,
+            config.intra_threads,
+            &profile,
+        )
+        .map_err(user_facing)?;
+        Ok(LiveValidation {
+            scenario,
+            built,
+            service,
+            calibration_wait,
+            trace,
+            lengths,
+            max_length,
+            duration_ns,
+            capacity_rps: capacity.rate_rps,
+            runtime,
+            config,
+            probe,
+        })
+    }
+
+    /// One load: the simulation, the live run between two probes of the machine's speed, the
+    /// records under `--out`, and what they add up to, printed.
+    fn run_load(&mut self, args: &ValidateArgs, load: f64) -> Result<()> {
+        let pool = &self.scenario.pools()[0];
         // Compress (or stretch) the trace's gaps to the target rate; keep `duration` of it.
-        let scaled = scaled_trace(trace, &lengths, load * capacity_rps, duration_ns, false)?;
+        let scaled = scaled_trace(
+            &self.trace,
+            &self.lengths,
+            load * self.capacity_rps,
+            self.duration_ns,
+            false,
+        )
+        .map_err(failed)?;
         let requests: Vec<LiveRequest> = scaled
             .arrival_ns()
             .iter()
@@ -218,15 +235,16 @@ pub fn run(args: ValidateArgs) -> Result<()> {
             .collect();
         let mut options = RunOptions {
             seed: args.seed,
-            service_override: Some(service.clone() as Arc<dyn ServiceTime>),
+            service_override: Some(self.service.clone() as Arc<dyn ServiceTime>),
             ..RunOptions::default()
         };
-        let (simulated_run, simulated_log) = simulate_with_requests(&built, &scaled, &options)?;
+        let (simulated_run, simulated_log) =
+            simulate_with_requests(&self.built, &scaled, &options)?;
         let simulated: Summary = simulated_run.summary;
-        let before = probe.slowdown(PROBE_RUNS).map_err(user_facing)?;
-        let live = replay(&runtime, pool, &requests, &config).map_err(user_facing)?;
-        let after = probe.slowdown(PROBE_RUNS).map_err(user_facing)?;
-        let measured = live_summary(&scenario, args.seed, &live, capsim_sim::Warmup::None);
+        let before = self.probe.slowdown(PROBE_RUNS).map_err(user_facing)?;
+        let live = replay(&self.runtime, pool, &requests, &self.config).map_err(user_facing)?;
+        let after = self.probe.slowdown(PROBE_RUNS).map_err(user_facing)?;
+        let measured = live_summary(&self.scenario, args.seed, &live, capsim_sim::Warmup::None);
         if let Some(out) = &args.out {
             let dir = out.join(format!("load-{:.0}", load * 100.0));
             super::create_out_dir(&dir, "--out")?;
@@ -248,26 +266,26 @@ pub fn run(args: ValidateArgs) -> Result<()> {
                  processes) {:.1}% of their execution time; the calibration: {}",
                 load * 100.0,
                 100.0 * wait_ns as f64 / live.busy_ns().max(1) as f64,
-                calibration_wait
+                self.calibration_wait
             );
         }
-        let batches = BatchReport::of(&live.records, &service, max_length);
+        let batches = BatchReport::of(&live.records, &self.service, self.max_length);
         print!("{}", batches.text(load));
         if let Some(level) = batches.level {
             // A diagnostic, not the validation: the simulation again, with the profile's times
             // brought to the level the live batches ran at, leaves the serving model's own error.
-            let leveled = ScaledService::new(service.clone(), level)
+            let leveled = ScaledService::new(self.service.clone(), level)
                 .context("the live batches' level of the profile's times")?;
             options.service_override = Some(Arc::new(leveled));
-            let leveled_summary = simulate(&built, &scaled, &options)?;
+            let leveled_summary = simulate(&self.built, &scaled, &options)?;
             print!(
                 "{}",
                 Leveled::of(level, &leveled_summary, &measured).text(load)
             );
         }
-        print_machine_speed(load, &probe, before, after);
+        print_machine_speed(load, &self.probe, before, after);
+        Ok(())
     }
-    Ok(())
 }
 
 /// Timed runs of the reference batch before and after each live run.
@@ -301,31 +319,4 @@ fn print_machine_speed(load: f64, probe: &SpeedProbe, before: f64, after: f64) {
             load * 100.0
         );
     }
-}
-
-/// Why the profile may not describe the live run: measured with other intra-op threads than the
-/// live sessions use, or, when it has no idle slowdown, with another idle wait before each run
-/// than the scenario's batcher leaves a model instance at moderate load (about
-/// `max_queue_delay`: a run after an idle wait is slower than one back to back, see
-/// docs/calibration.md).
-fn measurement_mismatch(profile: &Profile, scenario: &Scenario, threads: u32) -> Option<String> {
-    let measured_threads = profile.environment.intra_threads;
-    if measured_threads != threads {
-        return Some(format!(
-            "the profile was measured with --threads {measured_threads} and the live run uses --threads {threads}; calibrate with the same threads"
-        ));
-    }
-    if profile.idle_slowdown.is_some() {
-        return None;
-    }
-    let gap_ns = profile.settings.idle_gap_ns;
-    let delay_ns = scenario.pools()[0].batcher.max_queue_delay.0;
-    (gap_ns.abs_diff(delay_ns) > delay_ns / 2).then(|| {
-        format!(
-            "the profile's runs followed an idle wait of {:.3}ms but this batcher's max_queue_delay is {:.3}ms; at moderate load a model instance idles about that long before each batch, and runs after a longer wait are slower: calibrate without --idle-curve none (the default measures how run time grows with the idle wait), or with --idle-gap {}us",
-            gap_ns as f64 * 1e-6,
-            delay_ns as f64 * 1e-6,
-            delay_ns / 1_000
-        )
-    })
 }

@@ -182,48 +182,13 @@ pub fn replay(
     check_servable(pool)?;
     let instances_per_server = (pool.execution.gpus * pool.execution.instance_count) as usize;
     let instance_count = pool.instances as usize * instances_per_server;
-    if requests.len() >= u32::MAX as usize {
-        return Err(CalibrateError::Settings(format!(
-            "the trace has {} requests; the live replay handles fewer than 2^32",
-            requests.len()
-        )));
-    }
-    if requests
-        .windows(2)
-        .any(|w| w[1].arrival_ns < w[0].arrival_ns)
-    {
-        return Err(CalibrateError::Settings(
-            "live replay: arrivals must be sorted".into(),
-        ));
-    }
-    // Sessions are opened before the clock starts: loading a model is not serving time.
-    let mut sessions = Vec::with_capacity(instance_count);
-    let mut inputs: Vec<InputSpec> = Vec::new();
-    let mut plan: Option<DimPlan> = None;
-    let mut has_length = false;
-    for _ in 0..instance_count {
-        let (session, _) =
-            runtime.open_session(&config.model, config.provider, config.intra_threads)?;
-        if plan.is_none() {
-            inputs = model::inputs_of(&session, &config.model)?;
-            let length_dim = match &config.length_dim {
-                Some(dim) => Some(dim.clone()),
-                None => single_length_dim(&inputs, &config.model)?,
-            };
-            let mut bindings = std::collections::BTreeMap::new();
-            if let Some(dim) = &length_dim {
-                // Two values make it the length axis; the shape then follows each batch.
-                bindings.insert(dim.clone(), vec![1, config.max_length.max(2)]);
-            }
-            has_length = length_dim.is_some();
-            plan = Some(DimPlan::resolve(&inputs, &bindings, &config.model)?);
-        }
-        sessions.push(session);
-    }
-    let plan = Arc::new(
-        plan.ok_or_else(|| CalibrateError::Settings("the pool has no model instance".into()))?,
-    );
-    let inputs = Arc::new(inputs);
+    check_requests(requests)?;
+    let Sessions {
+        sessions,
+        inputs,
+        plan,
+        has_length,
+    } = open_sessions(runtime, config, instance_count)?;
     let lengths: Arc<Vec<u32>> = Arc::new(
         requests
             .iter()
@@ -268,8 +233,98 @@ pub fn replay(
     if let Some(cpu) = placement.client {
         crate::affinity::pin_current_thread(&[cpu]);
     }
+    let sent_ns = send_arrivals(&shared, requests);
+    // The calling thread goes back to every CPU it had.
+    if placement.client.is_some() {
+        crate::affinity::pin_current_thread(&allowed);
+    }
+    shared.lock().arrivals_done = true;
+    shared.wake.notify_all();
+    let mut executed: Vec<Executed> = Vec::new();
+    for worker in workers {
+        // A panicked worker leaves its batches out; the count check below then fails loudly.
+        if let Ok(done) = worker.join() {
+            executed.extend(done);
+        }
+    }
+    if let Some(failure) = shared.lock().failure.take() {
+        return Err(failure);
+    }
+    Ok(live_run(executed, requests, &sent_ns, pool, config))
+}
 
-    // The arrival timer: this thread.
+/// Checks the requests: fewer than 2^32, sorted by arrival.
+fn check_requests(requests: &[LiveRequest]) -> Result<(), CalibrateError> {
+    if requests.len() >= u32::MAX as usize {
+        return Err(CalibrateError::Settings(format!(
+            "the trace has {} requests; the live replay handles fewer than 2^32",
+            requests.len()
+        )));
+    }
+    if requests
+        .windows(2)
+        .any(|w| w[1].arrival_ns < w[0].arrival_ns)
+    {
+        return Err(CalibrateError::Settings(
+            "live replay: arrivals must be sorted".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The model instances' sessions and what their requests are built from.
+struct Sessions {
+    sessions: Vec<ort::session::Session>,
+    inputs: Arc<Vec<InputSpec>>,
+    plan: Arc<DimPlan>,
+    /// Whether the model has a length axis.
+    has_length: bool,
+}
+
+/// One session per model instance, opened before the clock starts (loading a model is not
+/// serving time), with the model's inputs and their dimensions' plan.
+fn open_sessions(
+    runtime: &Runtime,
+    config: &LiveConfig,
+    instance_count: usize,
+) -> Result<Sessions, CalibrateError> {
+    let mut sessions = Vec::with_capacity(instance_count);
+    let mut inputs: Vec<InputSpec> = Vec::new();
+    let mut plan: Option<DimPlan> = None;
+    let mut has_length = false;
+    for _ in 0..instance_count {
+        let (session, _) =
+            runtime.open_session(&config.model, config.provider, config.intra_threads)?;
+        if plan.is_none() {
+            inputs = model::inputs_of(&session, &config.model)?;
+            let length_dim = match &config.length_dim {
+                Some(dim) => Some(dim.clone()),
+                None => single_length_dim(&inputs, &config.model)?,
+            };
+            let mut bindings = std::collections::BTreeMap::new();
+            if let Some(dim) = &length_dim {
+                // Two values make it the length axis; the shape then follows each batch.
+                bindings.insert(dim.clone(), vec![1, config.max_length.max(2)]);
+            }
+            has_length = length_dim.is_some();
+            plan = Some(DimPlan::resolve(&inputs, &bindings, &config.model)?);
+        }
+        sessions.push(session);
+    }
+    let plan = Arc::new(
+        plan.ok_or_else(|| CalibrateError::Settings("the pool has no model instance".into()))?,
+    );
+    Ok(Sessions {
+        sessions,
+        inputs: Arc::new(inputs),
+        plan,
+        has_length,
+    })
+}
+
+/// The arrival timer (the calling thread): puts each request in the queue at its arrival,
+/// stopping at a failure. Returns each request's time in the queue, ns from the start.
+fn send_arrivals(shared: &Shared, requests: &[LiveRequest]) -> Vec<u64> {
     let mut sent_ns = vec![0u64; requests.len()];
     for (index, request) in requests.iter().enumerate() {
         let target = shared.start + Duration::from_nanos(request.arrival_ns);
@@ -290,23 +345,20 @@ pub fn replay(
         drop(state);
         shared.wake.notify_all();
     }
-    // The calling thread goes back to every CPU it had.
-    if placement.client.is_some() {
-        crate::affinity::pin_current_thread(&allowed);
-    }
-    shared.lock().arrivals_done = true;
-    shared.wake.notify_all();
-    let mut executed: Vec<Executed> = Vec::new();
-    for worker in workers {
-        // A panicked worker leaves its batches out; the count check below then fails loudly.
-        if let Ok(done) = worker.join() {
-            executed.extend(done);
-        }
-    }
-    if let Some(failure) = shared.lock().failure.take() {
-        return Err(failure);
-    }
+    sent_ns
+}
 
+/// The live run made of the batches the model instances executed: a record per request, the
+/// batch sizes and each model instance's utilization.
+fn live_run(
+    mut executed: Vec<Executed>,
+    requests: &[LiveRequest],
+    sent_ns: &[u64],
+    pool: &Pool,
+    config: &LiveConfig,
+) -> LiveRun {
+    let instances_per_server = (pool.execution.gpus * pool.execution.instance_count) as usize;
+    let instance_count = pool.instances as usize * instances_per_server;
     let mut records: Vec<RequestRecord> = Vec::with_capacity(requests.len());
     let mut batch_sizes = Vec::new();
     let mut busy_ns = vec![0u64; instance_count];
@@ -367,14 +419,14 @@ pub fn replay(
         .iter()
         .filter(|r| r.input_tokens > config.max_length)
         .count() as u64;
-    Ok(LiveRun {
+    LiveRun {
         records,
         batch_sizes,
         utilization,
         truncated_inputs,
         end_ns,
         cpu_wait_ns,
-    })
+    }
 }
 
 impl Worker {

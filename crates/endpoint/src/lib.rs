@@ -10,10 +10,15 @@
 //! (`openai.rs`). Every request sent is accounted for: completed, or failed with its reason
 //! (connection, timeout, HTTP status, cut stream).
 //!
-//! For comparing a run with the simulator, [`triton`] reads a Triton's own statistics (queue and
-//! compute time per batch size; the difference of two snapshots is one run's) and its batcher
-//! configuration, and [`measured_service::MeasuredService`] turns the compute times into a
-//! service-time model that drives a simulation with the server's own times.
+//! The validation wing (`capsim validate`) lives here too, in one private module tree whose
+//! face is re-exported below: against a running server, [`EndpointScenario`] checks and builds
+//! the scenario, and a [`Validation`] runs each load against the server and its simulations
+//! (the scenario's service model; the compute times the server reported, [`triton`]'s
+//! statistics made a service model by [`measured_service::MeasuredService`]; the run's own
+//! timeline from Triton's trace) into a [`LoadValidation`] with its table, and an
+//! [`EndpointValidation`] in the end; against capsim's own live server, which the command runs
+//! (ONNX Runtime), the figures, batches and level of each load ([`figure_rows`],
+//! [`BatchReport`], [`Leveled`]).
 //!
 //! ```no_run
 //! use capsim_endpoint::{EndpointOptions, Protocol, Reporting, replay};
@@ -32,17 +37,24 @@ pub mod measured_service;
 pub mod metrics;
 mod openai;
 mod replay;
-pub mod triton;
+mod validation;
 
 use std::time::Duration;
 
-use capsim_sim::Warmup;
 use capsim_sim::record::RequestRecord;
 use capsim_sim::summary::{LoadSummary, Summary, SummaryBuilder};
 use capsim_sim::timeseries::{DEFAULT_MAX_ROWS, Timeseries, interval_for, sample_records};
+use capsim_sim::{Scenario, Warmup};
 use capsim_trace::{Trace, percentile_sorted};
 
 pub use replay::{Measured, PREPARE_AHEAD, Replayed};
+pub use validation::{
+    BatchReport, BatchShares, CalibratedCapacity, ComputeDrift, EndpointRun, EndpointScenario,
+    EndpointValidation, FigureRow, Figures, Leveled, LoadValidation, Measured as MeasuredFigures,
+    MeasuredPath, RunService, ServerBatchTime, ServerTimelineReport, ServiceModel, Simulated,
+    Validation, ValidationError, check_loads, figure_rows, figures_header, figures_text,
+    measurement_mismatch, scaled_trace, served_lengths, triton,
+};
 
 /// The protocol a server speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,6 +140,23 @@ pub struct Reporting {
     /// Requests left out of the summary's statistics (still sent, recorded and counted), as
     /// `capsim simulate --warmup` leaves them out of a simulation's.
     pub warmup: Warmup,
+}
+
+impl Reporting {
+    /// How a measured run against an endpoint is summarized: the scenario's name, SLOs and
+    /// timeseries.
+    pub fn of(scenario: &Scenario) -> Reporting {
+        let slo = scenario.slo.as_ref();
+        Reporting {
+            name: scenario.name.clone(),
+            slo_latency_ns: slo.and_then(|s| s.latency).map(|d| d.0),
+            slo_ttft_ns: slo.and_then(|s| s.ttft).map(|d| d.0),
+            slo_tpot_ns: slo.and_then(|s| s.tpot).map(|d| d.0),
+            interval_ns: scenario.timeseries.interval.0,
+            max_rows: scenario.timeseries.max_rows,
+            warmup: Warmup::None,
+        }
+    }
 }
 
 impl Default for Reporting {

@@ -87,17 +87,7 @@ pub(crate) async fn run(
         } => vec![w.clone()],
         _ => Vec::new(),
     };
-    let metrics_uri = match &options.metrics_url {
-        Some(url) => {
-            let uri: Uri = url
-                .parse()
-                .map_err(|_| EndpointError::BadUrl { url: url.clone() })?;
-            // Checked before the run: a wrong URL is an error, not an empty column.
-            scrape(&client, &uri, &options.model).await?;
-            Some(uri)
-        }
-        None => None,
-    };
+    let metrics_uri = metrics_uri(&client, options).await?;
     let origin = Instant::now() + PREPARE_AHEAD;
     let first_arrival_ns = trace.arrival_ns().first().copied().unwrap_or(0);
     let context = Arc::new(Context {
@@ -109,17 +99,7 @@ pub(crate) async fn run(
     });
     let requests = Arc::new(Rows::of(trace));
     let (results, mut received) = mpsc::unbounded_channel::<Measured>();
-    let stop = Arc::new(AtomicBool::new(false));
-    {
-        // Ctrl-C stops new sends; the requests in flight get their timeout to finish, and what
-        // was measured is written.
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                stop.store(true, Ordering::Relaxed);
-            }
-        });
-    }
+    let stop = stop_on_ctrl_c();
     let scheduler = match options.mode {
         LoadMode::Open => {
             let (context, requests, stop) = (context.clone(), requests.clone(), stop.clone());
@@ -175,6 +155,37 @@ pub(crate) async fn run(
         scrapes,
         warnings,
     })
+}
+
+/// The server's metrics URL, checked before the run (a wrong URL is an error, not an empty
+/// column); `None` when none is scraped.
+async fn metrics_uri(
+    client: &HttpClient,
+    options: &EndpointOptions,
+) -> Result<Option<Uri>, EndpointError> {
+    match &options.metrics_url {
+        Some(url) => {
+            let uri: Uri = url
+                .parse()
+                .map_err(|_| EndpointError::BadUrl { url: url.clone() })?;
+            scrape(client, &uri, &options.model).await?;
+            Ok(Some(uri))
+        }
+        None => Ok(None),
+    }
+}
+
+/// The flag that stops new sends, set by Ctrl-C; the requests in flight get their timeout to
+/// finish, and what was measured is written.
+fn stop_on_ctrl_c() -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            flag.store(true, Ordering::Relaxed);
+        }
+    });
+    stop
 }
 
 /// The trace's columns a request needs.

@@ -3,8 +3,7 @@
 //! A sweep runs a scenario over a [`grid::Grid`] of configurations and a [`load::LoadAxis`],
 //! judges each run against an [`slo::Slo`], finds each configuration's capacity by bracketing
 //! and bisection ([`capacity`]) and the knee of its latency curve by Kneedle ([`knee`]), and
-//! draws the curves ([`plot`]). [`validation`] sets a run measured against a real server beside
-//! its simulations, as `capsim validate --endpoint` reports it.
+//! draws the curves ([`plot`]).
 //!
 //! ```
 //! use capsim_report::{grid::GridAxis, slo::Slo};
@@ -33,6 +32,5 @@ pub mod review;
 pub mod shard;
 pub mod slo;
 pub mod sweep;
-pub mod validation;
 
 pub use error::{ConfigurationError, ParseError};

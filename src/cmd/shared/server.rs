@@ -5,7 +5,6 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use capsim_calibrate::live::{LiveConfig, LiveRun, check_servable};
-use capsim_endpoint::Reporting;
 use capsim_sim::summary::SummaryBuilder;
 use capsim_sim::{Scenario, Warmup};
 use clap::Args;
@@ -140,19 +139,4 @@ pub fn live_interval_ns(scenario: &Scenario, live: &LiveRun) -> u64 {
         scenario.timeseries.interval.0,
         scenario.timeseries.max_rows,
     )
-}
-
-/// How a measured run against an endpoint is summarized: the scenario's name, SLOs and
-/// timeseries.
-pub fn reporting_of(scenario: &Scenario) -> Reporting {
-    let slo = scenario.slo.as_ref();
-    Reporting {
-        name: scenario.name.clone(),
-        slo_latency_ns: slo.and_then(|s| s.latency).map(|d| d.0),
-        slo_ttft_ns: slo.and_then(|s| s.ttft).map(|d| d.0),
-        slo_tpot_ns: slo.and_then(|s| s.tpot).map(|d| d.0),
-        interval_ns: scenario.timeseries.interval.0,
-        max_rows: scenario.timeseries.max_rows,
-        warmup: Warmup::None,
-    }
 }

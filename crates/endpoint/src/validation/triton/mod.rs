@@ -471,8 +471,8 @@ mod tests {
 
     // Two snapshots of a real Triton 2.51 (scripts/triton.py, the fixed-time model a = 2 ms,
     // b = 0.5 ms, max batch 8, preferred 4 and 8, 2 ms delay) around a replay of 40 requests.
-    const BEFORE: &str = include_str!("../../testdata/triton_stats_before.json");
-    const AFTER: &str = include_str!("../../testdata/triton_stats_after.json");
+    const BEFORE: &str = include_str!("../../../testdata/triton_stats_before.json");
+    const AFTER: &str = include_str!("../../../testdata/triton_stats_after.json");
 
     fn times(requests: f64) -> ServerRequestTimes {
         ServerRequestTimes {

@@ -9,8 +9,6 @@
 //! second leaves only the queue and the batcher between the server and the simulator; the first
 //! adds the drift of the service model.
 
-pub mod live;
-
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -123,7 +121,7 @@ impl Figures {
         }
     }
 
-    /// Each figure's [`relative_error`] against `measured`.
+    /// Each figure's relative error (`relative_error`) against `measured`.
     pub fn errors_against(&self, measured: &Figures) -> Errors {
         Errors {
             throughput: relative_error(self.throughput_rps, measured.throughput_rps),
@@ -574,6 +572,19 @@ impl LoadValidation {
     /// model (`scenario's`, `profile's`), `server` the server (`Triton's`).
     pub fn human(&self, model: &str, server: &str) -> String {
         let mut out = String::new();
+        self.figures_table(&mut out, server);
+        self.missing_and_refused(&mut out);
+        self.batch_shares_text(&mut out, server);
+        self.drift_text(&mut out, model, server);
+        self.run_service_text(&mut out, model, server);
+        if let Some(t) = &self.server_timeline {
+            t.text(&mut out, server);
+        }
+        out
+    }
+
+    /// The load's line and its figures, measured beside each simulation's with its error.
+    fn figures_table(&self, out: &mut String, server: &str) {
         let m = &self.measured;
         let _ = writeln!(
             out,
@@ -653,6 +664,11 @@ impl LoadValidation {
             |f| f.queue_mean_ms,
             |e| e.queue_mean,
         );
+    }
+
+    /// Why a simulation is missing, and the requests the simulations did not complete.
+    fn missing_and_refused(&self, out: &mut String) {
+        let run = self.run_sim.as_ref();
         if let Some(note) = &self.run_sim_missing {
             let _ = writeln!(out, "  run-sim: not available: {note}");
         }
@@ -671,6 +687,13 @@ impl LoadValidation {
                 not_completed.join(", ")
             );
         }
+    }
+
+    /// The batch sizes' shares of batches, the server's beside each simulation's, and the worst
+    /// gap.
+    fn batch_shares_text(&self, out: &mut String, server: &str) {
+        let run = self.run_sim.as_ref();
+        let traced = self.trace_sim.as_ref();
         if !self.server_batch_shares.0.is_empty() {
             let mut sizes: Vec<u32> = self.server_batch_shares.0.keys().copied().collect();
             sizes.extend(self.sim.batch_shares.0.keys());
@@ -710,6 +733,10 @@ impl LoadValidation {
                 traced.map_or(String::new(), |t| format!(", trace-sim {}", gap(Some(t))))
             );
         }
+    }
+
+    /// The server's mean compute per batch size beside the service model's.
+    fn drift_text(&self, out: &mut String, model: &str, server: &str) {
         if !self.compute_by_batch_size.is_empty() {
             let cells: Vec<String> = self
                 .compute_by_batch_size
@@ -731,6 +758,10 @@ impl LoadValidation {
                 wrapped(&cells, 4)
             );
         }
+    }
+
+    /// What run-sim's service and path were.
+    fn run_service_text(&self, out: &mut String, model: &str, server: &str) {
         if let Some(service) = &self.run_service {
             let sizes = match (service.batch_sizes.first(), service.batch_sizes.last()) {
                 (Some(first), Some(last)) if first != last => format!("{first}..{last}"),
@@ -760,63 +791,65 @@ impl LoadValidation {
                 );
             }
         }
-        if let Some(t) = &self.server_timeline {
-            let _ = writeln!(
-                out,
-                "  trace-sim: {server} trace of {} requests ({} joined), {} batches fitted as {:.3} + {:.3}·n ms + {:.3} us·n·L ({} within 1.5 times the fit); turnaround {:.0} us (dispatch {:.0} from idle, release {:.0} + {:.1}·n); {} stalls over 3 times the fit ({:.0} ms), {} stalled dispatches replayed as pauses ({:.0} ms), {} ready batches left waiting for a later arrival ({:.0} ms)",
-                t.requests_traced,
-                t.requests_joined,
-                t.batches,
-                t.fit_a_ms,
-                t.fit_b_ms,
-                t.fit_c_us,
-                t.batches_fitted,
-                t.turnaround_us,
-                t.dispatch_us,
-                t.release_us,
-                t.release_per_request_us,
-                t.stalls,
-                t.stall_ms,
-                t.pauses,
-                t.pause_ms,
-                t.left_waiting,
-                t.left_waiting_ms
-            );
-            let _ = writeln!(
-                out,
-                "  trace-sim queue ms ({server} / trace-sim): p50 {:.3} / {:.3} ({}), p99 {:.3} / {:.3} ({})",
-                t.server_queue_p50_ms,
-                t.sim_queue_p50_ms,
-                percent(relative_error(t.sim_queue_p50_ms, t.server_queue_p50_ms)),
-                t.server_queue_p99_ms,
-                t.sim_queue_p99_ms,
-                percent(relative_error(t.sim_queue_p99_ms, t.server_queue_p99_ms)),
-            );
-            let race = match t.thread_first_fraction {
-                Some(fraction) => {
-                    format!("the batcher thread first at {fraction:.2} of batch ends")
-                }
-                None => {
-                    "the batcher thread's share of the race not measurable (the instance first)"
-                        .to_string()
-                }
-            };
-            let _ = writeln!(
-                out,
-                "  trace-sim race: {race}; of {} batches taken at a release, {:.1}% left a request behind in {server}, {:.1}% in trace-sim",
-                t.released_batches,
-                t.server_left_behind * 100.0,
-                t.sim_left_behind * 100.0
-            );
-            if t.seeds > 1 {
-                let _ = writeln!(
-                    out,
-                    "  trace-sim figures and batch shares: the mean of {} seeds (each draws the race and the dispatches again)",
-                    t.seeds
-                );
+    }
+}
+
+impl ServerTimelineReport {
+    /// trace-sim's lines: the server's timeline, the queues, the race and the seeds.
+    fn text(&self, out: &mut String, server: &str) {
+        let t = self;
+        let _ = writeln!(
+            out,
+            "  trace-sim: {server} trace of {} requests ({} joined), {} batches fitted as {:.3} + {:.3}·n ms + {:.3} us·n·L ({} within 1.5 times the fit); turnaround {:.0} us (dispatch {:.0} from idle, release {:.0} + {:.1}·n); {} stalls over 3 times the fit ({:.0} ms), {} stalled dispatches replayed as pauses ({:.0} ms), {} ready batches left waiting for a later arrival ({:.0} ms)",
+            t.requests_traced,
+            t.requests_joined,
+            t.batches,
+            t.fit_a_ms,
+            t.fit_b_ms,
+            t.fit_c_us,
+            t.batches_fitted,
+            t.turnaround_us,
+            t.dispatch_us,
+            t.release_us,
+            t.release_per_request_us,
+            t.stalls,
+            t.stall_ms,
+            t.pauses,
+            t.pause_ms,
+            t.left_waiting,
+            t.left_waiting_ms
+        );
+        let _ = writeln!(
+            out,
+            "  trace-sim queue ms ({server} / trace-sim): p50 {:.3} / {:.3} ({}), p99 {:.3} / {:.3} ({})",
+            t.server_queue_p50_ms,
+            t.sim_queue_p50_ms,
+            percent(relative_error(t.sim_queue_p50_ms, t.server_queue_p50_ms)),
+            t.server_queue_p99_ms,
+            t.sim_queue_p99_ms,
+            percent(relative_error(t.sim_queue_p99_ms, t.server_queue_p99_ms)),
+        );
+        let race = match t.thread_first_fraction {
+            Some(fraction) => {
+                format!("the batcher thread first at {fraction:.2} of batch ends")
             }
+            None => "the batcher thread's share of the race not measurable (the instance first)"
+                .to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "  trace-sim race: {race}; of {} batches taken at a release, {:.1}% left a request behind in {server}, {:.1}% in trace-sim",
+            t.released_batches,
+            t.server_left_behind * 100.0,
+            t.sim_left_behind * 100.0
+        );
+        if t.seeds > 1 {
+            let _ = writeln!(
+                out,
+                "  trace-sim figures and batch shares: the mean of {} seeds (each draws the race and the dispatches again)",
+                t.seeds
+            );
         }
-        out
     }
 }
 

@@ -10,11 +10,11 @@ use std::collections::BTreeMap;
 
 use capsim_sim::record::RequestRecord;
 use capsim_sim::summary::LatencyStats;
-use capsim_sim::timing::profile::ProfileServiceTime;
-use capsim_sim::{BatchShape, Summary};
+use capsim_sim::timing::profile::{Profile, ProfileServiceTime};
+use capsim_sim::{BatchShape, Scenario, Summary};
 
 /// `(simulated - measured) / measured`, and 0 when the measured value is 0 (the live table's
-/// convention; [`super::relative_error`] leaves that case out instead).
+/// convention; [`super::comparison::relative_error`] leaves that case out instead).
 pub fn error_or_zero(simulated: f64, measured: f64) -> f64 {
     if measured == 0.0 {
         0.0
@@ -296,7 +296,7 @@ pub struct BatchReport {
     pub run_times: Vec<RunTimes>,
     /// Live batches beyond the profile's p99 and longest run.
     pub tail: TailExcess,
-    /// The median ratio of live to predicted run time ([`live_level`]).
+    /// The median ratio of live to predicted run time (`live_level`).
     pub level: Option<f64>,
 }
 
@@ -341,7 +341,7 @@ impl BatchReport {
 /// to the run it is compared with.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Leveled {
-    /// The factor on the profile's times ([`live_level`]).
+    /// The factor on the profile's times (`live_level`).
     pub level: f64,
     /// Per compared stage (`end_to_end`, `queue`): the relative errors of p50 and p99.
     pub errors: Vec<StageErrors>,
@@ -399,6 +399,37 @@ impl Leveled {
             errors.join("; ")
         )
     }
+}
+
+/// Why the profile may not describe the live run: measured with other intra-op threads than the
+/// live sessions use, or, when it has no idle slowdown, with another idle wait before each run
+/// than the scenario's batcher leaves a model instance at moderate load (about
+/// `max_queue_delay`: a run after an idle wait is slower than one back to back, see
+/// docs/calibration.md).
+pub fn measurement_mismatch(
+    profile: &Profile,
+    scenario: &Scenario,
+    threads: u32,
+) -> Option<String> {
+    let measured_threads = profile.environment.intra_threads;
+    if measured_threads != threads {
+        return Some(format!(
+            "the profile was measured with --threads {measured_threads} and the live run uses --threads {threads}; calibrate with the same threads"
+        ));
+    }
+    if profile.idle_slowdown.is_some() {
+        return None;
+    }
+    let gap_ns = profile.settings.idle_gap_ns;
+    let delay_ns = scenario.pools()[0].batcher.max_queue_delay.0;
+    (gap_ns.abs_diff(delay_ns) > delay_ns / 2).then(|| {
+        format!(
+            "the profile's runs followed an idle wait of {:.3}ms but this batcher's max_queue_delay is {:.3}ms; at moderate load a model instance idles about that long before each batch, and runs after a longer wait are slower: calibrate without --idle-curve none (the default measures how run time grows with the idle wait), or with --idle-gap {}us",
+            gap_ns as f64 * 1e-6,
+            delay_ns as f64 * 1e-6,
+            delay_ns / 1_000
+        )
+    })
 }
 
 #[cfg(test)]
