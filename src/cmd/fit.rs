@@ -7,12 +7,12 @@ mod pooled;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use capsim_calibrate::fit::dynamic::{
+use capsim_fit::dynamic::{
     AFFINE_KEYS, AffineFit, BatchLog, DynamicFitResult, bootstrap_affine, fit_dynamic,
     read_batch_log, with_affine_service,
 };
-use capsim_calibrate::fit::meta::read_run_meta;
-use capsim_calibrate::fit::{
+use capsim_fit::meta::read_run_meta;
+use capsim_fit::{
     Comparison, Figures, FitConfig, FitResult, Interval, LogFormat, LogMap, MeasuredLog, bootstrap,
     compare, fit, parameter_unit, read_log_as,
 };

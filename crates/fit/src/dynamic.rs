@@ -14,8 +14,8 @@
 //! (mean, p50, p90) are compared with the measured ones.
 //!
 //! ```no_run
-//! use capsim_calibrate::fit::FitConfig;
-//! use capsim_calibrate::fit::dynamic::{fit_dynamic, read_batch_log};
+//! use capsim_fit::FitConfig;
+//! use capsim_fit::dynamic::{fit_dynamic, read_batch_log};
 //! use capsim_sim::Scenario;
 //!
 //! let scenario = Scenario::from_path("scenario.toml".as_ref())?;
