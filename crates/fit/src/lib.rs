@@ -34,6 +34,7 @@
 #![warn(missing_docs)]
 
 pub mod aiperf;
+pub mod batch_means;
 pub mod dynamic;
 pub mod format;
 pub mod inference_perf;
