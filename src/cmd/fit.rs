@@ -7,17 +7,15 @@ mod pooled;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use capsim_calibrate::fit::dynamic::{
-    AFFINE_KEYS, AffineFit, BatchLog, DynamicFitResult, bootstrap_affine, fit_dynamic,
-    read_batch_log, with_affine_service,
-};
-use capsim_calibrate::fit::meta::read_run_meta;
-use capsim_calibrate::fit::{
+use capsim_endpoint::measured_service::fit_affine;
+use capsim_endpoint::triton::{ModelStats, ServerOverheads, ServerRequestTimes};
+use capsim_fit::batch_means::{SizeMean, fit_batch_means};
+use capsim_fit::dynamic::{BatchLog, bootstrap_affine, fit_dynamic, read_batch_log};
+use capsim_fit::meta::read_run_meta;
+use capsim_fit::{
     Comparison, Figures, FitConfig, FitResult, Interval, LogFormat, LogMap, MeasuredLog, bootstrap,
     compare, fit, parameter_unit, read_log_as,
 };
-use capsim_endpoint::measured_service::fit_affine;
-use capsim_endpoint::triton::{ModelStats, ServerOverheads, ServerRequestTimes};
 use capsim_report::plot::{CdfPlot, CdfSeries, PlotSize, draw_latency_cdf};
 use capsim_sim::Scenario;
 use clap::Args;
@@ -255,7 +253,7 @@ fn run_dynamic(scenario: &Scenario, args: &FitArgs) -> Result<()> {
     } else {
         bootstrap_affine(&log.batches, replicas, args.seed)
     };
-    let mut text = describe_dynamic(&result, &intervals, replicas, args, log.e2e_ns.len());
+    let mut text = result.describe(&intervals, replicas, args.log(), log.e2e_ns.len());
     if let Some(o) = &overheads {
         text.push_str(&o.describe());
     }
@@ -283,7 +281,7 @@ fn run_dynamic(scenario: &Scenario, args: &FitArgs) -> Result<()> {
              compute.\n",
         );
     }
-    for warning in dynamic_warnings(&result) {
+    for warning in result.warnings() {
         header.push_str(&format!("# WARNING: {warning}\n"));
         eprintln!("warning: {warning}");
     }
@@ -359,181 +357,26 @@ fn run_triton(scenario: &Scenario, args: &FitArgs, stats: &ModelStats) -> Result
             stats.name
         ))
     })?;
-    let fit = AffineFit {
-        a_ns: line.a_ns,
-        b_ns: line.b_ns,
-        c_ns: 0.0,
-        c_fitted: false,
-        ratios: Vec::new(),
-    };
-    let mut fitted = with_affine_service(scenario, &fit).map_err(|e| BadInput(e.to_string()))?;
-    // What the server spends on a request outside the queue and the model, as one constant
-    // after the model (the statistics cannot tell before from after).
-    let overhead_ns = stats.request_times().map(|t| t.outside_ns().round() as u64);
-    if let Some(ns) = overhead_ns {
-        fitted
-            .set("postprocess.base", &format!("\"{ns}ns\""))
-            .map_err(|e| BadInput(e.to_string()))?;
-    }
-    let batches: u64 = times.iter().map(|t| t.batches).sum();
-    let mut text = format!(
-        "fit: Triton's statistics of model {:?} in {}: {} batches of {} sizes; a + b*size by \
-         least squares of each size's mean compute time (input, inference, output), weighted by \
-         its batches\n  service.a {:>14.1} ns\n  service.b {:>14.1} ns\n  service.c {:>14} \
-         (the statistics know no input lengths: b carries the per-token cost at the run's lengths)\n\
-         {:<6} {:>9} {:>14} {:>14} {:>8}\n",
-        stats.name,
-        args.log().display(),
-        batches,
-        times.len(),
-        fit.a_ns,
-        fit.b_ns,
-        "0",
-        "size",
-        "batches",
-        "measured_ms",
-        "fitted_ms",
-        "error"
-    );
-    for t in &times {
-        let fitted_ns = fit.mean_ns(t.batch_size, 0);
-        text.push_str(&format!(
-            "{:<6} {:>9} {:>14.3} {:>14.3} {:>+7.1}%\n",
-            t.batch_size,
-            t.batches,
-            t.mean_ns / 1e6,
-            fitted_ns / 1e6,
-            (fitted_ns / t.mean_ns - 1.0) * 100.0
-        ));
-    }
-    match overhead_ns {
-        Some(ns) => text.push_str(&format!(
-            "  postprocess.base {:>7.1} us  per request inside the server outside the queue and \
-             the model (mean success time less mean queue and compute)\n",
-            ns as f64 / 1e3
-        )),
-        None => text.push_str(
-            "  postprocess.base: kept (the statistics hold no per-request success, queue and \
-             compute times)\n",
-        ),
-    }
-    text.push_str(
-        "no residuals (the statistics hold means only) and no replay (they hold no arrivals)\n",
-    );
+    let sizes: Vec<SizeMean> = times
+        .iter()
+        .map(|t| SizeMean {
+            batch_size: t.batch_size,
+            batches: t.batches,
+            mean_ns: t.mean_ns,
+        })
+        .collect();
+    let overhead_ns = stats.request_times().map(|t| t.outside_ns());
+    let fitted = fit_batch_means(scenario, &sizes, (line.a_ns, line.b_ns), overhead_ns)
+        .map_err(|e| BadInput(e.to_string()))?;
+    let text = fitted.describe(&stats.name, args.log());
     print!("{text}");
-    let header = format!(
-        "# Fitted by `capsim fit --scenario {} --log {}`: [service] a and b by least squares of\n\
-         # Triton's mean compute time per batch size ({batches} batches); c = 0, no residuals;\n\
-         # [postprocess] base: the server's mean time per request outside queue and model.\n",
-        args.scenario().display(),
-        args.log().display(),
-    );
-    write_outputs(args, &(header + &toml_beside_output(&fitted, args)?), &text)?;
+    let header = fitted.toml_header(args.scenario(), args.log());
+    write_outputs(
+        args,
+        &(header + &toml_beside_output(&fitted.scenario, args)?),
+        &text,
+    )?;
     Ok(())
-}
-
-fn describe_dynamic(
-    result: &DynamicFitResult,
-    intervals: &[Interval],
-    replicas: usize,
-    args: &FitArgs,
-    requests: usize,
-) -> String {
-    let f = &result.affine;
-    let mut out = match &result.by_simulation {
-        None => format!(
-            "fit: {} batches ({} completed requests) of {}; affine service time by least squares\n",
-            result.batches,
-            requests,
-            args.log().display()
-        ),
-        Some(sim) => format!(
-            "fit: {} completed requests of {}; {}: affine service time by simulation from the \
-             end-to-end{} figures; {} iterations, loss {:.3e}, {}\n",
-            requests,
-            args.log().display(),
-            sim.reason,
-            if result.measured.queue.mean_ms.is_nan() {
-                ""
-            } else {
-                " and queue"
-            },
-            sim.iterations,
-            sim.loss,
-            if sim.converged {
-                "converged"
-            } else {
-                "NOT converged"
-            }
-        ),
-    };
-    out.push_str(&format!(
-        "  {:<12} {:>14} {:>32}\n",
-        "parameter",
-        "value",
-        if intervals.is_empty() {
-            String::new()
-        } else {
-            format!("bootstrap 5%..95% ({replicas})")
-        }
-    ));
-    for (k, (key, value)) in AFFINE_KEYS.iter().zip([f.a_ns, f.b_ns, f.c_ns]).enumerate() {
-        let interval = intervals
-            .get(k)
-            .map_or(String::new(), |i| format!("{:.1} .. {:.1} ns", i.p5, i.p95));
-        let spread = result.by_simulation.as_ref().map_or(String::new(), |s| {
-            format!("start spread {:.2}x", s.start_spread[k])
-        });
-        out.push_str(&format!(
-            "  {key:<12} {value:>11.1} ns {interval:>32}{spread}\n"
-        ));
-    }
-    if !f.c_fitted {
-        out.push_str(
-            "  service.c is not fitted: every batch's longest input has the same length, so b \
-             carries the per-token cost at that length\n",
-        );
-    }
-    let mut ratios = f.ratios.clone();
-    ratios.sort_by(f64::total_cmp);
-    if !ratios.is_empty() {
-        let q = |p: f64| ratios[((ratios.len() - 1) as f64 * p).round() as usize];
-        out.push_str(&format!(
-            "  residuals (measured / fitted): p1 {:.3}, p50 {:.3}, p99 {:.3}; {} kept in the \
-             fitted scenario\n",
-            q(0.01),
-            q(0.5),
-            q(0.99),
-            f.residuals().len()
-        ));
-    }
-    out.push_str("the fitted scenario replaying the log's arrivals:\n");
-    out.push_str(&result.table());
-    out
-}
-
-/// What makes a dynamic fit by simulation untrustworthy: no convergence, a coefficient the
-/// starts disagree on.
-fn dynamic_warnings(result: &DynamicFitResult) -> Vec<String> {
-    let Some(sim) = &result.by_simulation else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    if !sim.converged {
-        out.push(format!(
-            "the fit did not converge in {} iterations; raise --max-iterations",
-            sim.iterations
-        ));
-    }
-    for (key, spread) in AFFINE_KEYS.iter().zip(sim.start_spread) {
-        if spread > 1.5 {
-            out.push(format!(
-                "{key} differs {spread:.1}x between starts that match the log equally well: \
-                 end-to-end latencies alone do not pin it down (a log with execution times does)"
-            ));
-        }
-    }
-    out
 }
 
 /// The measured log at `path`, read with `--map` and `--format` (bad input names the flag's

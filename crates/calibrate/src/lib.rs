@@ -28,7 +28,6 @@
 mod affinity;
 pub mod decoder;
 mod feed;
-pub mod fit;
 mod host;
 pub mod library;
 pub mod live;

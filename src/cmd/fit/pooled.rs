@@ -1,12 +1,12 @@
 //! `capsim fit --log A --log B ...`: several measured runs fitted together, the efficiencies
 //! shared and the overheads per deployment (one scenario, one deployment), and each run
-//! predicted from a fit of the others (`capsim_calibrate::fit::pooled`).
+//! predicted from a fit of the others (`capsim_fit::pooled`).
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use capsim_calibrate::fit::meta::read_run_meta;
-use capsim_calibrate::fit::pooled::{
+use capsim_fit::meta::read_run_meta;
+use capsim_fit::pooled::{
     HeldOut, PooledFit, PooledRun, fit_pooled, held_out_table, leave_one_run_out,
 };
 use capsim_sim::Scenario;

@@ -8,7 +8,7 @@ use std::io::BufReader;
 use std::path::Path;
 
 use super::{Builder, Issues, Part, Presence, ReadOptions, RowBuf, TimeBase};
-use crate::format::Field;
+use crate::format::{ColumnMap, Field};
 use crate::timestamp::{self, TimeUnit};
 use crate::{InvalidReason, TraceError};
 
@@ -26,12 +26,78 @@ struct Indices {
     compute_ms: Option<usize>,
 }
 
+// Start small; after `SAMPLE_ROWS` rows, reserve for the whole file from the bytes a row takes
+// so far, so the columns do not double past their final size (peak memory stays near 16 bytes a
+// request for arrival and sizes). Ingest trims any slack at the end.
+const SAMPLE_ROWS: usize = 4096;
+
+impl Indices {
+    /// Finds each mapped column in `header`; a required one that is missing is an error.
+    fn find(path: &Path, header: &[String], map: &ColumnMap) -> Result<Self, TraceError> {
+        let find = |name: &str| header.iter().position(|h| h == name);
+        let required = |name: &str| {
+            find(name).ok_or_else(|| super::missing_column(path, Some(1), name, header.to_vec()))
+        };
+        let optional = |field: &Field| -> Result<Option<usize>, TraceError> {
+            match &field.column {
+                None => Ok(None),
+                Some(name) => match find(name) {
+                    Some(i) => Ok(Some(i)),
+                    None if field.required => {
+                        Err(super::missing_column(path, Some(1), name, header.to_vec()))
+                    }
+                    None => Ok(None),
+                },
+            }
+        };
+        Ok(Indices {
+            arrival: required(&map.arrival)?,
+            input: required(&map.input_tokens)?,
+            output: optional(&map.output_tokens)?,
+            request_id: optional(&map.request_id)?,
+            model: optional(&map.model)?,
+            class: optional(&map.class)?,
+            prefix_blocks: optional(&map.prefix_blocks)?,
+            failed: optional(&map.failed)?,
+            e2e_ms: optional(&map.e2e_ms)?,
+            queue_ms: optional(&map.queue_ms)?,
+            compute_ms: optional(&map.compute_ms)?,
+        })
+    }
+
+    /// Which optional columns the trace gets.
+    fn presence(&self, map: &ColumnMap) -> Presence {
+        Presence {
+            output_tokens: self.output.is_some(),
+            request_id: self.request_id.is_some(),
+            model: self.model.is_some(),
+            class: self.class.is_some(),
+            prefix_blocks: self.prefix_blocks.is_some(),
+            failed: self.failed.is_some() || (map.zero_output_is_failed && self.output.is_some()),
+            e2e_ms: self.e2e_ms.is_some(),
+            queue_ms: self.queue_ms.is_some(),
+            compute_ms: self.compute_ms.is_some(),
+        }
+    }
+}
+
+/// One file's reading state: where its columns are, the arrival's unit once known, and the
+/// invalid rows so far.
+struct Rows<'a> {
+    idx: Indices,
+    header: Vec<String>,
+    /// The arrival's unit: the map's, or decided by the first row.
+    unit: Option<TimeUnit>,
+    /// A numeric arrival column with no unit stated (read as ns until settled).
+    unstated: bool,
+    issues: Issues<'a>,
+}
+
 pub(crate) fn read(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceError> {
-    let io_err = |source| TraceError::Io {
+    let file = File::open(path).map_err(|source| TraceError::Io {
         path: path.to_path_buf(),
         source,
-    };
-    let file = File::open(path).map_err(io_err)?;
+    })?;
     let file_len = file.metadata().map(|m| m.len()).unwrap_or(0);
     let mut rdr = csv::ReaderBuilder::new()
         .has_headers(true)
@@ -44,58 +110,18 @@ pub(crate) fn read(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceErr
         .map(|h| String::from_utf8_lossy(h).trim().to_string())
         .collect();
     let map = opts.map;
-    let find = |name: &str| header.iter().position(|h| h == name);
-    let required = |name: &str| {
-        find(name).ok_or_else(|| super::missing_column(path, Some(1), name, header.clone()))
+    let idx = Indices::find(path, &header, map)?;
+    let mut cols = Builder::new(idx.presence(map), SAMPLE_ROWS);
+    let mut rows = Rows {
+        idx,
+        header,
+        unit: map.arrival_unit,
+        unstated: false,
+        issues: Issues::new(path, opts.skip_invalid),
     };
-    let optional = |field: &Field| -> Result<Option<usize>, TraceError> {
-        match &field.column {
-            None => Ok(None),
-            Some(name) => match find(name) {
-                Some(i) => Ok(Some(i)),
-                None if field.required => {
-                    Err(super::missing_column(path, Some(1), name, header.clone()))
-                }
-                None => Ok(None),
-            },
-        }
-    };
-    let idx = Indices {
-        arrival: required(&map.arrival)?,
-        input: required(&map.input_tokens)?,
-        output: optional(&map.output_tokens)?,
-        request_id: optional(&map.request_id)?,
-        model: optional(&map.model)?,
-        class: optional(&map.class)?,
-        prefix_blocks: optional(&map.prefix_blocks)?,
-        failed: optional(&map.failed)?,
-        e2e_ms: optional(&map.e2e_ms)?,
-        queue_ms: optional(&map.queue_ms)?,
-        compute_ms: optional(&map.compute_ms)?,
-    };
-    let presence = Presence {
-        output_tokens: idx.output.is_some(),
-        request_id: idx.request_id.is_some(),
-        model: idx.model.is_some(),
-        class: idx.class.is_some(),
-        prefix_blocks: idx.prefix_blocks.is_some(),
-        failed: idx.failed.is_some() || (map.zero_output_is_failed && idx.output.is_some()),
-        e2e_ms: idx.e2e_ms.is_some(),
-        queue_ms: idx.queue_ms.is_some(),
-        compute_ms: idx.compute_ms.is_some(),
-    };
-    // Start small; after `SAMPLE_ROWS` rows, reserve for the whole file from the bytes a row
-    // takes so far, so the columns do not double past their final size (peak memory stays near
-    // 16 bytes a request for arrival and sizes). Ingest trims any slack at the end.
-    const SAMPLE_ROWS: usize = 4096;
-    let mut cols = Builder::new(presence, SAMPLE_ROWS);
-    let mut issues = Issues::new(path, opts.skip_invalid);
-    let mut unit = map.arrival_unit;
-    let mut unstated = false;
     let mut row = RowBuf::default();
     let mut rec = csv::ByteRecord::new();
     let mut rows_read = 0u64;
-    let col_name = |i: usize| header[i].as_str();
     loop {
         match rdr.read_byte_record(&mut rec) {
             Ok(true) => {}
@@ -107,7 +133,8 @@ pub(crate) fn read(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceErr
                 // A record the csv parser rejects (e.g. a broken quote): count or fail.
                 rows_read += 1;
                 let line = e.position().map(|p| p.line()).unwrap_or(0);
-                issues.bad(line, "(record)", b"", InvalidReason::BadRecord)?;
+                rows.issues
+                    .bad(line, "(record)", b"", InvalidReason::BadRecord)?;
                 continue;
             }
         }
@@ -116,25 +143,101 @@ pub(crate) fn read(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceErr
             continue;
         }
         rows_read += 1;
-        let line = rec.position().map(|p| p.line()).unwrap_or(0);
-        if rec.len() < header.len() {
-            let got = rec.iter().collect::<Vec<_>>().join(&b","[..]);
-            issues.bad(line, "(record)", &got, InvalidReason::BadRecord)?;
+        if !rows.parse(&rec, &mut row, &mut cols)? {
             continue;
         }
+        if map.zero_output_is_failed && rows.idx.output.is_some() {
+            row.failed = row.output == 0;
+        }
+        cols.push(&row);
+        if cols.len() == SAMPLE_ROWS {
+            let bytes_so_far = rec.position().map_or(0, |p| p.byte()).max(1);
+            let per_row = bytes_so_far as f64 / SAMPLE_ROWS as f64;
+            let rows = (file_len as f64 / per_row * 1.02) as usize;
+            cols.reserve(rows.saturating_sub(SAMPLE_ROWS).min(1 << 28));
+        }
+    }
+    let base = match rows.unit {
+        Some(TimeUnit::Datetime) => TimeBase::Unix,
+        _ => TimeBase::Offset,
+    };
+    Ok(Part {
+        path: path.to_path_buf(),
+        cols,
+        base,
+        arrival_unstated: rows.unstated,
+        rows_read,
+        skipped: rows.issues.counts,
+    })
+}
+
+impl Rows<'_> {
+    /// Parses one record into `row`. `Ok(false)` means the row is skipped (an invalid value,
+    /// counted or, without `skip_invalid`, an error).
+    #[inline]
+    fn parse(
+        &mut self,
+        rec: &csv::ByteRecord,
+        row: &mut RowBuf,
+        cols: &mut Builder,
+    ) -> Result<bool, TraceError> {
+        let line = rec.position().map(|p| p.line()).unwrap_or(0);
+        if rec.len() < self.header.len() {
+            let got = rec.iter().collect::<Vec<_>>().join(&b","[..]);
+            self.issues
+                .bad(line, "(record)", &got, InvalidReason::BadRecord)?;
+            return Ok(false);
+        }
         let field = |i: usize| rec.get(i).unwrap_or_default();
-        // Arrival.
-        let raw = field(idx.arrival);
-        let unit_now = match unit {
+        let raw = field(self.idx.arrival);
+        match self.arrival(raw, row, cols) {
+            Ok(v) => row.arrival = v,
+            Err(reason) => {
+                let column = &self.header[self.idx.arrival];
+                self.issues.bad(line, column, raw, reason)?;
+                return Ok(false);
+            }
+        }
+        // Sizes.
+        match timestamp::parse_size(field(self.idx.input)) {
+            Ok(v) => row.input = v,
+            Err(reason) => {
+                let i = self.idx.input;
+                self.issues.bad(line, &self.header[i], field(i), reason)?;
+                return Ok(false);
+            }
+        }
+        if let Some(i) = self.idx.output {
+            match timestamp::parse_size(field(i)) {
+                Ok(v) => row.output = v,
+                Err(reason) => {
+                    self.issues.bad(line, &self.header[i], field(i), reason)?;
+                    return Ok(false);
+                }
+            }
+        }
+        read_optional(&self.idx, row, rec, line, &mut self.issues, &self.header)
+    }
+
+    /// Parses the arrival `raw` in its unit, deciding the unit on the first row when the map
+    /// states none (and keeping the value as written while a numeric one waits to be settled).
+    #[inline]
+    fn arrival(
+        &mut self,
+        raw: &[u8],
+        row: &mut RowBuf,
+        cols: &mut Builder,
+    ) -> Result<i64, InvalidReason> {
+        let unit_now = match self.unit {
             Some(u) => u,
             None => {
                 // A number with no unit stated is read as ns until `arrival_unit::settle`
                 // decides from the whole column.
-                unstated = timestamp::parse_f64(raw).is_ok();
-                if unstated {
+                self.unstated = timestamp::parse_f64(raw).is_ok();
+                if self.unstated {
                     cols.arrival_raw = Some(Vec::with_capacity(SAMPLE_ROWS));
                 }
-                *unit.insert(if unstated {
+                *self.unit.insert(if self.unstated {
                     TimeUnit::Nanos
                 } else {
                     TimeUnit::Datetime
@@ -148,59 +251,11 @@ pub(crate) fn read(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceErr
         } else {
             timestamp::parse_offset_ns(raw, unit_now)
         };
-        if unstated && parsed.is_ok() {
+        if self.unstated && parsed.is_ok() {
             row.arrival_raw = timestamp::parse_f64(raw).unwrap_or(f64::NAN);
         }
-        match parsed {
-            Ok(v) => row.arrival = v,
-            Err(reason) => {
-                issues.bad(line, col_name(idx.arrival), raw, reason)?;
-                continue;
-            }
-        }
-        // Sizes.
-        match timestamp::parse_size(field(idx.input)) {
-            Ok(v) => row.input = v,
-            Err(reason) => {
-                issues.bad(line, col_name(idx.input), field(idx.input), reason)?;
-                continue;
-            }
-        }
-        if let Some(i) = idx.output {
-            match timestamp::parse_size(field(i)) {
-                Ok(v) => row.output = v,
-                Err(reason) => {
-                    issues.bad(line, col_name(i), field(i), reason)?;
-                    continue;
-                }
-            }
-        }
-        if !read_optional(&idx, &mut row, &rec, line, &mut issues, &header)? {
-            continue;
-        }
-        if map.zero_output_is_failed && idx.output.is_some() {
-            row.failed = row.output == 0;
-        }
-        cols.push(&row);
-        if cols.len() == SAMPLE_ROWS {
-            let bytes_so_far = rec.position().map_or(0, |p| p.byte()).max(1);
-            let per_row = bytes_so_far as f64 / SAMPLE_ROWS as f64;
-            let rows = (file_len as f64 / per_row * 1.02) as usize;
-            cols.reserve(rows.saturating_sub(SAMPLE_ROWS).min(1 << 28));
-        }
+        parsed
     }
-    let base = match unit {
-        Some(TimeUnit::Datetime) => TimeBase::Unix,
-        _ => TimeBase::Offset,
-    };
-    Ok(Part {
-        path: path.to_path_buf(),
-        cols,
-        base,
-        arrival_unstated: unstated,
-        rows_read,
-        skipped: issues.counts,
-    })
 }
 
 /// Parses the optional columns of one record. `Ok(false)` means the row is skipped.

@@ -63,19 +63,7 @@ pub(crate) fn read(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceErr
         let raw = obj.get(&keys.arrival).unwrap_or(&Value::Null);
         let unit_now = match unit {
             Some(u) => u,
-            None => {
-                // A number with no unit stated is read as ns until `arrival_unit::settle`
-                // decides from the whole column.
-                unstated = !matches!(raw, Value::String(_));
-                if unstated {
-                    cols.arrival_raw = Some(Vec::with_capacity(1024));
-                }
-                *unit.insert(if unstated {
-                    TimeUnit::Nanos
-                } else {
-                    TimeUnit::Datetime
-                })
-            }
+            None => *unit.insert(first_unit(raw, &mut unstated, cols)),
         };
         match arrival_value(raw, unit_now) {
             Ok(v) => {
@@ -123,6 +111,19 @@ pub(crate) fn read(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceErr
         rows_read,
         skipped: issues.counts,
     })
+}
+
+/// The arrival's unit told by the first row's `raw` value when the map states none: a number
+/// with no unit stated is read as ns (`unstated` set, the values as written kept in `cols`) until
+/// `arrival_unit::settle` decides from the whole column; a string is a datetime.
+fn first_unit(raw: &Value, unstated: &mut bool, cols: &mut Builder) -> TimeUnit {
+    *unstated = !matches!(raw, Value::String(_));
+    if *unstated {
+        cols.arrival_raw = Some(Vec::with_capacity(1024));
+        TimeUnit::Nanos
+    } else {
+        TimeUnit::Datetime
+    }
 }
 
 /// Source keys, resolved against the first object.

@@ -13,13 +13,13 @@ use arrow_array::types::{
     Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type, UInt16Type,
     UInt32Type, UInt64Type,
 };
-use arrow_array::{Array, ArrowPrimitiveType, RecordBatch};
+use arrow_array::{Array, ArrayRef, ArrowPrimitiveType, RecordBatch};
 use arrow_schema::{DataType, TimeUnit as ArrowUnit};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use super::{Builder, Issues, Part, Presence, ReadOptions, TimeBase};
-use crate::format::Field;
+use crate::format::{ColumnMap, Field};
 use crate::table::{ListColumn, StringColumn};
 use crate::timestamp::{self, TimeUnit};
 use crate::{InvalidReason, TraceError};
@@ -42,6 +42,79 @@ struct Names {
     e2e_ms: Option<String>,
     queue_ms: Option<String>,
     compute_ms: Option<String>,
+}
+
+impl Names {
+    /// Finds each mapped column among the file's columns (`present`); a required one that is
+    /// missing is an error.
+    fn find(path: &Path, present: &[String], map: &ColumnMap) -> Result<Self, TraceError> {
+        let has = |name: &str| present.iter().any(|p| p == name);
+        let required = |name: &str| {
+            if has(name) {
+                Ok(name.to_string())
+            } else {
+                Err(super::missing_column(path, None, name, present.to_vec()))
+            }
+        };
+        let optional = |f: &Field| -> Result<Option<String>, TraceError> {
+            match &f.column {
+                None => Ok(None),
+                Some(name) if has(name) => Ok(Some(name.clone())),
+                Some(name) if f.required => {
+                    Err(super::missing_column(path, None, name, present.to_vec()))
+                }
+                Some(_) => Ok(None),
+            }
+        };
+        Ok(Names {
+            arrival: required(&map.arrival)?,
+            input: required(&map.input_tokens)?,
+            output: optional(&map.output_tokens)?,
+            request_id: optional(&map.request_id)?,
+            model: optional(&map.model)?,
+            class: optional(&map.class)?,
+            prefix_blocks: optional(&map.prefix_blocks)?,
+            failed: optional(&map.failed)?,
+            e2e_ms: optional(&map.e2e_ms)?,
+            queue_ms: optional(&map.queue_ms)?,
+            compute_ms: optional(&map.compute_ms)?,
+        })
+    }
+
+    /// The source columns to read, arrival and input first.
+    fn wanted(&self) -> Vec<&str> {
+        [Some(&self.arrival), Some(&self.input)]
+            .into_iter()
+            .chain([
+                self.output.as_ref(),
+                self.request_id.as_ref(),
+                self.model.as_ref(),
+                self.class.as_ref(),
+                self.prefix_blocks.as_ref(),
+                self.failed.as_ref(),
+                self.e2e_ms.as_ref(),
+                self.queue_ms.as_ref(),
+                self.compute_ms.as_ref(),
+            ])
+            .flatten()
+            .map(String::as_str)
+            .collect()
+    }
+
+    /// Which optional columns the trace gets.
+    fn presence(&self, map: &ColumnMap) -> Presence {
+        Presence {
+            output_tokens: self.output.is_some(),
+            request_id: self.request_id.is_some(),
+            model: self.model.is_some(),
+            class: self.class.is_some(),
+            prefix_blocks: self.prefix_blocks.is_some(),
+            failed: self.failed.is_some() || (map.zero_output_is_failed && self.output.is_some()),
+            e2e_ms: self.e2e_ms.is_some(),
+            queue_ms: self.queue_ms.is_some(),
+            compute_ms: self.compute_ms.is_some(),
+        }
+    }
 }
 
 pub(crate) fn read(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceError> {
@@ -95,37 +168,7 @@ fn read_unguarded(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceErro
     let schema = builder.schema().clone();
     let present: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
     let map = opts.map;
-    let has = |name: &str| present.iter().any(|p| p == name);
-    let required = |name: &str| {
-        if has(name) {
-            Ok(name.to_string())
-        } else {
-            Err(super::missing_column(path, None, name, present.clone()))
-        }
-    };
-    let optional = |f: &Field| -> Result<Option<String>, TraceError> {
-        match &f.column {
-            None => Ok(None),
-            Some(name) if has(name) => Ok(Some(name.clone())),
-            Some(name) if f.required => {
-                Err(super::missing_column(path, None, name, present.clone()))
-            }
-            Some(_) => Ok(None),
-        }
-    };
-    let names = Names {
-        arrival: required(&map.arrival)?,
-        input: required(&map.input_tokens)?,
-        output: optional(&map.output_tokens)?,
-        request_id: optional(&map.request_id)?,
-        model: optional(&map.model)?,
-        class: optional(&map.class)?,
-        prefix_blocks: optional(&map.prefix_blocks)?,
-        failed: optional(&map.failed)?,
-        e2e_ms: optional(&map.e2e_ms)?,
-        queue_ms: optional(&map.queue_ms)?,
-        compute_ms: optional(&map.compute_ms)?,
-    };
+    let names = Names::find(path, &present, map)?;
     let start_unix_ns: Option<i64> = builder
         .metadata()
         .file_metadata()
@@ -134,23 +177,8 @@ fn read_unguarded(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceErro
         .and_then(|k| k.value.as_deref())
         .and_then(|v| v.parse().ok());
     let rows = usize::try_from(builder.metadata().file_metadata().num_rows()).unwrap_or(0);
-    let wanted: Vec<&str> = [Some(&names.arrival), Some(&names.input)]
-        .into_iter()
-        .chain([
-            names.output.as_ref(),
-            names.request_id.as_ref(),
-            names.model.as_ref(),
-            names.class.as_ref(),
-            names.prefix_blocks.as_ref(),
-            names.failed.as_ref(),
-            names.e2e_ms.as_ref(),
-            names.queue_ms.as_ref(),
-            names.compute_ms.as_ref(),
-        ])
-        .flatten()
-        .map(String::as_str)
-        .collect();
-    let indices: Vec<usize> = wanted
+    let indices: Vec<usize> = names
+        .wanted()
         .iter()
         .filter_map(|w| present.iter().position(|p| p == w))
         .collect();
@@ -160,18 +188,7 @@ fn read_unguarded(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceErro
         .with_batch_size(BATCH_ROWS)
         .build()
         .map_err(|e| corrupt(&e))?;
-    let presence = Presence {
-        output_tokens: names.output.is_some(),
-        request_id: names.request_id.is_some(),
-        model: names.model.is_some(),
-        class: names.class.is_some(),
-        prefix_blocks: names.prefix_blocks.is_some(),
-        failed: names.failed.is_some() || (map.zero_output_is_failed && names.output.is_some()),
-        e2e_ms: names.e2e_ms.is_some(),
-        queue_ms: names.queue_ms.is_some(),
-        compute_ms: names.compute_ms.is_some(),
-    };
-    let mut cols = Builder::new(presence, rows);
+    let mut cols = Builder::new(names.presence(map), rows);
     let unstated = arrival_unstated(&schema, &names.arrival, map, start_unix_ns);
     let floats = schema
         .field_with_name(&names.arrival)
@@ -245,17 +262,8 @@ fn read_batch(
     let n = batch.num_rows();
     let start = cols.len();
     let mut bad: Vec<Bad> = Vec::new();
-    let column = |name: &str| {
-        batch
-            .column_by_name(name)
-            .ok_or_else(|| super::missing_column(path, None, name, Vec::new()))
-    };
-    let wrong = |name: &str, arr: &dyn Array, expected: &str| TraceError::WrongType {
-        path: path.to_path_buf(),
-        column: name.to_string(),
-        actual: arr.data_type().to_string(),
-        expected: expected.to_string(),
-    };
+    let column = |name: &str| batch_column(path, batch, name);
+    let wrong = |name: &str, arr: &dyn Array, expected: &str| wrong_type(path, name, arr, expected);
 
     let arr = column(&names.arrival)?;
     let base = append_arrival(
@@ -273,14 +281,7 @@ fn read_batch(
         )
     })?;
     if let Some(raw) = &mut cols.arrival_raw {
-        visit(arr.as_ref(), |_, v| {
-            raw.push(match v {
-                Some(Scalar::F(x)) => x,
-                Some(Scalar::I(x)) => x as f64,
-                Some(Scalar::U(x)) => x as f64,
-                _ => f64::NAN,
-            });
-        });
+        append_raw(arr.as_ref(), raw);
     }
     let sizes = "a non-negative integer";
     let arr = column(&names.input)?;
@@ -296,31 +297,7 @@ fn read_batch(
         append_sizes(arr.as_ref(), name, out, &mut bad)
             .ok_or_else(|| wrong(name, arr.as_ref(), sizes))?;
     }
-    if let Some(out) = &mut cols.failed {
-        match &names.failed {
-            Some(name) => {
-                let arr = column(name)?;
-                append_bools(arr.as_ref(), name, out, &mut bad)
-                    .ok_or_else(|| wrong(name, arr.as_ref(), "boolean"))?;
-            }
-            None => {
-                // zero_output_is_failed: derived from the output column appended above.
-                let outputs = cols.output.as_deref().unwrap_or_default();
-                out.extend(outputs[start..].iter().map(|&o| o == 0));
-            }
-        }
-    }
-    for (name, out) in [
-        (&names.e2e_ms, &mut cols.e2e_ms),
-        (&names.queue_ms, &mut cols.queue_ms),
-        (&names.compute_ms, &mut cols.compute_ms),
-    ] {
-        if let (Some(name), Some(out)) = (name, out) {
-            let arr = column(name)?;
-            append_latencies(arr.as_ref(), name, out, &mut bad)
-                .ok_or_else(|| wrong(name, arr.as_ref(), "a number of milliseconds"))?;
-        }
-    }
+    append_failed_and_latencies(path, batch, names, start, cols, &mut bad)?;
     let mut strings: [(Option<&String>, Option<StringColumn>); 2] = [
         (names.request_id.as_ref(), None),
         (names.model.as_ref(), None),
@@ -340,36 +317,7 @@ fn read_batch(
         );
     }
 
-    let mut keep: Option<Vec<bool>> = None;
-    if !bad.is_empty() {
-        bad.sort_by_key(|b| b.row);
-        let mut mask = vec![true; n];
-        for b in &bad {
-            if mask[b.row] {
-                let row_no = first_row + b.row as u64 + 1;
-                issues.bad(row_no, &b.column, b.value.as_bytes(), b.reason)?;
-                mask[b.row] = false;
-            }
-        }
-        compact_tail(&mut cols.arrival, start, &mask);
-        if let Some(raw) = &mut cols.arrival_raw {
-            compact_tail(raw, start, &mask);
-        }
-        compact_tail(&mut cols.input, start, &mask);
-        for v in [&mut cols.output, &mut cols.class].into_iter().flatten() {
-            compact_tail(v, start, &mask);
-        }
-        if let Some(v) = &mut cols.failed {
-            compact_tail(v, start, &mask);
-        }
-        for v in [&mut cols.e2e_ms, &mut cols.queue_ms, &mut cols.compute_ms]
-            .into_iter()
-            .flatten()
-        {
-            compact_tail(v, start, &mask);
-        }
-        keep = Some(mask);
-    }
+    let keep = drop_bad(bad, n, first_row, start, cols, issues)?;
     let kept = |i: &usize| keep.as_ref().is_none_or(|k| k[*i]);
     let [(_, ids), (_, models)] = strings;
     if let (Some(src), Some(dst)) = (ids, &mut cols.request_id) {
@@ -382,6 +330,121 @@ fn read_batch(
         (0..n).filter(kept).for_each(|i| dst.push(src.get(i)));
     }
     Ok(base)
+}
+
+/// The batch's column `name`.
+fn batch_column<'b>(
+    path: &Path,
+    batch: &'b RecordBatch,
+    name: &str,
+) -> Result<&'b ArrayRef, TraceError> {
+    batch
+        .column_by_name(name)
+        .ok_or_else(|| super::missing_column(path, None, name, Vec::new()))
+}
+
+/// Column `name` (`arr`) holds values of a type other than `expected`.
+fn wrong_type(path: &Path, name: &str, arr: &dyn Array, expected: &str) -> TraceError {
+    TraceError::WrongType {
+        path: path.to_path_buf(),
+        column: name.to_string(),
+        actual: arr.data_type().to_string(),
+        expected: expected.to_string(),
+    }
+}
+
+/// Appends a batch's `failed` flags (read, or derived from the outputs appended from `start`
+/// under `zero_output_is_failed`) and its three latency columns, where the trace has them.
+fn append_failed_and_latencies(
+    path: &Path,
+    batch: &RecordBatch,
+    names: &Names,
+    start: usize,
+    cols: &mut Builder,
+    bad: &mut Vec<Bad>,
+) -> Result<(), TraceError> {
+    if let Some(out) = &mut cols.failed {
+        match &names.failed {
+            Some(name) => {
+                let arr = batch_column(path, batch, name)?;
+                append_bools(arr.as_ref(), name, out, bad)
+                    .ok_or_else(|| wrong_type(path, name, arr.as_ref(), "boolean"))?;
+            }
+            None => {
+                // zero_output_is_failed: derived from the output column appended above.
+                let outputs = cols.output.as_deref().unwrap_or_default();
+                out.extend(outputs[start..].iter().map(|&o| o == 0));
+            }
+        }
+    }
+    for (name, out) in [
+        (&names.e2e_ms, &mut cols.e2e_ms),
+        (&names.queue_ms, &mut cols.queue_ms),
+        (&names.compute_ms, &mut cols.compute_ms),
+    ] {
+        if let (Some(name), Some(out)) = (name, out) {
+            let arr = batch_column(path, batch, name)?;
+            append_latencies(arr.as_ref(), name, out, bad)
+                .ok_or_else(|| wrong_type(path, name, arr.as_ref(), "a number of milliseconds"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Appends the arrivals as written (NaN where not a number), for a column whose unit waits to be
+/// settled.
+fn append_raw(arr: &dyn Array, raw: &mut Vec<f64>) {
+    visit(arr, |_, v| {
+        raw.push(match v {
+            Some(Scalar::F(x)) => x,
+            Some(Scalar::I(x)) => x as f64,
+            Some(Scalar::U(x)) => x as f64,
+            _ => f64::NAN,
+        });
+    });
+}
+
+/// Reports each row of a batch with an unusable value (`bad`; the batch's first row is
+/// `first_row` in the file, and its `n` rows start at `start` in `cols`) and drops it from the
+/// numeric columns appended so far; returns which rows are kept, `None` when all are.
+fn drop_bad(
+    mut bad: Vec<Bad>,
+    n: usize,
+    first_row: u64,
+    start: usize,
+    cols: &mut Builder,
+    issues: &mut Issues<'_>,
+) -> Result<Option<Vec<bool>>, TraceError> {
+    if bad.is_empty() {
+        return Ok(None);
+    }
+    bad.sort_by_key(|b| b.row);
+    let mut mask = vec![true; n];
+    for b in &bad {
+        if mask[b.row] {
+            let row_no = first_row + b.row as u64 + 1;
+            issues.bad(row_no, &b.column, b.value.as_bytes(), b.reason)?;
+            mask[b.row] = false;
+        }
+    }
+    compact_tail(&mut cols.arrival, start, &mask);
+    if let Some(raw) = &mut cols.arrival_raw {
+        compact_tail(raw, start, &mask);
+    }
+    compact_tail(&mut cols.input, start, &mask);
+    for v in [&mut cols.output, &mut cols.class].into_iter().flatten() {
+        compact_tail(v, start, &mask);
+    }
+    if let Some(v) = &mut cols.failed {
+        compact_tail(v, start, &mask);
+    }
+    for v in [&mut cols.e2e_ms, &mut cols.queue_ms, &mut cols.compute_ms]
+        .into_iter()
+        .flatten()
+    {
+        compact_tail(v, start, &mask);
+    }
+    Ok(Some(mask))
 }
 
 fn compact_tail<T: Copy>(v: &mut Vec<T>, start: usize, keep: &[bool]) {

@@ -585,8 +585,8 @@ fn read_batch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fit::format::{detect_format, read_log, read_log_as};
-    use crate::fit::mapped::LogMap;
+    use crate::format::{detect_format, read_log, read_log_as};
+    use crate::mapped::LogMap;
 
     fn record(i: usize, queued: f64, first: f64, last: f64) -> String {
         format!(

@@ -596,7 +596,7 @@ fn geometric_mean(values: impl Iterator<Item = f64>) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fit::{LINEAR, ROOFLINE};
+    use crate::{LINEAR, ROOFLINE};
 
     #[test]
     fn every_fitted_key_has_a_scope_and_only_efficiencies_are_shared() {

@@ -21,7 +21,7 @@
 //! overheads one per deployment, and each run predicted from a fit of the others.
 //!
 //! ```no_run
-//! use capsim_calibrate::fit::{FitConfig, fit, read_log};
+//! use capsim_fit::{FitConfig, fit, read_log};
 //! use capsim_sim::Scenario;
 //!
 //! let scenario = Scenario::from_path("scenario.toml".as_ref())?;
@@ -31,7 +31,10 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod aiperf;
+pub mod batch_means;
 pub mod dynamic;
 pub mod format;
 pub mod inference_perf;

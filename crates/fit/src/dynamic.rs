@@ -14,8 +14,8 @@
 //! (mean, p50, p90) are compared with the measured ones.
 //!
 //! ```no_run
-//! use capsim_calibrate::fit::FitConfig;
-//! use capsim_calibrate::fit::dynamic::{fit_dynamic, read_batch_log};
+//! use capsim_fit::FitConfig;
+//! use capsim_fit::dynamic::{fit_dynamic, read_batch_log};
 //! use capsim_sim::Scenario;
 //!
 //! let scenario = Scenario::from_path("scenario.toml".as_ref())?;
@@ -468,6 +468,127 @@ impl DynamicFitResult {
         }
         out
     }
+
+    /// The fit's text: what was fitted and how, each coefficient (with its bootstrap 5%..95%
+    /// interval over `replicas` when `intervals` has one, and its start spread when fitted by
+    /// simulation), the residuals, and [`table`](Self::table). `log` names the log and `requests`
+    /// counts its completed requests.
+    pub fn describe(
+        &self,
+        intervals: &[Interval],
+        replicas: usize,
+        log: &Path,
+        requests: usize,
+    ) -> String {
+        let mut out = self.headline(log, requests);
+        out.push_str(&format!(
+            "  {:<12} {:>14} {:>32}\n",
+            "parameter",
+            "value",
+            if intervals.is_empty() {
+                String::new()
+            } else {
+                format!("bootstrap 5%..95% ({replicas})")
+            }
+        ));
+        let f = &self.affine;
+        for (k, (key, value)) in AFFINE_KEYS.iter().zip([f.a_ns, f.b_ns, f.c_ns]).enumerate() {
+            let interval = intervals
+                .get(k)
+                .map_or(String::new(), |i| format!("{:.1} .. {:.1} ns", i.p5, i.p95));
+            let spread = self.by_simulation.as_ref().map_or(String::new(), |s| {
+                format!("start spread {:.2}x", s.start_spread[k])
+            });
+            out.push_str(&format!(
+                "  {key:<12} {value:>11.1} ns {interval:>32}{spread}\n"
+            ));
+        }
+        if !f.c_fitted {
+            out.push_str(
+                "  service.c is not fitted: every batch's longest input has the same length, so b \
+                 carries the per-token cost at that length\n",
+            );
+        }
+        out.push_str(&residuals_line(f));
+        out.push_str("the fitted scenario replaying the log's arrivals:\n");
+        out.push_str(&self.table());
+        out
+    }
+
+    /// The first line of [`describe`](Self::describe): the log, and how the coefficients were
+    /// found.
+    fn headline(&self, log: &Path, requests: usize) -> String {
+        match &self.by_simulation {
+            None => format!(
+                "fit: {} batches ({} completed requests) of {}; affine service time by least squares\n",
+                self.batches,
+                requests,
+                log.display()
+            ),
+            Some(sim) => format!(
+                "fit: {} completed requests of {}; {}: affine service time by simulation from the \
+                 end-to-end{} figures; {} iterations, loss {:.3e}, {}\n",
+                requests,
+                log.display(),
+                sim.reason,
+                if self.measured.queue.mean_ms.is_nan() {
+                    ""
+                } else {
+                    " and queue"
+                },
+                sim.iterations,
+                sim.loss,
+                if sim.converged {
+                    "converged"
+                } else {
+                    "NOT converged"
+                }
+            ),
+        }
+    }
+
+    /// What makes a fit by simulation untrustworthy: no convergence, a coefficient the starts
+    /// disagree on. Empty for a fit by least squares.
+    pub fn warnings(&self) -> Vec<String> {
+        let Some(sim) = &self.by_simulation else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        if !sim.converged {
+            out.push(format!(
+                "the fit did not converge in {} iterations; raise --max-iterations",
+                sim.iterations
+            ));
+        }
+        for (key, spread) in AFFINE_KEYS.iter().zip(sim.start_spread) {
+            if spread > 1.5 {
+                out.push(format!(
+                    "{key} differs {spread:.1}x between starts that match the log equally well: \
+                     end-to-end latencies alone do not pin it down (a log with execution times does)"
+                ));
+            }
+        }
+        out
+    }
+}
+
+/// The residuals' line of [`DynamicFitResult::describe`]: their p1, p50 and p99; empty without
+/// ratios.
+fn residuals_line(fit: &AffineFit) -> String {
+    let mut ratios = fit.ratios.clone();
+    ratios.sort_by(f64::total_cmp);
+    if ratios.is_empty() {
+        return String::new();
+    }
+    let q = |p: f64| ratios[((ratios.len() - 1) as f64 * p).round() as usize];
+    format!(
+        "  residuals (measured / fitted): p1 {:.3}, p50 {:.3}, p99 {:.3}; {} kept in the \
+         fitted scenario\n",
+        q(0.01),
+        q(0.5),
+        q(0.99),
+        fit.residuals().len()
+    )
 }
 
 /// The `[service]` table of a fitted affine model, as an inline TOML table: `a`, `b` and `c`
