@@ -11,6 +11,7 @@ use capsim_calibrate::{
     CalibrateError, CalibrationConfig, Progress, ProviderChoice, ProviderDecision, Runtime,
     calibrate, check_model_file,
 };
+use capsim_sim::timing::profile::{IdleSlowdown, Profile};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -222,13 +223,7 @@ pub fn run(args: CalibrateArgs) -> Result<()> {
         return run_decoder(args);
     }
     let (model, out) = model_and_out(&args)?;
-    let mut dims = BTreeMap::new();
-    for text in &args.dims {
-        let (name, values) = parse_dim(text)?;
-        if dims.insert(name.clone(), values).is_some() {
-            return Err(BadInput(format!("--dim {name} is given twice")).into());
-        }
-    }
+    let dims = parse_dims(&args.dims)?;
     check_model_file(&model).map_err(user_facing)?;
     let runtime = load_runtime(args.ort_lib.as_deref())?;
     let config = CalibrationConfig {
@@ -249,6 +244,79 @@ pub fn run(args: CalibrateArgs) -> Result<()> {
     };
 
     let started = Instant::now();
+    let (profile, converged) = measure_with_progress(&runtime, &config)?;
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        super::create_out_dir(dir, "--out")?;
+    }
+    profile
+        .write(&out)
+        .with_context(|| format!("writing the profile to {}", out.display()))?;
+    let fit = profile.fit;
+    println!(
+        "calibrated {} on {} ({}): {} grid points ({} converged early) in {:.1}s",
+        model.display(),
+        profile.environment.execution_provider,
+        profile.environment.device_name,
+        profile.points.len(),
+        converged,
+        started.elapsed().as_secs_f64()
+    );
+    println!(
+        "affine fit of mean latency: {:.3}ms + {:.3}ms*batch + {:.5}ms*batch*length, R^2 = {:.4}",
+        fit.a_ns * 1e-6,
+        fit.b_ns * 1e-6,
+        fit.c_ns * 1e-6,
+        fit.r_squared
+    );
+    if let Some(idle) = &profile.idle_slowdown {
+        print_idle_slowdown(idle);
+    }
+    if let Some(share) = cpu_wait_share(&profile) {
+        println!(
+            "the measuring thread waited for a CPU {:.1}% of its timed runs (other processes); \
+             above a few percent, calibrate again on a quieter machine",
+            100.0 * share
+        );
+    }
+    println!("profile written to {}", out.display());
+    let plot_path = out.with_extension("fit.png");
+    let plot = capsim_report::plot::ProfileFitPlot::from_profile(&profile);
+    capsim_report::plot::draw_profile_fit(
+        &plot,
+        capsim_report::plot::PlotSize::DEFAULT,
+        &plot_path,
+    )
+    .with_context(|| {
+        format!(
+            "drawing the measured points against the fit to {}",
+            plot_path.display()
+        )
+    })?;
+    println!(
+        "measured points against the fit drawn to {}",
+        plot_path.display()
+    );
+    Ok(())
+}
+
+/// The `--dim NAME=V,V,...` flags by name; a name given twice is refused.
+fn parse_dims(texts: &[String]) -> Result<BTreeMap<String, Vec<u32>>> {
+    let mut dims = BTreeMap::new();
+    for text in texts {
+        let (name, values) = parse_dim(text)?;
+        if dims.insert(name.clone(), values).is_some() {
+            return Err(BadInput(format!("--dim {name} is given twice")).into());
+        }
+    }
+    Ok(dims)
+}
+
+/// Calibrates with a progress bar on stderr (the provider line first, then each grid point);
+/// returns the profile and how many points converged early.
+fn measure_with_progress(
+    runtime: &Runtime,
+    config: &CalibrationConfig,
+) -> Result<(Profile, usize)> {
     let bar = progress_bar("grid points");
     let length_name = config
         .dims
@@ -256,7 +324,7 @@ pub fn run(args: CalibrateArgs) -> Result<()> {
         .find(|(_, v)| v.len() > 1)
         .map(|(k, _)| k.clone());
     let mut converged = 0usize;
-    let profile = calibrate(&runtime, &config, &mut |event| match event {
+    let profile = calibrate(runtime, config, &mut |event| match event {
         Progress::Started { points, decision } => {
             bar.set_length(points as u64);
             let line = provider_line(decision, config.provider);
@@ -286,80 +354,32 @@ pub fn run(args: CalibrateArgs) -> Result<()> {
         }
         Progress::IdleSlowdownFinished(_) => {}
     })
-    .map_err(|err| decoder_hint(err, &runtime, &model))?;
+    .map_err(|err| decoder_hint(err, runtime, &config.model))?;
     bar.finish_and_clear();
-    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
-        super::create_out_dir(dir, "--out")?;
-    }
-    profile
-        .write(&out)
-        .with_context(|| format!("writing the profile to {}", out.display()))?;
-    let fit = profile.fit;
-    println!(
-        "calibrated {} on {} ({}): {} grid points ({} converged early) in {:.1}s",
-        model.display(),
-        profile.environment.execution_provider,
-        profile.environment.device_name,
-        profile.points.len(),
-        converged,
-        started.elapsed().as_secs_f64()
-    );
-    println!(
-        "affine fit of mean latency: {:.3}ms + {:.3}ms*batch + {:.5}ms*batch*length, R^2 = {:.4}",
-        fit.a_ns * 1e-6,
-        fit.b_ns * 1e-6,
-        fit.c_ns * 1e-6,
-        fit.r_squared
-    );
-    if let Some(idle) = &profile.idle_slowdown {
-        for point in &idle.points {
-            let back_to_back_ns = point.median_ns[0];
-            let extra: Vec<String> = idle
-                .gaps_ns
-                .iter()
-                .zip(&point.median_ns)
-                .skip(1)
-                .map(|(gap, t)| {
-                    format!("{} {:+.3}", format_gap(*gap), (t - back_to_back_ns) * 1e-6)
-                })
-                .collect();
-            println!(
-                "run time after an idle wait, batch {}{} ({:.3}ms back to back), ms more: {}",
-                point.batch_size,
-                point
-                    .length
-                    .map_or(String::new(), |l| format!(", length {l}")),
-                back_to_back_ns * 1e-6,
-                extra.join(", ")
-            );
-        }
-    }
-    if let Some(share) = cpu_wait_share(&profile) {
+    Ok((profile, converged))
+}
+
+/// A line per idle-slowdown curve: the run time back to back, and how much more after each gap.
+fn print_idle_slowdown(idle: &IdleSlowdown) {
+    for point in &idle.points {
+        let back_to_back_ns = point.median_ns[0];
+        let extra: Vec<String> = idle
+            .gaps_ns
+            .iter()
+            .zip(&point.median_ns)
+            .skip(1)
+            .map(|(gap, t)| format!("{} {:+.3}", format_gap(*gap), (t - back_to_back_ns) * 1e-6))
+            .collect();
         println!(
-            "the measuring thread waited for a CPU {:.1}% of its timed runs (other processes); \
-             above a few percent, calibrate again on a quieter machine",
-            100.0 * share
+            "run time after an idle wait, batch {}{} ({:.3}ms back to back), ms more: {}",
+            point.batch_size,
+            point
+                .length
+                .map_or(String::new(), |l| format!(", length {l}")),
+            back_to_back_ns * 1e-6,
+            extra.join(", ")
         );
     }
-    println!("profile written to {}", out.display());
-    let plot_path = out.with_extension("fit.png");
-    let plot = capsim_report::plot::ProfileFitPlot::from_profile(&profile);
-    capsim_report::plot::draw_profile_fit(
-        &plot,
-        capsim_report::plot::PlotSize::DEFAULT,
-        &plot_path,
-    )
-    .with_context(|| {
-        format!(
-            "drawing the measured points against the fit to {}",
-            plot_path.display()
-        )
-    })?;
-    println!(
-        "measured points against the fit drawn to {}",
-        plot_path.display()
-    );
-    Ok(())
 }
 
 /// As [`user_facing`]; when a dimension is missing and the model has past key/value inputs,

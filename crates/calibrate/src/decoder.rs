@@ -411,75 +411,13 @@ pub fn calibrate_decoder(
         runtime.open_session(&config.model, config.provider, config.intra_threads)?;
     let inputs = crate::model::inputs_of(&session, &config.model)?;
     let layout = layout(&inputs, &config.model)?;
-    let vocab = match (config.vocab, vocabulary_of(&session)) {
-        (Some(given), Some(model)) => given.min(model),
-        (Some(v), None) | (None, Some(v)) => v,
-        (None, None) => {
-            return Err(CalibrateError::Settings(format!(
-                "model {} has no `logits` output with a fixed vocabulary dimension; give --vocab N (token ids are drawn below N)",
-                config.model.display()
-            )));
-        }
-    };
-    let sorted = |values: &[u32]| {
-        let mut v = values.to_vec();
-        v.sort_unstable();
-        v.dedup();
-        v
-    };
-    let prefill_tokens = sorted(&config.prefill_tokens);
-    let batches = sorted(&config.decode_batches);
-    let contexts = sorted(&config.contexts);
-    let mut shapes: Vec<StepShape> = prefill_tokens
-        .iter()
-        .map(|&tokens| StepShape::Prefill { tokens })
-        .collect();
-    for &context in &contexts {
-        for &batch in &batches {
-            shapes.push(StepShape::Decode { batch, context });
-        }
-    }
+    let vocab = vocabulary(config, &session)?;
+    let shapes = step_shapes(config);
     progress(DecoderProgress::Started {
         points: shapes.len(),
         decision: &decision,
     });
-
-    let mut rng = SimRng::seed_from_u64(config.seed);
-    let mut prefill = Vec::with_capacity(prefill_tokens.len());
-    let mut decode = Vec::with_capacity(batches.len() * contexts.len());
-    for shape in shapes {
-        progress(DecoderProgress::PointStarted(shape));
-        let values = build_step(&layout, shape, vocab, &mut rng).map_err(|e| {
-            CalibrateError::Settings(format!("building the inputs of {shape} failed: {e}"))
-        })?;
-        let (latency_ns, converged) = measure_step(&mut session, &values, config, shape)?;
-        let iterations = latency_ns.len() as u32;
-        progress(DecoderProgress::PointFinished {
-            shape,
-            iterations,
-            converged,
-        });
-        let quantiles = measure::profile_quantiles(&latency_ns);
-        let mean = measure::mean(&latency_ns);
-        match shape {
-            StepShape::Prefill { tokens } => prefill.push(PrefillPoint {
-                tokens,
-                iterations,
-                converged,
-                latency_ns: quantiles,
-                latency_mean_ns: mean,
-            }),
-            StepShape::Decode { batch, context } => decode.push(DecodePoint {
-                batch,
-                context,
-                iterations,
-                converged,
-                latency_ns: quantiles,
-                latency_mean_ns: mean,
-            }),
-        }
-    }
-
+    let (prefill, decode) = measure_steps(&mut session, &layout, shapes, config, vocab, progress)?;
     let profile = StepProfile {
         format_version: STEP_PROFILE_FORMAT_VERSION,
         kind: STEP_PROFILE_KIND.to_string(),
@@ -511,6 +449,89 @@ pub fn calibrate_decoder(
         ))
     })?;
     Ok(profile)
+}
+
+/// The vocabulary token ids are drawn below: the smaller of `--vocab` and the model's `logits`
+/// dimension, whichever is known; an error when neither is.
+fn vocabulary(config: &DecoderConfig, session: &Session) -> Result<u64, CalibrateError> {
+    match (config.vocab, vocabulary_of(session)) {
+        (Some(given), Some(model)) => Ok(given.min(model)),
+        (Some(v), None) | (None, Some(v)) => Ok(v),
+        (None, None) => Err(CalibrateError::Settings(format!(
+            "model {} has no `logits` output with a fixed vocabulary dimension; give --vocab N (token ids are drawn below N)",
+            config.model.display()
+        ))),
+    }
+}
+
+/// The steps to measure, in order: each prefill size, then each decode batch at each context
+/// (every list sorted, without repeats).
+fn step_shapes(config: &DecoderConfig) -> Vec<StepShape> {
+    let sorted = |values: &[u32]| {
+        let mut v = values.to_vec();
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+    let batches = sorted(&config.decode_batches);
+    let mut shapes: Vec<StepShape> = sorted(&config.prefill_tokens)
+        .iter()
+        .map(|&tokens| StepShape::Prefill { tokens })
+        .collect();
+    for &context in &sorted(&config.contexts) {
+        for &batch in &batches {
+            shapes.push(StepShape::Decode { batch, context });
+        }
+    }
+    shapes
+}
+
+/// Measures each of `shapes` in order (inputs drawn with the config's seed), reporting each to
+/// `progress`: the prefill points and the decode points.
+fn measure_steps(
+    session: &mut Session,
+    layout: &DecoderLayout,
+    shapes: Vec<StepShape>,
+    config: &DecoderConfig,
+    vocab: u64,
+    progress: &mut dyn FnMut(DecoderProgress<'_>),
+) -> Result<(Vec<PrefillPoint>, Vec<DecodePoint>), CalibrateError> {
+    let mut rng = SimRng::seed_from_u64(config.seed);
+    let mut prefill = Vec::new();
+    let mut decode = Vec::new();
+    for shape in shapes {
+        progress(DecoderProgress::PointStarted(shape));
+        let values = build_step(layout, shape, vocab, &mut rng).map_err(|e| {
+            CalibrateError::Settings(format!("building the inputs of {shape} failed: {e}"))
+        })?;
+        let (latency_ns, converged) = measure_step(session, &values, config, shape)?;
+        let iterations = latency_ns.len() as u32;
+        progress(DecoderProgress::PointFinished {
+            shape,
+            iterations,
+            converged,
+        });
+        let quantiles = measure::profile_quantiles(&latency_ns);
+        let mean = measure::mean(&latency_ns);
+        match shape {
+            StepShape::Prefill { tokens } => prefill.push(PrefillPoint {
+                tokens,
+                iterations,
+                converged,
+                latency_ns: quantiles,
+                latency_mean_ns: mean,
+            }),
+            StepShape::Decode { batch, context } => decode.push(DecodePoint {
+                batch,
+                context,
+                iterations,
+                converged,
+                latency_ns: quantiles,
+                latency_mean_ns: mean,
+            }),
+        }
+    }
+    Ok((prefill, decode))
 }
 
 #[cfg(test)]

@@ -437,104 +437,16 @@ pub fn calibrate(
     });
 
     let mut rng = SimRng::seed_from_u64(config.seed);
-    let cpu_wait = host::CpuWaitMeter::for_this_thread();
-    let mut points = Vec::with_capacity(batch_sizes.len() * lengths.len());
-    let mut latency_ns: Vec<u64> = Vec::with_capacity(config.max_iters as usize);
-    let mut build_ns: Vec<u64> = Vec::with_capacity(config.max_iters as usize);
-    for &length in &lengths {
-        for &batch in &batch_sizes {
-            progress(Progress::PointStarted { batch, length });
-            let check_every = (config.min_iters / 2).max(10);
-            let mut convergence = measure::Convergence::new(
-                config.min_iters,
-                check_every,
-                config.convergence_tolerance,
-            );
-            latency_ns.clear();
-            build_ns.clear();
-            let mut converged = false;
-            // Run-queue wait over the timed runs: `None` once any read fails.
-            let mut cpu_wait_ns: Option<u64> = Some(0);
-            for iteration in 0..config.warmup_iters + config.max_iters {
-                if config.idle_gap_ns > 0 {
-                    std::thread::sleep(std::time::Duration::from_nanos(config.idle_gap_ns));
-                }
-                let wait_before_ns = cpu_wait.read_ns();
-                let (built_ns, ran_ns) = time_run(
-                    &mut session,
-                    &inputs,
-                    &plan,
-                    (batch, length),
-                    config.vocab,
-                    &mut rng,
-                )?;
-                let wait_after_ns = cpu_wait.read_ns();
-                if iteration < config.warmup_iters {
-                    continue;
-                }
-                cpu_wait_ns = cpu_wait_ns
-                    .zip(wait_before_ns.zip(wait_after_ns))
-                    .map(|(sum, (before, after))| sum + after.saturating_sub(before));
-                latency_ns.push(ran_ns);
-                build_ns.push(built_ns);
-                if convergence.converged(&latency_ns) {
-                    converged = true;
-                    break;
-                }
-            }
-            let point = GridPoint {
-                batch_size: batch,
-                length,
-                iterations: latency_ns.len() as u32,
-                converged,
-                latency_ns: measure::profile_quantiles(&latency_ns),
-                latency_mean_ns: measure::mean(&latency_ns),
-                input_build_ns: measure::profile_quantiles(&build_ns),
-                input_build_mean_ns: measure::mean(&build_ns),
-                cpu_wait_mean_ns: cpu_wait_ns
-                    .map(|total| total as f64 / latency_ns.len().max(1) as f64),
-            };
-            progress(Progress::PointFinished(&point));
-            points.push(point);
-        }
-    }
-
-    let idle_slowdown = if config.idle_curve_gaps_ns.is_empty() {
-        None
-    } else {
-        // The smallest and the largest batch at the middle length: the extra time after an idle
-        // wait grows with the run, less than in proportion, and is interpolated between them.
-        let length = lengths[lengths.len() / 2];
-        let mut idle_points = vec![(batch_sizes[0], length)];
-        if batch_sizes.len() > 1 {
-            idle_points.push((batch_sizes[batch_sizes.len() - 1], length));
-        }
-        let mut run = |shape: PointShape, rng: &mut SimRng| {
-            time_run(&mut session, &inputs, &plan, shape, config.vocab, rng).map(|(_, ran)| ran)
-        };
-        let curve = measure_idle_slowdown(
-            &config.idle_curve_gaps_ns,
-            config.min_iters.max(20),
-            &idle_points,
-            &mut rng,
-            &mut run,
-            progress,
-        )?;
-        progress(Progress::IdleSlowdownFinished(&curve));
-        Some(curve)
+    let mut grid = GridRun {
+        session: &mut session,
+        inputs: &inputs,
+        plan: &plan,
+        config,
+        rng: &mut rng,
     };
-
-    let samples: Vec<(u32, Option<u32>, f64)> = points
-        .iter()
-        .map(|p| (p.batch_size, p.length, p.latency_mean_ns))
-        .collect();
-    let fit = AffineFit::fit(&samples).unwrap_or(AffineFit {
-        // One grid point: the mean is the whole model.
-        a_ns: samples.first().map_or(0.0, |s| s.2),
-        b_ns: 0.0,
-        c_ns: 0.0,
-        r_squared: 1.0,
-    });
+    let points = grid.measure(&batch_sizes, &lengths, progress)?;
+    let idle_slowdown = grid.idle_slowdown(&batch_sizes, &lengths, progress)?;
+    let fit = affine_fit_of(&points);
     let profile = Profile {
         format_version: PROFILE_FORMAT_VERSION,
         model: model_description(&config.model, &inputs),
@@ -570,6 +482,148 @@ pub fn calibrate(
         ))
     })?;
     Ok(profile)
+}
+
+/// The affine fit of the grid's mean latencies; with one grid point, that point's mean.
+fn affine_fit_of(points: &[GridPoint]) -> AffineFit {
+    let samples: Vec<(u32, Option<u32>, f64)> = points
+        .iter()
+        .map(|p| (p.batch_size, p.length, p.latency_mean_ns))
+        .collect();
+    AffineFit::fit(&samples).unwrap_or(AffineFit {
+        // One grid point: the mean is the whole model.
+        a_ns: samples.first().map_or(0.0, |s| s.2),
+        b_ns: 0.0,
+        c_ns: 0.0,
+        r_squared: 1.0,
+    })
+}
+
+/// The timed runs of one calibration: the open session, the model's inputs, the dimension
+/// plan, the settings and the seeded generator of the inputs' values.
+struct GridRun<'a> {
+    session: &'a mut ort::session::Session,
+    inputs: &'a [model::InputSpec],
+    plan: &'a model::DimPlan,
+    config: &'a CalibrationConfig,
+    rng: &'a mut SimRng,
+}
+
+impl GridRun<'_> {
+    /// Every point of the grid (each length, each batch size), reporting each to `progress`.
+    fn measure(
+        &mut self,
+        batch_sizes: &[u32],
+        lengths: &[Option<u32>],
+        progress: &mut dyn FnMut(Progress<'_>),
+    ) -> Result<Vec<GridPoint>, CalibrateError> {
+        let cpu_wait = host::CpuWaitMeter::for_this_thread();
+        let mut points = Vec::with_capacity(batch_sizes.len() * lengths.len());
+        let max_iters = self.config.max_iters as usize;
+        let mut runs = (Vec::with_capacity(max_iters), Vec::with_capacity(max_iters));
+        for &length in lengths {
+            for &batch in batch_sizes {
+                progress(Progress::PointStarted { batch, length });
+                let point = self.measure_point((batch, length), &cpu_wait, &mut runs)?;
+                progress(Progress::PointFinished(&point));
+                points.push(point);
+            }
+        }
+        Ok(points)
+    }
+
+    /// One grid point: warm-up runs, then timed runs until the latency converges or the
+    /// iterations run out. `runs` holds the (run, input build) times, in ns, reused from point
+    /// to point.
+    fn measure_point(
+        &mut self,
+        (batch, length): PointShape,
+        cpu_wait: &host::CpuWaitMeter,
+        (latency_ns, build_ns): &mut (Vec<u64>, Vec<u64>),
+    ) -> Result<GridPoint, CalibrateError> {
+        let config = self.config;
+        let check_every = (config.min_iters / 2).max(10);
+        let mut convergence =
+            measure::Convergence::new(config.min_iters, check_every, config.convergence_tolerance);
+        latency_ns.clear();
+        build_ns.clear();
+        let mut converged = false;
+        // Run-queue wait over the timed runs: `None` once any read fails.
+        let mut cpu_wait_ns: Option<u64> = Some(0);
+        for iteration in 0..config.warmup_iters + config.max_iters {
+            if config.idle_gap_ns > 0 {
+                std::thread::sleep(std::time::Duration::from_nanos(config.idle_gap_ns));
+            }
+            let wait_before_ns = cpu_wait.read_ns();
+            let (built_ns, ran_ns) = time_run(
+                self.session,
+                self.inputs,
+                self.plan,
+                (batch, length),
+                config.vocab,
+                self.rng,
+            )?;
+            let wait_after_ns = cpu_wait.read_ns();
+            if iteration < config.warmup_iters {
+                continue;
+            }
+            cpu_wait_ns = cpu_wait_ns
+                .zip(wait_before_ns.zip(wait_after_ns))
+                .map(|(sum, (before, after))| sum + after.saturating_sub(before));
+            latency_ns.push(ran_ns);
+            build_ns.push(built_ns);
+            if convergence.converged(latency_ns) {
+                converged = true;
+                break;
+            }
+        }
+        Ok(GridPoint {
+            batch_size: batch,
+            length,
+            iterations: latency_ns.len() as u32,
+            converged,
+            latency_ns: measure::profile_quantiles(latency_ns),
+            latency_mean_ns: measure::mean(latency_ns),
+            input_build_ns: measure::profile_quantiles(build_ns),
+            input_build_mean_ns: measure::mean(build_ns),
+            cpu_wait_mean_ns: cpu_wait_ns
+                .map(|total| total as f64 / latency_ns.len().max(1) as f64),
+        })
+    }
+
+    /// The idle-slowdown curves, when the settings ask for gaps: the smallest and the largest
+    /// batch at the middle length (the extra time after an idle wait grows with the run, less
+    /// than in proportion, and is interpolated between them).
+    fn idle_slowdown(
+        &mut self,
+        batch_sizes: &[u32],
+        lengths: &[Option<u32>],
+        progress: &mut dyn FnMut(Progress<'_>),
+    ) -> Result<Option<IdleSlowdown>, CalibrateError> {
+        let config = self.config;
+        if config.idle_curve_gaps_ns.is_empty() {
+            return Ok(None);
+        }
+        let length = lengths[lengths.len() / 2];
+        let mut idle_points = vec![(batch_sizes[0], length)];
+        if batch_sizes.len() > 1 {
+            idle_points.push((batch_sizes[batch_sizes.len() - 1], length));
+        }
+        let (session, inputs, plan) = (&mut *self.session, self.inputs, self.plan);
+        let mut run = |shape: PointShape, rng: &mut SimRng| {
+            time_run(session, inputs, plan, shape, config.vocab, rng).map(|(_, ran)| ran)
+        };
+        let curve = measure_idle_slowdown(
+            &config.idle_curve_gaps_ns,
+            config.min_iters.max(20),
+            &idle_points,
+            self.rng,
+            &mut run,
+            progress,
+        )?;
+        progress(Progress::IdleSlowdownFinished(&curve));
+        Ok(Some(curve))
+    }
 }
 
 /// The model file as a profile describes it.

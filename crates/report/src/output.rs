@@ -71,78 +71,95 @@ const STATS: [(&str, LatencyStat); 7] = [
 pub fn write_curves_parquet(path: &Path, result: &SweepResult) -> Result<(), OutputError> {
     debug_assert_eq!(STATS.len(), REPORTED_PERCENTILES.len() + 2);
     let rows = &result.curves;
-    let mut fields = vec![
+    let mut table = Columns::default();
+    table.push(
         Field::new("config_index", DataType::UInt32, false),
-        Field::new("configuration", DataType::Utf8, false),
-    ];
-    let mut columns: Vec<ArrayRef> = vec![
         Arc::new(UInt32Array::from_iter_values(
             rows.iter().map(|r| r.config_index as u32),
         )),
+    );
+    table.push(
+        Field::new("configuration", DataType::Utf8, false),
         Arc::new(StringArray::from_iter_values(
             rows.iter().map(|r| r.configuration.as_str()),
         )),
-    ];
+    );
     for key in &result.grid_keys {
-        fields.push(Field::new(key, DataType::Utf8, false));
-        columns.push(Arc::new(StringArray::from_iter_values(rows.iter().map(
-            |r| {
+        table.push(
+            Field::new(key, DataType::Utf8, false),
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|r| {
                 r.settings
                     .iter()
                     .find(|(k, _)| k == key)
                     .map_or("", |(_, v)| v.as_str())
-            },
-        ))));
+            }))),
+        );
     }
-    let f64_column = |name: &str,
-                      values: Vec<Option<f64>>,
-                      fields: &mut Vec<Field>,
-                      columns: &mut Vec<ArrayRef>| {
-        fields.push(Field::new(name, DataType::Float64, true));
-        columns.push(Arc::new(Float64Array::from(values)));
-    };
-    fields.push(Field::new("load_kind", DataType::Utf8, false));
-    columns.push(Arc::new(StringArray::from_iter_values(
-        rows.iter().map(|r| r.load_kind.column()),
-    )));
-    f64_column(
-        "load",
-        rows.iter().map(|r| Some(r.load)).collect(),
-        &mut fields,
-        &mut columns,
+    run_columns(&mut table, rows);
+    latency_columns(&mut table, rows);
+    let schema = Arc::new(Schema::new(table.fields));
+    let batch = RecordBatch::try_new(schema.clone(), table.columns).map_err(|e| encode(path, e))?;
+    let file = File::create(path).map_err(io(path))?;
+    let mut writer = ArrowWriter::try_new(file, schema, None).map_err(|e| encode(path, e))?;
+    writer.write(&batch).map_err(|e| encode(path, e))?;
+    writer.close().map_err(|e| encode(path, e))?;
+    Ok(())
+}
+
+/// A table's columns as they are built, each beside its field.
+#[derive(Default)]
+struct Columns {
+    fields: Vec<Field>,
+    columns: Vec<ArrayRef>,
+}
+
+impl Columns {
+    fn push(&mut self, field: Field, column: ArrayRef) {
+        self.fields.push(field);
+        self.columns.push(column);
+    }
+
+    /// A nullable `f64` column.
+    fn f64(&mut self, name: &str, values: Vec<Option<f64>>) {
+        self.push(
+            Field::new(name, DataType::Float64, true),
+            Arc::new(Float64Array::from(values)),
+        );
+    }
+}
+
+/// The columns of each run as a whole: its load, rates, counts by outcome and verdicts.
+fn run_columns(table: &mut Columns, rows: &[CurveRow]) {
+    table.push(
+        Field::new("load_kind", DataType::Utf8, false),
+        Arc::new(StringArray::from_iter_values(
+            rows.iter().map(|r| r.load_kind.column()),
+        )),
     );
-    fields.push(Field::new("seed", DataType::UInt64, false));
-    columns.push(Arc::new(UInt64Array::from_iter_values(
-        rows.iter().map(|r| r.seed),
-    )));
-    f64_column(
+    table.f64("load", rows.iter().map(|r| Some(r.load)).collect());
+    table.push(
+        Field::new("seed", DataType::UInt64, false),
+        Arc::new(UInt64Array::from_iter_values(rows.iter().map(|r| r.seed))),
+    );
+    table.f64(
         "offered_rps",
         rows.iter().map(|r| Some(r.offered_rps)).collect(),
-        &mut fields,
-        &mut columns,
     );
-    f64_column(
+    table.f64(
         "throughput_rps",
         rows.iter().map(|r| Some(r.throughput_rps)).collect(),
-        &mut fields,
-        &mut columns,
     );
-    f64_column(
-        "goodput_rps",
-        rows.iter().map(|r| r.goodput_rps).collect(),
-        &mut fields,
-        &mut columns,
-    );
+    table.f64("goodput_rps", rows.iter().map(|r| r.goodput_rps).collect());
     for (name, pick) in [
         ("requests", (|r: &CurveRow| r.total) as fn(&CurveRow) -> u64),
         ("completed", |r| r.completed),
         ("rejected", |r| r.rejected),
         ("timed_out", |r| r.timed_out),
     ] {
-        fields.push(Field::new(name, DataType::UInt64, false));
-        columns.push(Arc::new(UInt64Array::from_iter_values(
-            rows.iter().map(pick),
-        )));
+        table.push(
+            Field::new(name, DataType::UInt64, false),
+            Arc::new(UInt64Array::from_iter_values(rows.iter().map(pick))),
+        );
     }
     for (name, pick) in [
         (
@@ -151,12 +168,18 @@ pub fn write_curves_parquet(path: &Path, result: &SweepResult) -> Result<(), Out
         ),
         ("queue_grows", |r| r.queue_grows),
     ] {
-        fields.push(Field::new(name, DataType::Boolean, false));
-        columns.push(Arc::new(BooleanArray::from(
-            rows.iter().map(pick).collect::<Vec<_>>(),
-        )));
+        table.push(
+            Field::new(name, DataType::Boolean, false),
+            Arc::new(BooleanArray::from(
+                rows.iter().map(pick).collect::<Vec<_>>(),
+            )),
+        );
     }
-    // The stages, then the token metrics of continuous batching when the runs have them.
+}
+
+/// Every statistic of the stages, then of the token metrics of continuous batching when the runs
+/// have them: `{stage}_{stat}_ms`, null where a run does not model it.
+fn latency_columns(table: &mut Columns, rows: &[CurveRow]) {
     let token_metrics = capsim_sim::summary::TOKEN_METRICS
         .iter()
         .filter(|m| rows.iter().any(|r| r.latency_ms.contains_key(**m)));
@@ -170,21 +193,9 @@ pub fn write_curves_parquet(path: &Path, result: &SweepResult) -> Result<(), Out
                         .and_then(|s| crate::experiment::stat_of(s, stat))
                 })
                 .collect();
-            f64_column(
-                &format!("{stage}_{stat_name}_ms"),
-                values,
-                &mut fields,
-                &mut columns,
-            );
+            table.f64(&format!("{stage}_{stat_name}_ms"), values);
         }
     }
-    let schema = Arc::new(Schema::new(fields));
-    let batch = RecordBatch::try_new(schema.clone(), columns).map_err(|e| encode(path, e))?;
-    let file = File::create(path).map_err(io(path))?;
-    let mut writer = ArrowWriter::try_new(file, schema, None).map_err(|e| encode(path, e))?;
-    writer.write(&batch).map_err(|e| encode(path, e))?;
-    writer.close().map_err(|e| encode(path, e))?;
-    Ok(())
 }
 
 /// Writes `capacity.csv`: one row per configuration, with `limited_by` saying what ended each

@@ -29,56 +29,111 @@ pub fn write_report(
     if ranking.is_empty() {
         return Err(ReportError::Empty);
     }
-    let shown: Vec<&CapacityRow> = ranking
-        .iter()
-        .take(MAX_PLOTTED_CONFIGURATIONS)
-        .copied()
-        .collect();
     let label = short_labels(result);
-    let rows_of = |index: usize| -> Vec<&CurveRow> {
-        result
+    let figures = Figures::new(dir, result, &ranking, size);
+    let mut written = Vec::new();
+
+    // 1. Latency against offered load: small multiples of the best, and p99 of all.
+    written.extend(crate::figures::draw_load_figures(
+        dir, result, &slo, &ranking, &label, size,
+    )?);
+    // 2. Latency CDF at the detail load.
+    written.extend(figures.latency_cdf(&slo)?);
+    // 3. Stage breakdown.
+    written.extend(figures.stage_breakdown()?);
+    // 4. Time series of the best configuration's detail run.
+    written.extend(figures.time_series()?);
+
+    // 5. Capacity heatmap over the first two grid axes (best value over the other axes).
+    if let Some(heatmap) = heatmap(result, &slo) {
+        let path = dir.join("capacity_heatmap.png");
+        draw_capacity_heatmap(&heatmap, size, &path)?;
+        written.push(path);
+    }
+
+    let documents = crate::review::write_documents(dir, result, &slo, &ranking, &written)?;
+    written.extend(documents);
+    Ok(written)
+}
+
+/// What the CDF, stage and time-series figures share: where they go, the configurations they
+/// show (the best [`MAX_PLOTTED_CONFIGURATIONS`]) and the detail run of each.
+struct Figures<'a> {
+    dir: &'a Path,
+    result: &'a SweepResult,
+    size: PlotSize,
+    shown: Vec<&'a CapacityRow>,
+    /// Appended to a title when `shown` is a subset of the ranking.
+    subset_note: String,
+    details: BTreeMap<usize, &'a crate::sweep::ConfigDetail>,
+}
+
+impl<'a> Figures<'a> {
+    fn new(
+        dir: &'a Path,
+        result: &'a SweepResult,
+        ranking: &[&'a CapacityRow],
+        size: PlotSize,
+    ) -> Self {
+        let shown: Vec<&CapacityRow> = ranking
+            .iter()
+            .take(MAX_PLOTTED_CONFIGURATIONS)
+            .copied()
+            .collect();
+        let subset_note = if ranking.len() > shown.len() {
+            format!(
+                " (best {} of {} by capacity per instance)",
+                shown.len(),
+                ranking.len()
+            )
+        } else {
+            String::new()
+        };
+        let details = result.details.iter().map(|d| (d.config_index, d)).collect();
+        Figures {
+            dir,
+            result,
+            size,
+            shown,
+            subset_note,
+            details,
+        }
+    }
+
+    /// The runs of configuration `index` on the curves.
+    fn rows_of(&self, index: usize) -> Vec<&'a CurveRow> {
+        self.result
             .curves
             .iter()
             .filter(|r| r.config_index == index)
             .collect()
-    };
-    let mut written = Vec::new();
-    let subset_note = if ranking.len() > shown.len() {
-        format!(
-            " (best {} of {} by capacity per instance)",
-            shown.len(),
-            ranking.len()
-        )
-    } else {
-        String::new()
-    };
+    }
 
-    // 1. Latency against offered load: small multiples of the best, and p99 of all.
-    let primary = slo.primary();
-    written.extend(crate::figures::draw_load_figures(
-        dir, result, &slo, &ranking, &label, size,
-    )?);
-
-    // 2. Latency CDF at the detail load.
-    let details: BTreeMap<usize, &crate::sweep::ConfigDetail> =
-        result.details.iter().map(|d| (d.config_index, d)).collect();
-    let cdf_series: Vec<CdfSeries> = shown
-        .iter()
-        .filter_map(|row| details.get(&row.config_index).map(|d| (row, d)))
-        .filter(|(_, d)| !d.e2e_quantiles_ms.is_empty())
-        .map(|(row, d)| CdfSeries {
-            label: label(row.config_index),
-            latencies_ms: d.e2e_quantiles_ms.clone(),
-        })
-        .collect();
-    let detail_load = result.details.first().map(|d| d.load);
-    let load_text = |load: f64| load_title(result, load);
-    if !cdf_series.is_empty() {
-        let path = dir.join("latency_cdf.png");
+    /// `latency_cdf.png`: the end-to-end latency CDF at the detail load; `None` without
+    /// quantiles to draw.
+    fn latency_cdf(&self, slo: &Slo) -> Result<Option<PathBuf>, ReportError> {
+        let label = short_labels(self.result);
+        let cdf_series: Vec<CdfSeries> = self
+            .shown
+            .iter()
+            .filter_map(|row| self.details.get(&row.config_index).map(|d| (row, d)))
+            .filter(|(_, d)| !d.e2e_quantiles_ms.is_empty())
+            .map(|(row, d)| CdfSeries {
+                label: label(row.config_index),
+                latencies_ms: d.e2e_quantiles_ms.clone(),
+            })
+            .collect();
+        if cdf_series.is_empty() {
+            return Ok(None);
+        }
+        let detail_load = self.result.details.first().map(|d| d.load);
+        let primary = slo.primary();
+        let path = self.dir.join("latency_cdf.png");
         let plot = CdfPlot {
             title: format!(
-                "End-to-end latency CDF at {}{subset_note}",
-                detail_load.map_or(String::new(), load_text)
+                "End-to-end latency CDF at {}{}",
+                detail_load.map_or(String::new(), |load| load_title(self.result, load)),
+                self.subset_note
             ),
             series: cdf_series,
             slo_ms: primary
@@ -86,92 +141,118 @@ pub fn write_report(
                 .is_end_to_end()
                 .then(|| primary.bound_ns as f64 / 1e6),
         };
-        draw_latency_cdf(&plot, size, &path)?;
-        written.push(path);
+        draw_latency_cdf(&plot, self.size, &path)?;
+        Ok(Some(path))
     }
 
-    // 3. Stage breakdown at the highest curve load where every shown configuration meets the
-    //    SLO (else the lowest load), so that no overloaded configuration dwarfs the others.
-    let mut loads: Vec<f64> = result.curves.iter().map(|r| r.load).collect();
-    loads.sort_by(f64::total_cmp);
-    loads.dedup();
-    let all_meet = |load: f64| {
-        shown.iter().all(|row| {
-            let runs: Vec<&CurveRow> = rows_of(row.config_index)
-                .into_iter()
-                .filter(|r| r.load == load)
-                .collect();
-            !runs.is_empty() && runs.iter().all(|r| r.slo_met)
-        })
-    };
-    let breakdown_load = loads
-        .iter()
-        .rev()
-        .copied()
-        .find(|&l| all_meet(l))
-        .or(loads.first().copied());
-    if let Some(load) = breakdown_load {
+    /// The load the stage breakdown is drawn at: the highest curve load where every shown
+    /// configuration meets the SLO (else the lowest load), so that no overloaded configuration
+    /// dwarfs the others; `None` without curves.
+    fn breakdown_load(&self) -> Option<f64> {
+        let mut loads: Vec<f64> = self.result.curves.iter().map(|r| r.load).collect();
+        loads.sort_by(f64::total_cmp);
+        loads.dedup();
+        let all_meet = |load: f64| {
+            self.shown.iter().all(|row| {
+                let runs: Vec<&CurveRow> = self
+                    .rows_of(row.config_index)
+                    .into_iter()
+                    .filter(|r| r.load == load)
+                    .collect();
+                !runs.is_empty() && runs.iter().all(|r| r.slo_met)
+            })
+        };
+        loads
+            .iter()
+            .rev()
+            .copied()
+            .find(|&l| all_meet(l))
+            .or(loads.first().copied())
+    }
+
+    /// `stage_breakdown.png`: the time per stage of each shown configuration at
+    /// [`Self::breakdown_load`]; `None` without a load, bars or stages to draw.
+    fn stage_breakdown(&self) -> Result<Option<PathBuf>, ReportError> {
+        let Some(load) = self.breakdown_load() else {
+            return Ok(None);
+        };
         let stages: Vec<Metric> = Metric::STAGES
             .into_iter()
             .filter(|s| !s.is_end_to_end())
             .filter(|s| {
-                result
+                self.result
                     .curves
                     .iter()
                     .any(|r| r.latency_ms.contains_key(s.summary_key()))
             })
             .collect();
-        let bars: Vec<StageBars> = shown
+        let bars: Vec<StageBars> = self
+            .shown
             .iter()
-            .filter_map(|row| {
-                let at_load: Vec<&CurveRow> = rows_of(row.config_index)
-                    .into_iter()
-                    .filter(|r| r.load == load)
-                    .collect();
-                if at_load.is_empty() {
-                    return None;
-                }
-                let mean_of = |stage: Metric, stat: LatencyStat| {
-                    let values: Vec<f64> = at_load
-                        .iter()
-                        .filter_map(|r| stage_stat(r, stage, stat))
-                        .collect();
-                    if values.is_empty() {
-                        0.0
-                    } else {
-                        values.iter().sum::<f64>() / values.len() as f64
-                    }
-                };
-                Some(StageBars {
-                    label: label(row.config_index),
-                    mean_ms: stages
-                        .iter()
-                        .map(|&s| mean_of(s, LatencyStat::Mean))
-                        .collect(),
-                    p99_ms: stages
-                        .iter()
-                        .map(|&s| mean_of(s, LatencyStat::Percentile(99.0)))
-                        .collect(),
-                })
-            })
+            .filter_map(|row| self.stage_bars(row, load, &stages))
             .collect();
-        if !bars.is_empty() && !stages.is_empty() {
-            let path = dir.join("stage_breakdown.png");
-            let plot = StageBreakdownPlot {
-                title: format!("Time per stage at {}{subset_note}", load_text(load)),
-                stages: stages.iter().map(|s| s.to_string()).collect(),
-                bars,
-            };
-            draw_stage_breakdown(&plot, size, &path)?;
-            written.push(path);
+        if bars.is_empty() || stages.is_empty() {
+            return Ok(None);
         }
+        let path = self.dir.join("stage_breakdown.png");
+        let plot = StageBreakdownPlot {
+            title: format!(
+                "Time per stage at {}{}",
+                load_title(self.result, load),
+                self.subset_note
+            ),
+            stages: stages.iter().map(|s| s.to_string()).collect(),
+            bars,
+        };
+        draw_stage_breakdown(&plot, self.size, &path)?;
+        Ok(Some(path))
     }
 
-    // 4. Time series of the best configuration's detail run.
-    if let Some(detail) = details.get(&shown[0].config_index)
-        && !detail.time_s.is_empty()
-    {
-        let path = dir.join("timeseries.png");
+    /// The mean and p99 of each of `stages` for `row`'s runs at `load`, averaged over its seeds
+    /// (0 for a stage no run reports); `None` without a run at `load`.
+    fn stage_bars(&self, row: &CapacityRow, load: f64, stages: &[Metric]) -> Option<StageBars> {
+        let at_load: Vec<&CurveRow> = self
+            .rows_of(row.config_index)
+            .into_iter()
+            .filter(|r| r.load == load)
+            .collect();
+        if at_load.is_empty() {
+            return None;
+        }
+        let mean_of = |stage: Metric, stat: LatencyStat| {
+            let values: Vec<f64> = at_load
+                .iter()
+                .filter_map(|r| stage_stat(r, stage, stat))
+                .collect();
+            if values.is_empty() {
+                0.0
+            } else {
+                values.iter().sum::<f64>() / values.len() as f64
+            }
+        };
+        Some(StageBars {
+            label: short_labels(self.result)(row.config_index),
+            mean_ms: stages
+                .iter()
+                .map(|&s| mean_of(s, LatencyStat::Mean))
+                .collect(),
+            p99_ms: stages
+                .iter()
+                .map(|&s| mean_of(s, LatencyStat::Percentile(99.0)))
+                .collect(),
+        })
+    }
+
+    /// `timeseries.png`: queue depth, batch size and utilization over the best configuration's
+    /// detail run; `None` without one.
+    fn time_series(&self) -> Result<Option<PathBuf>, ReportError> {
+        let Some(detail) = self.details.get(&self.shown[0].config_index) else {
+            return Ok(None);
+        };
+        if detail.time_s.is_empty() {
+            return Ok(None);
+        }
+        let path = self.dir.join("timeseries.png");
         let panel = |name: &str, values: &[f64]| TimeSeriesPanel {
             name: name.to_string(),
             points: detail
@@ -184,8 +265,8 @@ pub fn write_report(
         let plot = TimeSeriesPlot {
             title: format!(
                 "{} at {}",
-                label(detail.config_index),
-                load_text(detail.load)
+                short_labels(self.result)(detail.config_index),
+                load_title(self.result, detail.load)
             ),
             panels: vec![
                 panel("queue depth (requests waiting)", &detail.queued),
@@ -196,20 +277,9 @@ pub fn write_report(
                 ),
             ],
         };
-        draw_time_series(&plot, size, &path)?;
-        written.push(path);
+        draw_time_series(&plot, self.size, &path)?;
+        Ok(Some(path))
     }
-
-    // 5. Capacity heatmap over the first two grid axes (best value over the other axes).
-    if let Some(heatmap) = heatmap(result, &slo) {
-        let path = dir.join("capacity_heatmap.png");
-        draw_capacity_heatmap(&heatmap, size, &path)?;
-        written.push(path);
-    }
-
-    let documents = crate::review::write_documents(dir, result, &slo, &ranking, &written)?;
-    written.extend(documents);
-    Ok(written)
 }
 
 /// Labels that show only the grid keys that vary, by their last dotted part.

@@ -326,6 +326,65 @@ pub fn run_sweep(
     on_job_done: &(dyn Fn() + Sync),
     cancel: &AtomicBool,
 ) -> Result<SweepResult, SweepError> {
+    check_spec(spec, workload)?;
+    let configurations = configure_shard(spec)?;
+    let profiles = load_profiles(spec, &configurations)?;
+    let by_index: BTreeMap<usize, usize> = configurations
+        .iter()
+        .enumerate()
+        .map(|(position, c)| (c.index, position))
+        .collect();
+    let seeds: Vec<u64> = (0..u64::from(spec.seeds))
+        .map(|i| spec.base_seed + i)
+        .collect();
+    let context = JobContext {
+        spec,
+        workload,
+        configurations: &configurations,
+        profiles: &profiles,
+        by_index: &by_index,
+    };
+    let run_jobs = |jobs: &[Job], seen: &SeenByRun| -> Vec<Option<Result<JobOutput, SweepError>>> {
+        jobs.par_iter()
+            .map(|job| {
+                if cancel.load(Ordering::Relaxed) {
+                    return None;
+                }
+                let result = run_job(job, &context, seen);
+                on_job_done();
+                Some(result)
+            })
+            .collect()
+    };
+    // The curves run first; each capacity search then reuses a curve run of its own
+    // (configuration, seed) where it asks for the very same load, which saves a run and cannot
+    // change its result (the search's path depends only on the outcomes).
+    let mut outputs = run_jobs(
+        &curve_jobs(spec, &configurations, &seeds),
+        &SeenByRun::new(),
+    );
+    // A failed curve run fails the sweep; no search is started after it.
+    if let Some(failed) = outputs.iter().position(|o| matches!(o, Some(Err(_))))
+        && let Some(Err(error)) = outputs.swap_remove(failed)
+    {
+        return Err(error);
+    }
+    let seen = seen_on_curves(&outputs);
+    let search_jobs: Vec<Job> = configurations
+        .iter()
+        .flat_map(|configured| {
+            seeds.iter().map(|&seed| Job::Search {
+                config: configured.index,
+                seed,
+            })
+        })
+        .collect();
+    outputs.extend(run_jobs(&search_jobs, &seen));
+    sweep_result(spec, &configurations, seeds.len(), outputs)
+}
+
+/// Refuses a spec without seeds, or whose load axis is not the workload's.
+fn check_spec(spec: &SweepSpec, workload: &Workload<'_>) -> Result<(), SweepError> {
     if spec.seeds == 0 {
         return Err(SweepError::Spec("--seeds must be at least 1".into()));
     }
@@ -335,7 +394,12 @@ pub fn run_sweep(
             spec.load.kind, workload.load_kind
         )));
     }
-    let configurations: Vec<Configured> = spec
+    Ok(())
+}
+
+/// The configurations of the grid this shard runs, each applied to the base scenario.
+fn configure_shard(spec: &SweepSpec) -> Result<Vec<Configured>, SweepError> {
+    Ok(spec
         .grid
         .configurations()
         .into_iter()
@@ -348,13 +412,17 @@ pub fn run_sweep(
                 scenario,
             })
         })
-        .collect::<Result<_, _>>()?;
+        .collect::<Result<Vec<_>, _>>()?)
+}
+
+/// The spec's profiles with every profile the `configurations` name read, each file once.
+fn load_profiles(spec: &SweepSpec, configurations: &[Configured]) -> Result<Profiles, SweepError> {
     let mut profiles = spec.profiles.clone();
     for Configured {
         configuration,
         scenario,
         ..
-    } in &configurations
+    } in configurations
     {
         profiles
             .load(scenario)
@@ -363,55 +431,27 @@ pub fn run_sweep(
                 source: Box::new(source),
             })?;
     }
-    let profiles = &profiles;
-    let by_index: BTreeMap<usize, usize> = configurations
-        .iter()
-        .enumerate()
-        .map(|(position, c)| (c.index, position))
-        .collect();
-    let seeds: Vec<u64> = (0..u64::from(spec.seeds))
-        .map(|i| spec.base_seed + i)
-        .collect();
-    // The curves run first; each capacity search then reuses a curve run of its own
-    // (configuration, seed) where it asks for the very same load, which saves a run and cannot
-    // change its result (the search's path depends only on the outcomes).
+    Ok(profiles)
+}
+
+/// The curve jobs (every load and seed of each configuration, then its detail run); none when
+/// the spec runs no curves.
+fn curve_jobs(spec: &SweepSpec, configurations: &[Configured], seeds: &[u64]) -> Vec<Job> {
     let mut jobs = Vec::new();
     for configured in configurations.iter().filter(|_| spec.curves) {
         let config = configured.index;
         for load in 0..spec.load.values.len() {
-            for &seed in &seeds {
+            for &seed in seeds {
                 jobs.push(Job::Point { config, load, seed });
             }
         }
         jobs.push(Job::Detail { config });
     }
-    let run_jobs = |jobs: &[Job], seen: &SeenByRun| -> Vec<Option<Result<JobOutput, SweepError>>> {
-        jobs.par_iter()
-            .map(|job| {
-                if cancel.load(Ordering::Relaxed) {
-                    return None;
-                }
-                let result = run_job(
-                    job,
-                    spec,
-                    workload,
-                    &configurations,
-                    profiles,
-                    &by_index,
-                    seen,
-                );
-                on_job_done();
-                Some(result)
-            })
-            .collect()
-    };
-    let mut outputs = run_jobs(&jobs, &SeenByRun::new());
-    // A failed curve run fails the sweep; no search is started after it.
-    if let Some(failed) = outputs.iter().position(|o| matches!(o, Some(Err(_))))
-        && let Some(Err(error)) = outputs.swap_remove(failed)
-    {
-        return Err(error);
-    }
+    jobs
+}
+
+/// The curve runs that finished, by (configuration, seed) and load, for the searches to reuse.
+fn seen_on_curves(outputs: &[Option<Result<JobOutput, SweepError>>]) -> SeenByRun {
     let mut seen = SeenByRun::new();
     for output in outputs.iter().flatten() {
         if let Ok(JobOutput::Point(row, Some(load_key), point)) = output {
@@ -422,16 +462,18 @@ pub fn run_sweep(
             seen.entry(key).or_default().insert(*load_key, *point);
         }
     }
-    let search_jobs: Vec<Job> = configurations
-        .iter()
-        .flat_map(|configured| {
-            seeds.iter().map(|&seed| Job::Search {
-                config: configured.index,
-                seed,
-            })
-        })
-        .collect();
-    outputs.extend(run_jobs(&search_jobs, &seen));
+    seen
+}
+
+/// The result the jobs' `outputs` add up to (`None` for a job cancelled before it started): the
+/// curve rows, the detail runs, and the capacity of each configuration whose search finished
+/// for all its `seed_count` seeds. The first failed job's error fails it.
+fn sweep_result(
+    spec: &SweepSpec,
+    configurations: &[Configured],
+    seed_count: usize,
+    outputs: Vec<Option<Result<JobOutput, SweepError>>>,
+) -> Result<SweepResult, SweepError> {
     let complete = outputs.iter().all(Option::is_some);
     let mut curves = Vec::new();
     let mut searches: BTreeMap<usize, Vec<SeedCapacity>> = BTreeMap::new();
@@ -449,7 +491,7 @@ pub fn run_sweep(
         .iter()
         .filter_map(|configured| {
             let found = searches.get(&configured.index)?;
-            if found.len() != seeds.len() {
+            if found.len() != seed_count {
                 return None;
             }
             let rows: Vec<&CurveRow> = curves
@@ -495,121 +537,161 @@ fn search_workload<'a>(workload: &Workload<'a>) -> Workload<'a> {
     }
 }
 
+/// What every job of a sweep reads: the spec, the workload, and this shard's configurations
+/// (`by_index` maps a configuration's index in the grid to its position there) and profiles.
+struct JobContext<'a, 'w> {
+    spec: &'a SweepSpec,
+    workload: &'a Workload<'w>,
+    configurations: &'a [Configured],
+    profiles: &'a Profiles,
+    by_index: &'a BTreeMap<usize, usize>,
+}
+
+impl JobContext<'_, '_> {
+    fn entry(&self, config: usize) -> &Configured {
+        &self.configurations[self.by_index[&config]]
+    }
+}
+
 fn run_job(
     job: &Job,
-    spec: &SweepSpec,
-    workload: &Workload<'_>,
-    configurations: &[Configured],
-    profiles: &Profiles,
-    by_index: &BTreeMap<usize, usize>,
+    context: &JobContext<'_, '_>,
     seen_by_run: &SeenByRun,
 ) -> Result<JobOutput, SweepError> {
-    let entry = |config: usize| &configurations[by_index[&config]];
-    let primary = spec.slo.primary();
+    let spec = context.spec;
     match *job {
-        Job::Point { config, load, seed } => {
-            let Configured {
-                index,
-                configuration,
-                scenario,
-            } = entry(config);
-            let load = spec.load.values[load];
-            let run = workload.run(scenario, profiles, load, seed)?;
-            let outcome = run.outcome(&spec.slo);
-            let s = &run.summary;
-            let seen = Seen {
-                outcome,
-                throughput_rps: s.throughput_rps,
-                latency_ms: latency_ms(s, primary.metric, primary.stat),
-            };
-            let row = CurveRow {
-                config_index: *index,
-                configuration: configuration.to_string(),
-                settings: configuration.settings.clone(),
-                load_kind: spec.load.kind,
-                load,
-                seed,
-                offered_rps: s.offered_rate_rps,
-                throughput_rps: s.throughput_rps,
-                goodput_rps: s.goodput_rps,
-                total: s.measured.total,
-                completed: s.measured.completed,
-                rejected: s.measured.rejected,
-                timed_out: s.measured.timed_out,
-                slo_met: outcome.slo_met,
-                queue_grows: outcome.queue_grows,
-                latency_ms: s.latency_ms.clone(),
-            };
-            let load_key = run_load_key(spec.load.kind, load, workload.trace_rate_rps);
-            Ok(JobOutput::Point(Box::new(row), load_key, seen))
-        }
-        Job::Search { config, seed } => {
-            let Configured {
-                configuration,
-                scenario,
-                ..
-            } = entry(config);
-            let key = RunKey {
-                config_index: config,
-                seed,
-            };
-            let mut seen: BTreeMap<u64, Seen> = seen_by_run.get(&key).cloned().unwrap_or_default();
-            let searched = search_workload(workload);
-            let load_key = |load: f64| run_load_key(searched.load_kind, load, None);
-            let capacity = search_capacity(&search_options(spec), |load| {
-                if let Some(known) = load_key(load).and_then(|k| seen.get(&k)) {
-                    return Ok(known.outcome);
-                }
-                let run = searched.run(scenario, profiles, load, seed)?;
-                let outcome = run.outcome(&spec.slo);
-                if let Some(k) = load_key(load) {
-                    seen.insert(
-                        k,
-                        Seen {
-                            outcome,
-                            throughput_rps: run.summary.throughput_rps,
-                            latency_ms: latency_ms(&run.summary, primary.metric, primary.stat),
-                        },
-                    );
-                }
-                Ok::<_, RunError>(outcome)
-            })
-            .map_err(|e| SweepError::Search {
-                configuration: configuration.to_string(),
-                seed,
-                message: error_chain(&e),
-            })?;
-            let at_capacity = load_key(capacity.sustainable_load).and_then(|k| seen.get(&k));
-            let capacity_rps = match (
-                capacity.bracket,
-                searched.nominal_rate_rps(capacity.sustainable_load),
-            ) {
-                (Bracket::BelowRange, _) => 0.0,
-                (_, Some(rate)) => rate,
-                (_, None) => at_capacity.map_or(0.0, |p| p.throughput_rps),
-            };
-            Ok(JobOutput::Search {
-                config,
-                capacity: SeedCapacity {
-                    seed,
-                    capacity_rps,
-                    bracket: capacity.bracket,
-                    latency_ms: at_capacity.and_then(|p| p.latency_ms),
-                    limited_by: capacity.limited_by,
-                },
-            })
-        }
+        Job::Point { config, load, seed } => point_job(context, config, load, seed),
+        Job::Search { config, seed } => search_job(context, config, seed, seen_by_run),
         Job::Detail { config } => {
             let Configured {
                 index, scenario, ..
-            } = entry(config);
+            } = context.entry(config);
             let load = spec
                 .detail_load
                 .unwrap_or(spec.load.values[spec.load.values.len() / 2]);
-            detail_run(spec, workload, *index, scenario, profiles, load)
-                .map(|d| JobOutput::Detail(Box::new(d)))
+            detail_run(
+                spec,
+                context.workload,
+                *index,
+                scenario,
+                context.profiles,
+                load,
+            )
+            .map(|d| JobOutput::Detail(Box::new(d)))
         }
     }
+}
+
+/// One run of configuration `config`'s curve at the `load`-th load of the axis with `seed`: its
+/// row, and what a capacity search may reuse of it.
+fn point_job(
+    context: &JobContext<'_, '_>,
+    config: usize,
+    load: usize,
+    seed: u64,
+) -> Result<JobOutput, SweepError> {
+    let (spec, workload) = (context.spec, context.workload);
+    let primary = spec.slo.primary();
+    let Configured {
+        index,
+        configuration,
+        scenario,
+    } = context.entry(config);
+    let load = spec.load.values[load];
+    let run = workload.run(scenario, context.profiles, load, seed)?;
+    let outcome = run.outcome(&spec.slo);
+    let s = &run.summary;
+    let seen = Seen {
+        outcome,
+        throughput_rps: s.throughput_rps,
+        latency_ms: latency_ms(s, primary.metric, primary.stat),
+    };
+    let row = CurveRow {
+        config_index: *index,
+        configuration: configuration.to_string(),
+        settings: configuration.settings.clone(),
+        load_kind: spec.load.kind,
+        load,
+        seed,
+        offered_rps: s.offered_rate_rps,
+        throughput_rps: s.throughput_rps,
+        goodput_rps: s.goodput_rps,
+        total: s.measured.total,
+        completed: s.measured.completed,
+        rejected: s.measured.rejected,
+        timed_out: s.measured.timed_out,
+        slo_met: outcome.slo_met,
+        queue_grows: outcome.queue_grows,
+        latency_ms: s.latency_ms.clone(),
+    };
+    let load_key = run_load_key(spec.load.kind, load, workload.trace_rate_rps);
+    Ok(JobOutput::Point(Box::new(row), load_key, seen))
+}
+
+/// The capacity search of configuration `config` with `seed`, reusing the curve runs of the
+/// same (configuration, seed) in `seen_by_run`.
+fn search_job(
+    context: &JobContext<'_, '_>,
+    config: usize,
+    seed: u64,
+    seen_by_run: &SeenByRun,
+) -> Result<JobOutput, SweepError> {
+    let spec = context.spec;
+    let primary = spec.slo.primary();
+    let Configured {
+        configuration,
+        scenario,
+        ..
+    } = context.entry(config);
+    let key = RunKey {
+        config_index: config,
+        seed,
+    };
+    let mut seen: BTreeMap<u64, Seen> = seen_by_run.get(&key).cloned().unwrap_or_default();
+    let searched = search_workload(context.workload);
+    let load_key = |load: f64| run_load_key(searched.load_kind, load, None);
+    let capacity = search_capacity(&search_options(spec), |load| {
+        if let Some(known) = load_key(load).and_then(|k| seen.get(&k)) {
+            return Ok(known.outcome);
+        }
+        let run = searched.run(scenario, context.profiles, load, seed)?;
+        let outcome = run.outcome(&spec.slo);
+        if let Some(k) = load_key(load) {
+            seen.insert(
+                k,
+                Seen {
+                    outcome,
+                    throughput_rps: run.summary.throughput_rps,
+                    latency_ms: latency_ms(&run.summary, primary.metric, primary.stat),
+                },
+            );
+        }
+        Ok::<_, RunError>(outcome)
+    })
+    .map_err(|e| SweepError::Search {
+        configuration: configuration.to_string(),
+        seed,
+        message: error_chain(&e),
+    })?;
+    let at_capacity = load_key(capacity.sustainable_load).and_then(|k| seen.get(&k));
+    let capacity_rps = match (
+        capacity.bracket,
+        searched.nominal_rate_rps(capacity.sustainable_load),
+    ) {
+        (Bracket::BelowRange, _) => 0.0,
+        (_, Some(rate)) => rate,
+        (_, None) => at_capacity.map_or(0.0, |p| p.throughput_rps),
+    };
+    Ok(JobOutput::Search {
+        config,
+        capacity: SeedCapacity {
+            seed,
+            capacity_rps,
+            bracket: capacity.bracket,
+            latency_ms: at_capacity.and_then(|p| p.latency_ms),
+            limited_by: capacity.limited_by,
+        },
+    })
 }
 
 fn error_chain(error: &dyn std::error::Error) -> String {

@@ -112,7 +112,21 @@ pub fn write_requests_parquet(
     records: &[RequestRecord],
     pool_names: &[String],
 ) -> Result<(), OutputError> {
-    let mut columns: Vec<(&str, ArrayRef)> = vec![
+    let mut columns = request_columns(records, pool_names);
+    columns.extend(stage_time_columns(records));
+    columns.extend(outcome_columns(records));
+    if records.iter().any(|r| r.first_token_ns != NONE) {
+        columns.extend(token_columns(records));
+    }
+    write_batch(path, columns)
+}
+
+/// Who each record is: the request, its attempt, where it ran and its token counts.
+fn request_columns(
+    records: &[RequestRecord],
+    pool_names: &[String],
+) -> Vec<(&'static str, ArrayRef)> {
+    vec![
         (
             "request",
             Arc::new(UInt32Array::from_iter_values(
@@ -151,6 +165,12 @@ pub fn write_requests_parquet(
                 records.iter().map(|r| r.output_tokens),
             )),
         ),
+    ]
+}
+
+/// When each record reached each stage, its latency, and its batch.
+fn stage_time_columns(records: &[RequestRecord]) -> Vec<(&'static str, ArrayRef)> {
+    vec![
         ("arrival_ns", time_column(records, |r| r.arrival_ns)),
         ("gateway_ns", time_column(records, |r| r.gateway_ns)),
         ("admitted_ns", time_column(records, |r| r.admitted_ns)),
@@ -179,6 +199,12 @@ pub fn write_requests_parquet(
                 records.iter().map(|r| r.batch_size),
             )),
         ),
+    ]
+}
+
+/// How each record ended: its outcome, the reason of a rejection or failure, a cache hit.
+fn outcome_columns(records: &[RequestRecord]) -> Vec<(&'static str, ArrayRef)> {
+    vec![
         (
             "outcome",
             Arc::new(StringArray::from_iter_values(
@@ -209,31 +235,35 @@ pub fn write_requests_parquet(
                 records.iter().map(|r| Some(r.cache_hit)),
             )),
         ),
-    ];
-    if records.iter().any(|r| r.first_token_ns != NONE) {
-        let completed_with_tokens =
-            |r: &RequestRecord| r.outcome == Outcome::Completed && r.first_token_ns != NONE;
-        columns.push(("first_token_ns", time_column(records, |r| r.first_token_ns)));
-        columns.push((
-            "ttft_ns",
-            Arc::new(Int64Array::from_iter(
-                records
-                    .iter()
-                    .map(|r| completed_with_tokens(r).then(|| r.ttft_ns() as i64)),
-            )),
-        ));
-        columns.push((
-            "tpot_ns",
-            Arc::new(Int64Array::from_iter(records.iter().map(|r| {
-                if completed_with_tokens(r) {
-                    r.tpot_ns().map(|t| t as i64)
-                } else {
-                    None
-                }
-            }))),
-        ));
-    }
-    write_batch(path, columns)
+    ]
+}
+
+/// The token times of a continuous batcher: the first token, and the TTFT and TPOT of each
+/// request completed with tokens (null for the others).
+fn token_columns(records: &[RequestRecord]) -> Vec<(&'static str, ArrayRef)> {
+    let mut columns: Vec<(&'static str, ArrayRef)> = Vec::new();
+    let completed_with_tokens =
+        |r: &RequestRecord| r.outcome == Outcome::Completed && r.first_token_ns != NONE;
+    columns.push(("first_token_ns", time_column(records, |r| r.first_token_ns)));
+    columns.push((
+        "ttft_ns",
+        Arc::new(Int64Array::from_iter(
+            records
+                .iter()
+                .map(|r| completed_with_tokens(r).then(|| r.ttft_ns() as i64)),
+        )),
+    ));
+    columns.push((
+        "tpot_ns",
+        Arc::new(Int64Array::from_iter(records.iter().map(|r| {
+            if completed_with_tokens(r) {
+                r.tpot_ns().map(|t| t as i64)
+            } else {
+                None
+            }
+        }))),
+    ));
+    columns
 }
 
 /// Writes the sampled timeseries.

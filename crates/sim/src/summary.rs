@@ -833,11 +833,15 @@ impl Summary {
 
     /// A few lines for a terminal.
     pub fn human(&self) -> String {
-        let e2e = self
-            .latency_ms
-            .get("end_to_end")
-            .cloned()
-            .unwrap_or_default();
+        let mut out = self.human_counts();
+        out += &self.human_latencies();
+        out += &self.human_batches();
+        out
+    }
+
+    /// The scenario, the requests by outcome, the rates and what cut them: the first lines of
+    /// [`Self::human`].
+    fn human_counts(&self) -> String {
         let failed = if self.requests.failed > 0 {
             let classes: Vec<String> = self
                 .requests
@@ -887,16 +891,21 @@ impl Summary {
                  {cut_out} outputs (max_output_tokens)"
             );
         }
+        out
+    }
+
+    /// The end-to-end latency, the token metrics and a continuous batcher's steps, a line each.
+    fn human_latencies(&self) -> String {
+        let e2e = self
+            .latency_ms
+            .get("end_to_end")
+            .cloned()
+            .unwrap_or_default();
+        let mut out = String::new();
         out += &format!(
             "\nlatency ms: mean {:.3}, p50 {:.3}, p90 {:.3}, p99 {:.3}, p99.9 {:.3}, max {:.3}\n",
             e2e.mean_ms, e2e.p50_ms, e2e.p90_ms, e2e.p99_ms, e2e.p999_ms, e2e.max_ms
         );
-        let util = if self.utilization.is_empty() {
-            0.0
-        } else {
-            self.utilization.iter().map(|u| u.utilization).sum::<f64>()
-                / self.utilization.len() as f64
-        };
         for key in TOKEN_METRICS {
             if let Some(t) = self.latency_ms.get(key) {
                 let unit = if key == "normalized" {
@@ -922,6 +931,19 @@ impl Summary {
                 llm.kv_utilization_max * 100.0
             );
         }
+        out
+    }
+
+    /// The batches, the mean utilization and the percentile method, and a warning for batches
+    /// extrapolated past the calibrated grid.
+    fn human_batches(&self) -> String {
+        let util = if self.utilization.is_empty() {
+            0.0
+        } else {
+            self.utilization.iter().map(|u| u.utilization).sum::<f64>()
+                / self.utilization.len() as f64
+        };
+        let mut out = String::new();
         out += &format!(
             "batches {}, mean size {:.2}; mean utilization {:.1}%\npercentiles: {}\n",
             self.batches,

@@ -100,11 +100,31 @@ pub fn timeline_json(
     pool_names: &[String],
     window: TimelineWindow,
 ) -> Value {
-    let mut batches: BTreeMap<u64, Batch> = BTreeMap::new();
-    // (start, request, attempt) -> (pool, track, end), in start order.
-    let mut waits: BTreeMap<(u64, u32, u16), (u16, Track, u64)> = BTreeMap::new();
-    let mut tracks: BTreeSet<(u16, (u32, u8, u32), Track)> = BTreeSet::new();
+    let spans = spans(records, window);
+    let mut events: Vec<Value> = Vec::new();
+    let tids = track_events(&spans.tracks, pool_names, &mut events);
+    batch_events(&spans.batches, &tids, &mut events);
+    wait_events(&spans.waits, &tids, &mut events);
+    json!({ "traceEvents": events, "displayTimeUnit": "ms" })
+}
 
+/// A track: its pool, its place in the pool's order, and the track.
+type TrackKey = (u16, (u32, u8, u32), Track);
+
+/// What the timeline draws, gathered from the records.
+#[derive(Default)]
+struct Spans {
+    /// By batch id.
+    batches: BTreeMap<u64, Batch>,
+    /// (start, request, attempt) -> (pool, track, end), in start order.
+    waits: BTreeMap<(u64, u32, u16), (u16, Track, u64)>,
+    tracks: BTreeSet<TrackKey>,
+}
+
+/// The batches that start within `window` and the queue waits that begin within it, with the
+/// tracks they run on.
+fn spans(records: &[RequestRecord], window: TimelineWindow) -> Spans {
+    let mut spans = Spans::default();
     for record in records {
         if record.instance == u32::MAX || record.pool == u16::MAX {
             continue;
@@ -114,21 +134,24 @@ pub fn timeline_json(
             && record.exec_start_ns != NONE
             && record.exec_end_ns != NONE;
         if batched && window.contains(record.exec_start_ns) {
-            let batch = batches.entry(record.batch_id).or_insert_with(|| Batch {
-                pool: record.pool,
-                instance: record.instance,
-                model_instance: record.model_instance,
-                exec_start_ns: record.exec_start_ns,
-                exec_end_ns: record.exec_end_ns,
-                size: record.batch_size,
-                requests: BTreeSet::new(),
-            });
+            let batch = spans
+                .batches
+                .entry(record.batch_id)
+                .or_insert_with(|| Batch {
+                    pool: record.pool,
+                    instance: record.instance,
+                    model_instance: record.model_instance,
+                    exec_start_ns: record.exec_start_ns,
+                    exec_end_ns: record.exec_end_ns,
+                    size: record.batch_size,
+                    requests: BTreeSet::new(),
+                });
             batch.requests.insert(record.request);
             let track = Track::Model {
                 instance: record.instance,
                 model_instance: record.model_instance,
             };
-            tracks.insert((record.pool, track.sort_key(), track));
+            spans.tracks.insert((record.pool, track.sort_key(), track));
         }
         if window.contains(record.queued_ns) {
             // The wait ends when the batch forms, or when the request leaves the queue unbatched
@@ -142,20 +165,27 @@ pub fn timeline_json(
                 let track = Track::Queue {
                     instance: record.instance,
                 };
-                waits.insert(
+                spans.waits.insert(
                     (record.queued_ns, record.request, record.attempt),
                     (record.pool, track, end_ns),
                 );
-                tracks.insert((record.pool, track.sort_key(), track));
+                spans.tracks.insert((record.pool, track.sort_key(), track));
             }
         }
     }
+    spans
+}
 
-    // Thread ids: 1, 2, ... per pool, in track order.
+/// The metadata events that name each pool (once) and each track, in track order; returns the
+/// thread id of each track: 1, 2, ... per pool.
+fn track_events(
+    tracks: &BTreeSet<TrackKey>,
+    pool_names: &[String],
+    events: &mut Vec<Value>,
+) -> BTreeMap<(u16, Track), u64> {
     let mut tids: BTreeMap<(u16, Track), u64> = BTreeMap::new();
-    let mut events: Vec<Value> = Vec::new();
     let mut pools_named: BTreeSet<u16> = BTreeSet::new();
-    for &(pool, _, track) in &tracks {
+    for &(pool, _, track) in tracks {
         if pools_named.insert(pool) {
             let name = pool_names
                 .get(usize::from(pool))
@@ -177,8 +207,16 @@ pub fn timeline_json(
             "args": { "sort_index": tid },
         }));
     }
+    tids
+}
 
-    for (batch_id, batch) in &batches {
+/// One complete event per batch, on its model instance's track.
+fn batch_events(
+    batches: &BTreeMap<u64, Batch>,
+    tids: &BTreeMap<(u16, Track), u64>,
+    events: &mut Vec<Value>,
+) {
+    for (batch_id, batch) in batches {
         let track = Track::Model {
             instance: batch.instance,
             model_instance: batch.model_instance,
@@ -195,8 +233,15 @@ pub fn timeline_json(
             "args": { "batch_id": batch_id, "size": batch.size, "requests": requests },
         }));
     }
+}
 
-    for (&(start_ns, request, attempt), &(pool, track, end_ns)) in &waits {
+/// A begin and an end event per queue wait, on its instance's queue track.
+fn wait_events(
+    waits: &BTreeMap<(u64, u32, u16), (u16, Track, u64)>,
+    tids: &BTreeMap<(u16, Track), u64>,
+    events: &mut Vec<Value>,
+) {
+    for (&(start_ns, request, attempt), &(pool, track, end_ns)) in waits {
         let tid = tids[&(pool, track)];
         let id = format!("{request}.{attempt}");
         events.push(json!({
@@ -209,8 +254,6 @@ pub fn timeline_json(
             "pid": pool, "tid": tid, "ts": micros(end_ns),
         }));
     }
-
-    json!({ "traceEvents": events, "displayTimeUnit": "ms" })
 }
 
 /// Writes [`timeline_json`] of the records to `path` (compact JSON).

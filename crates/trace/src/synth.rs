@@ -395,46 +395,25 @@ pub fn synthesize(spec: &SynthSpec) -> Result<Trace, TraceError> {
 
 fn arrivals(spec: &SynthSpec) -> Result<Vec<u64>, TraceError> {
     let rate = spec.rate_rps;
-    let max_n = spec.count.unwrap_or(MAX_REQUESTS);
-    let end_ns = spec.duration_ns.map_or(f64::INFINITY, |d| d as f64);
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(spec.seed);
-    let mut out: Vec<u64> = Vec::new();
-    let per_ns = rate / 1e9;
-    let exp = |r: f64| Exp::new(r).map_err(|e| bad("--rate", &rate.to_string(), e.to_string()));
-    let push = |t: f64, out: &mut Vec<u64>| -> bool {
-        if t >= end_ns || out.len() as u64 >= max_n {
-            return false;
-        }
-        out.push(t.round() as u64);
-        true
+    let mut out = Bounded {
+        end_ns: spec.duration_ns.map_or(f64::INFINITY, |d| d as f64),
+        max_n: spec.count.unwrap_or(MAX_REQUESTS),
+        times: Vec::new(),
     };
+    let per_ns = rate / 1e9;
     match &spec.arrivals {
-        Arrivals::Poisson => {
-            let gap = exp(per_ns)?;
-            let mut t = 0.0;
-            loop {
-                t += gap.sample(&mut rng);
-                if !push(t, &mut out) {
-                    break;
-                }
-            }
-        }
+        Arrivals::Poisson => renewal(&exp(rate, per_ns)?, &mut rng, &mut out),
         Arrivals::Gamma { cv } => {
             let shape = 1.0 / (cv * cv);
             let scale = cv * cv / per_ns;
             let gap = Gamma::new(shape, scale)
                 .map_err(|e| bad("--arrivals", &format!("gamma:cv={cv}"), e.to_string()))?;
-            let mut t = 0.0;
-            loop {
-                t += gap.sample(&mut rng);
-                if !push(t, &mut out) {
-                    break;
-                }
-            }
+            renewal(&gap, &mut rng, &mut out);
         }
         Arrivals::Constant => {
             let mut k = 0u64;
-            while push(k as f64 / per_ns, &mut out) {
+            while out.push(k as f64 / per_ns) {
                 k += 1;
             }
         }
@@ -443,17 +422,16 @@ fn arrivals(spec: &SynthSpec) -> Result<Vec<u64>, TraceError> {
             amplitude,
         } => {
             // Thinning (Lewis-Shedler): candidates at the peak rate, kept in proportion.
-            let peak = per_ns * (1.0 + amplitude);
-            let gap = exp(peak)?;
+            let gap = exp(rate, per_ns * (1.0 + amplitude))?;
             let mut t = 0.0;
             loop {
                 t += gap.sample(&mut rng);
                 let phase = 2.0 * std::f64::consts::PI * t / *period_ns as f64;
                 let keep = (1.0 + amplitude * phase.sin()) / (1.0 + amplitude);
-                if rng.random::<f64>() < keep && !push(t, &mut out) {
+                if rng.random::<f64>() < keep && !out.push(t) {
                     break;
                 }
-                if t >= end_ns {
+                if t >= out.end_ns {
                     break;
                 }
             }
@@ -462,49 +440,101 @@ fn arrivals(spec: &SynthSpec) -> Result<Vec<u64>, TraceError> {
             ratio,
             on_ns,
             off_ns,
-        } => {
-            let (on, off) = (*on_ns as f64, *off_ns as f64);
-            let low = per_ns * (on + off) / (ratio * on + off);
-            let high = low * ratio;
-            let gap_low = exp(low)?;
-            let gap_high = exp(high)?;
-            let stay_on = exp(1.0 / on)?;
-            let stay_off = exp(1.0 / off)?;
-            let mut burst = rng.random::<f64>() < on / (on + off);
-            let mut t = 0.0;
-            let mut state_end = if burst {
-                stay_on.sample(&mut rng)
-            } else {
-                stay_off.sample(&mut rng)
-            };
-            loop {
-                let g = if burst {
-                    gap_high.sample(&mut rng)
-                } else {
-                    gap_low.sample(&mut rng)
-                };
-                if t + g >= state_end {
-                    // Memoryless: restart the gap in the new state.
-                    t = state_end;
-                    burst = !burst;
-                    state_end = t + if burst {
-                        stay_on.sample(&mut rng)
-                    } else {
-                        stay_off.sample(&mut rng)
-                    };
-                    if t >= end_ns {
-                        break;
-                    }
-                    continue;
-                }
-                t += g;
-                if !push(t, &mut out) {
-                    break;
-                }
-            }
+        } => bursty(
+            rate,
+            *ratio,
+            (*on_ns as f64, *off_ns as f64),
+            &mut rng,
+            &mut out,
+        )?,
+    }
+    Ok(out.times)
+}
+
+/// Arrival times as a process makes them: rounded to the nanosecond, until `end_ns` or
+/// `max_n` arrivals.
+struct Bounded {
+    end_ns: f64,
+    max_n: u64,
+    times: Vec<u64>,
+}
+
+impl Bounded {
+    /// Adds an arrival at `t` ns; `false` (and nothing added) once past the end or the count.
+    fn push(&mut self, t: f64) -> bool {
+        if t >= self.end_ns || self.times.len() as u64 >= self.max_n {
+            return false;
+        }
+        self.times.push(t.round() as u64);
+        true
+    }
+}
+
+/// The exponential distribution of rate `per_ns`; an error names the `--rate` (`rate_rps`).
+fn exp(rate_rps: f64, per_ns: f64) -> Result<Exp<f64>, TraceError> {
+    Exp::new(per_ns).map_err(|e| bad("--rate", &rate_rps.to_string(), e.to_string()))
+}
+
+/// A renewal process: independent gaps drawn from `gap`.
+fn renewal(gap: &impl Distribution<f64>, rng: &mut Xoshiro256PlusPlus, out: &mut Bounded) {
+    let mut t = 0.0;
+    loop {
+        t += gap.sample(rng);
+        if !out.push(t) {
+            break;
         }
     }
-    Ok(out)
+}
+
+/// On-off bursts: `ratio` times the rate while on, with exponential on and off spells of mean
+/// `(on, off)` ns, the mean rate over both `rate_rps`.
+fn bursty(
+    rate_rps: f64,
+    ratio: f64,
+    (on, off): (f64, f64),
+    rng: &mut Xoshiro256PlusPlus,
+    out: &mut Bounded,
+) -> Result<(), TraceError> {
+    let per_ns = rate_rps / 1e9;
+    let low = per_ns * (on + off) / (ratio * on + off);
+    let high = low * ratio;
+    let gap_low = exp(rate_rps, low)?;
+    let gap_high = exp(rate_rps, high)?;
+    let stay_on = exp(rate_rps, 1.0 / on)?;
+    let stay_off = exp(rate_rps, 1.0 / off)?;
+    let mut burst = rng.random::<f64>() < on / (on + off);
+    let mut t = 0.0;
+    let mut state_end = if burst {
+        stay_on.sample(rng)
+    } else {
+        stay_off.sample(rng)
+    };
+    loop {
+        let g = if burst {
+            gap_high.sample(rng)
+        } else {
+            gap_low.sample(rng)
+        };
+        if t + g >= state_end {
+            // Memoryless: restart the gap in the new state.
+            t = state_end;
+            burst = !burst;
+            state_end = t + if burst {
+                stay_on.sample(rng)
+            } else {
+                stay_off.sample(rng)
+            };
+            if t >= out.end_ns {
+                break;
+            }
+            continue;
+        }
+        t += g;
+        if !out.push(t) {
+            break;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

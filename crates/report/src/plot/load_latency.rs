@@ -363,6 +363,43 @@ where
     }
     mesh.draw().at(path)?;
 
+    draw_capacity_and_slo(&mut chart, plot, panel, path)?;
+    // The capacity's label and the whiskers first, so the percentile lines sit on top of them.
+    if let Some(capacity) = &panel.capacity {
+        draw_capacity_label(&chart, area, capacity, plot.slo_ms, sizes, path)?;
+    }
+    let departed: Vec<&LoadPoint> = panel
+        .points
+        .iter()
+        .filter(|p| p.achieved_rps < p.offered_rps * (1.0 - DEPARTURE_FRACTION))
+        .collect();
+    draw_whiskers(&mut chart, &departed, path)?;
+    draw_percentiles(&mut chart, panel, path)?;
+    draw_capacity_point(&mut chart, panel, path)?;
+    if let Some(last) = departed.last() {
+        draw_departure_note(&chart, area, last, sizes, path)?;
+    }
+    Ok(probes
+        .iter()
+        .map(|&(i, x, y)| (i, chart.backend_coord(&(x, y))))
+        .collect())
+}
+
+/// A panel's chart: load (req/s) across, latency (ms) up, on a linear or a log axis.
+type PanelChart<'a, 'b, Y> =
+    ChartContext<'a, Png<'b>, Cartesian2d<plotters::coord::types::RangedCoordf64, Y>>;
+
+/// The capacity's 95% interval band and line (when there is a capacity) and the SLO's dashed
+/// line (when there is an SLO).
+fn draw_capacity_and_slo<Y>(
+    chart: &mut PanelChart<'_, '_, Y>,
+    plot: &LoadLatencyPlot,
+    panel: &LoadPanel,
+    path: &Path,
+) -> Result<(), PlotError>
+where
+    Y: Ranged<ValueType = f64>,
+{
     let x_end = chart.x_range().end;
     let (y_bottom, y_top) = (chart.y_range().start, chart.y_range().end);
     if let Some(capacity) = &panel.capacity
@@ -393,16 +430,19 @@ where
             ))
             .at(path)?;
     }
-    // The capacity's label and the whiskers first, so the percentile lines sit on top of them.
-    if let Some(capacity) = &panel.capacity {
-        draw_capacity_label(&chart, area, capacity, plot.slo_ms, sizes, path)?;
-    }
-    let departed: Vec<&LoadPoint> = panel
-        .points
-        .iter()
-        .filter(|p| p.achieved_rps < p.offered_rps * (1.0 - DEPARTURE_FRACTION))
-        .collect();
-    for point in &departed {
+    Ok(())
+}
+
+/// A whisker from each `departed` point's p99 left to its achieved rate, with a tick there.
+fn draw_whiskers<Y>(
+    chart: &mut PanelChart<'_, '_, Y>,
+    departed: &[&LoadPoint],
+    path: &Path,
+) -> Result<(), PlotError>
+where
+    Y: Ranged<ValueType = f64>,
+{
+    for point in departed {
         chart
             .draw_series(std::iter::once(PathElement::new(
                 vec![
@@ -419,6 +459,18 @@ where
             ))
             .at(path)?;
     }
+    Ok(())
+}
+
+/// The p50, p95 and p99 lines against offered load, with a dot at each point.
+fn draw_percentiles<Y>(
+    chart: &mut PanelChart<'_, '_, Y>,
+    panel: &LoadPanel,
+    path: &Path,
+) -> Result<(), PlotError>
+where
+    Y: Ranged<ValueType = f64>,
+{
     for (pick, colour, width) in [
         (
             (|p: &LoadPoint| p.p50_ms) as fn(&LoadPoint) -> f64,
@@ -443,7 +495,19 @@ where
             )
             .at(path)?;
     }
-    // The capacity search's own run at capacity, on top: the point the capacity rests on.
+    Ok(())
+}
+
+/// The capacity search's own run at capacity, on top: the point the capacity rests on (when
+/// the panel has a capacity with a latency).
+fn draw_capacity_point<Y>(
+    chart: &mut PanelChart<'_, '_, Y>,
+    panel: &LoadPanel,
+    path: &Path,
+) -> Result<(), PlotError>
+where
+    Y: Ranged<ValueType = f64>,
+{
     if let Some(capacity) = &panel.capacity
         && capacity.rps > 0.0
         && let Some(latency) = capacity.latency_ms
@@ -463,25 +527,36 @@ where
             )))
             .at(path)?;
     }
-    if let Some(last) = departed.last() {
-        // Bottom right, above the x axis: the curves climb away from that corner.
-        let text = format!(
-            "achieved {} of {} req/s offered",
-            number(last.achieved_rps),
-            number(last.offered_rps)
-        );
-        let style = TextStyle::from((FONT, sizes.tick))
-            .color(&RGBColor(90, 90, 90))
-            .pos(Pos::new(HPos::Right, VPos::Bottom));
-        let (x, y) = chart.backend_coord(&(x_end, y_bottom));
-        let (base_x, base_y) = area.get_base_pixel();
-        area.draw_text(&text, &style, (x - base_x - 6, y - base_y - 6))
-            .at(path)?;
-    }
-    Ok(probes
-        .iter()
-        .map(|&(i, x, y)| (i, chart.backend_coord(&(x, y))))
-        .collect())
+    Ok(())
+}
+
+/// The note of how far the last departed point's achieved rate fell behind its offered one,
+/// bottom right, above the x axis: the curves climb away from that corner.
+fn draw_departure_note<Y>(
+    chart: &PanelChart<'_, '_, Y>,
+    area: &DrawingArea<Png<'_>, Shift>,
+    last: &LoadPoint,
+    sizes: TextSizes,
+    path: &Path,
+) -> Result<(), PlotError>
+where
+    Y: Ranged<ValueType = f64>,
+{
+    let x_end = chart.x_range().end;
+    let y_bottom = chart.y_range().start;
+    let text = format!(
+        "achieved {} of {} req/s offered",
+        number(last.achieved_rps),
+        number(last.offered_rps)
+    );
+    let style = TextStyle::from((FONT, sizes.tick))
+        .color(&RGBColor(90, 90, 90))
+        .pos(Pos::new(HPos::Right, VPos::Bottom));
+    let (x, y) = chart.backend_coord(&(x_end, y_bottom));
+    let (base_x, base_y) = area.get_base_pixel();
+    area.draw_text(&text, &style, (x - base_x - 6, y - base_y - 6))
+        .at(path)?;
+    Ok(())
 }
 
 /// Writes the capacity's number and interval just under `anchor_y` (the SLO; the top of the

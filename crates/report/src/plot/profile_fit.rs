@@ -3,8 +3,10 @@
 use std::path::Path;
 
 use capsim_sim::timing::profile::Profile;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
+use super::Png;
 use super::{
     DrawResult, FONT, LegendEntry, LegendMark, PlotError, PlotSize, TextSizes, bad_data, canvas,
     compact, draw_legend, extent, legend_width_px, padded, series_colour, series_legend,
@@ -141,22 +143,7 @@ pub fn draw_profile_fit(
     let root = canvas(path, size)?;
     let sizes = TextSizes::for_size(size);
     let root = root.titled(&plot.title, (FONT, sizes.title)).at(path)?;
-    let mut legend = series_legend(plot.series.iter().map(|s| s.label.as_str()));
-    legend.push(LegendEntry {
-        label: "measured mean (circles)".into(),
-        colour: BLACK,
-        mark: LegendMark::Square,
-    });
-    legend.push(LegendEntry {
-        label: "measured p99 (crosses)".into(),
-        colour: BLACK,
-        mark: LegendMark::Cross,
-    });
-    legend.push(LegendEntry {
-        label: "affine fit of the mean".into(),
-        colour: BLACK,
-        mark: LegendMark::Dashed(2),
-    });
+    let legend = legend(plot);
     let legend_px = legend_width_px(
         legend.iter().map(|e| e.label.chars().count()),
         sizes.tick,
@@ -184,43 +171,75 @@ pub fn draw_profile_fit(
         .draw()
         .at(path)?;
     for (index, series) in plot.series.iter().enumerate() {
-        let colour = series_colour(index);
-        // Dashes: draw every other segment of the fitted line, each cut in four.
-        for pair in series.fitted.windows(2) {
-            let ((xa, ya), (xb, yb)) = (pair[0], pair[1]);
-            for k in (0..8).step_by(2) {
-                let t0 = k as f64 / 8.0;
-                let t1 = (k + 1) as f64 / 8.0;
-                chart
-                    .draw_series(std::iter::once(PathElement::new(
-                        vec![
-                            (xa + (xb - xa) * t0, ya + (yb - ya) * t0),
-                            (xa + (xb - xa) * t1, ya + (yb - ya) * t1),
-                        ],
-                        colour.stroke_width(2),
-                    )))
-                    .at(path)?;
-            }
-        }
-        chart
-            .draw_series(
-                series
-                    .measured
-                    .iter()
-                    .map(|m| Circle::new((m.batch_size, m.mean_ms), 6, colour.stroke_width(2))),
-            )
-            .at(path)?;
-        chart
-            .draw_series(
-                series
-                    .measured
-                    .iter()
-                    .map(|m| Cross::new((m.batch_size, m.p99_ms), 6, colour.stroke_width(2))),
-            )
-            .at(path)?;
+        draw_fit_series(&mut chart, series, series_colour(index), path)?;
     }
     draw_legend(&legend_area, &legend, sizes.tick, path)?;
     root.present().at(path)
+}
+
+/// The legend: one entry per series, then what the circles, crosses and dashes mean.
+fn legend(plot: &ProfileFitPlot) -> Vec<LegendEntry> {
+    let mut legend = series_legend(plot.series.iter().map(|s| s.label.as_str()));
+    legend.push(LegendEntry {
+        label: "measured mean (circles)".into(),
+        colour: BLACK,
+        mark: LegendMark::Square,
+    });
+    legend.push(LegendEntry {
+        label: "measured p99 (crosses)".into(),
+        colour: BLACK,
+        mark: LegendMark::Cross,
+    });
+    legend.push(LegendEntry {
+        label: "affine fit of the mean".into(),
+        colour: BLACK,
+        mark: LegendMark::Dashed(2),
+    });
+    legend
+}
+
+/// One series in `colour`: its fitted line dashed, its measured means as circles and its p99s
+/// as crosses.
+fn draw_fit_series(
+    chart: &mut ChartContext<'_, Png<'_>, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+    series: &FitSeries,
+    colour: RGBColor,
+    path: &Path,
+) -> Result<(), PlotError> {
+    // Dashes: draw every other segment of the fitted line, each cut in four.
+    for pair in series.fitted.windows(2) {
+        let ((xa, ya), (xb, yb)) = (pair[0], pair[1]);
+        for k in (0..8).step_by(2) {
+            let t0 = k as f64 / 8.0;
+            let t1 = (k + 1) as f64 / 8.0;
+            chart
+                .draw_series(std::iter::once(PathElement::new(
+                    vec![
+                        (xa + (xb - xa) * t0, ya + (yb - ya) * t0),
+                        (xa + (xb - xa) * t1, ya + (yb - ya) * t1),
+                    ],
+                    colour.stroke_width(2),
+                )))
+                .at(path)?;
+        }
+    }
+    chart
+        .draw_series(
+            series
+                .measured
+                .iter()
+                .map(|m| Circle::new((m.batch_size, m.mean_ms), 6, colour.stroke_width(2))),
+        )
+        .at(path)?;
+    chart
+        .draw_series(
+            series
+                .measured
+                .iter()
+                .map(|m| Cross::new((m.batch_size, m.p99_ms), 6, colour.stroke_width(2))),
+        )
+        .at(path)?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -314,13 +314,24 @@ fn caption_of(file: &str) -> &'static str {
     }
 }
 
-/// The blocks of the review.
+/// The blocks of the review: the title, then its four sections.
 fn blocks(
     result: &SweepResult,
     slo: &Slo,
     ranking: &[&CapacityRow],
     figures: &[String],
 ) -> Vec<Block> {
+    let mut out = title_blocks(result);
+    out.extend(question_blocks(result, slo));
+    out.extend(answer_blocks(result, ranking));
+    out.extend(evidence_blocks(result, ranking, figures));
+    out.extend(basis_blocks(result, ranking));
+    out
+}
+
+/// The title (the scenario and the trace, when the sweep recorded them) and, for an interrupted
+/// sweep, the warning that only finished runs are reported.
+fn title_blocks(result: &SweepResult) -> Vec<Block> {
     let mut out = Vec::new();
     let review = result.review.as_ref();
     let title = review.map_or("Capacity review".to_string(), |r| {
@@ -344,9 +355,12 @@ fn blocks(
             "The sweep was interrupted: only the runs that finished are reported.".to_string(),
         ));
     }
+    out
+}
 
-    // The question.
-    out.push(Block::Heading(2, "Question".to_string()));
+/// The question: the traffic, the growth, the serving setup, the objective and the options.
+fn question_blocks(result: &SweepResult, slo: &Slo) -> Vec<Block> {
+    let review = result.review.as_ref();
     let mut question = Vec::new();
     if let Some(r) = review {
         let q = &r.question;
@@ -385,10 +399,16 @@ fn blocks(
             .collect::<Vec<_>>()
             .join(" × ")
     ));
-    out.push(Block::List(question));
+    vec![
+        Block::Heading(2, "Question".to_string()),
+        Block::List(question),
+    ]
+}
 
-    // The answer.
-    out.push(Block::Heading(2, "Answer".to_string()));
+/// The answer, and the warning when the service times it rests on were not measured.
+fn answer_blocks(result: &SweepResult, ranking: &[&CapacityRow]) -> Vec<Block> {
+    let review = result.review.as_ref();
+    let mut out = vec![Block::Heading(2, "Answer".to_string())];
     match review {
         Some(r) => out.push(Block::Para(format!("**{}**", answer_sentence(result, r)))),
         None => out.push(Block::Para(format!(
@@ -404,9 +424,17 @@ fn blocks(
             r.basis.service
         )));
     }
+    out
+}
 
-    // The evidence.
-    out.push(Block::Heading(2, "Evidence".to_string()));
+/// The evidence: the figures, then the capacity of every configuration (its definitions, the
+/// table and the notes the table needs).
+fn evidence_blocks(
+    result: &SweepResult,
+    ranking: &[&CapacityRow],
+    figures: &[String],
+) -> Vec<Block> {
+    let mut out = vec![Block::Heading(2, "Evidence".to_string())];
     for file in figures {
         out.push(Block::Figure {
             file: file.clone(),
@@ -421,6 +449,18 @@ fn blocks(
         "**Capacity** (the answer's measure): the highest rate at which the SLO holds, losses stay within the bound, the queue does not grow and the achieved throughput stays within 10% of the offered rate, found per seed by one search that `sweep` and `plan` share (doubling or halving from the trace's own rate, then bisection to 1%): the highest load it found sustainable below the lowest it found unsustainable; the interval is a 95% Student-t interval across seeds. **Ends by** is what failed at that lowest unsustainable load, over the seeds.".to_string(),
         "**Latency starts to climb** (Kneedle's knee of the SLO percentile against load): where the curve bends upward, a load to stay below for comfort; shown only where it lies at or below the capacity, – where Kneedle finds no bend.".to_string(),
     ]));
+    let (table, past_capacity) = capacity_table(ranking);
+    out.push(table);
+    let notes = capacity_notes(result, ranking, &past_capacity);
+    if !notes.is_empty() {
+        out.push(Block::List(notes));
+    }
+    out
+}
+
+/// The ranked capacity table, and the configurations whose Kneedle knee lies past their capacity
+/// (their knee is not shown; a note says why).
+fn capacity_table(ranking: &[&CapacityRow]) -> (Block, Vec<String>) {
     let mut rows = Vec::new();
     let mut past_capacity = Vec::new();
     for (rank, row) in ranking.iter().enumerate() {
@@ -459,7 +499,7 @@ fn blocks(
                 .map_or("–".to_string(), |c| format!("{c:.4}")),
         ]);
     }
-    out.push(Block::Table {
+    let table = Block::Table {
         head: [
             "rank",
             "configuration",
@@ -479,7 +519,17 @@ fn blocks(
             true, false, true, true, false, false, true, true, true, true,
         ],
         rows,
-    });
+    };
+    (table, past_capacity)
+}
+
+/// The notes under the capacity table: lower bounds, knees past capacity (`past_capacity`), and
+/// how the capacity scales with instances.
+fn capacity_notes(
+    result: &SweepResult,
+    ranking: &[&CapacityRow],
+    past_capacity: &[String],
+) -> Vec<String> {
     let mut notes = Vec::new();
     if ranking.iter().any(|r| {
         r.bracket_by_seed
@@ -496,14 +546,14 @@ fn blocks(
     if let Some(note) = scaling_note(result) {
         notes.push(note);
     }
-    if !notes.is_empty() {
-        out.push(Block::List(notes));
-    }
+    notes
+}
 
-    // What it rests on.
-    out.push(Block::Heading(2, "What the answer rests on".to_string()));
+/// What the answer rests on: the service times' source, the overheads, the seeds, the
+/// sensitivity (when the sweep recorded them) and the runs.
+fn basis_blocks(result: &SweepResult, ranking: &[&CapacityRow]) -> Vec<Block> {
     let mut basis = Vec::new();
-    if let Some(r) = review {
+    if let Some(r) = result.review.as_ref() {
         let b = &r.basis;
         let source = match b.service_source {
             ServiceSource::Unmeasured => "**UNMEASURED: a guess written in the scenario**",
@@ -535,47 +585,7 @@ fn blocks(
         if b.service_source != ServiceSource::Calibrated && !b.service.contains("residuals") {
             basis.push("The service model is deterministic and the trace fixes the arrivals, so seeds vary only the sampled overheads (network latency): the interval is narrow and does not cover the service-time uncertainty; the sensitivity below does.".to_string());
         }
-        match &r.sensitivity {
-            Some(s) => match (s.capacity_rps, &s.note) {
-                (Some(slow), _) => {
-                    let base = ranking
-                        .iter()
-                        .find(|row| row.configuration == s.configuration)
-                        .and_then(|row| row.capacity_rps);
-                    let change = base.filter(|b| b.low > 0.0).map_or(String::new(), |b| {
-                        if slow.low >= b.low {
-                            format!(
-                                " against {:.1} req/s as simulated: not lower, so the difference is within the search's noise (1% resolution, the seeds' spread), not a gain",
-                                b.low
-                            )
-                        } else {
-                            format!(
-                                " against {:.1} req/s as simulated ({:+.0}%)",
-                                b.low,
-                                (slow.low / b.low - 1.0) * 100.0
-                            )
-                        }
-                    });
-                    basis.push(format!(
-                        "Sensitivity: with every service time {:.0}% slower, `{}` sustains {:.1} req/s at the low end of its 95% interval ({:.1} – {:.1}, mean {:.1}){change}.",
-                        (s.service_scale - 1.0) * 100.0,
-                        s.configuration,
-                        slow.low,
-                        slow.low,
-                        slow.high,
-                        slow.mean
-                    ));
-                }
-                (None, note) => basis.push(format!(
-                    "Sensitivity to {:.0}% slower service times: not computed ({}).",
-                    (s.service_scale - 1.0) * 100.0,
-                    note.as_deref().unwrap_or("no reason recorded")
-                )),
-            },
-            None => basis.push(
-                "Sensitivity to slower service times: not computed (a shard, or an interrupted or incomplete merge: no answer yet).".to_string(),
-            ),
-        }
+        basis.push(sensitivity_line(r.sensitivity.as_ref(), ranking));
     }
     basis.push(format!(
         "Runs: {} configurations × {} curve runs on the `{}` load axis.",
@@ -583,8 +593,52 @@ fn blocks(
         result.curves.len(),
         result.load_kind.column()
     ));
-    out.push(Block::List(basis));
-    out
+    vec![
+        Block::Heading(2, "What the answer rests on".to_string()),
+        Block::List(basis),
+    ]
+}
+
+/// The sensitivity item of the basis: the capacity with slower service times against the one
+/// simulated, or why it was not computed.
+fn sensitivity_line(sensitivity: Option<&Sensitivity>, ranking: &[&CapacityRow]) -> String {
+    let Some(s) = sensitivity else {
+        return "Sensitivity to slower service times: not computed (a shard, or an interrupted or incomplete merge: no answer yet).".to_string();
+    };
+    let Some(slow) = s.capacity_rps else {
+        return format!(
+            "Sensitivity to {:.0}% slower service times: not computed ({}).",
+            (s.service_scale - 1.0) * 100.0,
+            s.note.as_deref().unwrap_or("no reason recorded")
+        );
+    };
+    let base = ranking
+        .iter()
+        .find(|row| row.configuration == s.configuration)
+        .and_then(|row| row.capacity_rps);
+    let change = base.filter(|b| b.low > 0.0).map_or(String::new(), |b| {
+        if slow.low >= b.low {
+            format!(
+                " against {:.1} req/s as simulated: not lower, so the difference is within the search's noise (1% resolution, the seeds' spread), not a gain",
+                b.low
+            )
+        } else {
+            format!(
+                " against {:.1} req/s as simulated ({:+.0}%)",
+                b.low,
+                (slow.low / b.low - 1.0) * 100.0
+            )
+        }
+    });
+    format!(
+        "Sensitivity: with every service time {:.0}% slower, `{}` sustains {:.1} req/s at the low end of its 95% interval ({:.1} – {:.1}, mean {:.1}){change}.",
+        (s.service_scale - 1.0) * 100.0,
+        s.configuration,
+        slow.low,
+        slow.low,
+        slow.high,
+        slow.mean
+    )
 }
 
 /// What to do when no configuration carries the growth: widen the grid, unless the best one's

@@ -23,7 +23,7 @@ use crate::postprocess::{self, Postprocess};
 use crate::preprocess::{Preprocess, WorkerPool};
 use crate::queue::{InstanceQueue, QueuePolicy};
 use crate::rng::{Component, stream};
-use crate::scenario::{LoadMode, RetryOn, Scenario};
+use crate::scenario::{LoadMode, Pool, RetryOn, Scenario};
 use crate::summary::SummaryBuilder;
 use crate::time::SimTime;
 use crate::timeseries::{IntervalCounters, LlmState, Timeseries};
@@ -81,114 +81,18 @@ impl<'a> Engine<'a> {
     ) -> Engine<'a> {
         let scenario = &built.scenario;
         let seed = options.seed;
-        let mut routes = Vec::new();
-        let mut queues = Vec::new();
-        let mut executions = Vec::new();
-        let mut instances = Vec::new();
-        let mut model_instances = Vec::new();
-        let mut executors = Vec::new();
         let mut events = EventQueue::new(1024, LANES);
-        let mut model_pool = HashMap::new();
-        let mut class_pool = HashMap::new();
+        let mut pools = BuiltPools::default();
         for (p, pool) in scenario.pools().iter().enumerate() {
-            let models = &built.pools[p];
-            let pool_id = PoolId(p as u16);
-            for m in &pool.models {
-                model_pool.entry(m.clone()).or_insert(pool_id);
-            }
-            for &c in &pool.classes {
-                class_pool.entry(c).or_insert(pool_id);
-            }
-            let first_instance = instances.len() as u32;
-            let per_instance = pool.execution.gpus * pool.execution.instance_count;
-            let cold_start_ns = pool.execution.cold_start.0;
-            let rule = Batcher::new(&pool.batcher, &pool.replay, pool.queue.allows_prefetch());
-            for i in 0..pool.instances + pool.standby.instances {
-                let index = InstanceId(instances.len() as u32);
-                let standby = i >= pool.instances;
-                instances.push(Instance {
-                    pool: pool_id,
-                    index_in_pool: i,
-                    queue: InstanceQueue::new(pool.queue.priority_levels),
-                    workers: pool
-                        .preprocess
-                        .as_ref()
-                        .map(|pre| WorkerPool::new(pre.workers)),
-                    first_model_instance: model_instances.len() as u32,
-                    model_instances: per_instance,
-                    free: FreeSet::new(per_instance, cold_start_ns == 0 && !standby),
-                    outstanding: 0,
-                });
-                executors.push(match &pool.llm {
-                    Some(l) => Executor::Continuous(ContinuousInstance::new(
-                        l,
-                        stream(seed, Component::StepResiduals, index.0),
-                    )),
-                    None => Executor::Dynamic(DynamicInstance::new(
-                        rule.clone(),
-                        stream(seed, Component::BatcherRace, index.0),
-                        stream(seed, Component::BatcherDispatch, index.0),
-                    )),
-                });
-                for k in 0..per_instance {
-                    if cold_start_ns > 0 && !standby {
-                        events.push(
-                            cold_start_ns,
-                            EventKind::ModelInstanceReady,
-                            model_instances.len() as u32,
-                            0,
-                        );
-                    }
-                    model_instances.push(ModelInstance::new(
-                        index,
-                        k,
-                        cold_start_ns == 0 && !standby,
-                        pool.batcher.max_batch_size,
-                    ));
-                }
-            }
-            let service = models.service.as_ref().map(|s| {
-                options
-                    .service_override
-                    .clone()
-                    .unwrap_or_else(|| s.clone())
-            });
-            executions.push(Execution {
-                may_extrapolate: service.as_ref().is_some_and(|s| s.may_extrapolate())
-                    || models
-                        .step_time
-                        .as_ref()
-                        .is_some_and(|s| s.may_extrapolate()),
-                extrapolated_batches: 0,
-                slowdowns: pool.slowdowns.clone(),
-                pauses: pool.pauses.clone(),
-                service,
-                step_time: models.step_time.clone(),
-                rng: stream(seed, Component::Execution, p as u32),
-            });
-            queues.push(QueuePolicy {
-                max_input_tokens: pool.max_input_tokens.unwrap_or(u32::MAX),
-                max_output_tokens: pool.max_output_tokens.unwrap_or(u32::MAX),
-                max_queue_size: pool.queue.max_queue_size,
-                timeout_ns: pool.queue.timeout.map(|d| d.0),
-                timeout_action: pool.queue.timeout_action,
-                levels: pool.queue.priority_levels,
-            });
-            routes.push(PoolRoute {
-                first_instance,
-                instances: pool.instances,
-                standby_left: pool.standby.instances,
-                activate_at_outstanding: pool.standby.activate_at_outstanding,
-                cold_start_ns,
-                balancer: Balancer::new(scenario.gateway.load_balancing),
-                rng: stream(seed, Component::Balancer, p as u32),
-            });
+            pools.add(p, pool, built, options, &mut events);
         }
-        let has_llm = executors
+        let has_llm = pools
+            .executors
             .iter()
             .any(|e| matches!(e, Executor::Continuous(_)));
         let llm_state = LlmState {
-            kv_blocks_total: executors
+            kv_blocks_total: pools
+                .executors
                 .iter()
                 .map(|e| match e {
                     Executor::Continuous(c) => u64::from(c.scheduler.kv_total()),
@@ -197,40 +101,15 @@ impl<'a> Engine<'a> {
                 .sum(),
             ..LlmState::default()
         };
-        let uplink = Link::new(
-            NetworkPath::uplink(&scenario.network),
-            stream(seed, Component::NetworkUp, 0),
-            LANE_UPLINK,
-        );
-        let downlink = Link::new(
-            NetworkPath::downlink(&scenario.network),
-            stream(seed, Component::NetworkDown, 0),
-            LANE_DOWNLINK,
-        );
-        let closed_loop = scenario.load.mode == LoadMode::Closed;
-        if closed_loop {
+        let clients = clients(scenario, trace, options);
+        if clients.closed_loop {
             // A client past the trace's length would find nothing to send.
             let clients = u64::from(scenario.load.concurrency).min(trace.len() as u64) as u32;
             for client in 0..clients {
                 events.push_in_order(LANE_CLIENT, 0, EventKind::ClientSend, client, 0);
             }
         }
-        let interval_ns = scenario.timeseries.interval.0;
-        let summary = {
-            let slo = scenario.slo.as_ref();
-            let builder = SummaryBuilder::new(
-                slo.and_then(|s| s.latency).map(|d| d.0),
-                modeled_stages(scenario, uplink.instant, downlink.instant).flags(),
-            );
-            if has_llm {
-                builder.with_token_metrics(
-                    slo.and_then(|s| s.ttft).map(|d| d.0),
-                    slo.and_then(|s| s.tpot).map(|d| d.0),
-                )
-            } else {
-                builder
-            }
-        };
+        let summary = summary_builder(scenario, &clients, has_llm);
         Engine {
             ctx: Ctx {
                 now: SimTime::ZERO,
@@ -241,29 +120,7 @@ impl<'a> Engine<'a> {
                 summary,
                 llm_state,
             },
-            clients: Clients {
-                arrival_ns: trace.arrival_ns(),
-                input_tokens: trace.input_tokens(),
-                output_tokens: trace.output_tokens(),
-                class: trace.class(),
-                warmup: options.warmup,
-                closed_loop,
-                think_time_ns: scenario.load.think_time.0,
-                timeout_ns: scenario.load.client_timeout.map(|d| d.0),
-                retry: RetryPolicy {
-                    max_attempts: scenario.retry.max_attempts,
-                    backoff_ns: scenario.retry.backoff.0,
-                    multiplier: scenario.retry.backoff_multiplier,
-                    on_rejected: scenario.retry.on.contains(&RetryOn::Rejected),
-                    on_timed_out: scenario.retry.on.contains(&RetryOn::TimedOut),
-                    on_client_timeout: scenario.retry.on.contains(&RetryOn::ClientTimeout),
-                },
-                uplink,
-                downlink,
-                next_request: 0,
-                first_attempts: 0,
-                backing_off: 0,
-            },
+            clients,
             gateway: Gateway {
                 admission: Admission::new(&scenario.gateway),
                 overhead_ns: scenario.gateway.overhead.0,
@@ -272,9 +129,9 @@ impl<'a> Engine<'a> {
                 cache_rng: stream(seed, Component::Cache, 0),
                 model: trace.model(),
                 class: trace.class(),
-                model_pool,
-                class_pool,
-                pools: routes,
+                model_pool: pools.model_pool,
+                class_pool: pools.class_pool,
+                pools: pools.routes,
             },
             preprocess: Preprocess {
                 specs: scenario
@@ -283,48 +140,241 @@ impl<'a> Engine<'a> {
                     .map(|p| p.preprocess.clone())
                     .collect(),
             },
-            queues,
+            queues: pools.queues,
             fleet: Fleet {
-                instances,
-                model_instances,
+                instances: pools.instances,
+                model_instances: pools.model_instances,
             },
-            executors,
-            executions,
+            executors: pools.executors,
+            executions: pools.executions,
             continuous: Continuous {
                 prefix_blocks: trace.prefix_blocks(),
                 token_buf: Vec::with_capacity(256),
                 completed_tokens: 0,
                 aborted_tokens: 0,
             },
-            postprocess: Postprocess {
-                specs: scenario
-                    .pools()
-                    .iter()
-                    .map(|p| p.postprocess.clone())
-                    .collect(),
-                instant: scenario
-                    .pools()
-                    .iter()
-                    .map(|p| postprocess::is_instant(&p.postprocess))
-                    .collect(),
-                streamed: scenario.pools().iter().map(|p| p.llm.is_some()).collect(),
-            },
-            observe: Observer {
-                interval_ns,
-                configured_interval_ns: interval_ns,
-                max_rows: (scenario.timeseries.max_rows & !1).max(2) as usize,
-                next_sample: SimTime(interval_ns),
-                last_sample: SimTime::ZERO,
-                timeseries: Timeseries::default(),
-                in_system_area: 0,
-                has_llm,
-                scenario_name: scenario.name.clone(),
-                pool_names: scenario.pools().iter().map(|p| p.name.clone()).collect(),
-                seed,
-            },
+            postprocess: postprocess_of(scenario),
+            observe: observer(scenario, has_llm, seed),
             abandoned_preprocess: Vec::new(),
             past_horizon: None,
         }
+    }
+}
+
+/// Each pool's state as the build lays it out, pool after pool: its route, queue policy and
+/// execution, its instances (with their executors) and model instances, in the fleet's order.
+#[derive(Default)]
+struct BuiltPools {
+    routes: Vec<PoolRoute>,
+    queues: Vec<QueuePolicy>,
+    executions: Vec<Execution>,
+    instances: Vec<Instance>,
+    model_instances: Vec<ModelInstance>,
+    executors: Vec<Executor>,
+    /// The first pool that serves each model, and each class.
+    model_pool: HashMap<String, PoolId>,
+    class_pool: HashMap<u32, PoolId>,
+}
+
+impl BuiltPools {
+    /// Adds pool `p` of the scenario: its state, and the cold starts of its instances in
+    /// `events`.
+    fn add(
+        &mut self,
+        p: usize,
+        pool: &Pool,
+        built: &BuiltScenario,
+        options: &RunOptions,
+        events: &mut EventQueue,
+    ) {
+        let seed = options.seed;
+        let models = &built.pools[p];
+        let pool_id = PoolId(p as u16);
+        for m in &pool.models {
+            self.model_pool.entry(m.clone()).or_insert(pool_id);
+        }
+        for &c in &pool.classes {
+            self.class_pool.entry(c).or_insert(pool_id);
+        }
+        let first_instance = self.instances.len() as u32;
+        self.add_instances(pool, pool_id, seed, events);
+        let service = models.service.as_ref().map(|s| {
+            options
+                .service_override
+                .clone()
+                .unwrap_or_else(|| s.clone())
+        });
+        self.executions.push(Execution {
+            may_extrapolate: service.as_ref().is_some_and(|s| s.may_extrapolate())
+                || models
+                    .step_time
+                    .as_ref()
+                    .is_some_and(|s| s.may_extrapolate()),
+            extrapolated_batches: 0,
+            slowdowns: pool.slowdowns.clone(),
+            pauses: pool.pauses.clone(),
+            service,
+            step_time: models.step_time.clone(),
+            rng: stream(seed, Component::Execution, p as u32),
+        });
+        self.queues.push(QueuePolicy {
+            max_input_tokens: pool.max_input_tokens.unwrap_or(u32::MAX),
+            max_output_tokens: pool.max_output_tokens.unwrap_or(u32::MAX),
+            max_queue_size: pool.queue.max_queue_size,
+            timeout_ns: pool.queue.timeout.map(|d| d.0),
+            timeout_action: pool.queue.timeout_action,
+            levels: pool.queue.priority_levels,
+        });
+        self.routes.push(PoolRoute {
+            first_instance,
+            instances: pool.instances,
+            standby_left: pool.standby.instances,
+            activate_at_outstanding: pool.standby.activate_at_outstanding,
+            cold_start_ns: pool.execution.cold_start.0,
+            balancer: Balancer::new(built.scenario.gateway.load_balancing),
+            rng: stream(seed, Component::Balancer, p as u32),
+        });
+    }
+
+    /// The pool's instances, active then standby, each with its executor and model instances;
+    /// a model instance that starts cold (not on standby) gets its ready event at the cold start.
+    fn add_instances(&mut self, pool: &Pool, pool_id: PoolId, seed: u64, events: &mut EventQueue) {
+        let per_instance = pool.execution.gpus * pool.execution.instance_count;
+        let cold_start_ns = pool.execution.cold_start.0;
+        let rule = Batcher::new(&pool.batcher, &pool.replay, pool.queue.allows_prefetch());
+        for i in 0..pool.instances + pool.standby.instances {
+            let index = InstanceId(self.instances.len() as u32);
+            let standby = i >= pool.instances;
+            self.instances.push(Instance {
+                pool: pool_id,
+                index_in_pool: i,
+                queue: InstanceQueue::new(pool.queue.priority_levels),
+                workers: pool
+                    .preprocess
+                    .as_ref()
+                    .map(|pre| WorkerPool::new(pre.workers)),
+                first_model_instance: self.model_instances.len() as u32,
+                model_instances: per_instance,
+                free: FreeSet::new(per_instance, cold_start_ns == 0 && !standby),
+                outstanding: 0,
+            });
+            self.executors.push(match &pool.llm {
+                Some(l) => Executor::Continuous(ContinuousInstance::new(
+                    l,
+                    stream(seed, Component::StepResiduals, index.0),
+                )),
+                None => Executor::Dynamic(DynamicInstance::new(
+                    rule.clone(),
+                    stream(seed, Component::BatcherRace, index.0),
+                    stream(seed, Component::BatcherDispatch, index.0),
+                )),
+            });
+            for k in 0..per_instance {
+                if cold_start_ns > 0 && !standby {
+                    events.push(
+                        cold_start_ns,
+                        EventKind::ModelInstanceReady,
+                        self.model_instances.len() as u32,
+                        0,
+                    );
+                }
+                self.model_instances.push(ModelInstance::new(
+                    index,
+                    k,
+                    cold_start_ns == 0 && !standby,
+                    pool.batcher.max_batch_size,
+                ));
+            }
+        }
+    }
+}
+
+/// The clients: the trace's columns, the load mode, the retry policy and the network links.
+fn clients<'a>(scenario: &Scenario, trace: &'a Trace, options: &RunOptions) -> Clients<'a> {
+    let seed = options.seed;
+    Clients {
+        arrival_ns: trace.arrival_ns(),
+        input_tokens: trace.input_tokens(),
+        output_tokens: trace.output_tokens(),
+        class: trace.class(),
+        warmup: options.warmup,
+        closed_loop: scenario.load.mode == LoadMode::Closed,
+        think_time_ns: scenario.load.think_time.0,
+        timeout_ns: scenario.load.client_timeout.map(|d| d.0),
+        retry: RetryPolicy {
+            max_attempts: scenario.retry.max_attempts,
+            backoff_ns: scenario.retry.backoff.0,
+            multiplier: scenario.retry.backoff_multiplier,
+            on_rejected: scenario.retry.on.contains(&RetryOn::Rejected),
+            on_timed_out: scenario.retry.on.contains(&RetryOn::TimedOut),
+            on_client_timeout: scenario.retry.on.contains(&RetryOn::ClientTimeout),
+        },
+        uplink: Link::new(
+            NetworkPath::uplink(&scenario.network),
+            stream(seed, Component::NetworkUp, 0),
+            LANE_UPLINK,
+        ),
+        downlink: Link::new(
+            NetworkPath::downlink(&scenario.network),
+            stream(seed, Component::NetworkDown, 0),
+            LANE_DOWNLINK,
+        ),
+        next_request: 0,
+        first_attempts: 0,
+        backing_off: 0,
+    }
+}
+
+/// The summary's builder: the SLO's latency bound over the stages modeled, and the token
+/// metrics with their bounds when a pool batches continuously (`has_llm`).
+fn summary_builder(scenario: &Scenario, clients: &Clients<'_>, has_llm: bool) -> SummaryBuilder {
+    let slo = scenario.slo.as_ref();
+    let builder = SummaryBuilder::new(
+        slo.and_then(|s| s.latency).map(|d| d.0),
+        modeled_stages(scenario, clients.uplink.instant, clients.downlink.instant).flags(),
+    );
+    if has_llm {
+        builder.with_token_metrics(
+            slo.and_then(|s| s.ttft).map(|d| d.0),
+            slo.and_then(|s| s.tpot).map(|d| d.0),
+        )
+    } else {
+        builder
+    }
+}
+
+/// Post-processing, by pool: its spec, whether it takes no time, whether the pool streams.
+fn postprocess_of(scenario: &Scenario) -> Postprocess {
+    Postprocess {
+        specs: scenario
+            .pools()
+            .iter()
+            .map(|p| p.postprocess.clone())
+            .collect(),
+        instant: scenario
+            .pools()
+            .iter()
+            .map(|p| postprocess::is_instant(&p.postprocess))
+            .collect(),
+        streamed: scenario.pools().iter().map(|p| p.llm.is_some()).collect(),
+    }
+}
+
+/// The observer: the timeseries' interval and row bound, and the run's names.
+fn observer(scenario: &Scenario, has_llm: bool, seed: u64) -> Observer {
+    let interval_ns = scenario.timeseries.interval.0;
+    Observer {
+        interval_ns,
+        configured_interval_ns: interval_ns,
+        max_rows: (scenario.timeseries.max_rows & !1).max(2) as usize,
+        next_sample: SimTime(interval_ns),
+        last_sample: SimTime::ZERO,
+        timeseries: Timeseries::default(),
+        in_system_area: 0,
+        has_llm,
+        scenario_name: scenario.name.clone(),
+        pool_names: scenario.pools().iter().map(|p| p.name.clone()).collect(),
+        seed,
     }
 }
 

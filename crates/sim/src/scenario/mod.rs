@@ -143,19 +143,7 @@ impl Scenario {
     }
 
     fn from_table(raw: toml::Table, origin: Option<PathBuf>) -> Result<Scenario, ScenarioError> {
-        if let Some(e) = replay::written_in_scenario(&raw, "") {
-            return Err(e);
-        }
-        if let Some(pools) = raw.get("pools").and_then(toml::Value::as_table) {
-            for (name, pool) in pools {
-                if let Some(e) = pool
-                    .as_table()
-                    .and_then(|t| replay::written_in_scenario(t, &format!("pools.{name}.")))
-                {
-                    return Err(e);
-                }
-            }
-        }
+        refuse_replay_inputs(&raw)?;
         let file: ScenarioFile =
             raw.clone()
                 .try_into()
@@ -186,70 +174,9 @@ impl Scenario {
         }
         check_size(&pools)?;
         validate_network(&file.network)?;
-        if let Some(rate) = file.gateway.rate_limit
-            && rate.0 <= 0.0
-        {
-            return Err(invalid("gateway.rate_limit", "must be above 0rps"));
-        }
-        if file.gateway.burst == Some(0) {
-            return Err(invalid("gateway.burst", "must be at least 1"));
-        }
-        if file.gateway.max_in_flight == Some(0) {
-            return Err(invalid("gateway.max_in_flight", "must be at least 1"));
-        }
-        if !(0.0..=1.0).contains(&file.cache.hit_probability) {
-            return Err(invalid(
-                "cache.hit_probability",
-                format!(
-                    "{} is not a probability in [0, 1]",
-                    file.cache.hit_probability
-                ),
-            ));
-        }
-        if file.retry.max_attempts == 0 || file.retry.max_attempts > 100 {
-            return Err(invalid("retry.max_attempts", "must be between 1 and 100"));
-        }
-        if !(file.retry.backoff_multiplier.is_finite() && file.retry.backoff_multiplier >= 1.0) {
-            return Err(invalid(
-                "retry.backoff_multiplier",
-                format!("{} must be a number >= 1", file.retry.backoff_multiplier),
-            ));
-        }
-        if file.load.concurrency == 0 {
-            return Err(invalid("load.concurrency", "must be at least 1"));
-        }
+        check_front(&file.gateway, &file.cache, &file.retry, &file.load)?;
         validate_client_timeout(&file.load, &pools)?;
-        if let Some(slo) = &file.slo
-            && slo.latency.is_none()
-            && slo.ttft.is_none()
-            && slo.tpot.is_none()
-        {
-            return Err(invalid(
-                "slo",
-                "sets no bound: give `latency`, `ttft` or `tpot` (or drop [slo])",
-            ));
-        }
-        let continuous = pools.iter().any(|p| p.llm.is_some());
-        if let Some(slo) = &file.slo
-            && !continuous
-            && (slo.ttft.is_some() || slo.tpot.is_some())
-        {
-            return Err(invalid(
-                "slo",
-                "`ttft` and `tpot` bound token latencies, which only a continuous batcher (`batcher.kind = \"continuous\"`) produces",
-            ));
-        }
-        if file.timeseries.interval.0 == 0 {
-            return Err(invalid("timeseries.interval", "must be above 0"));
-        }
-        if !(2..=MAX_ROWS_LIMIT).contains(&file.timeseries.max_rows) {
-            return Err(invalid(
-                "timeseries.max_rows",
-                format!(
-                    "must be between 2 and {MAX_ROWS_LIMIT} (the interval doubles as needed to stay within it)"
-                ),
-            ));
-        }
+        check_slo_and_timeseries(file.slo.as_ref(), &file.timeseries, &pools)?;
         Ok(Scenario {
             raw,
             origin,
@@ -495,6 +422,106 @@ fn validate_client_timeout(load: &LoadSpec, pools: &[Pool]) -> Result<(), Scenar
             format!(
                 "pool `{}`'s dynamic batcher prefetches payloads (Triton's default when the queue has no timeout, bound or priority levels), whose requests cannot leave the queue when their client gives up; set `{prefix}batcher.prefetch = false`",
                 pool.name
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses replay inputs written as scenario keys, at the top level or in a pool: they belong
+/// in a replay-inputs file.
+fn refuse_replay_inputs(raw: &toml::Table) -> Result<(), ScenarioError> {
+    if let Some(e) = replay::written_in_scenario(raw, "") {
+        return Err(e);
+    }
+    if let Some(pools) = raw.get("pools").and_then(toml::Value::as_table) {
+        for (name, pool) in pools {
+            if let Some(e) = pool
+                .as_table()
+                .and_then(|t| replay::written_in_scenario(t, &format!("pools.{name}.")))
+            {
+                return Err(e);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks the gateway's limits, the cache's hit probability, the retry policy and the
+/// closed-loop concurrency.
+fn check_front(
+    gateway: &GatewaySpec,
+    cache: &CacheSpec,
+    retry: &RetrySpec,
+    load: &LoadSpec,
+) -> Result<(), ScenarioError> {
+    if let Some(rate) = gateway.rate_limit
+        && rate.0 <= 0.0
+    {
+        return Err(invalid("gateway.rate_limit", "must be above 0rps"));
+    }
+    if gateway.burst == Some(0) {
+        return Err(invalid("gateway.burst", "must be at least 1"));
+    }
+    if gateway.max_in_flight == Some(0) {
+        return Err(invalid("gateway.max_in_flight", "must be at least 1"));
+    }
+    if !(0.0..=1.0).contains(&cache.hit_probability) {
+        return Err(invalid(
+            "cache.hit_probability",
+            format!("{} is not a probability in [0, 1]", cache.hit_probability),
+        ));
+    }
+    if retry.max_attempts == 0 || retry.max_attempts > 100 {
+        return Err(invalid("retry.max_attempts", "must be between 1 and 100"));
+    }
+    if !(retry.backoff_multiplier.is_finite() && retry.backoff_multiplier >= 1.0) {
+        return Err(invalid(
+            "retry.backoff_multiplier",
+            format!("{} must be a number >= 1", retry.backoff_multiplier),
+        ));
+    }
+    if load.concurrency == 0 {
+        return Err(invalid("load.concurrency", "must be at least 1"));
+    }
+    Ok(())
+}
+
+/// Checks that an SLO sets a bound, and token bounds only with a continuous pool among `pools`;
+/// and the timeseries' interval and row bound.
+fn check_slo_and_timeseries(
+    slo: Option<&SloSpec>,
+    timeseries: &TimeseriesSpec,
+    pools: &[Pool],
+) -> Result<(), ScenarioError> {
+    if let Some(slo) = slo
+        && slo.latency.is_none()
+        && slo.ttft.is_none()
+        && slo.tpot.is_none()
+    {
+        return Err(invalid(
+            "slo",
+            "sets no bound: give `latency`, `ttft` or `tpot` (or drop [slo])",
+        ));
+    }
+    let continuous = pools.iter().any(|p| p.llm.is_some());
+    if let Some(slo) = slo
+        && !continuous
+        && (slo.ttft.is_some() || slo.tpot.is_some())
+    {
+        return Err(invalid(
+            "slo",
+            "`ttft` and `tpot` bound token latencies, which only a continuous batcher (`batcher.kind = \"continuous\"`) produces",
+        ));
+    }
+    if timeseries.interval.0 == 0 {
+        return Err(invalid("timeseries.interval", "must be above 0"));
+    }
+    if !(2..=MAX_ROWS_LIMIT).contains(&timeseries.max_rows) {
+        return Err(invalid(
+            "timeseries.max_rows",
+            format!(
+                "must be between 2 and {MAX_ROWS_LIMIT} (the interval doubles as needed to stay within it)"
             ),
         ));
     }

@@ -203,6 +203,49 @@ pub(super) fn check_size(pools: &[Pool]) -> Result<(), ScenarioError> {
 /// Validates one pool's tables. `prefix` is the pool's key prefix (`""` or `"pools.NAME."`).
 pub(super) fn validate_pool(name: &str, prefix: &str, p: PoolFile) -> Result<Pool, ScenarioError> {
     let key = |k: &str| format!("{prefix}{k}");
+    check_pool_limits(&key, &p)?;
+    let mut batcher = p.batcher.clone();
+    let llm = match batcher.kind {
+        BatcherKind::Dynamic => {
+            refuse_continuous_keys(&key, &p)?;
+            None
+        }
+        BatcherKind::Continuous => Some(continuous_pool(prefix, &key, &p)?),
+    };
+    check_batcher_and_execution(&key, &mut batcher, &p)?;
+    match (&p.service, &llm) {
+        (_, Some(_)) => {}
+        (None, None) => {
+            return Err(invalid(
+                &key("service"),
+                "is required: add a [service] table (for example `kind = \"constant\"`, `time = \"5ms\"`)",
+            ));
+        }
+        (Some(spec), None) => validate_service(&key, spec)?,
+    }
+    Ok(Pool {
+        name: name.to_string(),
+        models: p.models,
+        classes: p.classes,
+        instances: p.instances,
+        max_input_tokens: p.max_input_tokens,
+        max_output_tokens: p.max_output_tokens,
+        standby: p.standby,
+        preprocess: p.preprocess,
+        queue: p.queue,
+        batcher,
+        execution: p.execution,
+        replay: ReplayInputs::default(),
+        slowdowns: Slowdowns::default(),
+        pauses: Pauses::default(),
+        service_spec: if llm.is_some() { None } else { p.service },
+        llm,
+        postprocess: p.postprocess,
+    })
+}
+
+/// Checks a pool's instance counts, token limits, pre-processing workers and queue.
+fn check_pool_limits(key: &dyn Fn(&str) -> String, p: &PoolFile) -> Result<(), ScenarioError> {
     if p.instances == 0 {
         return Err(invalid(&key("instances"), "must be at least 1"));
     }
@@ -255,80 +298,98 @@ pub(super) fn validate_pool(name: &str, prefix: &str, p: PoolFile) -> Result<Poo
             "must be above 0 (omit it for no timeout)",
         ));
     }
-    let mut batcher = p.batcher;
-    let llm = match batcher.kind {
-        BatcherKind::Dynamic => {
-            if let Some(k) = batcher.continuous_keys().set_keys().next() {
-                return Err(invalid(
-                    &key(&format!("batcher.{k}")),
-                    "is a continuous-batcher key: set `batcher.kind = \"continuous\"` or drop it",
-                ));
-            }
-            for (table, set) in [
-                ("kv_cache", p.kv_cache.is_some()),
-                ("step_time", p.step_time.is_some()),
-            ] {
-                if set {
-                    return Err(invalid(
-                        &key(table),
-                        format!(
-                            "[{table}] belongs to a continuous batcher: set `batcher.kind = \"continuous\"` or drop it"
-                        ),
-                    ));
-                }
-            }
-            None
-        }
-        BatcherKind::Continuous => {
-            let dynamic_keys = [
-                ("max_batch_size", batcher.max_batch_size != 1),
-                (
-                    "preferred_batch_size",
-                    !batcher.preferred_batch_size.is_empty(),
+    Ok(())
+}
+
+/// Refuses, for a dynamic batcher, the keys and tables that belong to a continuous one.
+fn refuse_continuous_keys(key: &dyn Fn(&str) -> String, p: &PoolFile) -> Result<(), ScenarioError> {
+    let batcher = &p.batcher;
+    if let Some(k) = batcher.continuous_keys().set_keys().next() {
+        return Err(invalid(
+            &key(&format!("batcher.{k}")),
+            "is a continuous-batcher key: set `batcher.kind = \"continuous\"` or drop it",
+        ));
+    }
+    for (table, set) in [
+        ("kv_cache", p.kv_cache.is_some()),
+        ("step_time", p.step_time.is_some()),
+    ] {
+        if set {
+            return Err(invalid(
+                &key(table),
+                format!(
+                    "[{table}] belongs to a continuous batcher: set `batcher.kind = \"continuous\"` or drop it"
                 ),
-                ("max_queue_delay", batcher.max_queue_delay.0 != 0),
-                ("prefetch", batcher.prefetch.is_some()),
-                ("dispatch_latency", batcher.dispatch_latency.0 != 0),
-                ("release_latency", batcher.release_latency.0 != 0),
-            ];
-            if let Some((k, _)) = dynamic_keys.iter().find(|(_, set)| *set) {
-                return Err(invalid(
-                    &key(&format!("batcher.{k}")),
-                    "is a dynamic-batcher key; a continuous batcher uses max_num_seqs and max_num_batched_tokens",
-                ));
-            }
-            let step_time = match (&p.service, &p.step_time) {
-                (Some(_), Some(_)) => {
-                    return Err(invalid(
-                        &key("service"),
-                        "a continuous batcher takes its time from [step_time]; drop [service]",
-                    ));
-                }
-                (Some(_), None) => {
-                    return Err(invalid(
-                        &key("step_time"),
-                        "is required with a continuous batcher (instead of [service]): for example `kind = \"roofline\"`, `model = \"llama-3-8b\"`, `hardware = \"h200\"`",
-                    ));
-                }
-                (None, None) => {
-                    return Err(invalid(
-                        &key("step_time"),
-                        "is required with a continuous batcher: for example `kind = \"roofline\"`, `model = \"llama-3-8b\"`, `hardware = \"h200\"`",
-                    ));
-                }
-                (None, Some(st)) => st,
-            };
-            let slots = u64::from(p.execution.gpus) * u64::from(p.execution.instance_count);
-            Some(validate_llm_pool(
-                prefix,
-                &batcher.continuous_keys(),
-                &p.kv_cache.clone().unwrap_or_default(),
-                step_time,
-                slots,
-                p.queue.priority_levels,
-            )?)
+            ));
         }
+    }
+    Ok(())
+}
+
+/// A continuous pool's settings, after refusing the dynamic batcher's keys and requiring
+/// `[step_time]` instead of `[service]`.
+fn continuous_pool(
+    prefix: &str,
+    key: &dyn Fn(&str) -> String,
+    p: &PoolFile,
+) -> Result<LlmPool, ScenarioError> {
+    let batcher = &p.batcher;
+    let dynamic_keys = [
+        ("max_batch_size", batcher.max_batch_size != 1),
+        (
+            "preferred_batch_size",
+            !batcher.preferred_batch_size.is_empty(),
+        ),
+        ("max_queue_delay", batcher.max_queue_delay.0 != 0),
+        ("prefetch", batcher.prefetch.is_some()),
+        ("dispatch_latency", batcher.dispatch_latency.0 != 0),
+        ("release_latency", batcher.release_latency.0 != 0),
+    ];
+    if let Some((k, _)) = dynamic_keys.iter().find(|(_, set)| *set) {
+        return Err(invalid(
+            &key(&format!("batcher.{k}")),
+            "is a dynamic-batcher key; a continuous batcher uses max_num_seqs and max_num_batched_tokens",
+        ));
+    }
+    let step_time = match (&p.service, &p.step_time) {
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                &key("service"),
+                "a continuous batcher takes its time from [step_time]; drop [service]",
+            ));
+        }
+        (Some(_), None) => {
+            return Err(invalid(
+                &key("step_time"),
+                "is required with a continuous batcher (instead of [service]): for example `kind = \"roofline\"`, `model = \"llama-3-8b\"`, `hardware = \"h200\"`",
+            ));
+        }
+        (None, None) => {
+            return Err(invalid(
+                &key("step_time"),
+                "is required with a continuous batcher: for example `kind = \"roofline\"`, `model = \"llama-3-8b\"`, `hardware = \"h200\"`",
+            ));
+        }
+        (None, Some(st)) => st,
     };
+    let slots = u64::from(p.execution.gpus) * u64::from(p.execution.instance_count);
+    validate_llm_pool(
+        prefix,
+        &batcher.continuous_keys(),
+        &p.kv_cache.clone().unwrap_or_default(),
+        step_time,
+        slots,
+        p.queue.priority_levels,
+    )
+}
+
+/// Checks the batcher's batch sizes (sorting and deduplicating the preferred ones) and the
+/// execution's slots and time scale.
+fn check_batcher_and_execution(
+    key: &dyn Fn(&str) -> String,
+    batcher: &mut BatcherSpec,
+    p: &PoolFile,
+) -> Result<(), ScenarioError> {
     if batcher.max_batch_size == 0 || batcher.max_batch_size > 65_536 {
         return Err(invalid(
             &key("batcher.max_batch_size"),
@@ -364,35 +425,7 @@ pub(super) fn validate_pool(name: &str, prefix: &str, p: PoolFile) -> Result<Poo
             format!("is {scale}; it must be above 0 and at most 1000 (1 leaves times as they are)"),
         ));
     }
-    match (&p.service, &llm) {
-        (_, Some(_)) => {}
-        (None, None) => {
-            return Err(invalid(
-                &key("service"),
-                "is required: add a [service] table (for example `kind = \"constant\"`, `time = \"5ms\"`)",
-            ));
-        }
-        (Some(spec), None) => validate_service(&key, spec)?,
-    }
-    Ok(Pool {
-        name: name.to_string(),
-        models: p.models,
-        classes: p.classes,
-        instances: p.instances,
-        max_input_tokens: p.max_input_tokens,
-        max_output_tokens: p.max_output_tokens,
-        standby: p.standby,
-        preprocess: p.preprocess,
-        queue: p.queue,
-        batcher,
-        execution: p.execution,
-        replay: ReplayInputs::default(),
-        slowdowns: Slowdowns::default(),
-        pauses: Pauses::default(),
-        service_spec: if llm.is_some() { None } else { p.service },
-        llm,
-        postprocess: p.postprocess,
-    })
+    Ok(())
 }
 
 /// Checks a service model's values; a `profile` is checked when its file is read, by the build
@@ -458,41 +491,9 @@ fn validate_llm_pool(
         ));
     }
     let scheduling = keys.scheduling.unwrap_or_default();
-    match (scheduling, priority_levels) {
-        (Scheduling::Priority, 1) => {
-            return Err(invalid(
-                &key("batcher.scheduling"),
-                "\"priority\" orders the waiting line by request class through the instance \
-                 queue: also set `queue.priority_levels` (2 to 64)",
-            ));
-        }
-        (Scheduling::Fcfs, levels) if levels > 1 => {
-            return Err(invalid(
-                &key("queue.priority_levels"),
-                format!(
-                    "{levels} levels with `batcher.scheduling = \"fcfs\"`: set \
-                     `batcher.scheduling = \"priority\"` to order by class, or drop the levels"
-                ),
-            ));
-        }
-        _ => {}
-    }
-    let block_size = kv_cache.block_size;
-    if !(1..=4096).contains(&block_size) {
-        return Err(invalid(
-            &key("kv_cache.block_size"),
-            format!("{block_size} is not between 1 and 4096"),
-        ));
-    }
-    let prefix_block_tokens = kv_cache.prefix_block_tokens;
-    if prefix_block_tokens == 0 || !prefix_block_tokens.is_multiple_of(block_size) {
-        return Err(invalid(
-            &key("kv_cache.prefix_block_tokens"),
-            format!(
-                "{prefix_block_tokens} is not a positive multiple of block_size ({block_size})"
-            ),
-        ));
-    }
+    check_scheduling(&key, scheduling, priority_levels)?;
+    check_block_sizes(&key, kv_cache)?;
+    let (block_size, prefix_block_tokens) = (kv_cache.block_size, kv_cache.prefix_block_tokens);
     // A `profile` step time is checked when its file is read, by the build step; so is a
     // roofline's model config file.
     step_time
@@ -500,27 +501,13 @@ fn validate_llm_pool(
         .map_err(|e| invalid(&key("step_time"), e.to_string()))?;
     let num_gpu_blocks_from_model =
         kv_cache.num_gpu_blocks.is_none() && step_time.kv_sizing_model_file().is_some();
-    let num_gpu_blocks = match kv_cache.num_gpu_blocks {
-        Some(0) => {
-            return Err(invalid(
-                &key("kv_cache.num_gpu_blocks"),
-                "must be at least 1",
-            ));
-        }
-        Some(n) => n,
-        None if num_gpu_blocks_from_model => 0,
-        None => match step_time.kv_capacity_tokens() {
-            Some(tokens) => kv_blocks_of(&key("kv_cache.num_gpu_blocks"), tokens, block_size)?,
-            None => {
-                return Err(invalid(
-                    &key("kv_cache.num_gpu_blocks"),
-                    "is needed: this `step_time` does not know the GPU memory and the model, so \
-                     the KV capacity cannot be derived; set `kv_cache.num_gpu_blocks` (blocks \
-                     of block_size tokens per instance) or use `step_time.kind = \"roofline\"`",
-                ));
-            }
-        },
-    };
+    let num_gpu_blocks = num_gpu_blocks_of(
+        &key("kv_cache.num_gpu_blocks"),
+        kv_cache,
+        step_time,
+        block_size,
+        num_gpu_blocks_from_model,
+    )?;
     let cuda_graphs = cuda_graphs_of(
         &key("batcher.cuda_graph_sizes"),
         keys.cuda_graph_sizes.as_deref(),
@@ -551,6 +538,79 @@ fn validate_llm_pool(
         cuda_graphs: Arc::new(cuda_graphs),
         step_residuals,
     })
+}
+
+/// Checks the KV cache's block size, and that a prefix block is a whole number of blocks.
+fn check_block_sizes(
+    key: &dyn Fn(&str) -> String,
+    kv_cache: &KvCacheSpec,
+) -> Result<(), ScenarioError> {
+    let block_size = kv_cache.block_size;
+    if !(1..=4096).contains(&block_size) {
+        return Err(invalid(
+            &key("kv_cache.block_size"),
+            format!("{block_size} is not between 1 and 4096"),
+        ));
+    }
+    let prefix_block_tokens = kv_cache.prefix_block_tokens;
+    if prefix_block_tokens == 0 || !prefix_block_tokens.is_multiple_of(block_size) {
+        return Err(invalid(
+            &key("kv_cache.prefix_block_tokens"),
+            format!(
+                "{prefix_block_tokens} is not a positive multiple of block_size ({block_size})"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a scheduling policy its queue's `priority_levels` cannot serve: priority without
+/// levels, or first-come-first-served with them.
+fn check_scheduling(
+    key: &dyn Fn(&str) -> String,
+    scheduling: Scheduling,
+    priority_levels: u32,
+) -> Result<(), ScenarioError> {
+    match (scheduling, priority_levels) {
+        (Scheduling::Priority, 1) => Err(invalid(
+            &key("batcher.scheduling"),
+            "\"priority\" orders the waiting line by request class through the instance \
+             queue: also set `queue.priority_levels` (2 to 64)",
+        )),
+        (Scheduling::Fcfs, levels) if levels > 1 => Err(invalid(
+            &key("queue.priority_levels"),
+            format!(
+                "{levels} levels with `batcher.scheduling = \"fcfs\"`: set \
+                 `batcher.scheduling = \"priority\"` to order by class, or drop the levels"
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The KV cache's blocks per instance, written at `key`: as set; 0 when the build step sizes
+/// them from the model's config file (`from_model`); else from the step time's KV capacity.
+fn num_gpu_blocks_of(
+    key: &str,
+    kv_cache: &KvCacheSpec,
+    step_time: &StepTimeSpec,
+    block_size: u32,
+    from_model: bool,
+) -> Result<u32, ScenarioError> {
+    match kv_cache.num_gpu_blocks {
+        Some(0) => Err(invalid(key, "must be at least 1")),
+        Some(n) => Ok(n),
+        None if from_model => Ok(0),
+        None => match step_time.kv_capacity_tokens() {
+            Some(tokens) => kv_blocks_of(key, tokens, block_size),
+            None => Err(invalid(
+                key,
+                "is needed: this `step_time` does not know the GPU memory and the model, so \
+                 the KV capacity cannot be derived; set `kv_cache.num_gpu_blocks` (blocks \
+                 of block_size tokens per instance) or use `step_time.kind = \"roofline\"`",
+            )),
+        },
+    }
 }
 
 /// The CUDA graphs written at `key` (`None`: vLLM's default for the limits), validated.
