@@ -231,8 +231,9 @@ fn batch_sizes(got: &[Step]) -> Vec<u32> {
 
 #[test]
 fn golden_a_payload_behind_a_full_one_that_does_not_fit_at_its_take_grows_no_more() {
-    // scripts/experiments/triton_probe.py's timeline: 40 ms batches, preferred 4 and 8, an 8 ms
-    // delay.
+    // The timeline of a probe of Triton 2.51 (scripts/experiments/triton_probe.py until
+    // 2026-12-06, in git history; docs/archive/validation-log.md): 40 ms batches, preferred 4
+    // and 8, an 8 ms delay.
     // r1-r8 (10-17 ms) fill a payload behind r0's batch, r9-r12 (20-23 ms) make a payload of 4
     // behind that, and r13-r16 (24-27 ms) wait: two payloads hold both slots.
     let s = "[batcher]\nmax_batch_size = 8\npreferred_batch_size = [4, 8]\n\
