@@ -30,7 +30,8 @@ mod interval;
 mod knee;
 mod load;
 mod output;
-/// The plots, a namespace of their own: one `draw_*` function and its plot type per figure.
+// The plots stay a namespace of their own (one `draw_*` function and its plot type per figure,
+// curated by `plot/mod.rs`): `plot::draw_latency_cdf` reads better than a root full of them.
 pub mod plot;
 mod report;
 mod review;
@@ -41,20 +42,21 @@ pub mod validation;
 
 pub use basis::{Basis, Question, Review, Sensitivity, ServiceSource};
 pub use capacity::{
-    Bracket, Capacity, Limit, Outcome, Probe, QueueGrowth, SearchError, SearchOptions,
+    Bracket, CANONICAL_MAX_CONCURRENCY, CANONICAL_MULTIPLE_RANGE, Capacity, Limit,
+    MIN_ACHIEVED_FRACTION, Outcome, Probe, QueueGrowth, SearchError, SearchOptions,
     search_capacity,
 };
 pub use error::{ConfigurationError, ParseError, ReportError};
 pub use experiment::{RunError, RunResult, ShortTrace, Workload, check_configurations, configure};
-pub use grid::{Configuration, Grid, GridAxis};
+pub use grid::{Configuration, Grid, GridAxis, MAX_AXIS_VALUES, MAX_CONFIGURATIONS};
 pub use interval::Estimate;
 pub use knee::DEFAULT_SENSITIVITY as DEFAULT_KNEE_SENSITIVITY;
 pub use load::{LoadAxis, LoadKind, Spacing};
 pub use output::{OutputError, merge, read_sweep, write_capacity_csv, write_sweep_outputs};
 pub use report::write_report;
 pub use review::{
-    SLOWER_SERVICE_FACTOR, answer_sentence, carried_multiple, carrying, most_carrying, review_of,
-    review_sweep, sensitivity_of, shard_sensitivities,
+    SLOWER_SERVICE_FACTOR, answer_sentence, answering_row, carried_multiple, carrying,
+    most_carrying, review_of, review_sweep, sensitivity_of, shard_sensitivities, slower_capacity,
 };
 pub use shard::Shard;
 pub use slo::{LatencyStat, Metric, Objective, Slo};
