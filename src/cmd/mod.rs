@@ -94,8 +94,8 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
             || cause.is::<capsim_report::ParseError>()
             || cause.is::<capsim_report::ConfigurationError>()
             || cause
-                .downcast_ref::<capsim_report::report::ReportError>()
-                .is_some_and(capsim_report::report::ReportError::is_bad_input)
+                .downcast_ref::<capsim_report::ReportError>()
+                .is_some_and(capsim_report::ReportError::is_bad_input)
             || cause
                 .downcast_ref::<capsim_trace::TraceError>()
                 .is_some_and(capsim_trace::TraceError::is_bad_input)

@@ -2,17 +2,15 @@
 //! the trace's peak times a growth factor.
 
 use anyhow::Result;
-use capsim_report::experiment::Workload;
-use capsim_report::grid::GridAxis;
-use capsim_report::load::{LoadAxis, LoadKind};
-use capsim_report::review::{answer_sentence, carried_multiple, carrying, most_carrying};
-use capsim_report::shard::Shard;
-use capsim_report::sweep::{CapacityRow, SweepSpec};
+use capsim_report::{
+    CapacityRow, GridAxis, LoadAxis, LoadKind, Shard, SweepSpec, Workload, answer_sentence,
+    carried_multiple, carrying, most_carrying, review_of,
+};
 use clap::Args;
 
 use super::BadInput;
 use super::shared::grid::{
-    GridArgs, parse_grid_args, parse_growth, parse_warmup, review_of, run_with_progress,
+    GridArgs, parse_grid_args, parse_growth, parse_warmup, run_with_progress, trace_label,
 };
 
 /// Instances tried when the grid has no `instances` axis.
@@ -69,7 +67,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
         max_lost_fraction: args.grid.max_lost,
         shard: Shard::WHOLE,
         cost_per_instance_hour: args.grid.cost_per_instance_hour,
-        knee_sensitivity: capsim_report::knee::DEFAULT_SENSITIVITY,
+        knee_sensitivity: capsim_report::DEFAULT_KNEE_SENSITIVITY,
         detail_load: None,
         curves: false,
     };
@@ -116,7 +114,14 @@ pub fn run(args: PlanArgs) -> Result<()> {
             "no configuration of the grid carries {growth}x; the best carries {most:.2}x (the answer below says what ends it)."
         );
     }
-    let review = review_of(&args.grid, &spec, &workload, &result, growth)?;
+    let review = review_of(
+        &spec,
+        &workload,
+        &result,
+        trace_label(&args.grid),
+        &args.grid.scenario,
+        growth,
+    )?;
     result.review = Some(review);
     if let Some(review) = &result.review {
         println!("\n{}", answer_sentence(&result, review));

@@ -3,9 +3,8 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use capsim_report::output::read_sweep;
 use capsim_report::plot::PlotSize;
-use capsim_report::report::write_report;
+use capsim_report::{read_sweep, write_report};
 use clap::Args;
 
 use super::BadInput;

@@ -4,19 +4,16 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use capsim_report::experiment::Workload;
-use capsim_report::load::{LoadAxis, LoadKind};
-use capsim_report::output::{merge, read_sweep, write_sweep_outputs};
 use capsim_report::plot::PlotSize;
-use capsim_report::report::write_report;
-use capsim_report::review::shard_sensitivities;
-use capsim_report::shard::Shard;
-use capsim_report::sweep::{SweepResult, SweepSpec};
+use capsim_report::{
+    LoadAxis, LoadKind, Shard, SweepResult, SweepSpec, Workload, merge, read_sweep, review_sweep,
+    write_report, write_sweep_outputs,
+};
 use clap::Args;
 
 use super::bad_input;
 use super::shared::grid::{
-    GridArgs, parse_grid_args, parse_growth, parse_warmup, review_of, run_with_progress,
+    GridArgs, parse_grid_args, parse_growth, parse_warmup, run_with_progress, trace_label,
 };
 use super::shared::steady;
 
@@ -42,7 +39,7 @@ pub struct SweepArgs {
     pub shard: Option<String>,
 
     /// Kneedle sensitivity S (larger is more conservative).
-    #[arg(long, default_value_t = capsim_report::knee::DEFAULT_SENSITIVITY, value_name = "S")]
+    #[arg(long, default_value_t = capsim_report::DEFAULT_KNEE_SENSITIVITY, value_name = "S")]
     pub knee_sensitivity: f64,
 
     /// The load at which each configuration is run once in detail for the latency CDF, stage
@@ -118,10 +115,14 @@ pub fn run(args: SweepArgs) -> Result<()> {
     let started = std::time::Instant::now();
     let mut result = run_with_progress(&spec, &workload)?;
     steady::refuse_short_trace(&spec, &workload, &result.capacities, None)?;
-    if workload.trace_rate_rps.is_some() {
-        result.review = Some(review_of(&args.grid, &spec, &workload, &result, growth)?);
-        result.shard_sensitivities = shard_sensitivities(&spec, &workload, &result)?;
-    }
+    review_sweep(
+        &mut result,
+        &spec,
+        &workload,
+        trace_label(&args.grid),
+        &args.grid.scenario,
+        growth,
+    )?;
     let elapsed_s = started.elapsed().as_secs_f64();
     write_outputs(&args.out, &result, args.no_report)?;
     eprintln!(
@@ -168,15 +169,12 @@ pub fn print_answer(result: &SweepResult) {
     if let Some(review) = &result.review
         && result.shard == Shard::WHOLE
     {
-        println!(
-            "\n{}",
-            capsim_report::review::answer_sentence(result, review)
-        );
+        println!("\n{}", capsim_report::answer_sentence(result, review));
     }
 }
 
 fn print_capacities(result: &SweepResult) {
-    for row in capsim_report::report::ranked(result) {
+    for row in capsim_report::ranked(result) {
         let capacity = row.capacity_rps.map_or("none".to_string(), |c| {
             format!("{:.1} req/s [{:.1}, {:.1}]", c.mean, c.low, c.high)
         });

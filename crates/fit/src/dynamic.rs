@@ -32,7 +32,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::UInt32Type;
 use arrow_array::{Array, RecordBatch};
 use capsim_sim::rng::{SimRng, splitmix64};
-use capsim_sim::timing::least_squares::{least_squares, non_negative_least_squares};
+use capsim_sim::timing::{least_squares, non_negative_least_squares};
 use capsim_sim::{Outcome, RunOptions, Scenario};
 use capsim_trace::{Columns, Trace};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;

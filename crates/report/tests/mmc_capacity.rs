@@ -1,10 +1,7 @@
 //! Acceptance: the capacity search, driving the simulator, finds the analytic capacity of an
 //! M/M/c queue under a waiting-time SLO (Erlang C inverted) within 2%.
 
-use capsim_report::capacity::{Bracket, SearchOptions, search_capacity};
-use capsim_report::experiment::Workload;
-use capsim_report::load::LoadKind;
-use capsim_report::slo::Slo;
+use capsim_report::{Bracket, LoadKind, SearchOptions, Slo, Workload, search_capacity};
 use capsim_sim::{Profiles, Scenario, Warmup, theory};
 use capsim_trace::{Columns, Trace};
 

@@ -2,14 +2,11 @@
 
 use std::sync::atomic::AtomicBool;
 
-use capsim_report::experiment::Workload;
-use capsim_report::grid::Grid;
-use capsim_report::load::{LoadAxis, LoadKind};
-use capsim_report::output::{merge, read_sweep, write_capacity_csv, write_sweep_outputs};
 use capsim_report::plot::PlotSize;
-use capsim_report::report::write_report;
-use capsim_report::shard::Shard;
-use capsim_report::sweep::{SweepSpec, job_count, run_sweep};
+use capsim_report::{
+    Grid, LoadAxis, LoadKind, Shard, SweepSpec, Workload, job_count, merge, read_sweep, run_sweep,
+    write_capacity_csv, write_report, write_sweep_outputs,
+};
 use capsim_sim::{Profiles, Scenario, Warmup};
 use capsim_trace::{Columns, Trace};
 

@@ -32,7 +32,7 @@ pub struct Compat {
 
 /// What the compatibility names are made from: the summary's measured figures.
 #[derive(Debug, Clone, Copy)]
-pub struct Figures<'a> {
+pub(crate) struct Figures<'a> {
     /// Latency statistics by the summary's keys (`end_to_end`, `ttft`, `tpot`, `itl`,
     /// `normalized`).
     pub latency_ms: &'a BTreeMap<String, LatencyStats>,
@@ -81,7 +81,7 @@ const INFERENCE_PERF_METRICS: [(&str, &str); 5] = [
 
 impl Compat {
     /// Both tools' names for `figures`.
-    pub fn of(figures: &Figures) -> Compat {
+    pub(crate) fn of(figures: &Figures) -> Compat {
         Compat {
             vllm: vllm(figures),
             inference_perf: inference_perf(figures),

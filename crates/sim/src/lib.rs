@@ -37,7 +37,7 @@
 pub mod batcher;
 pub mod build;
 mod client;
-pub mod compat;
+mod compat;
 mod context;
 mod continuous;
 mod engine;
@@ -67,6 +67,7 @@ pub mod timeseries;
 pub mod timing;
 
 pub use build::{BuiltScenario, Profiles};
+pub use compat::Compat;
 pub use engine::{
     Run, RunOptions, SimError, Warmup, latency_keys, run_with_sink, simulate,
     simulate_with_requests,

@@ -496,7 +496,7 @@ pub struct Summary {
     pub server_metrics: BTreeMap<String, f64>,
     /// The measured figures above under the names other benchmark tools write: `vllm` (vLLM's
     /// `vllm bench serve` result keys, ms) and `inference_perf` (inference-perf's
-    /// `summary_lifecycle_metrics.json`, s); see [`crate::compat`].
+    /// `summary_lifecycle_metrics.json`, s); see [`Compat`].
     #[serde(default)]
     pub compat: Compat,
 }

@@ -1,17 +1,15 @@
 //! The grid flags `sweep` and `plan` share, and the steps both take with them: parsing
 //! (`--warmup`, `--growth`, the grid and the SLO), running the sweep with a progress bar, and the
-//! review that `report.md` states beyond the runs.
+//! trace's name in the review that `report.md` states beyond the runs.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Result;
-use capsim_report::experiment::Workload;
-use capsim_report::experiment::check_configurations;
-use capsim_report::grid::{Grid, GridAxis};
-use capsim_report::review::{Basis, Question, Review, sensitivity_of};
-use capsim_report::slo::Slo;
-use capsim_report::sweep::{SweepResult, SweepSpec, job_count, run_sweep};
+use capsim_report::{
+    Grid, GridAxis, Slo, SweepResult, SweepSpec, Workload, check_configurations, job_count,
+    run_sweep,
+};
 use capsim_sim::quantity::parse_duration_ns;
 use capsim_sim::{Profiles, Scenario, Warmup};
 use clap::Args;
@@ -149,19 +147,8 @@ pub fn parse_growth(text: &str) -> Result<f64> {
         })
 }
 
-/// What `report.md` states beyond the runs: the trace's figures and the growth, the scenario's
-/// provenance, and the answer's configuration (else the best-ranked) run again with slower
-/// service times ([`sensitivity_of`]). A sharded run has no answer yet: its part of the
-/// sensitivity run is [`shard_sensitivities`](capsim_report::review::shard_sensitivities), which
-/// the merge reads.
-pub fn review_of(
-    args: &GridArgs,
-    spec: &SweepSpec,
-    workload: &Workload<'_>,
-    result: &SweepResult,
-    growth: f64,
-) -> Result<Review> {
-    let summary = capsim_trace::Summary::of(workload.trace);
+/// The trace as the review names it: its files, and the `--extend-to` that stretched it.
+pub fn trace_label(args: &GridArgs) -> String {
     let names: Vec<String> = args
         .input
         .paths
@@ -176,20 +163,7 @@ pub fn review_of(
             args.input.extend_seed
         );
     }
-    let question = Question::of(trace, &summary, growth);
-    let basis = Basis::of(
-        &spec.base,
-        &args.scenario,
-        spec.seeds,
-        spec.base_seed,
-        spec.max_lost_fraction,
-    );
-    let sensitivity = sensitivity_of(spec, workload, result, question.mean_rate_rps, growth)?;
-    Ok(Review {
-        question,
-        basis,
-        sensitivity,
-    })
+    trace
 }
 
 /// Runs `spec` with a progress bar on stderr.

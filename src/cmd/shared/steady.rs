@@ -3,10 +3,7 @@
 //! (docs/report.md, "Steady state").
 
 use anyhow::Result;
-use capsim_report::experiment::{Workload, configure};
-use capsim_report::grid::Configuration;
-use capsim_report::load::LoadKind;
-use capsim_report::sweep::{CapacityRow, SweepSpec};
+use capsim_report::{CapacityRow, Configuration, LoadKind, SweepSpec, Workload, configure};
 
 use crate::cmd::BadInput;
 

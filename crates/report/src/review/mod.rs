@@ -131,6 +131,62 @@ pub fn shard_sensitivities(
         .collect()
 }
 
+/// What `report.md` states beyond a finished sweep's runs: the trace's figures (`trace` names
+/// it) and the `growth` to plan for, the provenance of the scenario read from `scenario_path`,
+/// and the answer's configuration (else the best-ranked) run again with slower service times
+/// ([`sensitivity_of`]). A sharded run has no answer yet: its part of the sensitivity run is
+/// [`shard_sensitivities`], which the merge reads.
+pub fn review_of(
+    spec: &SweepSpec,
+    workload: &Workload<'_>,
+    result: &SweepResult,
+    trace: String,
+    scenario_path: &Path,
+    growth: f64,
+) -> Result<Review, SweepError> {
+    let summary = capsim_trace::Summary::of(workload.trace);
+    let question = Question::of(trace, &summary, growth);
+    let basis = Basis::of(
+        &spec.base,
+        scenario_path,
+        spec.seeds,
+        spec.base_seed,
+        spec.max_lost_fraction,
+    );
+    let sensitivity = sensitivity_of(spec, workload, result, question.mean_rate_rps, growth)?;
+    Ok(Review {
+        question,
+        basis,
+        sensitivity,
+    })
+}
+
+/// Sets `result`'s review ([`review_of`]) and a shard's part of the sensitivity run
+/// ([`shard_sensitivities`]), as `capsim sweep` records them in `sweep.json`. Leaves both unset
+/// for a trace without a mean rate (fewer than two requests, or no span): the review's question
+/// is a multiple of that rate.
+pub fn review_sweep(
+    result: &mut SweepResult,
+    spec: &SweepSpec,
+    workload: &Workload<'_>,
+    trace: String,
+    scenario_path: &Path,
+    growth: f64,
+) -> Result<(), SweepError> {
+    if workload.trace_rate_rps.is_some() {
+        result.review = Some(review_of(
+            spec,
+            workload,
+            result,
+            trace,
+            scenario_path,
+            growth,
+        )?);
+        result.shard_sensitivities = shard_sensitivities(spec, workload, result)?;
+    }
+    Ok(())
+}
+
 /// The capacity of `row`'s configuration with every service time scaled by
 /// [`SLOWER_SERVICE_FACTOR`], by one capacity search per seed of `spec`; or, in its `note`, why
 /// its service times cannot be scaled.

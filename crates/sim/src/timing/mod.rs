@@ -9,7 +9,7 @@
 //! factors ([`step_spread`]). The scenario names a model; `crate::build` builds it.
 
 pub mod hardware;
-pub mod least_squares;
+mod least_squares;
 pub mod model_config;
 pub mod operators;
 pub mod profile;
@@ -20,3 +20,5 @@ pub mod step_profile;
 pub mod step_spec;
 pub mod step_spread;
 pub mod step_time;
+
+pub use least_squares::{least_squares, non_negative_least_squares};

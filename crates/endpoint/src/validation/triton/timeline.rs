@@ -16,7 +16,7 @@ use std::path::Path;
 
 use capsim_sim::batcher::Batcher;
 use capsim_sim::scenario::{BatcherSpec, ReplayInputs};
-use capsim_sim::timing::least_squares::non_negative_least_squares;
+use capsim_sim::timing::non_negative_least_squares;
 use capsim_sim::{Outcome, RequestRecord, Scenario, ScenarioError};
 use capsim_trace::{Columns, Trace, TraceError};
 
