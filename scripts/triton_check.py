@@ -2,14 +2,17 @@
 """capsim's queue and dynamic batcher against a real Triton on 127.0.0.1, with a fixed-time model.
 
 For each batcher setting this writes a scenario whose batches take the fixed model's nominal
-a + b * batch_size, and for each load (a fraction of that scenario's capacity, as `capsim
-validate` computes it) starts a fresh Triton (scripts/triton.py; tracing every request with
---trace) whose one model sleeps exactly that long, runs `capsim validate --endpoint` at that one
-load, and stops Triton. validate replays a Poisson trace against it and simulates the same trace
+a + b * batch_size, and for each load starts a fresh Triton (scripts/triton.py; tracing every
+request with --trace) whose one model sleeps exactly that long, calibrates the scenario through
+it, runs `capsim validate --endpoint` at that one load (a fraction of the calibrated scenario's
+capacity, as validate computes it), and stops Triton. validate replays a Poisson trace against it and simulates the same trace
 up to three ways (docs/validation.md):
 
-- "sim": the scenario alone, a prediction from the model's nominal times (Triton's own costs
-  around the model, its Python backend and HTTP, are not in it);
+- "sim": the scenario calibrated through the server before the run (`capsim calibrate
+  --endpoint`: closed-loop runs, Triton's compute per batch size fitted as a + b * size and its
+  time per request outside the model; a prediction calibrated on other runs), or with
+  --nominal the scenario alone (a prediction from the model's nominal times, without Triton's
+  own costs around the model);
 - "run-sim": the scenario's times leveled to Triton's compute per batch size over the run
   (replayed: its speed comes from the run);
 - with --trace, "trace-sim": driven by Triton's trace of the run, its arrivals at Triton's
@@ -127,9 +130,11 @@ def until_alive(out: Path, once, kept_names: list, tries: int = 5):
 
 
 def validate_once(out: Path, label: str, setting: dict, load: float, duration: str,
-                  traced: bool) -> None:
-    """A fresh Triton for the setting, `capsim validate --endpoint` at one load (its printout in
-    OUT/validate.txt, its files in OUT/validate), Triton stopped."""
+                  traced: bool, calibrated: bool) -> None:
+    """A fresh Triton for the setting; with `calibrated`, `capsim calibrate --endpoint` first
+    (closed-loop runs through it: its printout in OUT/calibrate.txt, the scenario it fits in
+    OUT/calibrated.toml); then `capsim validate --endpoint` of that scenario at one load (its
+    printout in OUT/validate.txt, its files in OUT/validate); Triton stopped."""
     out.mkdir(parents=True, exist_ok=True)
     for stale in out.glob("trace.json*"):
         stale.unlink()
@@ -150,6 +155,14 @@ def validate_once(out: Path, label: str, setting: dict, load: float, duration: s
                    check=True, stdout=subprocess.DEVNULL)
     try:
         port = json.loads((out / "ports.json").read_text())["http"]
+        if calibrated:
+            with open(out / "calibrate.txt", "w") as log:
+                subprocess.run([*CLIENT_CPUS, str(CAPSIM), "calibrate", "--endpoint",
+                                f"http://127.0.0.1:{port}", "--model", "fixed", "--scenario",
+                                str(scenario), "--trace", str(trace), "-o",
+                                str(out / "calibrated.toml")],
+                               check=True, stdout=log, stderr=subprocess.STDOUT)
+            scenario = out / "calibrated.toml"
         with open(out / "validate.txt", "w") as log:
             subprocess.run([*CLIENT_CPUS, str(CAPSIM), "validate", "--endpoint",
                             f"http://127.0.0.1:{port}", "--model", "fixed", "--scenario",
@@ -205,6 +218,9 @@ def main() -> None:
     parser.add_argument("--trace", action="store_true",
                         help="Triton traces every request: validate's trace-sim and the queue "
                              "percentiles")
+    parser.add_argument("--nominal", action="store_true",
+                        help="sim predicts from the model's nominal times instead of a "
+                             "calibration through the server (`capsim calibrate --endpoint`)")
     parser.add_argument("--repeats", type=int, default=1,
                         help="run each load this many times, each against a fresh Triton (the "
                              "second into OUT/sI-LOAD-r2, ...)")
@@ -235,7 +251,8 @@ def main() -> None:
                     if not args.stored:
                         until_alive(out, lambda: validate_once(
                             out, labels[i], SETTINGS[labels[i]], load, args.duration,
-                            args.trace), ["triton.log", "validate.txt", "validate"])
+                            args.trace, not args.nominal),
+                            ["triton.log", "calibrate.txt", "validate.txt", "validate"])
                     line = row(out, labels[i], load_label)
                 except TritonDied as died:
                     lost.append(str(died))

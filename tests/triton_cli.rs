@@ -716,3 +716,75 @@ fn with_a_queue_policy_triton_and_capsim_form_the_doc_timelines_batches_when_the
     );
     assert_eq!(timeline.simulated("true"), at_instance_free);
 }
+
+/// `capsim calibrate --endpoint`: closed-loop runs through a running Triton at 1, 4 and 16
+/// clients (the fixed scenario's max 8: batches of every size), then a + b * size fitted to
+/// Triton's own mean compute per batch size and `[postprocess] base` to its time per request
+/// outside the queue and the model, written into the scenario. The model sleeps 2 ms + 0.5 ms
+/// per request and Triton's Python backend adds a little: the fit is asserted as near the sleep
+/// as run-sim's fit above. The fitted scenario then drives `validate --endpoint`'s sim.
+#[test]
+fn calibrate_endpoint_fits_tritons_own_compute_per_batch_size_into_the_scenario() {
+    let _one = ONE_TRITON.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scenario = fixed_scenario(dir.path());
+    let triton = Triton::start(&scenario, dir.path());
+    let url = triton.url("http");
+    let fitted = dir.path().join("calibrated").join("fixed.toml");
+    std::fs::create_dir_all(fitted.parent().expect("a folder")).expect("mkdir");
+    let calibrate = |model: &str| {
+        capsim(&[
+            "calibrate",
+            "--endpoint",
+            &url,
+            "--model",
+            model,
+            "--scenario",
+            scenario.to_str().expect("utf-8"),
+            "--trace",
+            "traces/demo.parquet",
+            "--requests",
+            "200",
+            "-o",
+            fitted.to_str().expect("utf-8"),
+        ])
+    };
+    let output = calibrate("fixed");
+    assert!(output.status.success(), "{}", text(&output));
+    let printed = String::from_utf8_lossy(&output.stdout);
+    for needle in [
+        "closed loop: 1 clients",
+        "closed loop: 16 clients",
+        "service.a",
+    ] {
+        assert!(
+            printed.contains(needle),
+            "stdout lacks {needle:?}: {printed}"
+        );
+    }
+    let toml: toml::Table = std::fs::read_to_string(&fitted)
+        .expect("fitted scenario written")
+        .parse()
+        .expect("TOML");
+    let ms = |key: &str| {
+        let text = toml["service"][key].as_str().expect("a duration");
+        text.strip_suffix("ns")
+            .and_then(|n| n.parse::<f64>().ok())
+            .map(|ns| ns / 1e6)
+            .unwrap_or_else(|| panic!("service.{key} = {text:?}"))
+    };
+    let (a_ms, b_ms) = (ms("a"), ms("b"));
+    assert!(
+        (1.5..4.5).contains(&a_ms) && (0.3..0.8).contains(&b_ms),
+        "calibrated {a_ms} + {b_ms}·n ms against the model's 2 + 0.5·n ms"
+    );
+    assert!(
+        toml["postprocess"]["base"].as_str().is_some(),
+        "the time outside the model: {toml:?}"
+    );
+    let out = dir.path().join("validate");
+    let validated = validate_demo(&url, "fixed", &fitted, &out, &["--duration", "2s"]);
+    assert!(validated.status.success(), "{}", text(&validated));
+    // A model Triton does not serve: one clear message, exit 2.
+    assert_user_error(&calibrate("nope"), &["nope", "check --model"]);
+}

@@ -1,5 +1,6 @@
 //! `capsim calibrate`: measure an ONNX model through ONNX Runtime and write a profile.
 
+mod endpoint;
 mod operators;
 
 use std::collections::BTreeMap;
@@ -134,6 +135,32 @@ pub struct CalibrateArgs {
     /// with --model's shape; a Vidur table with its own) (repeatable).
     #[arg(long, value_name = "DIR", requires = "operators")]
     pub check: Vec<PathBuf>,
+    /// Measure the model served by a running Triton at this URL (`http://HOST:PORT`) instead of
+    /// an ONNX file: closed-loop runs at a few concurrencies, then a + b * size fitted to the
+    /// server's own mean compute time per batch size and `[postprocess] base` to its time per
+    /// request outside the queue and the model; writes --scenario with them to -o (a TOML). With
+    /// --model the model's name on the server, --scenario and --trace.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["operators", "decoder"])]
+    pub endpoint: Option<String>,
+    /// With --endpoint: the scenario whose batcher the server runs (its max_batch_size and
+    /// instance_count set the default --concurrency); the fit is written into it.
+    #[arg(long, value_name = "S.toml", requires = "endpoint")]
+    pub scenario: Option<PathBuf>,
+    /// With --endpoint: the trace whose request sizes are sent (its first --requests rows).
+    #[arg(long, value_name = "TRACE", requires = "endpoint")]
+    pub trace: Option<PathBuf>,
+    /// With --endpoint: the clients of each closed-loop run (default: 1, half of
+    /// max_batch_size, and twice max_batch_size times instance_count).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "N,N,...",
+        requires = "endpoint"
+    )]
+    pub concurrency: Vec<u32>,
+    /// With --endpoint: requests of each closed-loop run (default 400).
+    #[arg(long, value_name = "N", requires = "endpoint")]
+    pub requests: Option<usize>,
 }
 
 /// The ONNX model and the profile to write, which every mode but --operators needs.
@@ -218,6 +245,9 @@ fn parse_dim(text: &str) -> Result<(String, Vec<u32>), BadInput> {
 pub fn run(args: CalibrateArgs) -> Result<()> {
     if let Some(table) = &args.operators {
         return operators::run(table, &args);
+    }
+    if let Some(url) = &args.endpoint {
+        return endpoint::run(url, &args);
     }
     if args.decoder {
         return run_decoder(args);

@@ -7,9 +7,7 @@ mod pooled;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use capsim_endpoint::measured_service::fit_affine;
 use capsim_endpoint::triton::{ModelStats, ServerOverheads, ServerRequestTimes};
-use capsim_fit::batch_means::{SizeMean, fit_batch_means};
 use capsim_fit::dynamic::{BatchLog, bootstrap_affine, fit_dynamic, read_batch_log};
 use capsim_fit::meta::read_run_meta;
 use capsim_fit::{
@@ -21,6 +19,7 @@ use capsim_sim::Scenario;
 use clap::Args;
 
 use super::BadInput;
+use super::shared::triton_fit::fit_triton_stats;
 
 /// Flags of `capsim fit`.
 #[derive(Debug, Args)]
@@ -331,43 +330,7 @@ fn read_triton_stats(path: &Path) -> Result<Option<ModelStats>> {
 /// The fit to Triton's per-batch-size statistics: `a + b*size` on the mean compute time
 /// (input, inference, output) of each size, weighted by its batches.
 fn run_triton(scenario: &Scenario, args: &FitArgs, stats: &ModelStats) -> Result<()> {
-    let times = stats.batch_times();
-    if times.len() < 2 {
-        return Err(BadInput(format!(
-            "{}: Triton's statistics of model {:?} hold batches of {} size{} ({}), so the time \
-             per request (b) cannot be told apart from the time per batch (a); take them after a \
-             run whose batches had several sizes (a load that queues requests with \
-             max_batch_size > 1)",
-            args.log().display(),
-            stats.name,
-            times.len(),
-            if times.len() == 1 { "" } else { "s" },
-            times
-                .iter()
-                .map(|t| t.batch_size.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))
-        .into());
-    }
-    let line = fit_affine(&times).ok_or_else(|| {
-        BadInput(format!(
-            "{}: Triton's statistics of model {:?} hold no batch",
-            args.log().display(),
-            stats.name
-        ))
-    })?;
-    let sizes: Vec<SizeMean> = times
-        .iter()
-        .map(|t| SizeMean {
-            batch_size: t.batch_size,
-            batches: t.batches,
-            mean_ns: t.mean_ns,
-        })
-        .collect();
-    let overhead_ns = stats.request_times().map(|t| t.outside_ns());
-    let fitted = fit_batch_means(scenario, &sizes, (line.a_ns, line.b_ns), overhead_ns)
-        .map_err(|e| BadInput(e.to_string()))?;
+    let fitted = fit_triton_stats(scenario, stats, &args.log().display().to_string())?;
     let text = fitted.describe(&stats.name, args.log());
     print!("{text}");
     let header = fitted.toml_header(args.scenario(), args.log());

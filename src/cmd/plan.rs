@@ -26,22 +26,25 @@ pub struct PlanArgs {
     pub runners_up: usize,
 }
 
-pub fn run(args: PlanArgs) -> Result<()> {
-    let growth = parse_growth(&args.grid.growth)?;
-    let extra = if args
-        .grid
-        .grids
+/// The instance axis a plan searches when `--grid` gives none: 1 to
+/// [`DEFAULT_MAX_INSTANCES`].
+fn default_instance_axis(grids: &[String]) -> Result<Vec<GridAxis>> {
+    if grids
         .iter()
         .any(|g| g.trim_start().starts_with("instances="))
     {
-        Vec::new()
-    } else {
-        vec![
-            format!("instances=1..{DEFAULT_MAX_INSTANCES}")
-                .parse::<GridAxis>()
-                .map_err(|e| BadInput(e.to_string()))?,
-        ]
-    };
+        return Ok(Vec::new());
+    }
+    Ok(vec![
+        format!("instances=1..{DEFAULT_MAX_INSTANCES}")
+            .parse::<GridAxis>()
+            .map_err(|e| BadInput(e.to_string()))?,
+    ])
+}
+
+pub fn run(args: PlanArgs) -> Result<()> {
+    let growth = parse_growth(&args.grid.growth)?;
+    let extra = default_instance_axis(&args.grid.grids)?;
     let (scenario, profiles, grid, slo) = parse_grid_args(&args.grid, extra)?;
     let warmup = parse_warmup(args.grid.warmup.as_deref())?;
     let loaded = args.grid.input.load()?;

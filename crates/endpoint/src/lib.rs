@@ -37,6 +37,7 @@ pub mod measured_service;
 pub mod metrics;
 mod openai;
 mod replay;
+mod through_server;
 mod validation;
 
 use std::time::Duration;
@@ -48,6 +49,10 @@ use capsim_sim::{Scenario, Warmup};
 use capsim_trace::{Trace, percentile_sorted};
 
 pub use replay::{Measured, PREPARE_AHEAD, Replayed};
+pub use through_server::{
+    ClosedLoopRun, ServerCalibration, WARMUP_REQUESTS, calibrate_through_server,
+    default_concurrencies,
+};
 pub use validation::{
     BatchReport, BatchShares, CalibratedCapacity, ComputeDrift, EndpointRun, EndpointScenario,
     EndpointValidation, FigureRow, Figures, Leveled, LoadValidation, Measured as MeasuredFigures,

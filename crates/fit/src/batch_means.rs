@@ -140,12 +140,19 @@ impl BatchMeansFit {
     /// The comment above the fitted scenario: the command that fitted it (`scenario` and `log`
     /// its files) and what each fitted key comes from.
     pub fn toml_header(&self, scenario: &Path, log: &Path) -> String {
+        self.toml_header_of(&format!(
+            "capsim fit --scenario {} --log {}",
+            scenario.display(),
+            log.display()
+        ))
+    }
+
+    /// The comment above the fitted scenario, `command` the command line that fitted it.
+    pub fn toml_header_of(&self, command: &str) -> String {
         format!(
-            "# Fitted by `capsim fit --scenario {} --log {}`: [service] a and b by least squares of\n\
+            "# Fitted by `{command}`: [service] a and b by least squares of\n\
              # Triton's mean compute time per batch size ({} batches); c = 0, no residuals;\n\
              # [postprocess] base: the server's mean time per request outside queue and model.\n",
-            scenario.display(),
-            log.display(),
             self.batches(),
         )
     }

@@ -1,0 +1,126 @@
+//! Measuring a served model through its server (`capsim calibrate --endpoint`): closed-loop runs
+//! at a few concurrencies, so that batches of several sizes run, and the model's statistics
+//! over them: the server's compute per batch size and its time per request outside the queue
+//! and the model. What the server does around the model is in these times, which a profile
+//! measured in-process leaves out; no timing of a later compared run is used.
+
+use std::time::Duration;
+
+use capsim_trace::Trace;
+
+use crate::validation::triton::{ModelStats, model_stats};
+use crate::{EndpointError, EndpointOptions, LoadMode, Reporting, replay};
+
+/// One closed-loop run of a calibration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClosedLoopRun {
+    /// Clients, each sending its next request when its last is answered.
+    pub concurrency: u32,
+    /// Requests sent.
+    pub requests: u64,
+    /// Of them, answered.
+    pub completed: u64,
+}
+
+/// What a calibration through the server measured.
+#[derive(Debug, Clone)]
+pub struct ServerCalibration {
+    /// The model's statistics over the calibration's runs alone (the server's counters after
+    /// them less those before).
+    pub stats: ModelStats,
+    /// Each run.
+    pub runs: Vec<ClosedLoopRun>,
+}
+
+/// The closed-loop levels of a calibration of a model instance group that batches up to
+/// `max_batch_size` on `model_instances` instances: one client (batches of one), half a batch,
+/// and twice what all instances hold at once (full batches queued behind full batches).
+pub fn default_concurrencies(max_batch_size: u32, model_instances: u32) -> Vec<u32> {
+    let mut levels = vec![
+        1,
+        (max_batch_size / 2).max(1),
+        2 * max_batch_size.max(1) * model_instances.max(1),
+    ];
+    levels.sort_unstable();
+    levels.dedup();
+    levels
+}
+
+/// Requests of a warm-up run (one client, before the statistics are first read) that a few
+/// requests make: the server's first requests after a start run slow.
+pub const WARMUP_REQUESTS: usize = 8;
+
+/// Sends every request of `trace` (their sizes; a closed loop ignores arrivals) to the server
+/// once per concurrency in `concurrencies`, one run after the other, and returns the model's
+/// statistics over them (Triton's, `GET /v2/models/NAME/stats`). `warmup` (for example the
+/// trace's first [`WARMUP_REQUESTS`]) goes first from one client, outside the statistics; it
+/// also checks the server and the model ([`EndpointError::UnknownModel`] says to check
+/// --model). A run in which a request failed is an error: a calibration is taken on a server
+/// that answers.
+pub fn calibrate_through_server(
+    trace: &Trace,
+    warmup: &Trace,
+    options: &EndpointOptions,
+    concurrencies: &[u32],
+) -> Result<ServerCalibration, EndpointError> {
+    closed_loop(warmup, options, 1)?;
+    let before = model_stats(&options.base_url, &options.model)?;
+    let mut runs = Vec::with_capacity(concurrencies.len());
+    for &concurrency in concurrencies {
+        runs.push(closed_loop(trace, options, concurrency)?);
+    }
+    let after = model_stats(&options.base_url, &options.model)?;
+    Ok(ServerCalibration {
+        stats: after.since(&before),
+        runs,
+    })
+}
+
+/// One closed-loop run of `trace` from `concurrency` clients; an error when a request failed.
+fn closed_loop(
+    trace: &Trace,
+    options: &EndpointOptions,
+    concurrency: u32,
+) -> Result<ClosedLoopRun, EndpointError> {
+    {
+        let closed = EndpointOptions {
+            mode: LoadMode::Closed {
+                concurrency,
+                think_time: Duration::ZERO,
+            },
+            ..options.clone()
+        };
+        let run = replay(trace, &closed, &Reporting::default())?;
+        let totals = &run.summary.requests;
+        if totals.completed < totals.total {
+            return Err(EndpointError::Protocol {
+                url: options.base_url.clone(),
+                message: format!(
+                    "{} of {} requests failed in the calibration's run at concurrency \
+                     {concurrency} ({:?}): calibrate a server that answers every request",
+                    totals.total - totals.completed,
+                    totals.total,
+                    totals.failed_by_reason
+                ),
+            });
+        }
+        Ok(ClosedLoopRun {
+            concurrency,
+            requests: totals.total,
+            completed: totals.completed,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_levels_run_batches_of_one_half_and_full_queued_batches() {
+        assert_eq!(default_concurrencies(8, 1), vec![1, 4, 16]);
+        assert_eq!(default_concurrencies(32, 2), vec![1, 16, 128]);
+        assert_eq!(default_concurrencies(1, 1), vec![1, 2]);
+        assert_eq!(default_concurrencies(0, 0), vec![1, 2]);
+    }
+}

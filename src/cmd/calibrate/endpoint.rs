@@ -1,0 +1,84 @@
+//! `capsim calibrate --endpoint URL --model NAME --scenario S.toml --trace T -o FITTED.toml`:
+//! the served model measured through a running Triton (closed-loop runs, the server's own
+//! statistics) into the scenario's `[service]` and `[postprocess]`.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use capsim_endpoint::{
+    EndpointOptions, Protocol, ServerCalibration, WARMUP_REQUESTS, calibrate_through_server,
+    default_concurrencies,
+};
+use capsim_sim::Scenario;
+use capsim_trace::{IngestOptions, Transforms, read_trace};
+
+use super::CalibrateArgs;
+use crate::cmd::bad_input;
+use crate::cmd::shared::triton_fit::fit_triton_stats;
+
+/// Requests of each closed-loop run when --requests is not given.
+pub const DEFAULT_REQUESTS: usize = 400;
+
+/// Measures and fits; prints the fit and writes the fitted scenario to `-o`.
+pub fn run(url: &str, args: &CalibrateArgs) -> Result<()> {
+    let (Some(model), Some(scenario_path), Some(trace_path), Some(out)) =
+        (&args.model, &args.scenario, &args.trace, &args.out)
+    else {
+        return Err(bad_input(
+            "--endpoint needs the model's name on the server (--model), the scenario whose \
+             batcher the server runs (--scenario), a trace whose request sizes to send (--trace) \
+             and the fitted scenario to write (-o FITTED.toml)",
+        ));
+    };
+    let scenario = Scenario::from_path(scenario_path).map_err(bad_input)?;
+    let pool = &scenario.pools()[0];
+    let concurrencies = if args.concurrency.is_empty() {
+        default_concurrencies(pool.batcher.max_batch_size, pool.execution.instance_count)
+    } else {
+        args.concurrency.clone()
+    };
+    let (trace, _) = read_trace(std::slice::from_ref(trace_path), &IngestOptions::default())
+        .map_err(bad_input)?;
+    let first = |n: usize| {
+        let limit = Transforms {
+            limit: Some(n),
+            ..Transforms::default()
+        };
+        limit
+            .apply(trace.clone(), &mut Default::default())
+            .map_err(bad_input)
+    };
+    let warmup = first(WARMUP_REQUESTS)?;
+    let trace = first(args.requests.unwrap_or(DEFAULT_REQUESTS))?;
+    let model = model.to_string_lossy();
+    let mut options = EndpointOptions::new(url, Protocol::Kserve, &model);
+    options.seed = args.seed;
+    // As `replay --endpoint`: a KServe model takes at most 512 tokens unless the pool says.
+    options.max_input_tokens = pool.max_input_tokens.unwrap_or(512);
+    let measured =
+        calibrate_through_server(&trace, &warmup, &options, &concurrencies).map_err(bad_input)?;
+    let fitted = fit_triton_stats(&scenario, &measured.stats, url)?;
+    let text = runs_text(&measured) + &fitted.describe(&model, Path::new(url));
+    print!("{text}");
+    let dir = out.parent().filter(|d| !d.as_os_str().is_empty());
+    let toml = capsim_sim::build::toml_for_folder(&fitted.scenario, dir.unwrap_or(Path::new(".")))?;
+    let command = format!(
+        "capsim calibrate --endpoint {url} --model {model} --scenario {}",
+        scenario_path.display()
+    );
+    std::fs::write(out, fitted.toml_header_of(&command) + &toml)
+        .with_context(|| format!("writing {}", out.display()))?;
+    Ok(())
+}
+
+/// One line per closed-loop run.
+fn runs_text(measured: &ServerCalibration) -> String {
+    let mut text = String::new();
+    for run in &measured.runs {
+        text.push_str(&format!(
+            "closed loop: {} clients, {} of {} requests answered\n",
+            run.concurrency, run.completed, run.requests
+        ));
+    }
+    text
+}

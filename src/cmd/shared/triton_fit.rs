@@ -1,0 +1,60 @@
+//! The service time fitted to Triton's statistics of a model, which `capsim fit --log
+//! stats.json` reads from a file and `capsim calibrate --endpoint` measures through the server:
+//! each batch size's mean compute time (`capsim_endpoint::measured_service::fit_affine`) made a
+//! scenario by `capsim_fit::batch_means`.
+
+use anyhow::Result;
+use capsim_endpoint::measured_service::fit_affine;
+use capsim_endpoint::triton::ModelStats;
+use capsim_fit::batch_means::{BatchMeansFit, SizeMean, fit_batch_means};
+use capsim_sim::Scenario;
+
+use crate::cmd::BadInput;
+
+/// `scenario` with `[service]` a + b * size fitted to `stats`' mean compute time per batch
+/// size, weighted by its batches, and `[postprocess] base` its time per request outside the
+/// queue and the model. `source` names where the statistics came from in errors. Fewer than two
+/// batch sizes cannot tell a from b: an error that says what run would.
+pub fn fit_triton_stats(
+    scenario: &Scenario,
+    stats: &ModelStats,
+    source: &str,
+) -> Result<BatchMeansFit> {
+    let times = stats.batch_times();
+    if times.len() < 2 {
+        return Err(BadInput(format!(
+            "{source}: Triton's statistics of model {:?} hold batches of {} size{} ({}), so the \
+             time per request (b) cannot be told apart from the time per batch (a); take them \
+             after a run whose batches had several sizes (a load that queues requests with \
+             max_batch_size > 1)",
+            stats.name,
+            times.len(),
+            if times.len() == 1 { "" } else { "s" },
+            times
+                .iter()
+                .map(|t| t.batch_size.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+        .into());
+    }
+    let line = fit_affine(&times).ok_or_else(|| {
+        BadInput(format!(
+            "{source}: Triton's statistics of model {:?} hold no batch",
+            stats.name
+        ))
+    })?;
+    let sizes: Vec<SizeMean> = times
+        .iter()
+        .map(|t| SizeMean {
+            batch_size: t.batch_size,
+            batches: t.batches,
+            mean_ns: t.mean_ns,
+        })
+        .collect();
+    let overhead_ns = stats.request_times().map(|t| t.outside_ns());
+    Ok(
+        fit_batch_means(scenario, &sizes, (line.a_ns, line.b_ns), overhead_ns)
+            .map_err(|e| BadInput(e.to_string()))?,
+    )
+}
