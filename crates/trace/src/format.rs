@@ -34,6 +34,9 @@ pub enum Format {
     BurstGpt,
     /// Mooncake JSONL (`timestamp` ms, `input_length`, `output_length`, `hash_ids`).
     Mooncake,
+    /// vLLM per-request records JSONL, the measured log `capsim fit` reads: `queued_ts` s (the
+    /// server's clock, on which fit counts latencies), `input_toks`, `output_toks`.
+    Vllm,
 }
 
 impl Format {
@@ -46,11 +49,13 @@ impl Format {
             "azure" => Format::Azure,
             "burstgpt" => Format::BurstGpt,
             "mooncake" => Format::Mooncake,
+            "vllm" => Format::Vllm,
             _ => {
                 return Err(TraceError::BadOption {
                     option: "--format",
                     value: text.to_string(),
-                    reason: "use parquet, csv, jsonl, azure, burstgpt or mooncake".to_string(),
+                    reason: "use parquet, csv, jsonl, azure, burstgpt, mooncake or vllm"
+                        .to_string(),
                 });
             }
         })
@@ -65,6 +70,7 @@ impl Format {
             Format::Azure => "azure",
             Format::BurstGpt => "burstgpt",
             Format::Mooncake => "mooncake",
+            Format::Vllm => "vllm",
         }
     }
 
@@ -73,7 +79,7 @@ impl Format {
         match self {
             Format::Parquet => Container::Parquet,
             Format::Csv | Format::Azure | Format::BurstGpt => Container::Csv,
-            Format::Jsonl | Format::Mooncake => Container::Jsonl,
+            Format::Jsonl | Format::Mooncake | Format::Vllm => Container::Jsonl,
         }
     }
 
@@ -103,6 +109,13 @@ impl Format {
                 input_tokens: "input_length".into(),
                 output_tokens: Field::required("output_length"),
                 prefix_blocks: Field::optional("hash_ids"),
+                ..ColumnMap::none()
+            },
+            Format::Vllm => ColumnMap {
+                arrival: "queued_ts".into(),
+                arrival_unit: Some(TimeUnit::Seconds),
+                input_tokens: "input_toks".into(),
+                output_tokens: Field::required("output_toks"),
                 ..ColumnMap::none()
             },
         }
