@@ -38,7 +38,7 @@ pub struct TraceInput {
     #[arg(long = "trace", value_name = "PATH")]
     pub trace: Vec<PathBuf>,
 
-    /// Input format: parquet, csv, jsonl, or a preset (azure, burstgpt, mooncake). Detected
+    /// Input format: parquet, csv, jsonl, or a preset (azure, burstgpt, mooncake, vllm). Detected
     /// from the file name and header when omitted.
     #[arg(long, value_name = "FORMAT")]
     pub format: Option<String>,

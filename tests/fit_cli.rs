@@ -803,3 +803,36 @@ fn predict_refuses_a_dynamic_scenario_and_a_fit_needs_its_output_file() {
     );
     assert!(text(&out).contains("--output"), "{}", text(&out));
 }
+
+#[test]
+fn simulate_format_vllm_reads_the_arrivals_and_sizes_fit_reads() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = ground_truth("vllm-rtx4090-llama-3.1-8b");
+    let out_dir = dir.path().join("sim");
+    let out = capsim(&[
+        "simulate",
+        "--scenario",
+        "scenarios/vllm-rtx4090-llama-3.1-8b.toml",
+        "--format",
+        "vllm",
+        log.to_str().expect("utf-8"),
+        "-o",
+        out_dir.to_str().expect("utf-8"),
+    ]);
+    assert!(
+        out.status.success(),
+        "capsim simulate failed: {}",
+        text(&out)
+    );
+    let fit = capsim_fit::read_log(&log, None).expect("fit reads the vLLM log");
+    let simulated = capsim_fit::read_log(&out_dir.join("requests.parquet"), None)
+        .expect("fit reads the simulation's requests.parquet");
+    assert_eq!(
+        simulated.len(),
+        fit.len(),
+        "requests simulated vs in the log"
+    );
+    assert_eq!(simulated.arrival_ns, fit.arrival_ns, "arrivals");
+    assert_eq!(simulated.input_tokens, fit.input_tokens, "input tokens");
+    assert_eq!(simulated.output_tokens, fit.output_tokens, "output tokens");
+}

@@ -11,8 +11,8 @@ use capsim_endpoint::triton::{ModelStats, ServerOverheads, ServerRequestTimes};
 use capsim_fit::dynamic::{BatchLog, bootstrap_affine, fit_dynamic, read_batch_log};
 use capsim_fit::meta::read_run_meta;
 use capsim_fit::{
-    Comparison, Figures, FitConfig, FitResult, Interval, LogFormat, LogMap, MeasuredLog, bootstrap,
-    compare, fit, parameter_unit, read_log_as,
+    FitConfig, FitResult, LogFormat, LogMap, MeasuredLog, bootstrap, compare, describe_intervals,
+    fit, read_log_as,
 };
 use capsim_report::plot::{CdfPlot, CdfSeries, PlotSize, draw_latency_cdf};
 use capsim_sim::Scenario;
@@ -145,7 +145,7 @@ pub fn run(args: FitArgs) -> Result<()> {
             compare(&scenario, &log, args.seed).map_err(|e| BadInput(e.to_string()))?;
         print!(
             "{from_meta}{}",
-            describe_comparison(&comparison, &args, &log)
+            comparison.describe(args.log(), args.scenario(), &log)
         );
         return Ok(());
     }
@@ -153,12 +153,12 @@ pub fn run(args: FitArgs) -> Result<()> {
     let result = fit(&scenario, &log, &config).map_err(|e| BadInput(e.to_string()))?;
     let intervals = bootstrap(&scenario, &log, &result, &config, args.bootstrap)
         .map_err(|e| BadInput(e.to_string()))?;
-    let mut text = from_meta + &describe(&result, &args, &log);
+    let mut text = from_meta + &result.describe(args.log(), &log);
     if !intervals.is_empty() {
         text.push_str(&describe_intervals(&intervals, args.bootstrap));
     }
     print!("{text}");
-    for warning in warnings(&result) {
+    for warning in result.warnings() {
         eprintln!("warning: {warning}");
     }
     if let Some(dir) = write_outputs(&args, &fitted_toml(&result, &args)?, &text)? {
@@ -360,151 +360,8 @@ fn read_measured_log(args: &FitArgs, path: &Path) -> Result<MeasuredLog> {
     Ok(read_log_as(path, map.as_ref(), format).map_err(|e| BadInput(e.to_string()))?)
 }
 
-fn describe(result: &FitResult, args: &FitArgs, log: &MeasuredLog) -> String {
-    let mut out = format!(
-        "fit: {} requests of {} ({}); {} iterations, loss {:.3e}, {}\n",
-        log.len(),
-        args.log().display(),
-        log.format,
-        result.iterations,
-        result.loss,
-        if result.converged {
-            "converged"
-        } else {
-            "NOT converged (ran out of iterations): do not trust the parameters"
-        }
-    );
-    if let Some(excluded) = log.excluded_summary() {
-        out.push_str(&format!("left out of the log: {excluded}\n"));
-    }
-    out.push_str(&format!(
-        "  {:<30} {:>17} {:>14}\n",
-        "parameter", "value", "start spread"
-    ));
-    for (p, spread) in result.parameters.iter().zip(&result.start_spread) {
-        out.push_str(&format!(
-            "  {:<30} {:>14.3} {:<2} {:>13.2}x{}\n",
-            p.key,
-            p.value,
-            parameter_unit(p.key),
-            spread,
-            if p.at_bound {
-                format!(
-                    "   AT A BOUND ({:e}..{:e}): the model cannot place it",
-                    p.bounds.0, p.bounds.1
-                )
-            } else {
-                String::new()
-            }
-        ));
-    }
-    out.push_str(&result.table());
-    if !log.submit_delay_ns.is_empty() {
-        let delays: Vec<f64> = log.submit_delay_ns.iter().map(|&d| d as f64).collect();
-        let f = Figures::of_ns(&delays);
-        out.push_str(&format!(
-            "latencies count from the server's queued_ts; the client's submission delay before it \
-             (clocks aligned by the first request): mean {:.1} ms, p50 {:.1} ms, p90 {:.1} ms\n",
-            f.mean_ms, f.p50_ms, f.p90_ms
-        ));
-    }
-    out
-}
-
-/// The comparison's text: what was replayed, the table, and what it is evidence of.
-fn describe_comparison(comparison: &Comparison, args: &FitArgs, log: &MeasuredLog) -> String {
-    let mut out = format!(
-        "predict: {} requests of {} ({}) replayed through {} as it is, nothing fitted\n",
-        log.len(),
-        args.log().display(),
-        log.format,
-        args.scenario().display()
-    );
-    if let Some(excluded) = log.excluded_summary() {
-        out.push_str(&format!("left out of the log: {excluded}\n"));
-    }
-    if comparison.not_completed > 0 {
-        out.push_str(&format!(
-            "{} requests did not complete in the simulation; the figures are over those that did\n",
-            comparison.not_completed
-        ));
-    }
-    out.push_str(&comparison.table());
-    out.push_str(&format!(
-        "worst error {:.1}%: a prediction if no parameter of the scenario came from this log, a \
-         replay otherwise\n",
-        comparison.worst_error() * 100.0
-    ));
-    out
-}
-
-fn describe_intervals(intervals: &[Interval], replicas: usize) -> String {
-    let mut out = format!("bootstrap over requests ({replicas} replicas): 5%..95%\n");
-    for i in intervals {
-        out.push_str(&format!(
-            "  {:<30} {:>14.3} .. {:>14.3} {}\n",
-            i.key,
-            i.p5,
-            i.p95,
-            parameter_unit(i.key)
-        ));
-    }
-    out
-}
-
-/// What makes the fit untrustworthy: no convergence, parameters on a bound.
-fn warnings(result: &FitResult) -> Vec<String> {
-    untrusted(
-        "the fit",
-        "the log",
-        result.converged,
-        result.iterations,
-        result.parameters.iter().filter(|p| p.at_bound).map(|p| {
-            let value = format!("{:.3}", p.value);
-            (p.key.to_string(), value, p.key, p.bounds)
-        }),
-    )
-}
-
-/// What makes a fit (`fit`, fitted to `data`) untrustworthy: no convergence in `iterations`,
-/// and each parameter given as (its name, its value as written, its key, its search's bounds)
-/// that ended on a bound.
-pub(super) fn untrusted<'k>(
-    fit: &str,
-    data: &str,
-    converged: bool,
-    iterations: u64,
-    on_bound: impl Iterator<Item = (String, String, &'k str, (f64, f64))>,
-) -> Vec<String> {
-    let mut out = Vec::new();
-    if !converged {
-        out.push(format!(
-            "{fit} did not converge in {iterations} iterations; raise --max-iterations"
-        ));
-    }
-    for (name, value, key, bounds) in on_bound {
-        out.push(format!(
-            "{name} = {value} {} lies on a bound of its search ({:e}..{:e}): {data} cannot place it",
-            parameter_unit(key),
-            bounds.0,
-            bounds.1
-        ));
-    }
-    out
-}
-
 fn fitted_toml(result: &FitResult, args: &FitArgs) -> Result<String> {
-    let mut header = format!(
-        "# Fitted by `capsim fit --scenario {} --log {}` (seed {}): step time and step_overhead\n\
-         # from the log's TTFT, TPOT and end-to-end mean, p50 and p90 (worst error {:.1}%).\n",
-        args.scenario().display(),
-        args.log().display(),
-        args.seed,
-        result.worst_error() * 100.0,
-    );
-    for warning in warnings(result) {
-        header.push_str(&format!("# WARNING: {warning}\n"));
-    }
+    let header = result.toml_header(args.scenario(), args.log(), args.seed);
     Ok(header + &toml_beside_output(&result.scenario, args)?)
 }
 

@@ -35,6 +35,7 @@
 
 pub mod aiperf;
 pub mod batch_means;
+mod describe;
 pub mod dynamic;
 pub mod format;
 pub mod inference_perf;
@@ -56,6 +57,7 @@ use rand::{RngExt, SeedableRng};
 use rayon::prelude::*;
 use std::sync::Arc;
 
+pub use describe::{describe_intervals, untrusted};
 pub use format::{detect_format, read_log, read_log_as};
 pub use log::{Excluded, LogError, LogFormat, MeasuredLog};
 pub use mapped::LogMap;

@@ -23,6 +23,7 @@ use arrow_array::types::{
     UInt32Type, UInt64Type,
 };
 use arrow_array::{Array, ArrayRef, RecordBatch};
+use capsim_trace::{MapError, MapKey, MapReader, TimeUnit, map_entries};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use super::log::{LogError, MeasuredLog, Row, into_log, is_parquet, read_text};
@@ -79,54 +80,33 @@ impl LogMap {
             map: text.to_string(),
             message,
         };
-        let mut entries: Vec<(String, TimeColumn)> = Vec::new();
-        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (key, value) = part
-                .split_once('=')
-                .ok_or_else(|| bad(format!("`{part}` is not key=column")))?;
-            let (name, unit, unit_stated) = match value.split_once(':') {
-                Some((name, unit)) => (name, unit, true),
-                None => (value, "s", false),
-            };
-            let unit_ns = match unit {
-                "s" => 1e9,
-                "ms" => 1e6,
-                "us" => 1e3,
-                "ns" => 1.0,
-                other => {
-                    return Err(bad(format!(
-                        "unit `{other}` of `{key}`: use s, ms, us or ns"
-                    )));
-                }
-            };
-            if !KEYS.contains(&key) {
-                return Err(bad(format!(
-                    "unknown key `{key}`; keys: {}",
-                    KEYS.join(", ")
-                )));
-            }
+        let mut entries: Vec<(MapKey, TimeColumn)> = Vec::new();
+        for entry in map_entries(text, MapReader::Log) {
+            let entry = entry.map_err(|e| bad(map_message(&e)))?;
+            let unit = entry.unit.unwrap_or(TimeUnit::Seconds);
             entries.push((
-                key.to_string(),
+                entry.key,
                 TimeColumn {
-                    name: name.to_string(),
-                    unit_ns,
-                    unit_stated,
+                    name: entry.column.to_string(),
+                    unit_ns: unit.ns_per_unit() as f64,
+                    unit_stated: entry.unit.is_some(),
                 },
             ));
         }
-        let take = |key: &str| {
+        let take = |key: MapKey| {
             entries
                 .iter()
-                .find(|(k, _)| k == key)
+                .find(|(k, _)| *k == key)
                 .map(|(_, c)| c.clone())
         };
-        let need =
-            |key: &str| take(key).ok_or_else(|| bad(format!("no `{key}`; a fit needs {}", NEEDED)));
+        let need = |key: MapKey| {
+            take(key).ok_or_else(|| bad(format!("no `{}`; a fit needs {}", key.name(), NEEDED)))
+        };
         let latencies = match (
-            take("first_token"),
-            take("last_token"),
-            take("ttft"),
-            take("e2e"),
+            take(MapKey::FirstToken),
+            take(MapKey::LastToken),
+            take(MapKey::Ttft),
+            take(MapKey::E2e),
         ) {
             (Some(first_token), Some(last_token), None, None) => LatencyColumns::Timestamps {
                 first_token,
@@ -142,9 +122,9 @@ impl LogMap {
             }
         };
         Ok(LogMap {
-            arrival: need("arrival")?,
-            input_tokens: need("input_tokens")?.name,
-            output_tokens: need("output_tokens")?.name,
+            arrival: need(MapKey::Arrival)?,
+            input_tokens: need(MapKey::InputTokens)?.name,
+            output_tokens: need(MapKey::OutputTokens)?.name,
             latencies,
         })
     }
@@ -170,8 +150,7 @@ impl LogMap {
             let Ok(value) = get(&column.name) else {
                 continue;
             };
-            let unit = capsim_trace::epoch_unit(value, value)
-                .filter(|u| *u != capsim_trace::TimeUnit::Seconds);
+            let unit = capsim_trace::epoch_unit(value, value).filter(|u| *u != TimeUnit::Seconds);
             if let Some(unit) = unit {
                 column.unit_ns = unit.ns_per_unit() as f64;
                 column.unit_stated = true;
@@ -207,15 +186,21 @@ impl LogMap {
     }
 }
 
-const KEYS: [&str; 7] = [
-    "arrival",
-    "input_tokens",
-    "output_tokens",
-    "first_token",
-    "last_token",
-    "ttft",
-    "e2e",
-];
+/// Fit's wording of a `--map` error.
+fn map_message(error: &MapError) -> String {
+    match error {
+        MapError::NotKeyColumn { entry } => format!("`{entry}` is not key=column"),
+        MapError::UnknownUnit { key, unit } => {
+            format!("unit `{unit}` of `{key}`: use s, ms, us or ns")
+        }
+        MapError::UnknownKey { key } => format!(
+            "unknown key `{key}`; keys: {}",
+            MapKey::names(MapReader::Log).join(", ")
+        ),
+        // The log reader leaves an empty column to the read, which names it.
+        MapError::NoColumn { .. } => error.to_string(),
+    }
+}
 
 const NEEDED: &str =
     "arrival, input_tokens, output_tokens, and first_token and last_token or ttft and e2e";

@@ -15,6 +15,7 @@ use std::io::Read;
 use std::path::Path;
 
 use crate::TraceError;
+use crate::map::{MapError, MapKey, MapReader, map_entries};
 use crate::timestamp::TimeUnit;
 
 /// How a file is read. Presets are CSV or JSONL with a fixed [`ColumnMap`].
@@ -33,6 +34,9 @@ pub enum Format {
     BurstGpt,
     /// Mooncake JSONL (`timestamp` ms, `input_length`, `output_length`, `hash_ids`).
     Mooncake,
+    /// vLLM per-request records JSONL, the measured log `capsim fit` reads: `queued_ts` s (the
+    /// server's clock, on which fit counts latencies), `input_toks`, `output_toks`.
+    Vllm,
 }
 
 impl Format {
@@ -45,11 +49,13 @@ impl Format {
             "azure" => Format::Azure,
             "burstgpt" => Format::BurstGpt,
             "mooncake" => Format::Mooncake,
+            "vllm" => Format::Vllm,
             _ => {
                 return Err(TraceError::BadOption {
                     option: "--format",
                     value: text.to_string(),
-                    reason: "use parquet, csv, jsonl, azure, burstgpt or mooncake".to_string(),
+                    reason: "use parquet, csv, jsonl, azure, burstgpt, mooncake or vllm"
+                        .to_string(),
                 });
             }
         })
@@ -64,6 +70,7 @@ impl Format {
             Format::Azure => "azure",
             Format::BurstGpt => "burstgpt",
             Format::Mooncake => "mooncake",
+            Format::Vllm => "vllm",
         }
     }
 
@@ -72,7 +79,7 @@ impl Format {
         match self {
             Format::Parquet => Container::Parquet,
             Format::Csv | Format::Azure | Format::BurstGpt => Container::Csv,
-            Format::Jsonl | Format::Mooncake => Container::Jsonl,
+            Format::Jsonl | Format::Mooncake | Format::Vllm => Container::Jsonl,
         }
     }
 
@@ -102,6 +109,13 @@ impl Format {
                 input_tokens: "input_length".into(),
                 output_tokens: Field::required("output_length"),
                 prefix_blocks: Field::optional("hash_ids"),
+                ..ColumnMap::none()
+            },
+            Format::Vllm => ColumnMap {
+                arrival: "queued_ts".into(),
+                arrival_unit: Some(TimeUnit::Seconds),
+                input_tokens: "input_toks".into(),
+                output_tokens: Field::required("output_toks"),
                 ..ColumnMap::none()
             },
         }
@@ -225,57 +239,31 @@ impl ColumnMap {
         }
     }
 
-    /// Applies one `--map` value (`key=COL[:UNIT],key=COL,...`) on top of this map. A mapped
-    /// optional column becomes required (it was asked for by name); `key=` drops it.
+    /// Applies one `--map` value (`key=COL[:UNIT],key=COL,...`, read by
+    /// [`map_entries`](crate::map_entries)) on top of this map. A mapped optional column becomes
+    /// required (it was asked for by name); `key=` drops it.
     pub fn apply(&mut self, spec: &str) -> Result<(), TraceError> {
-        let bad = |reason: String| TraceError::BadMap {
-            spec: spec.to_string(),
-            reason,
-        };
-        for entry in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-            let (key, column) = entry
-                .split_once('=')
-                .ok_or_else(|| bad(format!("entry {entry:?} is not key=COLUMN")))?;
-            let key = key.trim();
-            let column = column.trim();
-            match key {
-                "arrival" => {
-                    let (name, unit) = match column.rsplit_once(':') {
-                        Some((name, unit)) => {
-                            let unit = TimeUnit::parse(unit).ok_or_else(|| {
-                                bad(format!(
-                                    "unknown time unit {unit:?} (use datetime, s, ms, us or ns)"
-                                ))
-                            })?;
-                            (name, Some(unit))
-                        }
-                        None => (column, None),
+        for entry in map_entries(spec, MapReader::Trace) {
+            let entry = entry.map_err(|e| TraceError::BadMap {
+                spec: spec.to_string(),
+                reason: map_reason(&e),
+            })?;
+            match entry.key {
+                MapKey::Arrival => {
+                    self.arrival = entry.column.to_string();
+                    self.arrival_unit = entry.unit;
+                }
+                MapKey::InputTokens => self.input_tokens = entry.column.to_string(),
+                key => {
+                    let Some(field) = self.field_mut(key) else {
+                        unreachable!("the trace reader refuses {key:?}");
                     };
-                    if name.is_empty() {
-                        return Err(bad("arrival needs a column".into()));
-                    }
-                    self.arrival = name.to_string();
-                    self.arrival_unit = unit;
-                }
-                "input_tokens" => {
-                    if column.is_empty() {
-                        return Err(bad("input_tokens needs a column".into()));
-                    }
-                    self.input_tokens = column.to_string();
-                }
-                _ => {
-                    let field = self.field_mut(key).ok_or_else(|| {
-                        bad(format!(
-                            "unknown key {key:?} (keys: {})",
-                            MAP_KEYS.join(", ")
-                        ))
-                    })?;
-                    *field = if column.is_empty() {
+                    *field = if entry.column.is_empty() {
                         Field::default()
                     } else {
-                        Field::required(column)
+                        Field::required(entry.column)
                     };
-                    if key == "failed" {
+                    if key == MapKey::Failed {
                         self.zero_output_is_failed = false;
                     }
                 }
@@ -284,19 +272,32 @@ impl ColumnMap {
         Ok(())
     }
 
-    fn field_mut(&mut self, key: &str) -> Option<&mut Field> {
+    fn field_mut(&mut self, key: MapKey) -> Option<&mut Field> {
         Some(match key {
-            "output_tokens" => &mut self.output_tokens,
-            "request_id" => &mut self.request_id,
-            "model" => &mut self.model,
-            "class" => &mut self.class,
-            "prefix_blocks" => &mut self.prefix_blocks,
-            "failed" => &mut self.failed,
-            "e2e_ms" => &mut self.e2e_ms,
-            "queue_ms" => &mut self.queue_ms,
-            "compute_ms" => &mut self.compute_ms,
+            MapKey::OutputTokens => &mut self.output_tokens,
+            MapKey::RequestId => &mut self.request_id,
+            MapKey::Model => &mut self.model,
+            MapKey::Class => &mut self.class,
+            MapKey::PrefixBlocks => &mut self.prefix_blocks,
+            MapKey::Failed => &mut self.failed,
+            MapKey::E2eMs => &mut self.e2e_ms,
+            MapKey::QueueMs => &mut self.queue_ms,
+            MapKey::ComputeMs => &mut self.compute_ms,
             _ => return None,
         })
+    }
+}
+
+/// The trace's wording of a `--map` error.
+fn map_reason(error: &MapError) -> String {
+    match error {
+        MapError::UnknownKey { key } => {
+            format!("unknown key {key:?} (keys: {})", MAP_KEYS.join(", "))
+        }
+        MapError::UnknownUnit { unit, .. } => {
+            format!("unknown time unit {unit:?} (use datetime, s, ms, us or ns)")
+        }
+        MapError::NotKeyColumn { .. } | MapError::NoColumn { .. } => error.to_string(),
     }
 }
 
@@ -372,6 +373,11 @@ mod tests {
         assert_eq!(map.arrival_unit, Some(TimeUnit::Seconds));
         assert_eq!(map.output_tokens, Field::default());
         assert_eq!(map.input_tokens, "ContextTokens");
+    }
+
+    #[test]
+    fn map_keys_are_the_trace_readers_keys() {
+        assert_eq!(MAP_KEYS.to_vec(), MapKey::names(MapReader::Trace));
     }
 
     #[test]

@@ -40,6 +40,7 @@ mod error;
 pub mod extend;
 mod format;
 mod ingest;
+mod map;
 pub mod quantity;
 mod read;
 pub mod suggest;
@@ -57,6 +58,7 @@ pub use ingest::{
     FileReport, IngestOptions, IngestReport, TimeOrigin, WALL_CLOCK_FLOOR_UNIX_NS, expand_paths,
     read_trace,
 };
+pub use map::{MapEntry, MapError, MapKey, MapReader, map_entries};
 pub use quantity::parse_duration_ns;
 pub use suggest::closest;
 pub use summary::{Distribution, Summary, bin_counts, peak_count, percentile_sorted};

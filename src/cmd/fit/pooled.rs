@@ -9,9 +9,10 @@ use capsim_fit::meta::read_run_meta;
 use capsim_fit::pooled::{
     HeldOut, PooledFit, PooledRun, fit_pooled, held_out_table, leave_one_run_out,
 };
+use capsim_fit::untrusted;
 use capsim_sim::Scenario;
 
-use super::{FitArgs, read_measured_log, untrusted};
+use super::{FitArgs, read_measured_log};
 use crate::cmd::{BadInput, create_out_dir};
 
 /// Runs a pooled fit of `args.logs`, each with its scenario.
