@@ -7,78 +7,26 @@ use std::fs::File;
 use std::io::BufReader;
 use std::path::Path;
 
-use super::{Builder, Issues, Part, Presence, ReadOptions, RowBuf, TimeBase};
-use crate::format::{ColumnMap, Field};
+use super::{Builder, Issues, Located, Part, ReadOptions, RowBuf, TimeBase};
+use crate::format::ColumnMap;
 use crate::timestamp::{self, TimeUnit};
 use crate::{InvalidReason, TraceError};
 
-struct Indices {
-    arrival: usize,
-    input: usize,
-    output: Option<usize>,
-    request_id: Option<usize>,
-    model: Option<usize>,
-    class: Option<usize>,
-    prefix_blocks: Option<usize>,
-    failed: Option<usize>,
-    e2e_ms: Option<usize>,
-    queue_ms: Option<usize>,
-    compute_ms: Option<usize>,
-}
+/// Each mapped column's index in the header.
+type Indices = Located<usize>;
 
 // Start small; after `SAMPLE_ROWS` rows, reserve for the whole file from the bytes a row takes
 // so far, so the columns do not double past their final size (peak memory stays near 16 bytes a
 // request for arrival and sizes). Ingest trims any slack at the end.
 const SAMPLE_ROWS: usize = 4096;
 
-impl Indices {
-    /// Finds each mapped column in `header`; a required one that is missing is an error.
-    fn find(path: &Path, header: &[String], map: &ColumnMap) -> Result<Self, TraceError> {
-        let find = |name: &str| header.iter().position(|h| h == name);
-        let required = |name: &str| {
-            find(name).ok_or_else(|| super::missing_column(path, Some(1), name, header.to_vec()))
-        };
-        let optional = |field: &Field| -> Result<Option<usize>, TraceError> {
-            match &field.column {
-                None => Ok(None),
-                Some(name) => match find(name) {
-                    Some(i) => Ok(Some(i)),
-                    None if field.required => {
-                        Err(super::missing_column(path, Some(1), name, header.to_vec()))
-                    }
-                    None => Ok(None),
-                },
-            }
-        };
-        Ok(Indices {
-            arrival: required(&map.arrival)?,
-            input: required(&map.input_tokens)?,
-            output: optional(&map.output_tokens)?,
-            request_id: optional(&map.request_id)?,
-            model: optional(&map.model)?,
-            class: optional(&map.class)?,
-            prefix_blocks: optional(&map.prefix_blocks)?,
-            failed: optional(&map.failed)?,
-            e2e_ms: optional(&map.e2e_ms)?,
-            queue_ms: optional(&map.queue_ms)?,
-            compute_ms: optional(&map.compute_ms)?,
-        })
-    }
-
-    /// Which optional columns the trace gets.
-    fn presence(&self, map: &ColumnMap) -> Presence {
-        Presence {
-            output_tokens: self.output.is_some(),
-            request_id: self.request_id.is_some(),
-            model: self.model.is_some(),
-            class: self.class.is_some(),
-            prefix_blocks: self.prefix_blocks.is_some(),
-            failed: self.failed.is_some() || (map.zero_output_is_failed && self.output.is_some()),
-            e2e_ms: self.e2e_ms.is_some(),
-            queue_ms: self.queue_ms.is_some(),
-            compute_ms: self.compute_ms.is_some(),
-        }
-    }
+/// Finds each mapped column in `header`; a required one that is missing is an error.
+fn find_indices(path: &Path, header: &[String], map: &ColumnMap) -> Result<Indices, TraceError> {
+    Located::resolve(
+        map,
+        |name| header.iter().position(|h| h == name),
+        |name| super::missing_column(path, Some(1), name, header.to_vec()),
+    )
 }
 
 /// One file's reading state: where its columns are, the arrival's unit once known, and the
@@ -110,8 +58,8 @@ pub(crate) fn read(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceErr
         .map(|h| String::from_utf8_lossy(h).trim().to_string())
         .collect();
     let map = opts.map;
-    let idx = Indices::find(path, &header, map)?;
-    let mut cols = Builder::new(idx.presence(map), SAMPLE_ROWS);
+    let idx = find_indices(path, &header, map)?;
+    let mut cols = Builder::new(idx.presence(map.zero_output_is_failed), SAMPLE_ROWS);
     let mut rows = Rows {
         idx,
         header,

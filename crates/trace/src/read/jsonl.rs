@@ -9,8 +9,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::{Builder, Issues, Part, Presence, ReadOptions, RowBuf, TimeBase};
-use crate::format::Field;
+use super::{Builder, Issues, Located, Part, Presence, ReadOptions, RowBuf, TimeBase};
 use crate::timestamp::{self, TimeUnit};
 use crate::{InvalidReason, TraceError};
 
@@ -55,7 +54,7 @@ pub(crate) fn read(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceErr
         let cols = match &mut cols {
             Some(c) => c,
             None => {
-                keys = Keys::resolve(path, line_no, &obj, map)?;
+                keys = resolve_keys(path, line_no, &obj, map)?;
                 cols.insert(Builder::new(keys.presence(map.zero_output_is_failed), 1024))
             }
         };
@@ -127,74 +126,21 @@ fn first_unit(raw: &Value, unstated: &mut bool, cols: &mut Builder) -> TimeUnit 
 }
 
 /// Source keys, resolved against the first object.
-#[derive(Default)]
-struct Keys {
-    arrival: String,
-    input: String,
-    output: Option<String>,
-    request_id: Option<String>,
-    model: Option<String>,
-    class: Option<String>,
-    prefix_blocks: Option<String>,
-    failed: Option<String>,
-    e2e_ms: Option<String>,
-    queue_ms: Option<String>,
-    compute_ms: Option<String>,
-}
+type Keys = Located<String>;
 
-impl Keys {
-    fn resolve(
-        path: &Path,
-        line: u64,
-        first: &Object,
-        map: &crate::ColumnMap,
-    ) -> Result<Keys, TraceError> {
-        let present = || first.keys().cloned().collect::<Vec<_>>();
-        let required = |name: &str| {
-            if first.contains_key(name) {
-                Ok(name.to_string())
-            } else {
-                Err(super::missing_column(path, Some(line), name, present()))
-            }
-        };
-        let optional = |f: &Field| -> Result<Option<String>, TraceError> {
-            match &f.column {
-                None => Ok(None),
-                Some(name) if first.contains_key(name) => Ok(Some(name.clone())),
-                Some(name) if f.required => {
-                    Err(super::missing_column(path, Some(line), name, present()))
-                }
-                Some(_) => Ok(None),
-            }
-        };
-        Ok(Keys {
-            arrival: required(&map.arrival)?,
-            input: required(&map.input_tokens)?,
-            output: optional(&map.output_tokens)?,
-            request_id: optional(&map.request_id)?,
-            model: optional(&map.model)?,
-            class: optional(&map.class)?,
-            prefix_blocks: optional(&map.prefix_blocks)?,
-            failed: optional(&map.failed)?,
-            e2e_ms: optional(&map.e2e_ms)?,
-            queue_ms: optional(&map.queue_ms)?,
-            compute_ms: optional(&map.compute_ms)?,
-        })
-    }
-
-    fn presence(&self, zero_output_is_failed: bool) -> Presence {
-        Presence {
-            output_tokens: self.output.is_some(),
-            request_id: self.request_id.is_some(),
-            model: self.model.is_some(),
-            class: self.class.is_some(),
-            prefix_blocks: self.prefix_blocks.is_some(),
-            failed: self.failed.is_some() || (zero_output_is_failed && self.output.is_some()),
-            e2e_ms: self.e2e_ms.is_some(),
-            queue_ms: self.queue_ms.is_some(),
-            compute_ms: self.compute_ms.is_some(),
-        }
-    }
+/// Finds each mapped key in the first object (`first`, on line `line`); a required one that is
+/// missing is an error.
+fn resolve_keys(
+    path: &Path,
+    line: u64,
+    first: &Object,
+    map: &crate::ColumnMap,
+) -> Result<Keys, TraceError> {
+    Located::resolve(
+        map,
+        |name| first.contains_key(name).then(|| name.to_string()),
+        |name| super::missing_column(path, Some(line), name, first.keys().cloned().collect()),
+    )
 }
 
 /// Parses the optional columns of one object. `Ok(false)` means the row is skipped.

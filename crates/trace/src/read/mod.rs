@@ -11,7 +11,7 @@ pub(crate) mod parquet;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::format::ColumnMap;
+use crate::format::{ColumnMap, Field};
 use crate::table::{ListColumn, StringColumn};
 use crate::{InvalidReason, TraceError};
 
@@ -29,6 +29,74 @@ impl TimeBase {
         match self {
             TimeBase::Unix => "wall-clock datetimes",
             TimeBase::Offset => "offsets from trace start",
+        }
+    }
+}
+
+/// Where each mapped canonical column is in a source: a CSV column's index, a Parquet column's
+/// or a JSON key's name. The arrival and the input tokens always; the others when the map names
+/// them and the source has them.
+#[derive(Default)]
+pub(crate) struct Located<T> {
+    pub arrival: T,
+    pub input: T,
+    pub output: Option<T>,
+    pub request_id: Option<T>,
+    pub model: Option<T>,
+    pub class: Option<T>,
+    pub prefix_blocks: Option<T>,
+    pub failed: Option<T>,
+    pub e2e_ms: Option<T>,
+    pub queue_ms: Option<T>,
+    pub compute_ms: Option<T>,
+}
+
+impl<T> Located<T> {
+    /// Each of `map`'s columns looked up with `find`; a required one it does not find is the
+    /// error `missing` makes of its name.
+    pub(crate) fn resolve(
+        map: &ColumnMap,
+        find: impl Fn(&str) -> Option<T>,
+        missing: impl Fn(&str) -> TraceError,
+    ) -> Result<Located<T>, TraceError> {
+        let required = |name: &str| find(name).ok_or_else(|| missing(name));
+        let optional = |field: &Field| -> Result<Option<T>, TraceError> {
+            match &field.column {
+                None => Ok(None),
+                Some(name) => match find(name) {
+                    Some(found) => Ok(Some(found)),
+                    None if field.required => Err(missing(name)),
+                    None => Ok(None),
+                },
+            }
+        };
+        Ok(Located {
+            arrival: required(&map.arrival)?,
+            input: required(&map.input_tokens)?,
+            output: optional(&map.output_tokens)?,
+            request_id: optional(&map.request_id)?,
+            model: optional(&map.model)?,
+            class: optional(&map.class)?,
+            prefix_blocks: optional(&map.prefix_blocks)?,
+            failed: optional(&map.failed)?,
+            e2e_ms: optional(&map.e2e_ms)?,
+            queue_ms: optional(&map.queue_ms)?,
+            compute_ms: optional(&map.compute_ms)?,
+        })
+    }
+
+    /// Which optional columns the trace gets: `failed` also where a zero output marks a failure.
+    pub(crate) fn presence(&self, zero_output_is_failed: bool) -> Presence {
+        Presence {
+            output_tokens: self.output.is_some(),
+            request_id: self.request_id.is_some(),
+            model: self.model.is_some(),
+            class: self.class.is_some(),
+            prefix_blocks: self.prefix_blocks.is_some(),
+            failed: self.failed.is_some() || (zero_output_is_failed && self.output.is_some()),
+            e2e_ms: self.e2e_ms.is_some(),
+            queue_ms: self.queue_ms.is_some(),
+            compute_ms: self.compute_ms.is_some(),
         }
     }
 }

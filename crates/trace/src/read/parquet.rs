@@ -18,8 +18,8 @@ use arrow_schema::{DataType, TimeUnit as ArrowUnit};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-use super::{Builder, Issues, Part, Presence, ReadOptions, TimeBase};
-use crate::format::{ColumnMap, Field};
+use super::{Builder, Issues, Located, Part, ReadOptions, TimeBase};
+use crate::format::ColumnMap;
 use crate::table::{ListColumn, StringColumn};
 use crate::timestamp::{self, TimeUnit};
 use crate::{InvalidReason, TraceError};
@@ -30,91 +30,36 @@ pub(crate) const START_KEY: &str = "capsim.start_unix_ns";
 const BATCH_ROWS: usize = 64 * 1024;
 
 /// Resolved source column names of the mapped canonical columns.
-struct Names {
-    arrival: String,
-    input: String,
-    output: Option<String>,
-    request_id: Option<String>,
-    model: Option<String>,
-    class: Option<String>,
-    prefix_blocks: Option<String>,
-    failed: Option<String>,
-    e2e_ms: Option<String>,
-    queue_ms: Option<String>,
-    compute_ms: Option<String>,
+type Names = Located<String>;
+
+/// Finds each mapped column among the file's columns (`present`); a required one that is
+/// missing is an error.
+fn find_names(path: &Path, present: &[String], map: &ColumnMap) -> Result<Names, TraceError> {
+    Located::resolve(
+        map,
+        |name| present.iter().any(|p| p == name).then(|| name.to_string()),
+        |name| super::missing_column(path, None, name, present.to_vec()),
+    )
 }
 
-impl Names {
-    /// Finds each mapped column among the file's columns (`present`); a required one that is
-    /// missing is an error.
-    fn find(path: &Path, present: &[String], map: &ColumnMap) -> Result<Self, TraceError> {
-        let has = |name: &str| present.iter().any(|p| p == name);
-        let required = |name: &str| {
-            if has(name) {
-                Ok(name.to_string())
-            } else {
-                Err(super::missing_column(path, None, name, present.to_vec()))
-            }
-        };
-        let optional = |f: &Field| -> Result<Option<String>, TraceError> {
-            match &f.column {
-                None => Ok(None),
-                Some(name) if has(name) => Ok(Some(name.clone())),
-                Some(name) if f.required => {
-                    Err(super::missing_column(path, None, name, present.to_vec()))
-                }
-                Some(_) => Ok(None),
-            }
-        };
-        Ok(Names {
-            arrival: required(&map.arrival)?,
-            input: required(&map.input_tokens)?,
-            output: optional(&map.output_tokens)?,
-            request_id: optional(&map.request_id)?,
-            model: optional(&map.model)?,
-            class: optional(&map.class)?,
-            prefix_blocks: optional(&map.prefix_blocks)?,
-            failed: optional(&map.failed)?,
-            e2e_ms: optional(&map.e2e_ms)?,
-            queue_ms: optional(&map.queue_ms)?,
-            compute_ms: optional(&map.compute_ms)?,
-        })
-    }
-
-    /// The source columns to read, arrival and input first.
-    fn wanted(&self) -> Vec<&str> {
-        [Some(&self.arrival), Some(&self.input)]
-            .into_iter()
-            .chain([
-                self.output.as_ref(),
-                self.request_id.as_ref(),
-                self.model.as_ref(),
-                self.class.as_ref(),
-                self.prefix_blocks.as_ref(),
-                self.failed.as_ref(),
-                self.e2e_ms.as_ref(),
-                self.queue_ms.as_ref(),
-                self.compute_ms.as_ref(),
-            ])
-            .flatten()
-            .map(String::as_str)
-            .collect()
-    }
-
-    /// Which optional columns the trace gets.
-    fn presence(&self, map: &ColumnMap) -> Presence {
-        Presence {
-            output_tokens: self.output.is_some(),
-            request_id: self.request_id.is_some(),
-            model: self.model.is_some(),
-            class: self.class.is_some(),
-            prefix_blocks: self.prefix_blocks.is_some(),
-            failed: self.failed.is_some() || (map.zero_output_is_failed && self.output.is_some()),
-            e2e_ms: self.e2e_ms.is_some(),
-            queue_ms: self.queue_ms.is_some(),
-            compute_ms: self.compute_ms.is_some(),
-        }
-    }
+/// The source columns to read, arrival and input first.
+fn wanted(names: &Names) -> Vec<&str> {
+    [Some(&names.arrival), Some(&names.input)]
+        .into_iter()
+        .chain([
+            names.output.as_ref(),
+            names.request_id.as_ref(),
+            names.model.as_ref(),
+            names.class.as_ref(),
+            names.prefix_blocks.as_ref(),
+            names.failed.as_ref(),
+            names.e2e_ms.as_ref(),
+            names.queue_ms.as_ref(),
+            names.compute_ms.as_ref(),
+        ])
+        .flatten()
+        .map(String::as_str)
+        .collect()
 }
 
 pub(crate) fn read(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceError> {
@@ -168,7 +113,7 @@ fn read_unguarded(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceErro
     let schema = builder.schema().clone();
     let present: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
     let map = opts.map;
-    let names = Names::find(path, &present, map)?;
+    let names = find_names(path, &present, map)?;
     let start_unix_ns: Option<i64> = builder
         .metadata()
         .file_metadata()
@@ -177,8 +122,7 @@ fn read_unguarded(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceErro
         .and_then(|k| k.value.as_deref())
         .and_then(|v| v.parse().ok());
     let rows = usize::try_from(builder.metadata().file_metadata().num_rows()).unwrap_or(0);
-    let indices: Vec<usize> = names
-        .wanted()
+    let indices: Vec<usize> = wanted(&names)
         .iter()
         .filter_map(|w| present.iter().position(|p| p == w))
         .collect();
@@ -188,7 +132,7 @@ fn read_unguarded(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceErro
         .with_batch_size(BATCH_ROWS)
         .build()
         .map_err(|e| corrupt(&e))?;
-    let mut cols = Builder::new(names.presence(map), rows);
+    let mut cols = Builder::new(names.presence(map.zero_output_is_failed), rows);
     let unstated = arrival_unstated(&schema, &names.arrival, map, start_unix_ns);
     let floats = schema
         .field_with_name(&names.arrival)
