@@ -9,7 +9,7 @@ the demo trace against it and simulates it three ways: "sim", driven by the CPU 
 the profile leveled to Triton's compute per batch size; and "trace-sim", driven by Triton's own
 trace of the run (its queue arrivals, its batches' times fitted as a + b * n + c * n * L, the
 model instance's hand-over, the run's speed and stalls, the batcher's race:
-`crates/endpoint/src/triton/timeline.rs`), which leaves the queue and the batcher alone to
+`crates/endpoint/src/validation/triton/timeline.rs`), which leaves the queue and the batcher alone to
 compare, whatever this machine was doing. This script only prints validate's figures as a row.
 
     cargo build --release
@@ -66,7 +66,7 @@ def run(out: Path, load: float, duration: str) -> None:
 
 def compare(out: Path, load: float) -> str:
     """A stored run's row: validate's own figures (`validation.json`), its trace-sim (the run's
-    timeline, `crates/endpoint/src/triton/timeline.rs`) and run-sim beside what was measured."""
+    timeline, `crates/endpoint/src/validation/triton/timeline.rs`) and run-sim beside what was measured."""
     validation = json.loads((out / "validate" / "validation.json").read_text())
     v = validation["loads"][0]
     measured = v["measured"]["figures"]
