@@ -14,14 +14,17 @@ use crate::cmd::BadInput;
 /// `scenario` with `[service]` a + b * size fitted to `stats`' mean compute time per batch
 /// size, weighted by its batches, and `[postprocess] base` its time per request outside the
 /// queue and the model. `source` names where the statistics came from in errors. Fewer than two
-/// batch sizes cannot tell a from b: an error that says what run would.
+/// batch sizes cannot tell a from b: an error that says what run would, unless the scenario's
+/// pool never batches (`max_batch_size = 1`), where a is the one size's time and b = 0.
 pub fn fit_triton_stats(
     scenario: &Scenario,
     stats: &ModelStats,
     source: &str,
 ) -> Result<BatchMeansFit> {
     let times = stats.batch_times();
-    if times.len() < 2 {
+    // A pool that never batches needs its one size's time only: a, with b = 0.
+    let unbatched = scenario.pools()[0].batcher.max_batch_size <= 1;
+    if times.len() < 2 && !(unbatched && times.len() == 1) {
         return Err(BadInput(format!(
             "{source}: Triton's statistics of model {:?} hold batches of {} size{} ({}), so the \
              time per request (b) cannot be told apart from the time per batch (a); take them \
@@ -38,12 +41,19 @@ pub fn fit_triton_stats(
         ))
         .into());
     }
-    let line = fit_affine(&times).ok_or_else(|| {
-        BadInput(format!(
-            "{source}: Triton's statistics of model {:?} hold no batch",
-            stats.name
-        ))
-    })?;
+    let line = if unbatched && times.len() == 1 {
+        capsim_endpoint::measured_service::AffineFit {
+            a_ns: times[0].mean_ns,
+            b_ns: 0.0,
+        }
+    } else {
+        fit_affine(&times).ok_or_else(|| {
+            BadInput(format!(
+                "{source}: Triton's statistics of model {:?} hold no batch",
+                stats.name
+            ))
+        })?
+    };
     let sizes: Vec<SizeMean> = times
         .iter()
         .map(|t| SizeMean {
