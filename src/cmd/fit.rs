@@ -169,20 +169,13 @@ pub fn run(args: FitArgs) -> Result<()> {
 
 /// Writes the fitted scenario to `-o` and, with `--report DIR`, the fit's text to `DIR/fit.txt`;
 /// returns the report folder when there is one.
-/// The fitted scenario as TOML for the `-o` file: its relative profile, model and operator-table
-/// paths lead from that file's folder.
+/// The fitted scenario as TOML for the `-o` file ([`capsim_sim::build::toml_for_file`]).
 fn toml_beside_output(scenario: &Scenario, args: &FitArgs) -> Result<String> {
-    let dir = args
-        .output
-        .as_deref()
-        .and_then(Path::parent)
-        .unwrap_or(Path::new(""));
-    let dir = if dir.as_os_str().is_empty() {
-        Path::new(".")
-    } else {
-        dir
-    };
-    Ok(capsim_sim::build::toml_for_folder(scenario, dir)?)
+    Ok(match args.output.as_deref() {
+        Some(output) => capsim_sim::build::toml_for_file(scenario, output)?,
+        // No -o: write_outputs refuses before anything is written.
+        None => capsim_sim::build::toml_for_folder(scenario, Path::new("."))?,
+    })
 }
 
 fn write_outputs<'a>(args: &'a FitArgs, fitted: &str, text: &str) -> Result<Option<&'a Path>> {

@@ -16,10 +16,8 @@ use crate::{EndpointError, EndpointOptions, LoadMode, Reporting, replay};
 pub struct ClosedLoopRun {
     /// Clients, each sending its next request when its last is answered.
     pub concurrency: u32,
-    /// Requests sent.
+    /// Requests sent, every one answered (a run with a failure is an error).
     pub requests: u64,
-    /// Of them, answered.
-    pub completed: u64,
 }
 
 /// What a calibration through the server measured.
@@ -82,34 +80,31 @@ fn closed_loop(
     options: &EndpointOptions,
     concurrency: u32,
 ) -> Result<ClosedLoopRun, EndpointError> {
-    {
-        let closed = EndpointOptions {
-            mode: LoadMode::Closed {
-                concurrency,
-                think_time: Duration::ZERO,
-            },
-            ..options.clone()
-        };
-        let run = replay(trace, &closed, &Reporting::default())?;
-        let totals = &run.summary.requests;
-        if totals.completed < totals.total {
-            return Err(EndpointError::Protocol {
-                url: options.base_url.clone(),
-                message: format!(
-                    "{} of {} requests failed in the calibration's run at concurrency \
-                     {concurrency} ({:?}): calibrate a server that answers every request",
-                    totals.total - totals.completed,
-                    totals.total,
-                    totals.failed_by_reason
-                ),
-            });
-        }
-        Ok(ClosedLoopRun {
+    let closed = EndpointOptions {
+        mode: LoadMode::Closed {
             concurrency,
-            requests: totals.total,
-            completed: totals.completed,
-        })
+            think_time: Duration::ZERO,
+        },
+        ..options.clone()
+    };
+    let run = replay(trace, &closed, &Reporting::default())?;
+    let totals = &run.summary.requests;
+    if totals.completed < totals.total {
+        return Err(EndpointError::Protocol {
+            url: options.base_url.clone(),
+            message: format!(
+                "{} of {} requests failed in the calibration's run at concurrency \
+                 {concurrency} ({:?}): calibrate a server that answers every request",
+                totals.total - totals.completed,
+                totals.total,
+                totals.failed_by_reason
+            ),
+        });
     }
+    Ok(ClosedLoopRun {
+        concurrency,
+        requests: totals.total,
+    })
 }
 
 #[cfg(test)]

@@ -195,6 +195,12 @@ pub fn toml_for_folder(scenario: &Scenario, dir: &Path) -> Result<String, Scenar
     Ok(moved.to_toml_string())
 }
 
+/// [`toml_for_folder`] for the file at `path`: its folder, the working one when it names none.
+pub fn toml_for_file(scenario: &Scenario, path: &Path) -> Result<String, ScenarioError> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+    toml_for_folder(scenario, dir.unwrap_or(Path::new(".")))
+}
+
 /// `path` canonical when it exists, else made absolute against the working folder.
 fn absolute(path: &Path) -> PathBuf {
     path.canonicalize()

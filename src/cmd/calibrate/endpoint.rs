@@ -60,8 +60,7 @@ pub fn run(url: &str, args: &CalibrateArgs) -> Result<()> {
     let fitted = fit_triton_stats(&scenario, &measured.stats, url)?;
     let text = runs_text(&measured) + &fitted.describe(&model, Path::new(url));
     print!("{text}");
-    let dir = out.parent().filter(|d| !d.as_os_str().is_empty());
-    let toml = capsim_sim::build::toml_for_folder(&fitted.scenario, dir.unwrap_or(Path::new(".")))?;
+    let toml = capsim_sim::build::toml_for_file(&fitted.scenario, out)?;
     let command = format!(
         "capsim calibrate --endpoint {url} --model {model} --scenario {}",
         scenario_path.display()
@@ -76,8 +75,8 @@ fn runs_text(measured: &ServerCalibration) -> String {
     let mut text = String::new();
     for run in &measured.runs {
         text.push_str(&format!(
-            "closed loop: {} clients, {} of {} requests answered\n",
-            run.concurrency, run.completed, run.requests
+            "closed loop: {} clients, {} requests answered\n",
+            run.concurrency, run.requests
         ));
     }
     text
