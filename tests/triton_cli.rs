@@ -179,8 +179,22 @@ fn every_request_replayed_against_triton_is_one_triton_counted_and_batched() {
 const FIXED_A_MS: f64 = 2.0;
 const FIXED_B_MS: f64 = 0.5;
 
+/// The batch-weighted mean batch size and mean compute (ms) of validation.json's
+/// `compute_by_batch_size` rows (`batch_size`, `server_batches`, `server_ms`).
+fn batch_weighted_means(rows: &[Value]) -> (f64, f64) {
+    let field = |d: &Value, key: &str| d[key].as_f64().unwrap_or_else(|| panic!("{key}: {d}"));
+    let batches: f64 = rows.iter().map(|d| field(d, "server_batches")).sum();
+    let weighted = |key: &str| -> f64 {
+        rows.iter()
+            .map(|d| field(d, "server_batches") * field(d, key))
+            .sum::<f64>()
+            / batches
+    };
+    (weighted("batch_size"), weighted("server_ms"))
+}
+
 #[test]
-fn validate_endpoint_accounts_for_every_request_and_fits_tritons_times_near_the_fixed_models() {
+fn validate_endpoint_accounts_for_every_request_and_fits_tritons_own_times() {
     let _one = ONE_TRITON.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().expect("tempdir");
     let scenario = fixed_scenario(dir.path());
@@ -255,22 +269,41 @@ fn validate_endpoint_accounts_for_every_request_and_fits_tritons_times_near_the_
             .map(|d| count(&d["batch_size"]) * count(&d["server_batches"]))
             .sum();
         assert_eq!(batched, count(&measured["completed"]), "{load}");
-        // Each batch sleeps a + b * n and spins its end: Triton's time is that and a little more.
+        // Each batch sleeps a + b * n and spins its end: Triton's time per batch is at least
+        // that, and its one instance computed no longer than the load lasted. (How much more than
+        // the sleep it takes is this machine's speed: 2.4 times on a loaded CI machine.)
+        let mut computed_ms = 0.0;
         for d in drift {
             let n = count(&d["batch_size"]) as f64;
             let server_ms = d["server_ms"].as_f64().expect("server_ms");
             let model_ms = FIXED_A_MS + FIXED_B_MS * n;
             assert!(
-                (model_ms * 0.98..model_ms + 3.0).contains(&server_ms),
-                "batch {n}: Triton's compute {server_ms} ms against the model's {model_ms} ms"
+                server_ms >= model_ms * 0.98,
+                "batch {n}: Triton's compute {server_ms} ms, under the model's sleep {model_ms} ms"
             );
+            computed_ms += server_ms * count(&d["server_batches"]) as f64;
         }
+        let span_ms = count(&measured["completed"]) as f64
+            / measured["figures"]["throughput_rps"]
+                .as_f64()
+                .expect("throughput")
+            * 1e3;
+        assert!(
+            computed_ms <= span_ms * 1.05 + 50.0,
+            "one instance computed {computed_ms} ms in a load of {span_ms} ms: {load}"
+        );
+        // run-sim's line is fitted to those means, weighted by their batches: at the mean batch
+        // size it is Triton's mean compute per batch, which is at least the model's sleep.
         let fit = &load["run_service"];
         let a_ms = fit["fit_a_ms"].as_f64().expect("fit_a_ms");
         let b_ms = fit["fit_b_ms"].as_f64().expect("fit_b_ms");
+        let (mean_size, mean_ms) = batch_weighted_means(drift);
+        let line_ms = a_ms + b_ms * mean_size;
         assert!(
-            (1.5..4.5).contains(&a_ms) && (0.3..0.8).contains(&b_ms),
-            "run-sim's fit {a_ms} + {b_ms}·n ms against the model's 2 + 0.5·n ms"
+            (line_ms / mean_ms - 1.0).abs() < 0.01
+                && line_ms >= (FIXED_A_MS + FIXED_B_MS * mean_size) * 0.98,
+            "run-sim's fit {a_ms} + {b_ms}·n ms at the mean batch of {mean_size}: {line_ms} ms, \
+             Triton's mean {mean_ms} ms, the model's 2 + 0.5·n ms"
         );
         let dir = out.join(format!(
             "load-{:.0}",
@@ -422,25 +455,24 @@ fn validate_endpoint_with_tritons_trace_simulates_the_runs_own_timeline() {
                  Triton, {sim_left} by trace-sim ({load})"
             );
         }
-        // The batches sleep 2 ms + 0.5 ms per request, and the Python backend adds a little:
-        // the fit is at least that, and it is Triton's own compute per batch size in the same
-        // run (its statistics), which follows this VM's speed, within 15% where 30 batches or
-        // more ran.
+        // The batches sleep 2 ms + 0.5 ms per request, and the Python backend adds a little: the
+        // fit is at least that at every size that ran. It leaves out batches over 1.5 times it
+        // (this machine's stalls, replayed as slowdowns instead), which Triton's own mean compute
+        // per batch size in the same run (its statistics) keeps: where 30 batches or more ran,
+        // the line is at most 15% over that mean (a line through every size's batches misses
+        // some size a little), however slow the machine.
         let (a, b) = (number(&timeline["fit_a_ms"]), number(&timeline["fit_b_ms"]));
-        assert!(
-            a >= 1.9 && b >= 0.45,
-            "batches fitted as {a} + {b}·n ms against the model's 2 + 0.5·n"
-        );
         for d in by_size
             .iter()
             .filter(|d| number(&d["server_batches"]) >= 30.0)
         {
             let n = number(&d["batch_size"]);
-            let server = number(&d["server_ms"]);
+            let (fitted, server) = (a + b * n, number(&d["server_ms"]));
+            let model = FIXED_A_MS + FIXED_B_MS * n;
             assert!(
-                ((a + b * n) / server - 1.0).abs() < 0.15,
-                "batches of {n} fitted at {} ms, Triton's statistics {server} ms",
-                a + b * n
+                model * 0.98 <= fitted && fitted <= server * 1.15,
+                "batches of {n} fitted at {fitted} ms ({a} + {b}·n), the model's sleep {model} ms, \
+                 Triton's statistics {server} ms"
             );
         }
         // On the run's own timeline only the queue and the batcher are modelled: the median
@@ -480,8 +512,8 @@ fn batch_counts(pairs: impl Iterator<Item = (u64, u64)>) -> Vec<(u64, u64)> {
     counts
 }
 
-/// The timeline of crates/sim/src/batcher/mod.rs, four times slower (margins of 2 ms or more
-/// for the HTTP path): preferred 4, an 8 ms delay, 40 ms batches, with `queue` as the scenario's
+/// The timeline of crates/sim/src/batcher/mod.rs, sixteen times slower (margins of 8 ms or more
+/// for the HTTP path and a loaded machine): preferred 4, a 32 ms delay, 160 ms batches, with `queue` as the scenario's
 /// `[queue]` table; the scenario and the trace written in `dir`.
 struct DocTimeline {
     scenario: String,
@@ -498,15 +530,15 @@ impl DocTimeline {
             &scenario,
             format!(
                 "name = \"timeline\"\n{queue}[batcher]\nmax_batch_size = 8\n\
-                 preferred_batch_size = [4]\nmax_queue_delay = \"8ms\"\n\
-                 [service]\nkind = \"constant\"\ntime = \"40ms\"\n"
+                 preferred_batch_size = [4]\nmax_queue_delay = \"32ms\"\n\
+                 [service]\nkind = \"constant\"\ntime = \"160ms\"\n"
             ),
         )
         .expect("write scenario");
         let trace = dir.join("timeline.csv");
         std::fs::write(
             &trace,
-            "t,i\n0,16\n4,16\n10,16\n12,16\n16,16\n20,16\n60,16\n",
+            "t,i\n0,16\n16,16\n40,16\n48,16\n64,16\n80,16\n240,16\n",
         )
         .expect("write trace");
         DocTimeline {
@@ -573,7 +605,7 @@ impl DocTimeline {
         attempts: usize,
         until: impl Fn(&[(u64, u64)]) -> bool,
     ) -> Vec<Attempt> {
-        let triton = Triton::start_fixed(Path::new(&self.scenario), &self.dir, "40ms", "0ms");
+        let triton = Triton::start_fixed(Path::new(&self.scenario), &self.dir, "160ms", "0ms");
         let batches = |stats: &Value| -> Vec<(u64, u64)> {
             let sizes = stats["batch_stats"].as_array().expect("batch_stats");
             batch_counts(sizes.iter().map(|b| {
@@ -628,11 +660,11 @@ struct Attempt {
 }
 
 impl Attempt {
-    /// The timeline keeps 2 ms between an arrival and the moment it decides anything: a request
+    /// The timeline keeps 8 ms between an arrival and the moment it decides anything: a request
     /// sent later than that measures this machine, not the batcher, and the attempt is not
     /// judged.
     fn on_time(&self) -> bool {
-        self.late_ms <= 2.0
+        self.late_ms <= 8.0
     }
 }
 
@@ -644,14 +676,14 @@ fn tritons_batches_of_the_batcher_doc_timeline_are_the_ones_capsim_forms_ahead_o
     let dir = tempfile::tempdir().expect("tempdir");
     let timeline = DocTimeline::new(dir.path(), "");
     // When a batch completes, Triton wakes its batcher thread and the model instance takes the
-    // next payload at once; which comes first is a race. If the thread wins at 48 ms it adds r5
+    // next payload at once; which comes first is a race. If the thread wins at 192 ms it adds r5
     // to [r2 r3 r4] and r6 runs alone, the same batches as forming them when the instance frees
     // up. The instance won in most runs on this machine, and the batches it then runs are ones
     // only a batcher that forms payloads ahead can form: a few attempts must see them, and no
     // attempt on time may see anything else.
     let prefetched = vec![(2, 2), (3, 1)];
     let thread_first = vec![(1, 1), (2, 1), (4, 1)];
-    // The thread first, with the first batch slowed past r6's arrival at 60 ms: r5 and r6 join.
+    // The thread first, with the first batch slowed past r6's arrival at 240 ms: r5 and r6 join.
     let thread_first_late = vec![(2, 1), (5, 1)];
     let seen = timeline.triton_batches(8, |measured| measured == prefetched.as_slice());
     let judged: Vec<&Vec<(u64, u64)>> = seen
@@ -690,7 +722,7 @@ fn tritons_batches_of_the_batcher_doc_timeline_are_the_ones_capsim_forms_ahead_o
 #[test]
 fn with_a_queue_policy_triton_and_capsim_form_the_doc_timelines_batches_when_the_instance_frees() {
     // A queue policy (here a bound on the queue) turns Triton's prefetching off: its batcher
-    // thread fills a payload only while a model instance is free, so at 48 ms [r2 r3 r4 r5]
+    // thread fills a payload only while a model instance is free, so at 192 ms [r2 r3 r4 r5]
     // leave together whichever of the thread and the instance runs first, and r6 runs alone.
     // capsim turns prefetching off for the same policies (`batcher.prefetch = true` cannot
     // turn it back on).
@@ -698,10 +730,11 @@ fn with_a_queue_policy_triton_and_capsim_form_the_doc_timelines_batches_when_the
     let dir = tempfile::tempdir().expect("tempdir");
     let timeline = DocTimeline::new(dir.path(), "[queue]\nmax_queue_size = 100\n");
     let at_instance_free = vec![(1, 1), (2, 1), (4, 1)];
-    // The same rule with the first batch slowed past r6's arrival at 60 ms (this machine, not
+    // The same rule with the first batch slowed past r6's arrival at 240 ms (this machine, not
     // the batcher): r2-r6 leave together.
     let at_instance_free_late = vec![(2, 1), (5, 1)];
-    let seen = timeline.triton_batches(3, |_| false);
+    // Up to 8 attempts, until one on time runs them: a loaded machine sends some late.
+    let seen = timeline.triton_batches(8, |measured| measured == at_instance_free.as_slice());
     let judged: Vec<&Attempt> = seen.iter().filter(|a| a.on_time()).collect();
     assert!(
         judged
@@ -721,8 +754,9 @@ fn with_a_queue_policy_triton_and_capsim_form_the_doc_timelines_batches_when_the
 /// clients (the fixed scenario's max 8: batches of every size), then a + b * size fitted to
 /// Triton's own mean compute per batch size and `[postprocess] base` to its time per request
 /// outside the queue and the model, written into the scenario. The model sleeps 2 ms + 0.5 ms
-/// per request and Triton's Python backend adds a little: the fit is asserted as near the sleep
-/// as run-sim's fit above. The fitted scenario then drives `validate --endpoint`'s sim.
+/// per request and Triton's Python backend adds a little (more on a loaded machine): the fit is
+/// asserted against Triton's own statistics and the sleep, as run-sim's fit above. The fitted
+/// scenario then drives `validate --endpoint`'s sim.
 #[test]
 fn calibrate_endpoint_fits_tritons_own_compute_per_batch_size_into_the_scenario() {
     let _one = ONE_TRITON.lock().unwrap_or_else(|e| e.into_inner());
@@ -774,9 +808,29 @@ fn calibrate_endpoint_fits_tritons_own_compute_per_batch_size_into_the_scenario(
             .unwrap_or_else(|| panic!("service.{key} = {text:?}"))
     };
     let (a_ms, b_ms) = (ms("a"), ms("b"));
+    // The line is fitted to Triton's mean compute per batch size, weighted by its batches: at the
+    // mean batch size it is Triton's mean compute per batch (the statistics read here also hold
+    // the 8 warm-up requests, hence 10%), which is at least the model's sleep.
+    let rows: Vec<Value> = triton.stats()["batch_stats"]
+        .as_array()
+        .expect("batch_stats")
+        .iter()
+        .map(|b| {
+            let batches = b["compute_infer"]["count"].as_f64().expect("count");
+            serde_json::json!({
+                "batch_size": b["batch_size"],
+                "server_batches": batches,
+                "server_ms": b["compute_infer"]["ns"].as_f64().expect("ns") / batches / 1e6,
+            })
+        })
+        .collect();
+    let (mean_size, mean_ms) = batch_weighted_means(&rows);
+    let line_ms = a_ms + b_ms * mean_size;
     assert!(
-        (1.5..4.5).contains(&a_ms) && (0.3..0.8).contains(&b_ms),
-        "calibrated {a_ms} + {b_ms}·n ms against the model's 2 + 0.5·n ms"
+        (line_ms / mean_ms - 1.0).abs() < 0.10
+            && line_ms >= (FIXED_A_MS + FIXED_B_MS * mean_size) * 0.98,
+        "calibrated {a_ms} + {b_ms}·n ms at the mean batch of {mean_size}: {line_ms} ms, \
+         Triton's mean {mean_ms} ms, the model's 2 + 0.5·n ms"
     );
     assert!(
         toml["postprocess"]["base"].as_str().is_some(),

@@ -69,7 +69,7 @@
 //!
 //! Forming batches only when the instance frees up would have run `[r2 r3 r4 r5]` at 12 ms and
 //! `[r6]` at 22 ms. The engine's golden tests replay this timeline and others like it;
-//! `tests/triton_cli.rs` replays it (four times slower) against a real Triton, which runs these
+//! `tests/triton_cli.rs` replays it (sixteen times slower) against a real Triton, which runs these
 //! batches; `scripts/triton_check.py` compares loads.
 
 pub(crate) mod instance;
