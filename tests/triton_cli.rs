@@ -790,6 +790,7 @@ fn calibrate_endpoint_fits_tritons_own_compute_per_batch_size_into_the_scenario(
         "closed loop: 1 clients",
         "closed loop: 16 clients",
         "service.a",
+        "network.latency.one_way",
     ] {
         assert!(
             printed.contains(needle),
@@ -835,6 +836,19 @@ fn calibrate_endpoint_fits_tritons_own_compute_per_batch_size_into_the_scenario(
     assert!(
         toml["postprocess"]["base"].as_str().is_some(),
         "the time outside the model: {toml:?}"
+    );
+    // The client's path at one client: over loopback HTTP, more than nothing and well under the
+    // model's own time.
+    let latency = &toml["network"]["latency"];
+    let one_way_ms = latency["one_way"]
+        .as_str()
+        .and_then(|t| t.strip_suffix("ns"))
+        .and_then(|n| n.parse::<f64>().ok())
+        .map(|ns| ns / 1e6)
+        .unwrap_or_else(|| panic!("network.latency: {latency:?}"));
+    assert!(
+        latency["kind"].as_str() == Some("constant") && 0.0 < one_way_ms && one_way_ms < 10.0,
+        "network.latency {latency:?}"
     );
     let out = dir.path().join("validate");
     let validated = validate_demo(&url, "fixed", &fitted, &out, &["--duration", "2s"]);

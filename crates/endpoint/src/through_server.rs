@@ -1,14 +1,16 @@
 //! Measuring a served model through its server (`capsim calibrate --endpoint`): closed-loop runs
 //! at a few concurrencies, so that batches of several sizes run, and the model's statistics
 //! over them: the server's compute per batch size and its time per request outside the queue
-//! and the model. What the server does around the model is in these times, which a profile
+//! and the model, and the client's path outside the server (at one client). What the server does around the model is in these times, which a profile
 //! measured in-process leaves out; no timing of a later compared run is used.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
+use capsim_sim::RequestRecord;
 use capsim_trace::Trace;
 
-use crate::validation::triton::{ModelStats, model_stats};
+use crate::validation::triton::{ModelStats, ServerOverheads, model_stats};
 use crate::{EndpointError, EndpointOptions, LoadMode, Reporting, replay};
 
 /// One closed-loop run of a calibration.
@@ -18,6 +20,10 @@ pub struct ClosedLoopRun {
     pub concurrency: u32,
     /// Requests sent, every one answered (a run with a failure is an error).
     pub requests: u64,
+    /// The path outside the server in this run: the client's mean end to end against the
+    /// server's mean time per request over this run alone. `None` when the server's statistics
+    /// hold no request times.
+    pub path: Option<ServerOverheads>,
 }
 
 /// What a calibration through the server measured.
@@ -28,6 +34,41 @@ pub struct ServerCalibration {
     pub stats: ModelStats,
     /// Each run.
     pub runs: Vec<ClosedLoopRun>,
+}
+
+impl ServerCalibration {
+    /// The client's path outside the server, from the run with the fewest clients (one, by
+    /// default), where nothing queues in the client or the server's front end and the client's
+    /// time beyond the server's is the network's and the HTTP stacks'. `None` without request
+    /// statistics.
+    pub fn client_path(&self) -> Option<&ServerOverheads> {
+        self.runs
+            .iter()
+            .min_by_key(|r| r.concurrency)
+            .and_then(|r| r.path.as_ref())
+    }
+
+    /// Sets `scenario`'s `network.latency` to the [client path](Self::client_path)'s one way
+    /// (the rest of `[network]` kept) and returns the line that says so, for the printout and
+    /// the fitted file's header; `Ok(None)` (the scenario untouched) without one.
+    pub fn apply_client_path(
+        &self,
+        scenario: &mut capsim_sim::Scenario,
+    ) -> Result<Option<String>, capsim_sim::ScenarioError> {
+        let Some(path) = self.client_path() else {
+            return Ok(None);
+        };
+        path.apply_network(scenario)?;
+        let clients = self.runs.iter().map(|r| r.concurrency).min().unwrap_or(1);
+        Ok(Some(format!(
+            "network.latency.one_way {:.1} us: half the client's mean end to end ({:.3} ms) less \
+             the server's mean time per request ({:.3} ms) at {clients} client{}",
+            path.one_way_ns() as f64 / 1e3,
+            path.client_ns / 1e6,
+            path.server.request_ns / 1e6,
+            if clients == 1 { "" } else { "s" }
+        )))
+    }
 }
 
 /// The closed-loop levels of a calibration of a model instance group that batches up to
@@ -64,22 +105,33 @@ pub fn calibrate_through_server(
     closed_loop(warmup, options, 1)?;
     let before = model_stats(&options.base_url, &options.model)?;
     let mut runs = Vec::with_capacity(concurrencies.len());
+    let mut last = before.clone();
     for &concurrency in concurrencies {
-        runs.push(closed_loop(trace, options, concurrency)?);
+        let (run, records) = closed_loop(trace, options, concurrency)?;
+        let now = model_stats(&options.base_url, &options.model)?;
+        let source = PathBuf::from(format!(
+            "{}/v2/models/{}/stats at {concurrency} clients",
+            options.base_url, options.model
+        ));
+        runs.push(ClosedLoopRun {
+            path: ServerOverheads::of_run(Some(&now.since(&last)), &records, source),
+            ..run
+        });
+        last = now;
     }
-    let after = model_stats(&options.base_url, &options.model)?;
     Ok(ServerCalibration {
-        stats: after.since(&before),
+        stats: last.since(&before),
         runs,
     })
 }
 
-/// One closed-loop run of `trace` from `concurrency` clients; an error when a request failed.
+/// One closed-loop run of `trace` from `concurrency` clients and its records (no path yet); an
+/// error when a request failed.
 fn closed_loop(
     trace: &Trace,
     options: &EndpointOptions,
     concurrency: u32,
-) -> Result<ClosedLoopRun, EndpointError> {
+) -> Result<(ClosedLoopRun, Vec<RequestRecord>), EndpointError> {
     let closed = EndpointOptions {
         mode: LoadMode::Closed {
             concurrency,
@@ -101,10 +153,14 @@ fn closed_loop(
             ),
         });
     }
-    Ok(ClosedLoopRun {
-        concurrency,
-        requests: totals.total,
-    })
+    Ok((
+        ClosedLoopRun {
+            concurrency,
+            requests: totals.total,
+            path: None,
+        },
+        run.records,
+    ))
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! `capsim calibrate --endpoint URL --model NAME --scenario S.toml --trace T -o FITTED.toml`:
 //! the served model measured through a running Triton (closed-loop runs, the server's own
-//! statistics) into the scenario's `[service]` and `[postprocess]`.
+//! statistics) into the scenario's `[service]` and `[postprocess]`, and the client's path at one
+//! client into `network.latency`.
 
 use std::path::Path;
 
@@ -57,16 +58,23 @@ pub fn run(url: &str, args: &CalibrateArgs) -> Result<()> {
     options.max_input_tokens = pool.max_input_tokens.unwrap_or(512);
     let measured =
         calibrate_through_server(&trace, &warmup, &options, &concurrencies).map_err(bad_input)?;
-    let fitted = fit_triton_stats(&scenario, &measured.stats, url)?;
-    let text = runs_text(&measured) + &fitted.describe(&model, Path::new(url));
-    print!("{text}");
-    let toml = capsim_sim::build::toml_for_file(&fitted.scenario, out)?;
+    let mut fitted = fit_triton_stats(&scenario, &measured.stats, url)?;
+    let path = measured
+        .apply_client_path(&mut fitted.scenario)
+        .map_err(bad_input)?;
+    let mut text = runs_text(&measured) + &fitted.describe(&model, Path::new(url));
     let command = format!(
         "capsim calibrate --endpoint {url} --model {model} --scenario {}",
         scenario_path.display()
     );
-    std::fs::write(out, fitted.toml_header_of(&command) + &toml)
-        .with_context(|| format!("writing {}", out.display()))?;
+    let mut header = fitted.toml_header_of(&command);
+    if let Some(line) = &path {
+        text += &format!("  {line}\n");
+        header += &format!("# {line}.\n");
+    }
+    print!("{text}");
+    let toml = capsim_sim::build::toml_for_file(&fitted.scenario, out)?;
+    std::fs::write(out, header + &toml).with_context(|| format!("writing {}", out.display()))?;
     Ok(())
 }
 
@@ -75,9 +83,17 @@ fn runs_text(measured: &ServerCalibration) -> String {
     let mut text = String::new();
     for run in &measured.runs {
         text.push_str(&format!(
-            "closed loop: {} clients, {} requests answered\n",
+            "closed loop: {} clients, {} requests answered",
             run.concurrency, run.requests
         ));
+        if let Some(path) = &run.path {
+            text.push_str(&format!(
+                "; the client's mean end to end {:.3} ms, the server's mean per request {:.3} ms",
+                path.client_ns / 1e6,
+                path.server.request_ns / 1e6
+            ));
+        }
+        text.push('\n');
     }
     text
 }

@@ -14,7 +14,7 @@ use capsim_sim::record::RequestLog;
 use capsim_sim::scenario::{BatcherKind, Pool};
 use capsim_sim::timing::profile::{Profile, ProfileServiceTime};
 use capsim_sim::{
-    BuiltScenario, Outcome, Profiles, RequestRecord, Run, RunOptions, Scenario, ServiceTime,
+    BuiltScenario, Profiles, RequestRecord, Run, RunOptions, Scenario, ServiceTime,
     simulate_with_requests,
 };
 use capsim_trace::{Columns, Trace};
@@ -376,7 +376,8 @@ impl<'a> Validation<'a> {
         };
         // The run-sim runs between the client and the server as they were: the path outside
         // the server as measured, in place of the scenario's network, gateway and processing.
-        let overheads = measured_path(stats, &run.measured.records, dir);
+        let overheads =
+            ServerOverheads::of_run(stats, &run.measured.records, dir.join("measured.parquet"));
         let simulated = match &run_sim_service {
             Some(service) => {
                 let options = RunOptions {
@@ -583,23 +584,6 @@ fn measure(
         stats,
         stats_missing,
     })
-}
-
-/// The path outside the server in a run: the client's completed requests' end to end against
-/// the server's mean time per request (Triton's statistics); `None` without statistics or
-/// completed requests. `dir` names the run in [`ServerOverheads::describe`].
-fn measured_path(
-    stats: Option<&ModelStats>,
-    records: &[RequestRecord],
-    dir: &Path,
-) -> Option<ServerOverheads> {
-    let times = stats?.request_times()?;
-    let e2e_ns: Vec<f64> = records
-        .iter()
-        .filter(|r| r.outcome == Outcome::Completed)
-        .map(|r| r.latency_ns() as f64)
-        .collect();
-    ServerOverheads::new(&e2e_ns, times, dir.join("measured.parquet"))
 }
 
 /// The server's mean compute per batch size beside the simulation's mean execution of its

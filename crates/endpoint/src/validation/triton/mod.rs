@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use hyper::Uri;
 use serde::Deserialize;
 
-use capsim_sim::{Scenario, ScenarioError};
+use capsim_sim::{Outcome, RequestRecord, Scenario, ScenarioError};
 
 use crate::EndpointError;
 use crate::http::HttpClient;
@@ -317,6 +317,23 @@ impl ServerOverheads {
         })
     }
 
+    /// The path outside the server in a run: its completed `records`' end to end against the
+    /// server's mean time per request over the same run (`stats`, Triton's statistics); `None`
+    /// without statistics or completed requests. `source` names the run in [`Self::describe`].
+    pub fn of_run(
+        stats: Option<&ModelStats>,
+        records: &[RequestRecord],
+        source: PathBuf,
+    ) -> Option<ServerOverheads> {
+        let times = stats?.request_times()?;
+        let e2e_ns: Vec<f64> = records
+            .iter()
+            .filter(|r| r.outcome == Outcome::Completed)
+            .map(|r| r.latency_ns() as f64)
+            .collect();
+        ServerOverheads::new(&e2e_ns, times, source)
+    }
+
     /// Half the client's time outside the server: the one-way network latency, in ns (0 when
     /// the server's mean exceeds the client's).
     pub fn one_way_ns(&self) -> u64 {
@@ -330,14 +347,20 @@ impl ServerOverheads {
 
     /// Sets them in `scenario`: a constant one-way `network.latency` and `postprocess.base`.
     pub fn apply(&self, scenario: &mut Scenario) -> Result<(), ScenarioError> {
+        self.apply_network(scenario)?;
+        scenario.set("postprocess.base", &format!("\"{}ns\"", self.outside_ns()))
+    }
+
+    /// Sets the client's path in `scenario`: a constant one-way `network.latency`, the rest of
+    /// `[network]` (bandwidth, payloads) kept.
+    pub fn apply_network(&self, scenario: &mut Scenario) -> Result<(), ScenarioError> {
         scenario.set(
             "network.latency",
             &format!(
                 "{{ kind = \"constant\", one_way = \"{}ns\" }}",
                 self.one_way_ns()
             ),
-        )?;
-        scenario.set("postprocess.base", &format!("\"{}ns\"", self.outside_ns()))
+        )
     }
 
     /// Makes `scenario`'s path outside the server the measured one: a constant one-way
