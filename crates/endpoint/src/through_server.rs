@@ -48,9 +48,11 @@ impl ServerCalibration {
             .and_then(|r| r.path.as_ref())
     }
 
-    /// Sets `scenario`'s `network.latency` to the [client path](Self::client_path)'s one way
-    /// (the rest of `[network]` kept) and returns the line that says so, for the printout and
-    /// the fitted file's header; `Ok(None)` (the scenario untouched) without one.
+    /// Makes `scenario`'s path between the client and the server the [client
+    /// path](Self::client_path) measured ([`ServerOverheads::apply_client_path`]: a constant one
+    /// way, no transfer time, no gateway overhead, no pre-processing: the scenario's own would
+    /// count twice) and returns the line that says so, for the printout and the fitted file's
+    /// header; `Ok(None)` (the scenario untouched) without one.
     pub fn apply_client_path(
         &self,
         scenario: &mut capsim_sim::Scenario,
@@ -58,11 +60,12 @@ impl ServerCalibration {
         let Some(path) = self.client_path() else {
             return Ok(None);
         };
-        path.apply_network(scenario)?;
+        path.apply_client_path(scenario)?;
         let clients = self.runs.iter().map(|r| r.concurrency).min().unwrap_or(1);
         Ok(Some(format!(
             "network.latency.one_way {:.1} us: half the client's mean end to end ({:.3} ms) less \
-             the server's mean time per request ({:.3} ms) at {clients} client{}",
+             the server's mean time per request ({:.3} ms) at {clients} client{}; the scenario's \
+             transfer time, gateway overhead and pre-processing are in it",
             path.one_way_ns() as f64 / 1e3,
             path.client_ns / 1e6,
             path.server.request_ns / 1e6,

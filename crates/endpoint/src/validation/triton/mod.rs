@@ -347,28 +347,21 @@ impl ServerOverheads {
 
     /// Sets them in `scenario`: a constant one-way `network.latency` and `postprocess.base`.
     pub fn apply(&self, scenario: &mut Scenario) -> Result<(), ScenarioError> {
-        self.apply_network(scenario)?;
-        scenario.set("postprocess.base", &format!("\"{}ns\"", self.outside_ns()))
-    }
-
-    /// Sets the client's path in `scenario`: a constant one-way `network.latency`, the rest of
-    /// `[network]` (bandwidth, payloads) kept.
-    pub fn apply_network(&self, scenario: &mut Scenario) -> Result<(), ScenarioError> {
         scenario.set(
             "network.latency",
             &format!(
                 "{{ kind = \"constant\", one_way = \"{}ns\" }}",
                 self.one_way_ns()
             ),
-        )
+        )?;
+        scenario.set("postprocess.base", &format!("\"{}ns\"", self.outside_ns()))
     }
 
-    /// Makes `scenario`'s path outside the server the measured one: a constant one-way
-    /// `network.latency` and no transfer time (the whole `[network]` table), no gateway overhead
-    /// and no pre-processing, and the server's time outside queue and model as
-    /// `postprocess.base`. What is left to simulate is the server's queue, batcher and model,
-    /// between the client and the server as they were in the run.
-    pub fn apply_as_path(&self, scenario: &mut Scenario) -> Result<(), ScenarioError> {
+    /// Makes `scenario`'s path between the client and the server the measured one: a constant
+    /// one-way `network.latency` and no transfer time (the whole `[network]` table), no gateway
+    /// overhead and no pre-processing (what the client's time beyond the server's holds is all
+    /// in the one way). `[postprocess]` is kept.
+    pub fn apply_client_path(&self, scenario: &mut Scenario) -> Result<(), ScenarioError> {
         scenario.set(
             "network",
             &format!(
@@ -377,7 +370,16 @@ impl ServerOverheads {
             ),
         )?;
         scenario.set("gateway.overhead", "\"0ns\"")?;
-        scenario.set("preprocess", "{}")?;
+        scenario.set("preprocess", "{}")
+    }
+
+    /// Makes `scenario`'s path outside the server the measured one: a constant one-way
+    /// `network.latency` and no transfer time (the whole `[network]` table), no gateway overhead
+    /// and no pre-processing, and the server's time outside queue and model as
+    /// `postprocess.base`. What is left to simulate is the server's queue, batcher and model,
+    /// between the client and the server as they were in the run.
+    pub fn apply_as_path(&self, scenario: &mut Scenario) -> Result<(), ScenarioError> {
+        self.apply_client_path(scenario)?;
         scenario.set(
             "postprocess",
             &format!("{{ base = \"{}ns\" }}", self.outside_ns()),
