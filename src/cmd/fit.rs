@@ -323,7 +323,7 @@ fn read_triton_stats(path: &Path) -> Result<Option<ModelStats>> {
 /// The fit to Triton's per-batch-size statistics: `a + b*size` on the mean compute time
 /// (input, inference, output) of each size, weighted by its batches.
 fn run_triton(scenario: &Scenario, args: &FitArgs, stats: &ModelStats) -> Result<()> {
-    let fitted = fit_triton_stats(scenario, stats, &args.log().display().to_string())?;
+    let fitted = fit_triton_stats(scenario, stats, &[], &args.log().display().to_string())?;
     let text = fitted.describe(&stats.name, args.log());
     print!("{text}");
     let header = fitted.toml_header(args.scenario(), args.log());

@@ -1,6 +1,8 @@
 //! A dynamic batcher's service time fitted to a server's mean compute time per batch size, as
-//! Triton's model statistics hold it: `a + b*size`, `c = 0` (the statistics know no input
-//! lengths), no residuals (they hold means only) and no replay (they hold no arrivals).
+//! Triton's model statistics hold it: `a + b*size`, `c = 0` where the input lengths are not
+//! known (the statistics hold none), and `a + b*size + c*size*E[longest]` where the requests'
+//! lengths are known ([`fit_padded_line`]: the caller sent them); no residuals (the statistics
+//! hold means only) and no replay (they hold no arrivals).
 //!
 //! The server's protocol stays with the caller: it reads the statistics, fits the line
 //! (weighted by each size's batches) and hands over the sizes ([`SizeMean`]), the line and the
@@ -8,6 +10,7 @@
 
 use std::path::Path;
 
+use capsim_sim::timing::non_negative_least_squares;
 use capsim_sim::{Scenario, ScenarioError};
 
 use super::FitError;
@@ -22,6 +25,43 @@ pub struct SizeMean {
     pub batches: u64,
     /// Their mean compute time (input, inference, output), in nanoseconds.
     pub mean_ns: f64,
+}
+
+/// The expected longest input of a batch of `size` requests drawn at random (with replacement)
+/// from `sorted` (input lengths, ascending): the mean of the largest of `size` draws, exact for
+/// the empirical distribution. 0 without lengths.
+pub fn expected_longest(sorted: &[u32], size: u32) -> f64 {
+    let n = sorted.len() as f64;
+    let mut below = 0.0;
+    let mut mean = 0.0;
+    for (k, &length) in sorted.iter().enumerate() {
+        // P(max <= the k-th smallest) - P(max <= the one before).
+        let at_most = ((k + 1) as f64 / n).powi(size as i32);
+        mean += f64::from(length) * (at_most - below);
+        below = at_most;
+    }
+    mean
+}
+
+/// `(a, b, c)` in ns: each size's mean compute time fitted as `a + b*size +
+/// c*size*E[longest]`, weighted by its batches, by least squares with none negative, where
+/// `E[longest]` is [`expected_longest`] of `lengths` (the inputs the batches were formed from).
+/// Of terms the sizes cannot tell apart (one input length: size and size*E[longest] are
+/// proportional), the later is 0. `None` without sizes.
+pub fn fit_padded_line(sizes: &[SizeMean], lengths: &[u32]) -> Option<(f64, f64, f64)> {
+    let mut sorted = lengths.to_vec();
+    sorted.sort_unstable();
+    let rows: Vec<[f64; 3]> = sizes
+        .iter()
+        .map(|t| {
+            let n = f64::from(t.batch_size);
+            [1.0, n, n * expected_longest(&sorted, t.batch_size)]
+        })
+        .collect();
+    let y: Vec<f64> = sizes.iter().map(|t| t.mean_ns).collect();
+    let weights: Vec<f64> = sizes.iter().map(|t| t.batches as f64).collect();
+    let beta = non_negative_least_squares(&rows, &y, &weights, 3)?;
+    Some((beta[0], beta[1], beta[2]))
 }
 
 /// Why a fit to batch means failed.
@@ -48,25 +88,33 @@ pub struct BatchMeansFit {
     pub overhead_ns: Option<u64>,
     /// The sizes fitted.
     pub sizes: Vec<SizeMean>,
+    /// The input lengths the batches were formed from, ascending, where known (then `c` was
+    /// fitted on each size's expected longest input); empty otherwise.
+    pub lengths: Vec<u32>,
 }
 
-/// Puts the line `a_ns + b_ns*size` fitted to `sizes` into `scenario`'s `[service]`, and the
+/// Puts the line `a_ns + b_ns*size + c_ns*size*longest` fitted to `sizes` into `scenario`'s
+/// `[service]` (`c_ns` 0 and `lengths` empty where the input lengths are not known; otherwise
+/// `lengths` are the inputs the batches were formed from, which the fit's text uses), and the
 /// server's time per request outside its queue and the model (`overhead_ns`, nanoseconds) into
 /// `postprocess.base`: one constant after the model, since the statistics cannot tell before
 /// from after. The scenario must have one pool with a dynamic batcher.
 pub fn fit_batch_means(
     scenario: &Scenario,
     sizes: &[SizeMean],
-    (a_ns, b_ns): (f64, f64),
+    (a_ns, b_ns, c_ns): (f64, f64, f64),
+    lengths: &[u32],
     overhead_ns: Option<f64>,
 ) -> Result<BatchMeansFit, BatchMeansError> {
     let affine = AffineFit {
         a_ns,
         b_ns,
-        c_ns: 0.0,
-        c_fitted: false,
+        c_ns,
+        c_fitted: !lengths.is_empty(),
         ratios: Vec::new(),
     };
+    let mut lengths = lengths.to_vec();
+    lengths.sort_unstable();
     let mut fitted = with_affine_service(scenario, &affine)?;
     let overhead_ns = overhead_ns.map(|ns| ns.round() as u64);
     if let Some(ns) = overhead_ns {
@@ -77,6 +125,7 @@ pub fn fit_batch_means(
         affine,
         overhead_ns,
         sizes: sizes.to_vec(),
+        lengths,
     })
 }
 
@@ -90,19 +139,33 @@ impl BatchMeansFit {
     /// `model` names the model and `log` the statistics' file.
     pub fn describe(&self, model: &str, log: &Path) -> String {
         let fit = &self.affine;
+        let (line, c) = if self.lengths.is_empty() {
+            (
+                "a + b*size",
+                format!(
+                    "{:>14} (the statistics know no input lengths: b carries the per-token cost \
+                     at the run's lengths)",
+                    "0"
+                ),
+            )
+        } else {
+            (
+                "a + b*size + c*size*E[longest] (E[longest]: the expected longest of `size` of the \
+                 inputs sent), none negative,",
+                format!("{:>14.1} ns per padded token", fit.c_ns),
+            )
+        };
         let mut text = format!(
-            "fit: Triton's statistics of model {:?} in {}: {} batches of {} sizes; a + b*size by \
+            "fit: Triton's statistics of model {:?} in {}: {} batches of {} sizes; {line} by \
              least squares of each size's mean compute time (input, inference, output), weighted by \
-             its batches\n  service.a {:>14.1} ns\n  service.b {:>14.1} ns\n  service.c {:>14} \
-             (the statistics know no input lengths: b carries the per-token cost at the run's lengths)\n\
-             {:<6} {:>9} {:>14} {:>14} {:>8}\n",
+             its batches\n  service.a {:>14.1} ns\n  service.b {:>14.1} ns\n  \
+             service.c {c}\n{:<6} {:>9} {:>14} {:>14} {:>8}\n",
             model,
             log.display(),
             self.batches(),
             self.sizes.len(),
             fit.a_ns,
             fit.b_ns,
-            "0",
             "size",
             "batches",
             "measured_ms",
@@ -110,7 +173,10 @@ impl BatchMeansFit {
             "error"
         );
         for t in &self.sizes {
-            let fitted_ns = fit.mean_ns(t.batch_size, 0);
+            let longest = expected_longest(&self.lengths, t.batch_size);
+            let fitted_ns = fit.a_ns
+                + fit.b_ns * f64::from(t.batch_size)
+                + fit.c_ns * f64::from(t.batch_size) * longest;
             text.push_str(&format!(
                 "{:<6} {:>9} {:>14.3} {:>14.3} {:>+7.1}%\n",
                 t.batch_size,
@@ -150,10 +216,61 @@ impl BatchMeansFit {
     /// The comment above the fitted scenario, `command` the command line that fitted it.
     pub fn toml_header_of(&self, command: &str) -> String {
         format!(
-            "# Fitted by `{command}`: [service] a and b by least squares of\n\
-             # Triton's mean compute time per batch size ({} batches); c = 0, no residuals;\n\
+            "# Fitted by `{command}`: [service] a and b{} by least squares of\n\
+             # Triton's mean compute time per batch size ({} batches); {}no residuals;\n\
              # [postprocess] base: the server's mean time per request outside queue and model.\n",
+            if self.lengths.is_empty() {
+                ""
+            } else {
+                " and c (on each size's expected longest input sent)"
+            },
             self.batches(),
+            if self.lengths.is_empty() {
+                "c = 0, "
+            } else {
+                ""
+            },
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_expected_longest_is_the_mean_of_the_largest_of_size_draws() {
+        // Two lengths: the largest of two draws is 1 only when both are 1 (1/4).
+        assert!((expected_longest(&[1, 2], 2) - 1.75).abs() < 1e-12);
+        assert!((expected_longest(&[1, 2], 1) - 1.5).abs() < 1e-12);
+        assert_eq!(expected_longest(&[7, 7, 7], 5), 7.0);
+        assert_eq!(expected_longest(&[], 3), 0.0);
+        // It grows with the batch towards the longest.
+        let sorted: Vec<u32> = (1..=100).collect();
+        let at = |n| expected_longest(&sorted, n);
+        assert!(at(1) < at(2) && at(2) < at(32) && at(32) < 100.0);
+    }
+
+    #[test]
+    fn a_padded_line_is_recovered_from_means_built_on_it() {
+        let lengths = [10, 20, 40, 80, 160, 320];
+        let mut sorted = lengths.to_vec();
+        sorted.sort_unstable();
+        let (a, c) = (100_000.0, 10.0);
+        let sizes: Vec<SizeMean> = [1u32, 2, 4, 8, 16, 32]
+            .iter()
+            .map(|&n| SizeMean {
+                batch_size: n,
+                batches: 10,
+                mean_ns: a + c * f64::from(n) * expected_longest(&sorted, n),
+            })
+            .collect();
+        let (fa, fb, fc) = fit_padded_line(&sizes, &lengths).expect("a fit");
+        assert!((fa - a).abs() < 1e-3 * a, "a {fa}");
+        assert!(fb.abs() < 1e-6 * a, "b {fb}");
+        assert!((fc - c).abs() < 1e-6 * c, "c {fc}");
+        // One length: size and size*longest are proportional, and the per-request term is kept.
+        let (_, b, c) = fit_padded_line(&sizes, &[16; 4]).expect("a fit");
+        assert!(b > 0.0 && c == 0.0, "b {b}, c {c}");
     }
 }

@@ -58,7 +58,14 @@ pub fn run(url: &str, args: &CalibrateArgs) -> Result<()> {
     options.max_input_tokens = pool.max_input_tokens.unwrap_or(512);
     let measured =
         calibrate_through_server(&trace, &warmup, &options, &concurrencies).map_err(bad_input)?;
-    let mut fitted = fit_triton_stats(&scenario, &measured.stats, url)?;
+    // The inputs the batches were formed from, as the server took them (cut to the pool's
+    // longest): where they differ, the fit learns the time per padded token.
+    let lengths: Vec<u32> = trace
+        .input_tokens()
+        .iter()
+        .map(|&n| n.min(options.max_input_tokens))
+        .collect();
+    let mut fitted = fit_triton_stats(&scenario, &measured.stats, &lengths, url)?;
     let path = measured
         .apply_client_path(&mut fitted.scenario)
         .map_err(bad_input)?;

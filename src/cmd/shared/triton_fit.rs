@@ -6,19 +6,23 @@
 use anyhow::Result;
 use capsim_endpoint::measured_service::fit_affine;
 use capsim_endpoint::triton::ModelStats;
-use capsim_fit::batch_means::{BatchMeansFit, SizeMean, fit_batch_means};
+use capsim_fit::batch_means::{BatchMeansFit, SizeMean, fit_batch_means, fit_padded_line};
 use capsim_sim::Scenario;
 
 use crate::cmd::BadInput;
 
 /// `scenario` with `[service]` a + b * size fitted to `stats`' mean compute time per batch
 /// size, weighted by its batches, and `[postprocess] base` its time per request outside the
-/// queue and the model. `source` names where the statistics came from in errors. Fewer than two
-/// batch sizes cannot tell a from b: an error that says what run would, unless the scenario's
-/// pool never batches (`max_batch_size = 1`), where a is the one size's time and b = 0.
+/// queue and the model. Where `lengths` (the input lengths of the requests sent, as the server
+/// took them) differ, a + b * size + c * size * E[longest] instead
+/// ([`capsim_fit::batch_means::fit_padded_line`]): a model whose time grows with the padded
+/// batch. `source` names where the statistics came from in errors. Fewer than two batch sizes
+/// cannot tell a from b: an error that says what run would, unless the scenario's pool never
+/// batches (`max_batch_size = 1`), where a is the one size's time and b = 0.
 pub fn fit_triton_stats(
     scenario: &Scenario,
     stats: &ModelStats,
+    lengths: &[u32],
     source: &str,
 ) -> Result<BatchMeansFit> {
     let times = stats.batch_times();
@@ -41,6 +45,22 @@ pub fn fit_triton_stats(
         ))
         .into());
     }
+    let sizes: Vec<SizeMean> = times
+        .iter()
+        .map(|t| SizeMean {
+            batch_size: t.batch_size,
+            batches: t.batches,
+            mean_ns: t.mean_ns,
+        })
+        .collect();
+    let overhead_ns = stats.request_times().map(|t| t.outside_ns());
+    let padded = lengths.iter().min() != lengths.iter().max() && times.len() >= 2;
+    if let Some(line) = padded.then(|| fit_padded_line(&sizes, lengths)).flatten() {
+        return Ok(
+            fit_batch_means(scenario, &sizes, line, lengths, overhead_ns)
+                .map_err(|e| BadInput(e.to_string()))?,
+        );
+    }
     let line = if unbatched && times.len() == 1 {
         capsim_endpoint::measured_service::AffineFit {
             a_ns: times[0].mean_ns,
@@ -54,17 +74,12 @@ pub fn fit_triton_stats(
             ))
         })?
     };
-    let sizes: Vec<SizeMean> = times
-        .iter()
-        .map(|t| SizeMean {
-            batch_size: t.batch_size,
-            batches: t.batches,
-            mean_ns: t.mean_ns,
-        })
-        .collect();
-    let overhead_ns = stats.request_times().map(|t| t.outside_ns());
-    Ok(
-        fit_batch_means(scenario, &sizes, (line.a_ns, line.b_ns), overhead_ns)
-            .map_err(|e| BadInput(e.to_string()))?,
+    Ok(fit_batch_means(
+        scenario,
+        &sizes,
+        (line.a_ns, line.b_ns, 0.0),
+        &[],
+        overhead_ns,
     )
+    .map_err(|e| BadInput(e.to_string()))?)
 }
