@@ -751,7 +751,8 @@ fn with_a_queue_policy_triton_and_capsim_form_the_doc_timelines_batches_when_the
 }
 
 /// `capsim calibrate --endpoint`: closed-loop runs through a running Triton at 1, 4 and 16
-/// clients (the fixed scenario's max 8: batches of every size), then a + b * size fitted to
+/// clients (the fixed scenario's max 8: batches of every size) and an open loop at light load
+/// (the client's path), then a + b * size (+ c * size * E[longest]) fitted to
 /// Triton's own mean compute per batch size and `[postprocess] base` to its time per request
 /// outside the queue and the model, written into the scenario. The model sleeps 2 ms + 0.5 ms
 /// per request and Triton's Python backend adds a little (more on a loaded machine): the fit is
@@ -791,6 +792,9 @@ fn calibrate_endpoint_fits_tritons_own_compute_per_batch_size_into_the_scenario(
         "closed loop: 16 clients",
         "service.a",
         "network.latency.one_way",
+        "open loop at light load",
+        // The demo trace's inputs differ in length: the fit takes the padded batch's term too.
+        "E[longest]",
     ] {
         assert!(
             printed.contains(needle),

@@ -50,7 +50,7 @@ use capsim_trace::{Trace, percentile_sorted};
 
 pub use replay::{Measured, PREPARE_AHEAD, Replayed};
 pub use through_server::{
-    ClosedLoopRun, ServerCalibration, WARMUP_REQUESTS, calibrate_through_server,
+    ClosedLoopRun, LightRun, ServerCalibration, WARMUP_REQUESTS, calibrate_through_server,
     default_concurrencies,
 };
 pub use validation::{

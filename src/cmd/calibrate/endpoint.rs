@@ -102,5 +102,19 @@ fn runs_text(measured: &ServerCalibration) -> String {
         }
         text.push('\n');
     }
+    if let Some(light) = &measured.light {
+        text.push_str(&format!(
+            "open loop at light load: {:.1} req/s, {} requests answered",
+            light.rate_rps, light.requests
+        ));
+        if let Some(path) = &light.path {
+            text.push_str(&format!(
+                "; the client's mean end to end {:.3} ms, the server's mean per request {:.3} ms",
+                path.client_ns / 1e6,
+                path.server.request_ns / 1e6
+            ));
+        }
+        text.push('\n');
+    }
     text
 }
