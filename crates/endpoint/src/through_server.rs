@@ -43,8 +43,8 @@ pub struct LightRun {
 /// What a calibration through the server measured.
 #[derive(Debug, Clone)]
 pub struct ServerCalibration {
-    /// The model's statistics over the calibration's runs alone (the server's counters after
-    /// them less those before).
+    /// The model's statistics over the calibration's closed-loop runs alone (the server's
+    /// counters after them less those before; the light open loop is not in them).
     pub stats: ModelStats,
     /// Each closed-loop run.
     pub runs: Vec<ClosedLoopRun>,
@@ -130,8 +130,8 @@ pub const WARMUP_REQUESTS: usize = 8;
 /// Sends every request of `trace` (their sizes; a closed loop ignores arrivals) to the server
 /// once per concurrency in `concurrencies`, one run after the other, then once more open loop at
 /// light load ([`LightRun`]: a tenth of the rate one client sent back to back, for at most
-/// [`LIGHT_RUN_NS`]), and returns the
-/// model's statistics over them (Triton's, `GET /v2/models/NAME/stats`). `warmup` (for example the
+/// [`LIGHT_RUN_NS`]: the client's path), and returns the model's statistics over the closed
+/// loops (Triton's, `GET /v2/models/NAME/stats`). `warmup` (for example the
 /// trace's first [`WARMUP_REQUESTS`]) goes first from one client, outside the statistics; it
 /// also checks the server and the model ([`EndpointError::UnknownModel`] says to check
 /// --model). A run in which a request failed is an error: a calibration is taken on a server
@@ -169,6 +169,9 @@ pub fn calibrate_through_server(
         .min_by_key(|r| r.concurrency)
         .and_then(|r| r.path.as_ref())
         .map(|p| p.client_ns);
+    // The compute per batch size is the closed loops' (back to back, as a loaded server runs
+    // them); the light open loop gives the client's path only.
+    let stats = last.since(&before);
     let mut light = None;
     if let Some(client_ns) = one_client.filter(|&ns| ns > 0.0 && trace.len() >= 2) {
         let rate_rps = 0.1e9 / client_ns;
@@ -184,13 +187,8 @@ pub fn calibrate_through_server(
             requests: records.len() as u64,
             path: path_of(&now, &last, &records, "in the light open loop"),
         });
-        last = now;
     }
-    Ok(ServerCalibration {
-        stats: last.since(&before),
-        runs,
-        light,
-    })
+    Ok(ServerCalibration { stats, runs, light })
 }
 
 /// One closed-loop run of `trace` from `concurrency` clients and its records (no path yet); an
