@@ -19,8 +19,11 @@ use crate::{EndpointError, EndpointOptions, LoadMode, Reporting, replay};
 pub struct ClosedLoopRun {
     /// Clients, each sending its next request when its last is answered.
     pub concurrency: u32,
-    /// Requests sent, every one answered (a run with a failure is an error).
+    /// Requests sent.
     pub requests: u64,
+    /// Of them, those that failed (at most [`MAX_FAILED_SHARE`] of them: a server's queue
+    /// timeout, say); the statistics and the path are the answered ones'.
+    pub failed: u64,
     /// The path outside the server in this run: the client's mean end to end against the
     /// server's mean time per request over this run alone. `None` when the server's statistics
     /// hold no request times.
@@ -34,8 +37,10 @@ pub struct ClosedLoopRun {
 pub struct LightRun {
     /// The offered rate, requests per second: a tenth of what one client sent back to back.
     pub rate_rps: f64,
-    /// Requests sent, every one answered.
+    /// Requests sent.
     pub requests: u64,
+    /// Of them, those that failed (as [`ClosedLoopRun::failed`]).
+    pub failed: u64,
     /// The path outside the server in this run (as [`ClosedLoopRun::path`]).
     pub path: Option<ServerOverheads>,
 }
@@ -120,6 +125,12 @@ pub fn default_concurrencies(max_batch_size: u32, model_instances: u32) -> Vec<u
     levels
 }
 
+/// The share of a calibration run's requests that may fail before the run is an error: the
+/// deepest closed loop can outwait the server's queue timeout now and then (the classifier's
+/// 500 ms at 64 clients: 32 of 400 once), which leaves the compute of the batches that ran as
+/// it was.
+pub const MAX_FAILED_SHARE: f64 = 0.1;
+
 /// How long the light-load run lasts at most, ns: its requests are the trace's first that fit.
 pub const LIGHT_RUN_NS: u64 = 10_000_000_000;
 
@@ -134,8 +145,8 @@ pub const WARMUP_REQUESTS: usize = 8;
 /// loops (Triton's, `GET /v2/models/NAME/stats`). `warmup` (for example the
 /// trace's first [`WARMUP_REQUESTS`]) goes first from one client, outside the statistics; it
 /// also checks the server and the model ([`EndpointError::UnknownModel`] says to check
-/// --model). A run in which a request failed is an error: a calibration is taken on a server
-/// that answers.
+/// --model). A run in which more than [`MAX_FAILED_SHARE`] of the requests failed is an error: a
+/// calibration is taken on a server that answers.
 pub fn calibrate_through_server(
     trace: &Trace,
     warmup: &Trace,
@@ -185,6 +196,7 @@ pub fn calibrate_through_server(
         light = Some(LightRun {
             rate_rps,
             requests: records.len() as u64,
+            failed: failed(&records),
             path: path_of(&now, &last, &records, "in the light open loop"),
         });
     }
@@ -207,6 +219,7 @@ fn closed_loop(
         ClosedLoopRun {
             concurrency,
             requests: records.len() as u64,
+            failed: failed(&records),
             path: None,
         },
         records,
@@ -230,19 +243,28 @@ fn checked_run(
         &Reporting::default(),
     )?;
     let totals = &run.summary.requests;
-    if totals.completed < totals.total {
+    if (totals.total - totals.completed) as f64 > MAX_FAILED_SHARE * totals.total as f64 {
         return Err(EndpointError::Protocol {
             url: options.base_url.clone(),
             message: format!(
-                "{} of {} requests failed in the calibration's run at {what} ({:?}): calibrate a \
-                 server that answers every request",
+                "{} of {} requests failed in the calibration's run at {what} ({:?}), more than \
+                 {:.0}%: calibrate a server that answers its requests",
                 totals.total - totals.completed,
                 totals.total,
-                totals.failed_by_reason
+                totals.failed_by_reason,
+                MAX_FAILED_SHARE * 100.0
             ),
         });
     }
     Ok(run.records)
+}
+
+/// Requests of `records` that did not complete.
+fn failed(records: &[RequestRecord]) -> u64 {
+    records
+        .iter()
+        .filter(|r| r.outcome != capsim_sim::Outcome::Completed)
+        .count() as u64
 }
 
 #[cfg(test)]

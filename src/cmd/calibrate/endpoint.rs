@@ -91,8 +91,12 @@ fn runs_text(measured: &ServerCalibration) -> String {
     for run in &measured.runs {
         text.push_str(&format!(
             "closed loop: {} clients, {} requests answered",
-            run.concurrency, run.requests
+            run.concurrency,
+            run.requests - run.failed
         ));
+        if run.failed > 0 {
+            text.push_str(&format!(", {} failed", run.failed));
+        }
         if let Some(path) = &run.path {
             text.push_str(&format!(
                 "; the client's mean end to end {:.3} ms, the server's mean per request {:.3} ms",
@@ -105,8 +109,12 @@ fn runs_text(measured: &ServerCalibration) -> String {
     if let Some(light) = &measured.light {
         text.push_str(&format!(
             "open loop at light load: {:.1} req/s, {} requests answered",
-            light.rate_rps, light.requests
+            light.rate_rps,
+            light.requests - light.failed
         ));
+        if light.failed > 0 {
+            text.push_str(&format!(", {} failed", light.failed));
+        }
         if let Some(path) = &light.path {
             text.push_str(&format!(
                 "; the client's mean end to end {:.3} ms, the server's mean per request {:.3} ms",
