@@ -6,6 +6,7 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
+use capsim_endpoint::triton::ServerOverheads;
 use capsim_endpoint::{
     EndpointOptions, Protocol, ServerCalibration, WARMUP_REQUESTS, calibrate_through_server,
     default_concurrencies,
@@ -85,44 +86,32 @@ pub fn run(url: &str, args: &CalibrateArgs) -> Result<()> {
     Ok(())
 }
 
-/// One line per closed-loop run.
+/// One line per run: each closed loop, then the light open loop.
 fn runs_text(measured: &ServerCalibration) -> String {
     let mut text = String::new();
     for run in &measured.runs {
-        text.push_str(&format!(
-            "closed loop: {} clients, {} requests answered",
-            run.concurrency,
-            run.requests - run.failed
-        ));
-        if run.failed > 0 {
-            text.push_str(&format!(", {} failed", run.failed));
-        }
-        if let Some(path) = &run.path {
-            text.push_str(&format!(
-                "; the client's mean end to end {:.3} ms, the server's mean per request {:.3} ms",
-                path.client_ns / 1e6,
-                path.server.request_ns / 1e6
-            ));
-        }
-        text.push('\n');
+        let head = format!("closed loop: {} clients", run.concurrency);
+        text += &run_line(&head, run.requests, run.failed, run.path.as_ref());
     }
     if let Some(light) = &measured.light {
-        text.push_str(&format!(
-            "open loop at light load: {:.1} req/s, {} requests answered",
-            light.rate_rps,
-            light.requests - light.failed
-        ));
-        if light.failed > 0 {
-            text.push_str(&format!(", {} failed", light.failed));
-        }
-        if let Some(path) = &light.path {
-            text.push_str(&format!(
-                "; the client's mean end to end {:.3} ms, the server's mean per request {:.3} ms",
-                path.client_ns / 1e6,
-                path.server.request_ns / 1e6
-            ));
-        }
-        text.push('\n');
+        let head = format!("open loop at light load: {:.1} req/s", light.rate_rps);
+        text += &run_line(&head, light.requests, light.failed, light.path.as_ref());
     }
     text
+}
+
+/// A run's line: `head`, its answered and failed requests, and its client's and server's means.
+fn run_line(head: &str, requests: u64, failed: u64, path: Option<&ServerOverheads>) -> String {
+    let mut line = format!("{head}, {} requests answered", requests - failed);
+    if failed > 0 {
+        line += &format!(", {failed} failed");
+    }
+    if let Some(path) = path {
+        line += &format!(
+            "; the client's mean end to end {:.3} ms, the server's mean per request {:.3} ms",
+            path.client_ns / 1e6,
+            path.server.request_ns / 1e6
+        );
+    }
+    line + "\n"
 }
