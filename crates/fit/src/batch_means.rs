@@ -46,7 +46,7 @@ pub fn expected_longest(sorted: &[u32], size: u32) -> f64 {
 /// `(a, b, c)` in ns: each size's mean compute time fitted as `a + b*size +
 /// c*size*E[longest]`, weighted by its batches, by least squares with none negative, where
 /// `E[longest]` is [`expected_longest`] of `lengths` (the inputs the batches were formed from).
-/// Of terms the sizes cannot tell apart (one input length: size and size*E[longest] are
+/// Of terms the sizes cannot tell apart (one input length: `size` and `size*E[longest]` are
 /// proportional), the later is 0. `None` without sizes.
 pub fn fit_padded_line(sizes: &[SizeMean], lengths: &[u32]) -> Option<(f64, f64, f64)> {
     let mut sorted = lengths.to_vec();

@@ -14,7 +14,7 @@ use crate::cmd::BadInput;
 /// `scenario` with `[service]` a + b * size fitted to `stats`' mean compute time per batch
 /// size, weighted by its batches, and `[postprocess] base` its time per request outside the
 /// queue and the model. Where `lengths` (the input lengths of the requests sent, as the server
-/// took them) differ, a + b * size + c * size * E[longest] instead
+/// took them) differ, `a + b * size + c * size * E[longest]` instead
 /// ([`capsim_fit::batch_means::fit_padded_line`]): a model whose time grows with the padded
 /// batch. `source` names where the statistics came from in errors. Fewer than two batch sizes
 /// cannot tell a from b: an error that says what run would, unless the scenario's pool never
