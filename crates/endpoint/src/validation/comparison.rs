@@ -598,6 +598,16 @@ impl LoadValidation {
                 .map(|d| format!(", the load generator's schedule delay p99 {d:.3} ms"))
                 .unwrap_or_default()
         );
+        let answered = m.completed + m.failed;
+        if m.failed as f64 > crate::MAX_FAILED_SHARE * answered as f64 {
+            let _ = writeln!(
+                out,
+                "  warning: {} of {answered} requests failed ({:.0}%): the measured figures are \
+                 of the completed ones alone; the server's log says why",
+                m.failed,
+                100.0 * m.failed as f64 / answered as f64
+            );
+        }
         let traced = self.trace_sim.as_ref();
         let _ = writeln!(
             out,
@@ -1095,6 +1105,15 @@ mod tests {
         assert!(
             !text.contains("trace-sim"),
             "no trace-sim column without one: {text}"
+        );
+        assert!(!text.contains("warning"), "none failed: {text}");
+        // A server that failed many of the load's requests is said to have, loudly.
+        let mut failing = validation.clone();
+        (failing.measured.completed, failing.measured.failed) = (40, 60);
+        let text_failing = failing.human("scenario's", "Triton's");
+        assert!(
+            text_failing.contains("warning: 60 of 100 requests failed (60%)"),
+            "{text_failing}"
         );
         let json = serde_json::to_value(&validation).unwrap();
         assert_eq!(json["server_batch_shares"]["1"], 60.0);
