@@ -72,7 +72,11 @@ mod tests {
                 per_output_token: DurationNs(200),
             },
         };
-        assert_eq!(jobs.request_ns(1_000), 60_000 + 100_000, "request + per token");
+        assert_eq!(
+            jobs.request_ns(1_000),
+            60_000 + 100_000,
+            "request + per token"
+        );
         assert_eq!(
             jobs.response_ns(10),
             40_000 + 3_000 + 2_000,

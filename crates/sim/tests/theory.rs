@@ -183,7 +183,9 @@ fn host_core_wait_matches_md1() {
         let trace = poisson_trace(CUSTOMERS, 700.0, seed);
         let got = simulated_mean_core_wait_s(HOST_MD1, &trace, seed, 1e-3);
         let err = (got - expected) / expected;
-        println!("host M/D/1 rho 0.7 seed {seed}: simulated {got:.6e} s, theory {expected:.6e} s, error {err:+.4}");
+        println!(
+            "host M/D/1 rho 0.7 seed {seed}: simulated {got:.6e} s, theory {expected:.6e} s, error {err:+.4}"
+        );
         assert!(
             err.abs() < 0.02,
             "host M/D/1 rho 0.7 seed {seed}: expected {expected}s, got {got}s, relative error {err:+.4}"
@@ -233,10 +235,15 @@ fn two_host_cores_wait_as_one_fifo_before_two_servers_and_less_than_two_md1() {
         .zip(&expected)
         .filter(|(s, e)| s != e)
         .count();
-    assert_eq!(differ, 0, "requests whose wait for a core differs from the recursion's");
+    assert_eq!(
+        differ, 0,
+        "requests whose wait for a core differs from the recursion's"
+    );
     let mean_s = simulated.iter().map(|&w| w as f64).sum::<f64>() / n as f64 * 1e-9;
     let split_s = theory::md1_mean_wait_s(700.0, 1e-3).unwrap();
-    println!("host M/D/2 per-core rho 0.7: mean wait {mean_s:.6e} s; two M/D/1 at 0.7: {split_s:.6e} s");
+    println!(
+        "host M/D/2 per-core rho 0.7: mean wait {mean_s:.6e} s; two M/D/1 at 0.7: {split_s:.6e} s"
+    );
     assert!(
         mean_s > 0.0 && mean_s < split_s,
         "two cores: mean wait {mean_s} s, expected above 0 and below two M/D/1's {split_s} s"

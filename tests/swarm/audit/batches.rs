@@ -34,7 +34,8 @@ pub fn preprocess_takes_at_least_its_time(case: &Case, r: &Rec) -> Option<String
     let pre_ns = p
         .preprocess
         .map_or(0, |(_, base, per)| base + per * r.input_tokens)
-        + p.host.map_or(0, |(_, request, per, _)| request + per * r.input_tokens);
+        + p.host
+            .map_or(0, |(_, request, per, _)| request + per * r.input_tokens);
     let took_ns = r.queued_ns.wrapping_sub(r.admitted_ns);
     check(took_ns >= pre_ns, || {
         format!(

@@ -28,8 +28,8 @@ fn trace(sends_ns: &[u64], input_tokens: &[u32], output_tokens: &[u32]) -> Trace
 /// accounted for once.
 fn run(scenario: &str, trace: &Trace) -> (Run, Vec<RequestRecord>) {
     let scenario = Scenario::from_toml_str(scenario).expect("a valid scenario");
-    let (run, log) =
-        simulate_with_requests(&scenario, trace, &RunOptions::default()).expect("the run completes");
+    let (run, log) = simulate_with_requests(&scenario, trace, &RunOptions::default())
+        .expect("the run completes");
     assert!(run.summary.requests.adds_up(), "{:?}", run.summary.requests);
     assert_eq!(run.summary.requests.total, trace.len() as u64);
     (run, log.records().to_vec())
@@ -98,7 +98,10 @@ fn a_job_of_no_cpu_time_takes_no_core() {
     let (_, without) = run(bare, &t);
     let (_, idle_host) = run(&format!("[host]\ncores = 1\n{bare}"), &t);
     assert_eq!(idle_host, without, "a host without costs changes nothing");
-    let (_, r) = run(&format!("[host]\ncores = 1\nresponse = \"2ms\"\n{bare}"), &t);
+    let (_, r) = run(
+        &format!("[host]\ncores = 1\nresponse = \"2ms\"\n{bare}"),
+        &t,
+    );
     let queued: Vec<u64> = r.iter().map(|r| r.queued_ns).collect();
     assert_eq!(queued, vec![0, MS, 4_500 * US], "no way-in job");
     let post: Vec<u64> = r.iter().map(|r| r.postprocessed_ns).collect();

@@ -1317,9 +1317,17 @@ mod tests {
     #[test]
     fn host_is_read_per_pool_and_set_like_every_key() {
         let mut s = Scenario::from_toml_str(&format!("{MINIMAL}{HOST}")).unwrap();
-        let host = s.pools()[0].host.clone().expect("the default pool has a host");
+        let host = s.pools()[0]
+            .host
+            .clone()
+            .expect("the default pool has a host");
         assert_eq!(
-            (host.cores, host.request, host.request_per_input_token, host.response),
+            (
+                host.cores,
+                host.request,
+                host.request_per_input_token,
+                host.response
+            ),
             (2, DurationNs(60_000), DurationNs(100), DurationNs(40_000))
         );
         s.set("host.cores", "4").unwrap();
@@ -1335,7 +1343,10 @@ mod tests {
             "{MINIMAL}[pools.chat]\nmodels = [\"chat\"]\n[pools.chat.service]\nkind = \"constant\"\ntime = \"1ms\"\n[pools.chat.host]\ncores = 3\n"
         ))
         .unwrap();
-        assert!(s.pools()[0].host.is_none(), "a named pool's host is its own");
+        assert!(
+            s.pools()[0].host.is_none(),
+            "a named pool's host is its own"
+        );
         let chat = s.pools()[1].host.as_ref().expect("pools.chat has a host");
         assert_eq!((chat.cores, chat.request), (3, DurationNs(0)));
     }
@@ -1354,10 +1365,14 @@ mod tests {
         let mut s = Scenario::from_toml_str(&format!("{MINIMAL}{HOST}")).unwrap();
         let err = s.set("host.cores", "0").unwrap_err().to_string();
         assert!(err.contains("`host.cores`"), "{err}");
-        let err = Scenario::from_toml_str(&format!("{MINIMAL}[host]\ncores = 1\nrequest = \"-1us\"\n"))
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("request"), "a negative duration names its key: {err}");
+        let err =
+            Scenario::from_toml_str(&format!("{MINIMAL}[host]\ncores = 1\nrequest = \"-1us\"\n"))
+                .unwrap_err()
+                .to_string();
+        assert!(
+            err.contains("request"),
+            "a negative duration names its key: {err}"
+        );
     }
 
     #[test]
@@ -1376,7 +1391,10 @@ mod tests {
         // Without `workers`, pre-processing runs on the cores.
         let s = Scenario::from_toml_str(&format!("{MINIMAL}{HOST}[preprocess]\nbase = \"1ms\"\n"))
             .unwrap();
-        assert_eq!(s.pools()[0].preprocess.as_ref().map(|p| p.workers), Some(None));
+        assert_eq!(
+            s.pools()[0].preprocess.as_ref().map(|p| p.workers),
+            Some(None)
+        );
         let err = Scenario::from_toml_str(&format!(
             "{MINIMAL}[pools.img]\nmodels = [\"img\"]\n[pools.img.service]\nkind = \"constant\"\ntime = \"1ms\"\n\
              [pools.img.host]\ncores = 2\n[pools.img.preprocess]\nworkers = 2\n"
@@ -1384,7 +1402,8 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(
-            err.contains("`pools.img.preprocess.workers`") && err.contains("`pools.img.host.cores`"),
+            err.contains("`pools.img.preprocess.workers`")
+                && err.contains("`pools.img.host.cores`"),
             "{err}"
         );
     }

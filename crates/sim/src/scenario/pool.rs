@@ -335,7 +335,10 @@ fn check_host(
              to leave the host's CPU out",
         ));
     }
-    if p.preprocess.as_ref().is_some_and(|pre| pre.workers.is_some()) {
+    if p.preprocess
+        .as_ref()
+        .is_some_and(|pre| pre.workers.is_some())
+    {
         return Err(invalid(
             &key("preprocess.workers"),
             format!(
