@@ -92,6 +92,10 @@ const DYNAMIC_KEYS: &[(&str, Kind)] = &[
     ("service.c", Kind::Duration),
     ("postprocess.base", Kind::Duration),
     ("postprocess.per_output_token", Kind::Duration),
+    ("host.cores", Kind::Count),
+    ("host.request", Kind::Duration),
+    ("host.request_per_input_token", Kind::Duration),
+    ("host.response", Kind::Duration),
     ("slo.latency", Kind::Duration),
 ];
 

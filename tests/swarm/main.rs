@@ -13,7 +13,7 @@
 //! 20%, a dispatch latency 20%, a release latency 20% (and, in the default pool, replay inputs: per request 20%, pauses of dispatch 10%), constant, affine or exponential service
 //! time); per pool several instances, 1..2 GPUs x
 //! 1..2 model instances (dynamic), standby instances 15%, cold start 15%, pre-processing 25%,
-//! post-processing 30%, priority levels 20%, `max_queue_size` 20%, queue timeout 25% (half with
+//! post-processing 30%, a host's cores (`[host]`, dynamic pools) 20%, priority levels 20%, `max_queue_size` 20%, queue timeout 25% (half with
 //! `timeout_action = delay`), `max_input_tokens` and `max_output_tokens` 15% each. Gateway: constant network latency 30%, overhead 30%, rate limit
 //! 15%, `max_in_flight` 15%, result cache 15%, a random balancer. Client: retries with backoff
 //! 25% (on rejections, timeouts or both), closed loop 20% (`concurrency` 1..64, think time).
@@ -55,7 +55,7 @@
 //!   moved to the end of the pause that holds it; batches of one model instance never overlap
 //!   (from compute start to compute end and release), none starts before the cold start;
 //!   constant and affine batch times are exactly the model's; post-processing takes exactly its
-//!   time, pre-processing at least its;
+//!   time (at least with a host), pre-processing at least its (with a host, its whole job);
 //! - continuous batching: the steps' sizes (`summary.json`) within `max_num_seqs`, no request
 //!   completed that the KV cache or (without chunked prefill) the token budget cannot hold;
 //! - queues: a queue never holds more than `max_queue_size`; with `timeout_action = reject` a

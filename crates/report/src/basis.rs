@@ -115,10 +115,14 @@ impl Question {
 }
 
 /// Keys outside the model that a scenario assumes, reported when it sets them.
-const OVERHEAD_KEYS: [&str; 8] = [
+const OVERHEAD_KEYS: [&str; 12] = [
     "network.latency",
     "network.bandwidth",
     "gateway.overhead",
+    "host.cores",
+    "host.request",
+    "host.request_per_input_token",
+    "host.response",
     "preprocess.workers",
     "preprocess.base",
     "preprocess.per_input_token",

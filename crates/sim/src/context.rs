@@ -84,6 +84,10 @@ pub(crate) enum Place {
     Delayed,
     Executing,
     Postprocess,
+    /// Its response waits for a core of its instance's host (`[host]`).
+    HostResponseWaiting,
+    /// A core of its instance's host runs its response's way-out job (`[host]`).
+    HostResponse,
     NetworkOut,
     Backoff,
 }
@@ -185,7 +189,7 @@ pub(crate) struct Counters {
     pub in_system: u32,
     /// Requests in instance queues.
     pub queued: u32,
-    /// Requests waiting for a pre-processing worker.
+    /// Requests waiting for a pre-processing worker (with `[host]`, for a core on their way in).
     pub preprocess_waiting: u32,
     /// Model instances running a batch or step.
     pub busy_model_instances: u32,

@@ -43,6 +43,10 @@ pub enum EventKind {
     ModelInstanceReady,
     /// A request finished post-processing (target: ticket; `aux`: its generation).
     PostprocessDone,
+    /// A core of an instance's host (`[host]`) finished a response's way-out job (target:
+    /// ticket; `aux`: its generation, stale when its client gave up meanwhile: the core is
+    /// free all the same).
+    HostResponseDone,
     /// A response reaches its client (target: ticket; `aux`: its generation).
     ResponseDelivered,
     /// A client's `load.client_timeout` runs out (target: ticket; `aux`: its generation).

@@ -24,7 +24,8 @@ pub struct Instance {
     pub index_in_pool: u32,
     /// Queue in front of the batcher.
     pub queue: InstanceQueue,
-    /// Pre-processing workers, if the pool has any.
+    /// Pre-processing workers, if the pool has any; with `[host]`, the host's cores (which
+    /// run responses too).
     pub workers: Option<WorkerPool>,
     /// First model instance (index into the engine's model-instance table).
     pub first_model_instance: u32,
@@ -39,7 +40,8 @@ pub struct Instance {
 }
 
 impl Instance {
-    /// Requests waiting here and not executing (pre-processing wait plus queue).
+    /// Requests waiting here and not executing (pre-processing wait plus queue; with
+    /// `[host]`, responses waiting for a core too).
     #[inline]
     pub fn waiting(&self) -> u32 {
         self.queue.len() + self.workers.as_ref().map_or(0, WorkerPool::waiting)

@@ -43,6 +43,7 @@ mod continuous;
 mod engine;
 mod event;
 mod gateway;
+mod host;
 mod instance;
 mod latency;
 pub mod llm;

@@ -29,25 +29,50 @@ pub fn is_instant(spec: &PostprocessSpec) -> bool {
     spec.base.0 == 0 && spec.per_output_token.0 == 0
 }
 
+/// How a pool's responses are post-processed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// It takes no time: the stage is skipped.
+    Instant,
+    /// A delay, in parallel without a worker limit.
+    Delay,
+    /// On a core of the instance's host, with the host's work per response (`[host]`,
+    /// [`crate::host`]).
+    OnHost,
+}
+
+/// What became of a response whose execution is over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Started {
+    /// Nothing to do: it goes on at once.
+    Done,
+    /// Post-processing ends at an event.
+    Later,
+    /// Its job goes to the host's cores.
+    OnHost,
+}
+
 /// The pools' post-processing, by pool.
 pub(crate) struct Postprocess {
     pub specs: Vec<PostprocessSpec>,
-    /// By pool: true when its post-processing takes no time (the stage is skipped).
-    pub instant: Vec<bool>,
+    /// By pool: how its responses are post-processed.
+    pub modes: Vec<Mode>,
     /// By pool: true when it streams its responses token by token (a continuous batcher).
     pub streamed: Vec<bool>,
 }
 
 impl Postprocess {
-    /// Execution is over for the request on `ticket`: post-processing starts; false when it
-    /// takes no time (the response goes on at once).
+    /// Execution is over for the request on `ticket`: post-processing starts, is skipped
+    /// ([`Started::Done`]: it takes no time), or is left to the host's cores.
     #[inline(always)]
-    pub fn start(&self, ctx: &mut Ctx, ticket: u32) -> bool {
+    pub fn start(&self, ctx: &mut Ctx, ticket: u32) -> Started {
         let now = ctx.now;
         let t = &mut ctx.tickets[ticket];
         let pool = t.record.pool as usize;
-        if self.instant[pool] {
-            return false;
+        match self.modes[pool] {
+            Mode::Instant => return Started::Done,
+            Mode::OnHost => return Started::OnHost,
+            Mode::Delay => {}
         }
         t.place = Place::Postprocess;
         let (spec, streamed) = (&self.specs[pool], self.streamed[pool]);
@@ -62,7 +87,7 @@ impl Postprocess {
             ticket,
             t.generation,
         );
-        true
+        Started::Later
     }
 }
 

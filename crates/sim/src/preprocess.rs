@@ -1,10 +1,13 @@
 //! Pre-processing: a pool of CPU workers per instance (tokenization, decoding, resizing) whose
 //! time per request is `base + per_input_token * input_tokens`. Requests wait FIFO for a worker.
+//! With `[host]` the workers are the host's cores, which also run each response's way-out job
+//! ([`crate::host`]).
 
 use std::collections::VecDeque;
 
 use crate::context::{Ctx, Place, PoolId};
 use crate::event::EventKind;
+use crate::host::HostJobs;
 use crate::scenario::PreprocessSpec;
 
 /// The worker pool of one instance.
@@ -84,15 +87,36 @@ pub fn time_ns(spec: &PreprocessSpec, input_tokens: u32) -> u64 {
         .saturating_add(spec.base.0)
 }
 
-/// The pools' pre-processing, by pool (`None`: the pool has none).
+/// The pools' pre-processing, and their hosts' cores (`[host]`), by pool.
 pub(crate) struct Preprocess {
+    /// By pool: its pre-processing (`None`: none).
     pub specs: Vec<Option<PreprocessSpec>>,
+    /// By pool: its host's jobs, when its instances' workers are their host's cores
+    /// (`[host]`); they then run each request's job on its way in and its response's on the
+    /// way out (see [`crate::host`]).
+    pub hosts: Vec<Option<HostJobs>>,
 }
 
 impl Preprocess {
+    /// CPU time of the way-in job of a request of pool `p` with `input_tokens`, in nanoseconds:
+    /// its pre-processing, plus the host's work with `[host]`.
+    #[inline(always)]
+    fn request_ns(&self, p: usize, input_tokens: u32) -> u64 {
+        let spec = self.specs[p].as_ref();
+        match &self.hosts[p] {
+            None => time_ns(
+                spec.expect("pool with workers has a preprocess spec or a host"),
+                input_tokens,
+            ),
+            Some(host) => host
+                .request_ns(input_tokens)
+                .saturating_add(spec.map_or(0, |pre| time_ns(pre, input_tokens))),
+        }
+    }
+
     /// The request on `ticket`, routed to an instance of `pool` with these `workers`, starts
     /// pre-processing or waits for a worker; false when the pool has no pre-processing (the
-    /// request goes on at once).
+    /// request goes on at once), and with `[host]` when its way-in job takes no CPU time.
     #[inline(always)]
     pub fn start(
         &self,
@@ -101,20 +125,26 @@ impl Preprocess {
         workers: &mut Option<WorkerPool>,
         ticket: u32,
     ) -> bool {
-        // An instance has workers exactly when its pool pre-processes.
+        // An instance has workers exactly when its pool pre-processes or has a host.
         let Some(workers) = workers else {
             return false;
         };
-        let spec = self.specs[pool.index()]
-            .as_ref()
-            .expect("pool with workers has a preprocess spec");
+        let p = pool.index();
         let now = ctx.now.ns();
         let t = &mut ctx.tickets[ticket];
+        let job_ns = self.request_ns(p, t.record.input_tokens);
+        if job_ns == 0 && self.hosts[p].is_some() {
+            // No CPU work: a host's job that takes no time takes no core.
+            return false;
+        }
         if workers.start_or_wait(ticket, t.generation) {
             t.place = Place::Preprocess;
-            let done = now.saturating_add(time_ns(spec, t.record.input_tokens));
-            ctx.events
-                .push(done, EventKind::PreprocessDone, ticket, t.generation);
+            ctx.events.push(
+                now.saturating_add(job_ns),
+                EventKind::PreprocessDone,
+                ticket,
+                t.generation,
+            );
         } else {
             t.place = Place::PreprocessWaiting;
             ctx.counters.preprocess_waiting += 1;
@@ -122,40 +152,96 @@ impl Preprocess {
         true
     }
 
-    /// A worker of an instance of `pool` (with these `workers`) finished a request: it starts
-    /// the next waiting one, if any.
+    /// The response of the request on `ticket`, executed at an instance of `pool` (which has
+    /// `[host]`) with these cores, starts its way-out job on a core or waits for one; false when
+    /// the job takes no CPU time (the response goes on at once).
+    #[inline]
+    pub fn start_response(
+        &self,
+        ctx: &mut Ctx,
+        pool: PoolId,
+        workers: &mut Option<WorkerPool>,
+        ticket: u32,
+    ) -> bool {
+        let host = self.hosts[pool.index()]
+            .as_ref()
+            .expect("a response runs on the cores of a pool with a host");
+        let workers = workers.as_mut().expect("an instance with a host has cores");
+        let now = ctx.now.ns();
+        let t = &mut ctx.tickets[ticket];
+        let job_ns = host.response_ns(t.record.output_tokens);
+        if job_ns == 0 {
+            return false;
+        }
+        if workers.start_or_wait(ticket, t.generation) {
+            t.place = Place::HostResponse;
+            ctx.events.push(
+                now.saturating_add(job_ns),
+                EventKind::HostResponseDone,
+                ticket,
+                t.generation,
+            );
+        } else {
+            t.place = Place::HostResponseWaiting;
+        }
+        true
+    }
+
+    /// A worker (or core) of an instance of `pool` (with these `workers`) finished a job: it
+    /// starts the next waiting one, a request's way in or (with a host) a response's way out,
+    /// if any.
     #[inline(always)]
     pub fn finish(&self, ctx: &mut Ctx, pool: PoolId, workers: &mut Option<WorkerPool>) {
         let workers = workers.as_mut().expect("pool with preprocess has workers");
         let tickets = &ctx.tickets;
         let next = workers.finish(|ticket, generation| {
             let t = &tickets[ticket];
-            t.generation == generation && t.place == Place::PreprocessWaiting
+            t.generation == generation
+                && (t.place == Place::PreprocessWaiting || t.place == Place::HostResponseWaiting)
         });
-        if let Some(next) = next {
+        let Some(next) = next else {
+            return;
+        };
+        let now = ctx.now.ns();
+        let t = &mut ctx.tickets[next];
+        if t.place == Place::PreprocessWaiting {
             ctx.counters.preprocess_waiting -= 1;
-            let spec = self.specs[pool.index()]
-                .as_ref()
-                .expect("pool with workers has a preprocess spec");
-            let t = &mut ctx.tickets[next];
             t.place = Place::Preprocess;
             ctx.events.push(
-                ctx.now
-                    .ns()
-                    .saturating_add(time_ns(spec, t.record.input_tokens)),
+                now.saturating_add(self.request_ns(pool.index(), t.record.input_tokens)),
                 EventKind::PreprocessDone,
+                next,
+                t.generation,
+            );
+        } else {
+            let host = self.hosts[pool.index()]
+                .as_ref()
+                .expect("a response waits for the cores of a pool with a host");
+            t.place = Place::HostResponse;
+            ctx.events.push(
+                now.saturating_add(host.response_ns(t.record.output_tokens)),
+                EventKind::HostResponseDone,
                 next,
                 t.generation,
             );
         }
     }
 
-    /// The client of the request on `ticket`, waiting for a worker of these `workers`, gave
-    /// up: it no longer waits.
+    /// The client of the request on `ticket`, waiting for a worker of these `workers` on its
+    /// way in, gave up: it no longer waits.
     pub fn abandon_waiting(&self, ctx: &mut Ctx, workers: &mut Option<WorkerPool>) {
         let workers = workers.as_mut().expect("pool with preprocess has workers");
         workers.forget_one();
         ctx.counters.preprocess_waiting -= 1;
+    }
+
+    /// The client of a request whose response waits for one of these cores gave up: the
+    /// response no longer waits.
+    pub fn abandon_waiting_response(&self, workers: &mut Option<WorkerPool>) {
+        workers
+            .as_mut()
+            .expect("an instance with a host has cores")
+            .forget_one();
     }
 }
 

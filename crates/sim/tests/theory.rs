@@ -1,5 +1,7 @@
 //! The simulator against queueing theory: mean waiting times of M/M/1, M/M/4 and M/D/1 (also
-//! with a dispatch latency) within 2% of their closed forms, Little's law on a full pipeline, with 10^6 customers and fixed seeds.
+//! with a dispatch latency, and for a host's core) within 2% of their closed forms, two host
+//! cores against the FIFO recursion, Little's law on a full pipeline, with 10^6 customers and
+//! fixed seeds.
 //!
 //! Seeds are not chosen to pass: each check runs on two seeds (and an exploration test, run with
 //! `--ignored`, prints the error over twenty), with enough customers that the 2% bound is several
@@ -152,6 +154,100 @@ fn release_latency_holds_the_instance_and_is_not_queue_time() {
              {expected}s, relative error {err:+.4}"
         );
     }
+}
+
+/// One host core with 1 ms of CPU per request on its way in, in front of a model a thousand
+/// times faster: the wait for the core (the pre-processing stage less the job) is M/D/1's.
+const HOST_MD1: &str = "[host]\ncores = 1\nrequest = \"1ms\"\n\
+                        [service]\nkind = \"constant\"\ntime = \"1us\"\n";
+
+/// Mean wait for a host core measured by the simulator (the pre-processing stage less the
+/// job's `job_s`), in seconds.
+fn simulated_mean_core_wait_s(scenario: &str, trace: &Trace, seed: u64, job_s: f64) -> f64 {
+    let scenario = Scenario::from_toml_str(scenario).expect("valid scenario");
+    let options = RunOptions {
+        seed,
+        warmup: Warmup::Count(WARMUP),
+        ..RunOptions::default()
+    };
+    let summary = simulate(&built(&scenario), trace, &options).expect("runs");
+    assert!(summary.requests.adds_up());
+    assert_eq!(summary.requests.completed, trace.len() as u64);
+    summary.latency_ms["preprocess"].mean_ms * 1e-3 - job_s
+}
+
+#[test]
+fn host_core_wait_matches_md1() {
+    let expected = theory::md1_mean_wait_s(700.0, 1e-3).unwrap();
+    for seed in [1, 2] {
+        let trace = poisson_trace(CUSTOMERS, 700.0, seed);
+        let got = simulated_mean_core_wait_s(HOST_MD1, &trace, seed, 1e-3);
+        let err = (got - expected) / expected;
+        println!(
+            "host M/D/1 rho 0.7 seed {seed}: simulated {got:.6e} s, theory {expected:.6e} s, error {err:+.4}"
+        );
+        assert!(
+            err.abs() < 0.02,
+            "host M/D/1 rho 0.7 seed {seed}: expected {expected}s, got {got}s, relative error {err:+.4}"
+        );
+    }
+}
+
+/// The waits of a FIFO queue in front of `servers` identical servers that take `service_ns`
+/// each, by the Kiefer-Wolfowitz recursion: each arrival, in order, starts on the server free
+/// first, when it is free.
+fn fifo_waits_ns(arrival_ns: &[u64], servers: usize, service_ns: u64) -> Vec<u64> {
+    let mut free_at_ns = vec![0u64; servers];
+    arrival_ns
+        .iter()
+        .map(|&a| {
+            let k = (0..servers).min_by_key(|&k| free_at_ns[k]).unwrap();
+            let start_ns = a.max(free_at_ns[k]);
+            free_at_ns[k] = start_ns + service_ns;
+            start_ns - a
+        })
+        .collect()
+}
+
+/// Two cores at 0.7 each: every request waits exactly what a FIFO queue before two servers
+/// makes it wait (the Kiefer-Wolfowitz recursion on the same arrivals), and the mean wait is
+/// below that of the same load split over two M/D/1 queues (pooling the cores helps).
+#[test]
+fn two_host_cores_wait_as_one_fifo_before_two_servers_and_less_than_two_md1() {
+    const HOST_MD2: &str = "[host]\ncores = 2\nrequest = \"1ms\"\n\
+                            [service]\nkind = \"constant\"\ntime = \"1us\"\n";
+    let n = 1_000_000;
+    let trace = poisson_trace(n, 1400.0, 3);
+    let scenario = Scenario::from_toml_str(HOST_MD2).expect("valid scenario");
+    let options = RunOptions {
+        seed: 3,
+        ..RunOptions::default()
+    };
+    let (_, log) = simulate_with_requests(&built(&scenario), &trace, &options).expect("runs");
+    let simulated: Vec<u64> = log
+        .records()
+        .iter()
+        .map(|r| r.queued_ns - r.admitted_ns - 1_000_000)
+        .collect();
+    let expected = fifo_waits_ns(trace.arrival_ns(), 2, 1_000_000);
+    let differ = simulated
+        .iter()
+        .zip(&expected)
+        .filter(|(s, e)| s != e)
+        .count();
+    assert_eq!(
+        differ, 0,
+        "requests whose wait for a core differs from the recursion's"
+    );
+    let mean_s = simulated.iter().map(|&w| w as f64).sum::<f64>() / n as f64 * 1e-9;
+    let split_s = theory::md1_mean_wait_s(700.0, 1e-3).unwrap();
+    println!(
+        "host M/D/2 per-core rho 0.7: mean wait {mean_s:.6e} s; two M/D/1 at 0.7: {split_s:.6e} s"
+    );
+    assert!(
+        mean_s > 0.0 && mean_s < split_s,
+        "two cores: mean wait {mean_s} s, expected above 0 and below two M/D/1's {split_s} s"
+    );
 }
 
 /// Every stage modeled: network latency and transfer, gateway overhead and admission, 4

@@ -4,7 +4,7 @@
 //! batch formed, or, for a batch its model instance took as the batch before ended, exactly at
 //! that release, either moved to the end of the pause that holds it; batches of one model
 //! instance never overlap, none starts before the cold start; constant and affine batch times
-//! are exactly the model's; post-processing takes exactly its time, pre-processing at least its.
+//! are exactly the model's; post-processing takes exactly its time (at least with a host), pre-processing at least its.
 
 use super::{Run, check, dynamic_of, id, pool_of};
 use crate::case::{Batching, Case};
@@ -24,7 +24,8 @@ pub fn no_start_before_the_cold_start(case: &Case, r: &Rec) -> Option<String> {
     )
 }
 
-/// A request that reached the queue spent at least its pre-processing time after admission.
+/// A request that reached the queue spent at least its pre-processing time after admission
+/// (with `[host]`, its whole job on a core).
 pub fn preprocess_takes_at_least_its_time(case: &Case, r: &Rec) -> Option<String> {
     let p = pool_of(case, r)?;
     if !present(r.queued_ns) || r.cache_hit {
@@ -32,7 +33,9 @@ pub fn preprocess_takes_at_least_its_time(case: &Case, r: &Rec) -> Option<String
     }
     let pre_ns = p
         .preprocess
-        .map_or(0, |(_, base, per)| base + per * r.input_tokens);
+        .map_or(0, |(_, base, per)| base + per * r.input_tokens)
+        + p.host
+            .map_or(0, |(_, request, per, _)| request + per * r.input_tokens);
     let took_ns = r.queued_ns.wrapping_sub(r.admitted_ns);
     check(took_ns >= pre_ns, || {
         format!(
@@ -44,6 +47,8 @@ pub fn preprocess_takes_at_least_its_time(case: &Case, r: &Rec) -> Option<String
 
 /// Post-processing after execution takes exactly its time: a streamed (continuous) response
 /// has only its last token's detokenization left, then the close; a whole response every token's.
+/// With `[host]`, the response's job (the host's work per response and the post-processing)
+/// takes at least its time on a core.
 pub fn postprocess_takes_its_time(case: &Case, r: &Rec) -> Option<String> {
     let p = pool_of(case, r)?;
     if !present(r.exec_end_ns) {
@@ -58,9 +63,19 @@ pub fn postprocess_takes_its_time(case: &Case, r: &Rec) -> Option<String> {
         .postprocess
         .map_or(0, |(base, per)| base + per * tokens_left);
     let took_ns = r.postprocessed_ns.wrapping_sub(r.exec_end_ns);
-    check(took_ns == post_ns, || {
-        format!("{}: took {took_ns} ns, configured {post_ns} ns", id(r))
-    })
+    match p.host {
+        // On the host's cores the response's job may wait for one.
+        Some((_, _, _, response_ns)) => check(took_ns >= post_ns + response_ns, || {
+            format!(
+                "{}: took {took_ns} ns, its job on a host core takes {} ns",
+                id(r),
+                post_ns + response_ns
+            )
+        }),
+        None => check(took_ns == post_ns, || {
+            format!("{}: took {took_ns} ns, configured {post_ns} ns", id(r))
+        }),
+    }
 }
 
 pub fn not_formed_in_a_pause(case: &Case, r: &Rec) -> Option<String> {

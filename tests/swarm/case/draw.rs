@@ -208,6 +208,22 @@ fn draw_pool(rng: &mut StdRng, name: &str) -> Pool {
                 },
             )
         }),
+        host: (!continuous && rng.random_bool(0.2)).then(|| {
+            (
+                rng.random_range(1..=4),
+                duration(rng, 1e3, 1e6),
+                if rng.random_bool(0.5) {
+                    duration(rng, 1.0, 2e3)
+                } else {
+                    0
+                },
+                if rng.random_bool(0.7) {
+                    duration(rng, 1e3, 5e5)
+                } else {
+                    0
+                },
+            )
+        }),
     }
 }
 

@@ -137,6 +137,9 @@ pub struct Pool {
     pub batching: Batching,
     /// Base, per output token.
     pub postprocess: Option<(u64, u64)>,
+    /// `[host]` (dynamic pools only): cores, request, per input token, response. Its cores run
+    /// the pre-processing (written without `workers`) and the post-processing.
+    pub host: Option<(u32, u64, u64, u64)>,
 }
 
 impl Pool {

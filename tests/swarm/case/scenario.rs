@@ -170,9 +170,23 @@ fn stages_toml(s: &mut String, prefix: &str, pool: &Pool) {
     if let Some((workers, base_ns, per_ns)) = pool.preprocess {
         writeln!(
             s,
-            "[{prefix}preprocess]\nworkers = {workers}\nbase = {}\nper_input_token = {}",
+            "[{prefix}preprocess]\nbase = {}\nper_input_token = {}",
             ns(base_ns),
             ns(per_ns)
+        )
+        .unwrap();
+        if pool.host.is_none() {
+            // With a host, its cores run the pre-processing.
+            writeln!(s, "workers = {workers}").unwrap();
+        }
+    }
+    if let Some((cores, request_ns, per_ns, response_ns)) = pool.host {
+        writeln!(
+            s,
+            "[{prefix}host]\ncores = {cores}\nrequest = {}\nrequest_per_input_token = {}\nresponse = {}",
+            ns(request_ns),
+            ns(per_ns),
+            ns(response_ns)
         )
         .unwrap();
     }

@@ -16,6 +16,7 @@ use crate::context::{
 use crate::continuous::{Continuous, ContinuousInstance};
 use crate::event::{EventKind, EventQueue};
 use crate::gateway::{Admission, Balancer, Gateway, PoolRoute};
+use crate::host::HostJobs;
 use crate::instance::{Execution, Fleet, FreeSet, Instance, ModelInstance};
 use crate::network::NetworkPath;
 use crate::observe::{Observer, Stage, StageSet};
@@ -27,6 +28,14 @@ use crate::scenario::{LoadMode, Pool, RetryOn, Scenario};
 use crate::summary::SummaryBuilder;
 use crate::time::SimTime;
 use crate::timeseries::{IntervalCounters, LlmState, Timeseries};
+
+/// The jobs of `pool`'s host, when it has `[host]`.
+fn host_jobs(pool: &Pool) -> Option<HostJobs> {
+    pool.host.as_ref().map(|spec| HostJobs {
+        spec: spec.clone(),
+        postprocess: pool.postprocess.clone(),
+    })
+}
 
 /// The stages the scenario models (the others take no time).
 fn modeled_stages(scenario: &Scenario, uplink_instant: bool, downlink_instant: bool) -> StageSet {
@@ -40,15 +49,18 @@ fn modeled_stages(scenario: &Scenario, uplink_instant: bool, downlink_instant: b
         )
         .with(
             Stage::Preprocess,
-            pools.iter().any(|p| p.preprocess.is_some()),
+            pools.iter().any(|p| {
+                p.preprocess.is_some() || host_jobs(p).is_some_and(|h| h.has_request_work())
+            }),
         )
         .with(Stage::Queue, true)
         .with(Stage::Execution, true)
         .with(
             Stage::Postprocess,
-            pools
-                .iter()
-                .any(|p| !postprocess::is_instant(&p.postprocess)),
+            pools.iter().any(|p| {
+                !postprocess::is_instant(&p.postprocess)
+                    || host_jobs(p).is_some_and(|h| h.has_response_work())
+            }),
         )
         .with(Stage::NetworkOut, !downlink_instant)
 }
@@ -133,13 +145,7 @@ impl<'a> Engine<'a> {
                 class_pool: pools.class_pool,
                 pools: pools.routes,
             },
-            preprocess: Preprocess {
-                specs: scenario
-                    .pools()
-                    .iter()
-                    .map(|p| p.preprocess.clone())
-                    .collect(),
-            },
+            preprocess: preprocess_of(scenario),
             queues: pools.queues,
             fleet: Fleet {
                 instances: pools.instances,
@@ -155,7 +161,7 @@ impl<'a> Engine<'a> {
             },
             postprocess: postprocess_of(scenario),
             observe: observer(scenario, has_llm, seed),
-            abandoned_preprocess: Vec::new(),
+            abandoned_jobs: Vec::new(),
             past_horizon: None,
         }
     }
@@ -249,10 +255,7 @@ impl BuiltPools {
                 pool: pool_id,
                 index_in_pool: i,
                 queue: InstanceQueue::new(pool.queue.priority_levels),
-                workers: pool
-                    .preprocess
-                    .as_ref()
-                    .map(|pre| WorkerPool::new(pre.workers)),
+                workers: workers_of(pool),
                 first_model_instance: self.model_instances.len() as u32,
                 model_instances: per_instance,
                 free: FreeSet::new(per_instance, cold_start_ns == 0 && !standby),
@@ -286,6 +289,16 @@ impl BuiltPools {
                 ));
             }
         }
+    }
+}
+
+/// The CPU workers of each instance of `pool`: its host's cores with `[host]`, else its
+/// pre-processing workers (1 unless set), else none.
+fn workers_of(pool: &Pool) -> Option<WorkerPool> {
+    match (&pool.host, &pool.preprocess) {
+        (Some(host), _) => Some(WorkerPool::new(host.cores)),
+        (None, Some(pre)) => Some(WorkerPool::new(pre.workers.unwrap_or(1))),
+        (None, None) => None,
     }
 }
 
@@ -343,7 +356,20 @@ fn summary_builder(scenario: &Scenario, clients: &Clients<'_>, has_llm: bool) ->
     }
 }
 
-/// Post-processing, by pool: its spec, whether it takes no time, whether the pool streams.
+/// Pre-processing, by pool: its spec, and its host's jobs with `[host]`.
+fn preprocess_of(scenario: &Scenario) -> Preprocess {
+    Preprocess {
+        specs: scenario
+            .pools()
+            .iter()
+            .map(|p| p.preprocess.clone())
+            .collect(),
+        hosts: scenario.pools().iter().map(host_jobs).collect(),
+    }
+}
+
+/// Post-processing, by pool: its spec, how it runs (not at all when it takes no time; on the
+/// host's cores with `[host]`), whether the pool streams.
 fn postprocess_of(scenario: &Scenario) -> Postprocess {
     Postprocess {
         specs: scenario
@@ -351,10 +377,18 @@ fn postprocess_of(scenario: &Scenario) -> Postprocess {
             .iter()
             .map(|p| p.postprocess.clone())
             .collect(),
-        instant: scenario
+        modes: scenario
             .pools()
             .iter()
-            .map(|p| postprocess::is_instant(&p.postprocess))
+            .map(|p| {
+                if p.host.is_some() {
+                    postprocess::Mode::OnHost
+                } else if postprocess::is_instant(&p.postprocess) {
+                    postprocess::Mode::Instant
+                } else {
+                    postprocess::Mode::Delay
+                }
+            })
             .collect(),
         streamed: scenario.pools().iter().map(|p| p.llm.is_some()).collect(),
     }

@@ -11,7 +11,8 @@
 //!
 //! The kernel keeps the clock, the run loop, the dispatch of each event to its stage and the
 //! hand-over of a request from one stage to the next; each stage owns its state and its flow in
-//! its own module ([`crate::client`], [`crate::gateway`], [`crate::preprocess`],
+//! its own module ([`crate::client`], [`crate::gateway`], [`crate::preprocess`] (with
+//! [`crate::host`]'s cores),
 //! [`crate::queue`], the dynamic batcher's `crate::batcher::instance`, [`crate::continuous`],
 //! [`crate::postprocess`]) and sees the kernel through a [`Ctx`]. [`crate::observe`] samples the
 //! timeseries and builds the summary.
@@ -32,7 +33,7 @@ use crate::event::{Event, EventKind};
 use crate::gateway::{Arrived, Gateway};
 use crate::instance::{Execution, Fleet, Site, end_execution, hold_execution};
 use crate::observe::Observer;
-use crate::postprocess::Postprocess;
+use crate::postprocess::{Postprocess, Started};
 use crate::preprocess::Preprocess;
 use crate::queue::{QueuePolicy, is_stale_timeout};
 use crate::record::{FailReason, NoRecords, Outcome, RecordSink, RejectReason, RequestLog};
@@ -48,6 +49,8 @@ mod build;
 pub use build::latency_keys;
 #[cfg(test)]
 mod abort_tests;
+#[cfg(test)]
+mod host_tests;
 #[cfg(test)]
 mod pipeline_tests;
 #[cfg(test)]
@@ -104,7 +107,7 @@ fn horizon_cause(kind: EventKind) -> &'static str {
         EventKind::GatewayDone => "the gateway's work (`gateway.overhead`)",
         EventKind::CacheAnswered => "a cache answer (`cache.latency`)",
         EventKind::PreprocessDone => {
-            "pre-processing (`preprocess.base`, `preprocess.per_input_token`)"
+            "pre-processing (`preprocess.base`, `preprocess.per_input_token`, with `[host]` also `host.request` and `host.request_per_input_token`)"
         }
         EventKind::QueueTimeout => "a queue timeout (`queue.timeout`)",
         EventKind::BatcherTimer => "the batcher's timer (`batcher.max_queue_delay`)",
@@ -115,6 +118,9 @@ fn horizon_cause(kind: EventKind) -> &'static str {
         EventKind::ModelInstanceReady => "a model instance loading (`execution.cold_start`)",
         EventKind::PostprocessDone => {
             "post-processing (`postprocess.base`, `postprocess.per_output_token`)"
+        }
+        EventKind::HostResponseDone => {
+            "a response's work on a host core (`host.response`, `postprocess.base`, `postprocess.per_output_token`)"
         }
         EventKind::ClientSend => "a closed-loop client's pause (`load.think_time`)",
         EventKind::RetrySend => "a retry's backoff (`retry.backoff`, `retry.backoff_multiplier`)",
@@ -236,8 +242,9 @@ struct Engine<'a> {
     postprocess: Postprocess,
     observe: Observer,
     /// (ticket, generation, instance) of each request whose client gave up while a
-    /// pre-processing worker ran it: the worker finishes it, then takes the next request.
-    abandoned_preprocess: Vec<(u32, u32, InstanceId)>,
+    /// pre-processing worker (or a host's core, either way) ran its job: the worker finishes
+    /// it, then takes the next job.
+    abandoned_jobs: Vec<(u32, u32, InstanceId)>,
     /// Set when the run stopped at an event at or past [`SimTime::HORIZON`]: its kind.
     past_horizon: Option<EventKind>,
 }
@@ -401,6 +408,7 @@ impl<'a> Engine<'a> {
                 self.dispatch(instance, None);
             }
             EventKind::PostprocessDone => self.postprocessed(target, sink),
+            EventKind::HostResponseDone => self.host_response_done(target, aux, sink),
             EventKind::ResponseDelivered => self.end(target, Outcome::Completed, sink),
             EventKind::RetrySend => {
                 self.clients.retry(&mut self.ctx, target);
@@ -458,7 +466,7 @@ impl<'a> Engine<'a> {
     #[inline]
     fn preprocess_done<S: RecordSink>(&mut self, ticket: u32, generation: u32, sink: &mut S) {
         if self.ctx.tickets[ticket].generation != generation {
-            self.abandoned_preprocess_done(ticket, generation);
+            self.abandoned_job_done(ticket, generation);
             return;
         }
         let index = self.gateway.instance_of(&self.ctx.tickets[ticket].record);
@@ -468,15 +476,16 @@ impl<'a> Engine<'a> {
         self.enqueue(ticket, index, sink);
     }
 
-    /// A worker finished a request whose client had given up: it takes the next one.
+    /// A worker (or core) finished the job of a request whose client had given up: it takes
+    /// the next one.
     #[cold]
-    fn abandoned_preprocess_done(&mut self, ticket: u32, generation: u32) {
+    fn abandoned_job_done(&mut self, ticket: u32, generation: u32) {
         let at = self
-            .abandoned_preprocess
+            .abandoned_jobs
             .iter()
             .position(|&(t, g, _)| (t, g) == (ticket, generation))
-            .expect("a stale pre-processing end belongs to an abandoned request");
-        let (_, _, index) = self.abandoned_preprocess.swap_remove(at);
+            .expect("a stale job's end belongs to an abandoned request");
+        let (_, _, index) = self.abandoned_jobs.swap_remove(at);
         let instance = &mut self.fleet.instances[index.index()];
         self.preprocess
             .finish(&mut self.ctx, instance.pool, &mut instance.workers);
@@ -549,8 +558,19 @@ impl<'a> Engine<'a> {
             Place::Preprocess => {
                 // Tokenization is not interruptible: the worker stays busy until it finishes.
                 let index = index();
-                self.abandoned_preprocess.push((ticket, generation, index));
+                self.abandoned_jobs.push((ticket, generation, index));
                 self.fleet.instances[index.index()].outstanding -= 1;
+            }
+            Place::HostResponseWaiting => {
+                let index = index();
+                let instance = &mut self.fleet.instances[index.index()];
+                self.preprocess
+                    .abandon_waiting_response(&mut instance.workers);
+            }
+            Place::HostResponse => {
+                // Serialising is not interruptible either: the core finishes the response.
+                let index = index();
+                self.abandoned_jobs.push((ticket, generation, index));
             }
             Place::Queued | Place::Delayed => {
                 let index = index();
@@ -733,12 +753,46 @@ impl<'a> Engine<'a> {
         self.fleet.model_instances[mi_index as usize].members = members;
     }
 
-    /// Execution is over for `ticket`: post-processing starts (or is skipped).
+    /// Execution is over for `ticket`: post-processing starts (or is skipped, or goes to the
+    /// host's cores).
     #[inline]
     fn executed<S: RecordSink>(&mut self, ticket: u32, sink: &mut S) {
-        if !self.postprocess.start(&mut self.ctx, ticket) {
+        match self.postprocess.start(&mut self.ctx, ticket) {
+            Started::Done => self.postprocessed(ticket, sink),
+            Started::Later => {}
+            Started::OnHost => self.respond_on_host(ticket, sink),
+        }
+    }
+
+    /// The response of `ticket` starts its way-out job on a core of its instance's host, or
+    /// waits for one; one that takes no CPU time goes on at once.
+    #[inline(never)]
+    fn respond_on_host<S: RecordSink>(&mut self, ticket: u32, sink: &mut S) {
+        let index = self.gateway.instance_of(&self.ctx.tickets[ticket].record);
+        let instance = &mut self.fleet.instances[index.index()];
+        if !self.preprocess.start_response(
+            &mut self.ctx,
+            instance.pool,
+            &mut instance.workers,
+            ticket,
+        ) {
             self.postprocessed(ticket, sink);
         }
+    }
+
+    /// A core of its instance's host finished the way-out job of the response on `ticket` (of
+    /// `generation`): the core takes the next waiting job, and the response goes on unless its
+    /// client gave up meanwhile.
+    fn host_response_done<S: RecordSink>(&mut self, ticket: u32, generation: u32, sink: &mut S) {
+        if self.ctx.tickets[ticket].generation != generation {
+            self.abandoned_job_done(ticket, generation);
+            return;
+        }
+        let index = self.gateway.instance_of(&self.ctx.tickets[ticket].record);
+        let instance = &mut self.fleet.instances[index.index()];
+        self.preprocess
+            .finish(&mut self.ctx, instance.pool, &mut instance.workers);
+        self.postprocessed(ticket, sink);
     }
 
     /// Post-processing (or the cache) is done: the response leaves the gateway.

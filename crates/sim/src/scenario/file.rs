@@ -139,15 +139,35 @@ pub enum LoadBalancing {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct PreprocessSpec {
-    /// Workers per instance (>= 1). Default 1.
-    #[serde(default = "one_u32")]
-    pub workers: u32,
+    /// Workers per instance (>= 1); absent: 1. Refused with `[host]`, whose cores run the
+    /// pre-processing instead.
+    pub workers: Option<u32>,
     /// Fixed time per request. Default 0.
     #[serde(default)]
     pub base: DurationNs,
     /// Time per input token. Default 0.
     #[serde(default)]
     pub per_input_token: DurationNs,
+}
+
+/// The host CPU of each instance (`[host]`): `cores` shared, first come first served, by every
+/// request's CPU work on its way in (this, and its pre-processing) and its response's on the
+/// way out (this, and its post-processing).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HostSpec {
+    /// CPU cores per instance (>= 1; required, 0 when not written, which validation refuses).
+    #[serde(default)]
+    pub cores: u32,
+    /// CPU time per request on its way in (HTTP, deserialising the payload). Default 0.
+    #[serde(default)]
+    pub request: DurationNs,
+    /// CPU time per input token on its way in (the payload grows with the prompt). Default 0.
+    #[serde(default)]
+    pub request_per_input_token: DurationNs,
+    /// CPU time per response on its way out (serialising, HTTP send). Default 0.
+    #[serde(default)]
+    pub response: DurationNs,
 }
 
 /// Instance queue policy (Triton's `dynamic_batching.default_queue_policy`).
@@ -467,6 +487,8 @@ pub struct PoolFile {
     pub standby: StandbySpec,
     /// Pre-processing; absent means none.
     pub preprocess: Option<PreprocessSpec>,
+    /// The host CPU as a resource that queues; absent means none.
+    pub host: Option<HostSpec>,
     /// Queue policy.
     #[serde(default)]
     pub queue: QueueSpec,
@@ -631,6 +653,7 @@ pub(super) struct ScenarioFile {
     #[serde(default)]
     pub(super) standby: StandbySpec,
     pub(super) preprocess: Option<PreprocessSpec>,
+    pub(super) host: Option<HostSpec>,
     #[serde(default)]
     pub(super) queue: QueueSpec,
     #[serde(default)]

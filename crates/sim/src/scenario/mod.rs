@@ -32,8 +32,8 @@ mod suggest;
 use std::path::{Path, PathBuf};
 
 pub use file::{
-    BatcherKind, BatcherSpec, CacheSpec, ContinuousKeys, ExecutionSpec, GatewaySpec, KvCacheSpec,
-    LatencySpec, LoadBalancing, LoadMode, LoadSpec, NetworkSpec, PauseSpec, PoolFile,
+    BatcherKind, BatcherSpec, CacheSpec, ContinuousKeys, ExecutionSpec, GatewaySpec, HostSpec,
+    KvCacheSpec, LatencySpec, LoadBalancing, LoadMode, LoadSpec, NetworkSpec, PauseSpec, PoolFile,
     PostprocessSpec, PreprocessSpec, QueueSpec, RetryOn, RetrySpec, ServiceSpec, SloSpec,
     SlowdownSpec, StandbySpec, TimeoutAction, TimeseriesSpec,
 };
@@ -159,6 +159,7 @@ impl Scenario {
             max_output_tokens: file.max_output_tokens,
             standby: file.standby,
             preprocess: file.preprocess,
+            host: file.host,
             queue: file.queue,
             batcher: file.batcher,
             execution: file.execution,
@@ -1309,5 +1310,114 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("did you mean `max_batch_size`?"), "{err}");
+    }
+
+    const HOST: &str = "[host]\ncores = 2\nrequest = \"60us\"\nrequest_per_input_token = \"0.1us\"\nresponse = \"40us\"\n";
+
+    #[test]
+    fn host_is_read_per_pool_and_set_like_every_key() {
+        let mut s = Scenario::from_toml_str(&format!("{MINIMAL}{HOST}")).unwrap();
+        let host = s.pools()[0]
+            .host
+            .clone()
+            .expect("the default pool has a host");
+        assert_eq!(
+            (
+                host.cores,
+                host.request,
+                host.request_per_input_token,
+                host.response
+            ),
+            (2, DurationNs(60_000), DurationNs(100), DurationNs(40_000))
+        );
+        s.set("host.cores", "4").unwrap();
+        assert_eq!(s.pools()[0].host.as_ref().map(|h| h.cores), Some(4));
+        let mut bare = Scenario::from_toml_str(MINIMAL).unwrap();
+        bare.set("host.cores", "4").unwrap();
+        assert_eq!(
+            bare.pools()[0].host.as_ref().map(|h| (h.cores, h.request)),
+            Some((4, DurationNs(0))),
+            "`--set host.cores=4` adds a host with no costs"
+        );
+        let s = Scenario::from_toml_str(&format!(
+            "{MINIMAL}[pools.chat]\nmodels = [\"chat\"]\n[pools.chat.service]\nkind = \"constant\"\ntime = \"1ms\"\n[pools.chat.host]\ncores = 3\n"
+        ))
+        .unwrap();
+        assert!(
+            s.pools()[0].host.is_none(),
+            "a named pool's host is its own"
+        );
+        let chat = s.pools()[1].host.as_ref().expect("pools.chat has a host");
+        assert_eq!((chat.cores, chat.request), (3, DurationNs(0)));
+    }
+
+    #[test]
+    fn host_without_cores_or_with_zero_is_refused_naming_host_cores() {
+        for table in ["[host]\nrequest = \"60us\"\n", "[host]\ncores = 0\n"] {
+            let err = Scenario::from_toml_str(&format!("{MINIMAL}{table}"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("`host.cores`") && err.contains("at least 1"),
+                "{table:?}: {err}"
+            );
+        }
+        let mut s = Scenario::from_toml_str(&format!("{MINIMAL}{HOST}")).unwrap();
+        let err = s.set("host.cores", "0").unwrap_err().to_string();
+        assert!(err.contains("`host.cores`"), "{err}");
+        let err =
+            Scenario::from_toml_str(&format!("{MINIMAL}[host]\ncores = 1\nrequest = \"-1us\"\n"))
+                .unwrap_err()
+                .to_string();
+        assert!(
+            err.contains("request"),
+            "a negative duration names its key: {err}"
+        );
+    }
+
+    #[test]
+    fn preprocess_workers_beside_a_host_is_refused_naming_both_keys() {
+        let err = Scenario::from_toml_str(&format!(
+            "{MINIMAL}{HOST}[preprocess]\nworkers = 4\nbase = \"1ms\"\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("`preprocess.workers`")
+                && err.contains("`host.cores`")
+                && err.contains("drop `preprocess.workers`"),
+            "{err}"
+        );
+        // Without `workers`, pre-processing runs on the cores.
+        let s = Scenario::from_toml_str(&format!("{MINIMAL}{HOST}[preprocess]\nbase = \"1ms\"\n"))
+            .unwrap();
+        assert_eq!(
+            s.pools()[0].preprocess.as_ref().map(|p| p.workers),
+            Some(None)
+        );
+        let err = Scenario::from_toml_str(&format!(
+            "{MINIMAL}[pools.img]\nmodels = [\"img\"]\n[pools.img.service]\nkind = \"constant\"\ntime = \"1ms\"\n\
+             [pools.img.host]\ncores = 2\n[pools.img.preprocess]\nworkers = 2\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("`pools.img.preprocess.workers`")
+                && err.contains("`pools.img.host.cores`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn host_on_a_continuous_pool_is_refused_naming_the_pool() {
+        let err = Scenario::from_toml_str(&format!("{CONTINUOUS}{HOST}"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`host`")
+                && err.contains("pool `default`")
+                && err.contains("dynamic-batcher pools only"),
+            "{err}"
+        );
     }
 }

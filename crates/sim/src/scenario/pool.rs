@@ -11,7 +11,7 @@ use crate::timing::step_spread::{CudaGraphs, StepResiduals};
 use super::file::{BatcherKind, ContinuousKeys, KvCacheSpec, PoolFile};
 use super::replay::ReplayInputs;
 use super::{
-    BatcherSpec, DurationNs, ExecutionSpec, PostprocessSpec, PreprocessSpec, QueueSpec,
+    BatcherSpec, DurationNs, ExecutionSpec, HostSpec, PostprocessSpec, PreprocessSpec, QueueSpec,
     ScenarioError, ServiceSpec, StandbySpec, invalid,
 };
 
@@ -36,6 +36,9 @@ pub struct Pool {
     pub standby: StandbySpec,
     /// Pre-processing workers, if any.
     pub preprocess: Option<PreprocessSpec>,
+    /// The host CPU of each instance, if modelled: its cores run every request's CPU work, the
+    /// pre- and post-processing included (a dynamic-batcher pool only).
+    pub host: Option<HostSpec>,
     /// Queue policy.
     pub queue: QueueSpec,
     /// Dynamic batcher, with `preferred_batch_size` sorted ascending.
@@ -213,6 +216,7 @@ pub(super) fn validate_pool(name: &str, prefix: &str, p: PoolFile) -> Result<Poo
         BatcherKind::Continuous => Some(continuous_pool(prefix, &key, &p)?),
     };
     check_batcher_and_execution(&key, &mut batcher, &p)?;
+    check_host(name, &key, &p, llm.is_some())?;
     match (&p.service, &llm) {
         (_, Some(_)) => {}
         (None, None) => {
@@ -232,6 +236,7 @@ pub(super) fn validate_pool(name: &str, prefix: &str, p: PoolFile) -> Result<Poo
         max_output_tokens: p.max_output_tokens,
         standby: p.standby,
         preprocess: p.preprocess,
+        host: p.host,
         queue: p.queue,
         batcher,
         execution: p.execution,
@@ -279,7 +284,7 @@ fn check_pool_limits(key: &dyn Fn(&str) -> String, p: &PoolFile) -> Result<(), S
         ));
     }
     if let Some(pre) = &p.preprocess
-        && pre.workers == 0
+        && pre.workers == Some(0)
     {
         return Err(invalid(
             &key("preprocess.workers"),
@@ -296,6 +301,52 @@ fn check_pool_limits(key: &dyn Fn(&str) -> String, p: &PoolFile) -> Result<(), S
         return Err(invalid(
             &key("queue.timeout"),
             "must be above 0 (omit it for no timeout)",
+        ));
+    }
+    Ok(())
+}
+
+/// Checks pool `name`'s `[host]`: at least one core, no `preprocess.workers` beside it (the
+/// cores run the pre-processing), and a dynamic batcher (`continuous` is false).
+fn check_host(
+    name: &str,
+    key: &dyn Fn(&str) -> String,
+    p: &PoolFile,
+    continuous: bool,
+) -> Result<(), ScenarioError> {
+    let Some(host) = &p.host else {
+        return Ok(());
+    };
+    if continuous {
+        return Err(invalid(
+            &key("host"),
+            format!(
+                "pool `{name}` batches continuously, and [host] is modelled for dynamic-batcher \
+                 pools only (a streamed response's per-token post-processing does not run on the \
+                 host's cores yet): drop [host] from this pool"
+            ),
+        ));
+    }
+    if host.cores == 0 {
+        return Err(invalid(
+            &key("host.cores"),
+            "is required and must be at least 1: the CPU cores of each instance's host that \
+             the serving path's per-request work shares (for example `cores = 4`); omit [host] \
+             to leave the host's CPU out",
+        ));
+    }
+    if p.preprocess
+        .as_ref()
+        .is_some_and(|pre| pre.workers.is_some())
+    {
+        return Err(invalid(
+            &key("preprocess.workers"),
+            format!(
+                "is set beside [host]: pre-processing runs on the host's cores, and \
+                 `{}` ({}) is the limit; drop `preprocess.workers`",
+                key("host.cores"),
+                host.cores
+            ),
         ));
     }
     Ok(())
