@@ -149,8 +149,8 @@ pub struct CalibrateArgs {
     /// With --endpoint: the trace whose request sizes are sent (its first --requests rows).
     #[arg(long, value_name = "TRACE", requires = "endpoint")]
     pub trace: Option<PathBuf>,
-    /// With --endpoint: the clients of each closed-loop run (default: 1, half of
-    /// max_batch_size, and twice max_batch_size times instance_count).
+    /// With --endpoint: the clients of each closed-loop run (default: powers of two from 1 to
+    /// twice max_batch_size times instance_count, which it ends with).
     #[arg(
         long,
         value_delimiter = ',',

@@ -86,12 +86,20 @@ pub fn run(url: &str, args: &CalibrateArgs) -> Result<()> {
     Ok(())
 }
 
-/// One line per run: each closed loop, then the light open loop.
+/// One line per run: each closed loop, each open loop, then the light open loop.
 fn runs_text(measured: &ServerCalibration) -> String {
     let mut text = String::new();
     for run in &measured.runs {
         let head = format!("closed loop: {} clients", run.concurrency);
         text += &run_line(&head, run.requests, run.failed, run.path.as_ref());
+    }
+    for run in &measured.open {
+        let head = format!(
+            "open loop at {:.0}% of the deepest closed loop's throughput: {:.1} req/s (Poisson)",
+            run.fraction * 100.0,
+            run.rate_rps
+        );
+        text += &run_line(&head, run.requests, run.failed, None);
     }
     if let Some(light) = &measured.light {
         let head = format!("open loop at light load: {:.1} req/s", light.rate_rps);
