@@ -81,7 +81,10 @@ fn a_simulated_affine_service_time_is_recovered_within_two_percent() {
     assert!(out.status.success(), "capsim fit failed: {}", text(&out));
 
     let s = Scenario::from_path(&fitted).expect("the fitted scenario loads");
-    let Some(ServiceSpec::Affine { a, b, c, residuals }) = &s.pools()[0].service_spec else {
+    let Some(ServiceSpec::Affine {
+        a, b, c, residuals, ..
+    }) = &s.pools()[0].service_spec
+    else {
         panic!(
             "the fitted [service] is not affine: {:?}",
             s.pools()[0].service_spec
@@ -351,7 +354,10 @@ fn tritons_per_batch_size_statistics_give_back_a_and_b() {
     assert!(text(&out).contains("Triton's statistics"), "{}", text(&out));
 
     let s = Scenario::from_path(&fitted).expect("the fitted scenario loads");
-    let Some(ServiceSpec::Affine { a, b, c, residuals }) = &s.pools()[0].service_spec else {
+    let Some(ServiceSpec::Affine {
+        a, b, c, residuals, ..
+    }) = &s.pools()[0].service_spec
+    else {
         panic!(
             "the fitted [service] is not affine: {:?}",
             s.pools()[0].service_spec

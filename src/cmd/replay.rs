@@ -182,6 +182,7 @@ fn run_endpoint(args: &ReplayArgs, url: &str) -> Result<()> {
             u32::MAX
         },
         metrics_url: args.metrics_url.clone(),
+        stop_after_timeouts: None,
     };
     let reporting = Reporting {
         warmup: parse_warmup(args.warmup.as_deref())?,

@@ -131,7 +131,14 @@ pub(crate) async fn run(
     });
     // Every sender is gone once the scheduler and every request are done.
     let mut measured = Vec::with_capacity(requests.len());
+    let mut timeouts = 0;
     while let Some(m) = received.recv().await {
+        if m.record.outcome == Outcome::Failed(FailReason::Timeout) {
+            timeouts += 1;
+            if options.stop_after_timeouts.is_some_and(|n| timeouts >= n) {
+                stop.store(true, Ordering::Relaxed);
+            }
+        }
         measured.push(m);
     }
     let _ = finished.send(true);

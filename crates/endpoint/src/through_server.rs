@@ -346,6 +346,17 @@ fn checked_run(
         &Reporting::default(),
     )?;
     let totals = &run.summary.requests;
+    let not_sent = run.summary.load.as_ref().map_or(0, |l| l.not_sent);
+    if not_sent > 0 {
+        return Err(EndpointError::Protocol {
+            url: options.base_url.clone(),
+            message: format!(
+                "the calibration's run at {what} stopped after {} requests ({:?}), {not_sent} \
+                 not sent: the server did not answer within {:?}; check that it is alive",
+                totals.total, totals.failed_by_reason, options.timeout
+            ),
+        });
+    }
     if (totals.total - totals.completed) as f64 > MAX_FAILED_SHARE * totals.total as f64 {
         return Err(EndpointError::Protocol {
             url: options.base_url.clone(),

@@ -335,6 +335,17 @@ fn server_errors_and_stalls_are_counted_failures_with_their_reasons() {
     let counts = &run.summary.requests;
     assert_eq!((counts.total, counts.failed), (3, 3), "{counts:?}");
     assert_eq!(counts.failed_by_reason.get("timeout"), Some(&3));
+
+    // A hung server: after two timeouts nothing more is sent, and what was not is counted.
+    o.stop_after_timeouts = Some(2);
+    o.mode = LoadMode::Closed {
+        concurrency: 1,
+        think_time: Duration::ZERO,
+    };
+    let run = measure(&trace(50, 1, 1), &o);
+    let counts = &run.summary.requests;
+    assert_eq!((counts.total, counts.failed), (2, 2), "{counts:?}");
+    assert_eq!(run.summary.load.as_ref().map(|l| l.not_sent), Some(48));
 }
 
 #[test]

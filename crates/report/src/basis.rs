@@ -279,13 +279,27 @@ fn service_words(scenario: &Scenario, path: &Path) -> (ServiceSource, String, Op
     let ms = |ns: u64| format!("{} ms", trim(ns as f64 / 1e6));
     let (source, words) = match &pool.service_spec {
         Some(ServiceSpec::Profile { path: profile }) => return profile_words(path, profile),
-        Some(ServiceSpec::Affine { a, b, c, residuals }) => (
+        Some(ServiceSpec::Affine {
+            a,
+            b,
+            c,
+            d,
+            residuals,
+        }) => (
             ServiceSource::Unmeasured,
             format!(
-                "affine: {} per batch + {} per request + {} µs per padded input token (batch size × longest input){}",
+                "affine: {} per batch + {} per request + {} µs per padded input token (batch size × longest input){}{}",
                 ms(a.0),
                 ms(b.0),
                 trim(c.0 as f64 / 1e3),
+                if d.0 > 0 {
+                    format!(
+                        " + {} ns per padded token per token of its sequence (batch size × longest input²)",
+                        d.0
+                    )
+                } else {
+                    String::new()
+                },
                 if residuals.is_some() {
                     ", times measured residuals"
                 } else {

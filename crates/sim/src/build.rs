@@ -530,10 +530,17 @@ fn analytic_service(
                 mean_ns: mean.0 as f64,
             })
         }
-        ServiceSpec::Affine { a, b, c, residuals } => Arc::new(AffineService {
+        ServiceSpec::Affine {
+            a,
+            b,
+            c,
+            d,
+            residuals,
+        } => Arc::new(AffineService {
             a_ns: a.0 as f64,
             b_ns: b.0 as f64,
             c_ns: c.0 as f64,
+            d_ns: d.0 as f64,
             residuals: residuals_of(&key("service.residuals"), residuals)?,
         }),
         ServiceSpec::Profile { .. } => unreachable!("a profile is built from the cache"),

@@ -57,6 +57,10 @@ pub fn run(url: &str, args: &CalibrateArgs) -> Result<()> {
     options.seed = args.seed;
     // As `replay --endpoint`: a KServe model takes at most 512 tokens unless the pool says.
     options.max_input_tokens = pool.max_input_tokens.unwrap_or(512);
+    // A hung server (traced Triton 2.51 sometimes hangs after a crash) ends a run in three
+    // timeouts of 30 s, not one per request (hours at one client).
+    options.timeout = std::time::Duration::from_secs(30);
+    options.stop_after_timeouts = Some(3);
     let measured =
         calibrate_through_server(&trace, &warmup, &options, &concurrencies).map_err(bad_input)?;
     // The inputs the batches were formed from, as the server took them (cut to the pool's

@@ -6,7 +6,9 @@
 use anyhow::Result;
 use capsim_endpoint::measured_service::fit_affine;
 use capsim_endpoint::triton::ModelStats;
-use capsim_fit::batch_means::{BatchMeansFit, SizeMean, fit_batch_means, fit_padded_line};
+use capsim_fit::batch_means::{
+    BatchMeansFit, PaddedLine, SizeMean, fit_batch_means, fit_padded_line,
+};
 use capsim_sim::Scenario;
 
 use crate::cmd::BadInput;
@@ -77,7 +79,11 @@ pub fn fit_triton_stats(
     Ok(fit_batch_means(
         scenario,
         &sizes,
-        (line.a_ns, line.b_ns, 0.0),
+        PaddedLine {
+            a_ns: line.a_ns,
+            b_ns: line.b_ns,
+            ..PaddedLine::default()
+        },
         &[],
         overhead_ns,
     )

@@ -405,7 +405,8 @@ pub enum ServiceSpec {
         /// Mean batch time.
         mean: DurationNs,
     },
-    /// `a + b*batch + c*batch*max_input_tokens` (times a residual factor).
+    /// `a + b*batch + c*batch*max_input_tokens + d*batch*max_input_tokens^2` (times a residual
+    /// factor).
     Affine {
         /// Fixed cost per batch.
         a: DurationNs,
@@ -415,6 +416,9 @@ pub enum ServiceSpec {
         /// Cost per padded input token.
         #[serde(default)]
         c: DurationNs,
+        /// Cost per padded input token per token of its padded sequence (attention).
+        #[serde(default)]
+        d: DurationNs,
         /// Observed ratios of measured to mean time.
         residuals: Option<Vec<f64>>,
     },

@@ -2,7 +2,8 @@
 //! profile's fit ([`crate::timing::profile::AffineFit`]), calibration's fit to a server's log and
 //! the fit to a server's trace, so that the three agree on what "collinear" means.
 //!
-//! Rows are `[1, n, n * L]` (or any three columns); a column left out of the fit is held at 0.
+//! Rows are `[1, n, n * L]` (or any columns: a padded batch's fit adds `n * L^2`); a column left
+//! out of the fit is held at 0.
 
 /// Relative pivot below which the scaled normal equations are taken as singular.
 const COLLINEAR: f64 = 1e-10;
@@ -16,12 +17,12 @@ const TIE: f64 = 1e-9;
 /// on columns scaled to unit weighted norm, by elimination with partial pivoting. `None` when a
 /// column of `set` is zero over the weighted rows, or the columns are (nearly) collinear there,
 /// so that the data cannot tell their coefficients apart.
-pub fn least_squares(
-    rows: &[[f64; 3]],
+pub fn least_squares<const N: usize>(
+    rows: &[[f64; N]],
     y: &[f64],
     weights: &[f64],
     set: &[usize],
-) -> Option<[f64; 3]> {
+) -> Option<[f64; N]> {
     debug_assert!(rows.len() == y.len() && rows.len() == weights.len());
     let n = set.len();
     let norms: Vec<f64> = set
@@ -72,7 +73,7 @@ pub fn least_squares(
             }
         }
     }
-    let mut beta = [0.0; 3];
+    let mut beta = [0.0; N];
     for (i, &k) in set.iter().enumerate() {
         beta[k] = m[i][n] / m[i][i] / norms[i];
         if !beta[k].is_finite() {
@@ -84,18 +85,18 @@ pub fn least_squares(
 
 /// Weighted least squares over the first `columns` columns of `rows` with no coefficient
 /// negative: of the subsets of those columns, the one whose solution has none negative and the
-/// smallest weighted squared error, found by trying each (exact for three columns; the others
+/// smallest weighted squared error, found by trying each (exact: the columns after `columns`
 /// come out 0). Of subsets that fit equally well, the one with the earlier columns wins: when
 /// `n` and `n * L` cannot be told apart (one input length), `n` is kept. `None` when no subset
 /// can be solved (no weighted rows, or zero columns).
-pub fn non_negative_least_squares(
-    rows: &[[f64; 3]],
+pub fn non_negative_least_squares<const N: usize>(
+    rows: &[[f64; N]],
     y: &[f64],
     weights: &[f64],
     columns: usize,
-) -> Option<[f64; 3]> {
-    debug_assert!((1..=3).contains(&columns));
-    let mut best: Option<([f64; 3], f64)> = None;
+) -> Option<[f64; N]> {
+    debug_assert!((1..=N).contains(&columns));
+    let mut best: Option<([f64; N], f64)> = None;
     // Masks in increasing order list {0}, {1}, {0,1}, {2}, {0,2}, {1,2}, {0,1,2}: earlier
     // columns first, which the tie rule relies on.
     for mask in 1u32..(1 << columns) {
@@ -115,7 +116,12 @@ pub fn non_negative_least_squares(
 }
 
 /// The weighted sum of squared residuals of `beta` over `rows`.
-pub fn squared_error(rows: &[[f64; 3]], y: &[f64], weights: &[f64], beta: &[f64; 3]) -> f64 {
+pub fn squared_error<const N: usize>(
+    rows: &[[f64; N]],
+    y: &[f64],
+    weights: &[f64],
+    beta: &[f64; N],
+) -> f64 {
     rows.iter()
         .zip(y)
         .zip(weights)

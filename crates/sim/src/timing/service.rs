@@ -134,8 +134,10 @@ impl ServiceTime for ExponentialService {
     }
 }
 
-/// Batch time `a + b*size + c*size*max_input_tokens` nanoseconds (fixed overhead, per-request
-/// cost, and per padded token cost), times an optional empirical residual factor.
+/// Batch time `a + b*size + c*size*max_input_tokens + d*size*max_input_tokens^2` nanoseconds
+/// (fixed overhead, per-request cost, per padded token cost, and per padded token of each
+/// padded sequence: a transformer's attention, quadratic in the sequence), times an optional
+/// empirical residual factor.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AffineService {
     /// Fixed cost per batch, in nanoseconds.
@@ -144,6 +146,9 @@ pub struct AffineService {
     pub b_ns: f64,
     /// Cost per padded input token (batch size times the longest input), in nanoseconds.
     pub c_ns: f64,
+    /// Cost per padded input token per padded token of its sequence (batch size times the
+    /// longest input squared), in nanoseconds.
+    pub d_ns: f64,
     /// Optional variability.
     pub residuals: Option<Residuals>,
 }
@@ -155,7 +160,11 @@ impl ServiceTime for AffineService {
 
     fn mean_ns(&self, batch: &BatchShape) -> f64 {
         let size = f64::from(batch.size);
-        self.a_ns + self.b_ns * size + self.c_ns * size * f64::from(batch.max_input_tokens)
+        let longest = f64::from(batch.max_input_tokens);
+        self.a_ns
+            + self.b_ns * size
+            + self.c_ns * size * longest
+            + self.d_ns * size * longest * longest
     }
 
     fn may_extrapolate(&self) -> bool {
@@ -214,11 +223,18 @@ mod tests {
             a_ns: 1000.0,
             b_ns: 10.0,
             c_ns: 0.5,
+            d_ns: 0.0,
             residuals: None,
         };
         assert_eq!(s.mean_ns(&SHAPE), 1000.0 + 40.0 + 200.0);
         let mut rng = SimRng::seed_from_u64(1);
         assert_eq!(s.sample_ns(&SHAPE, &mut rng), 1240);
+        // The attention term: d per padded token per token of its padded sequence.
+        let quadratic = AffineService { d_ns: 0.01, ..s };
+        assert_eq!(
+            quadratic.mean_ns(&SHAPE),
+            1240.0 + 0.01 * 4.0 * 100.0 * 100.0
+        );
     }
 
     #[test]
