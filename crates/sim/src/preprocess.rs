@@ -87,6 +87,49 @@ pub fn time_ns(spec: &PreprocessSpec, input_tokens: u32) -> u64 {
         .saturating_add(spec.base.0)
 }
 
+/// Which way a job takes a request: in (pre-processing, and the host's work on a request) or
+/// out (the host's work on a response).
+#[derive(Debug, Clone, Copy)]
+enum Way {
+    In,
+    Out,
+}
+
+/// The job of `job_ns` on `ticket` starts on a free worker of `workers` (its end an event) or
+/// waits for one; true when it started.
+#[inline(always)]
+fn run_or_wait(
+    ctx: &mut Ctx,
+    workers: &mut WorkerPool,
+    ticket: u32,
+    job_ns: u64,
+    way: Way,
+) -> bool {
+    let now = ctx.now.ns();
+    let t = &mut ctx.tickets[ticket];
+    let (running, waiting, done) = match way {
+        Way::In => (
+            Place::Preprocess,
+            Place::PreprocessWaiting,
+            EventKind::PreprocessDone,
+        ),
+        Way::Out => (
+            Place::HostResponse,
+            Place::HostResponseWaiting,
+            EventKind::HostResponseDone,
+        ),
+    };
+    if workers.start_or_wait(ticket, t.generation) {
+        t.place = running;
+        ctx.events
+            .push(now.saturating_add(job_ns), done, ticket, t.generation);
+        true
+    } else {
+        t.place = waiting;
+        false
+    }
+}
+
 /// The pools' pre-processing, and their hosts' cores (`[host]`), by pool.
 pub(crate) struct Preprocess {
     /// By pool: its pre-processing (`None`: none).
@@ -130,23 +173,12 @@ impl Preprocess {
             return false;
         };
         let p = pool.index();
-        let now = ctx.now.ns();
-        let t = &mut ctx.tickets[ticket];
-        let job_ns = self.request_ns(p, t.record.input_tokens);
+        let job_ns = self.request_ns(p, ctx.tickets[ticket].record.input_tokens);
         if job_ns == 0 && self.hosts[p].is_some() {
             // No CPU work: a host's job that takes no time takes no core.
             return false;
         }
-        if workers.start_or_wait(ticket, t.generation) {
-            t.place = Place::Preprocess;
-            ctx.events.push(
-                now.saturating_add(job_ns),
-                EventKind::PreprocessDone,
-                ticket,
-                t.generation,
-            );
-        } else {
-            t.place = Place::PreprocessWaiting;
+        if !run_or_wait(ctx, workers, ticket, job_ns, Way::In) {
             ctx.counters.preprocess_waiting += 1;
         }
         true
@@ -167,23 +199,11 @@ impl Preprocess {
             .as_ref()
             .expect("a response runs on the cores of a pool with a host");
         let workers = workers.as_mut().expect("an instance with a host has cores");
-        let now = ctx.now.ns();
-        let t = &mut ctx.tickets[ticket];
-        let job_ns = host.response_ns(t.record.output_tokens);
+        let job_ns = host.response_ns(ctx.tickets[ticket].record.output_tokens);
         if job_ns == 0 {
             return false;
         }
-        if workers.start_or_wait(ticket, t.generation) {
-            t.place = Place::HostResponse;
-            ctx.events.push(
-                now.saturating_add(job_ns),
-                EventKind::HostResponseDone,
-                ticket,
-                t.generation,
-            );
-        } else {
-            t.place = Place::HostResponseWaiting;
-        }
+        run_or_wait(ctx, workers, ticket, job_ns, Way::Out);
         true
     }
 

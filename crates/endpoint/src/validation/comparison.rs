@@ -18,6 +18,11 @@ use capsim_sim::summary::LatencyStats;
 use capsim_sim::{BatchShape, ServiceTime, Summary};
 use serde::Serialize;
 
+
+/// The share of a load's requests that may fail before the printout warns: past it the
+/// measured figures describe a server in trouble (a traced Triton that crashed mid-run failed
+/// 1,613 of 2,991).
+const WARN_FAILED_SHARE: f64 = 0.1;
 /// `(simulated - measured) / measured`; `None` when the measured value is 0 or not finite.
 pub fn relative_error(simulated: f64, measured: f64) -> Option<f64> {
     (measured != 0.0 && measured.is_finite() && simulated.is_finite())
@@ -599,7 +604,7 @@ impl LoadValidation {
                 .unwrap_or_default()
         );
         let answered = m.completed + m.failed;
-        if m.failed as f64 > crate::MAX_FAILED_SHARE * answered as f64 {
+        if m.failed as f64 > WARN_FAILED_SHARE * answered as f64 {
             let _ = writeln!(
                 out,
                 "  warning: {} of {answered} requests failed ({:.0}%): the measured figures are \

@@ -465,15 +465,24 @@ impl<'a> Engine<'a> {
     /// the next waiting request, and the request is queued unless its client gave up meanwhile.
     #[inline]
     fn preprocess_done<S: RecordSink>(&mut self, ticket: u32, generation: u32, sink: &mut S) {
+        if let Some(index) = self.job_done(ticket, generation) {
+            self.enqueue(ticket, index, sink);
+        }
+    }
+
+    /// A worker (or core) finished the job of the request on `ticket` (of `generation`): it
+    /// takes the next waiting job. The request's instance, unless its client gave up meanwhile.
+    #[inline]
+    fn job_done(&mut self, ticket: u32, generation: u32) -> Option<InstanceId> {
         if self.ctx.tickets[ticket].generation != generation {
             self.abandoned_job_done(ticket, generation);
-            return;
+            return None;
         }
         let index = self.gateway.instance_of(&self.ctx.tickets[ticket].record);
         let instance = &mut self.fleet.instances[index.index()];
         self.preprocess
             .finish(&mut self.ctx, instance.pool, &mut instance.workers);
-        self.enqueue(ticket, index, sink);
+        Some(index)
     }
 
     /// A worker (or core) finished the job of a request whose client had given up: it takes
@@ -784,15 +793,9 @@ impl<'a> Engine<'a> {
     /// `generation`): the core takes the next waiting job, and the response goes on unless its
     /// client gave up meanwhile.
     fn host_response_done<S: RecordSink>(&mut self, ticket: u32, generation: u32, sink: &mut S) {
-        if self.ctx.tickets[ticket].generation != generation {
-            self.abandoned_job_done(ticket, generation);
-            return;
+        if self.job_done(ticket, generation).is_some() {
+            self.postprocessed(ticket, sink);
         }
-        let index = self.gateway.instance_of(&self.ctx.tickets[ticket].record);
-        let instance = &mut self.fleet.instances[index.index()];
-        self.preprocess
-            .finish(&mut self.ctx, instance.pool, &mut instance.workers);
-        self.postprocessed(ticket, sink);
     }
 
     /// Post-processing (or the cache) is done: the response leaves the gateway.
