@@ -38,8 +38,8 @@ pub struct TraceInput {
     #[arg(long = "trace", value_name = "PATH")]
     pub trace: Vec<PathBuf>,
 
-    /// Input format: parquet, csv, jsonl, or a preset (azure, burstgpt, mooncake, vllm). Detected
-    /// from the file name and header when omitted.
+    /// Input format: parquet, csv, jsonl, or a preset (azure, burstgpt, mooncake, vllm,
+    /// inference-perf, aiperf). Detected from the file name and header when omitted.
     #[arg(long, value_name = "FORMAT")]
     pub format: Option<String>,
 
@@ -110,6 +110,18 @@ impl LoadedTrace {
             parts.push(format!(
                 "{} invalid rows skipped ({})",
                 r.rows_skipped,
+                reasons.join(", ")
+            ));
+        }
+        if r.rows_left_out > 0 {
+            let reasons: Vec<String> = r
+                .left_out_by_reason
+                .iter()
+                .map(|(k, v)| format!("{v} {k}"))
+                .collect();
+            parts.push(format!(
+                "{} left out by the format ({})",
+                r.rows_left_out,
                 reasons.join(", ")
             ));
         }

@@ -8,7 +8,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{assert_user_error, capsim, ground_truth, repo, text};
+use common::{assert_user_error, capsim, ground_truth, repo, stderr, text};
 use serde_json::Value;
 
 /// The acceptance bound on every figure's relative error.
@@ -808,31 +808,79 @@ fn predict_refuses_a_dynamic_scenario_and_a_fit_needs_its_output_file() {
 fn simulate_format_vllm_reads_the_arrivals_and_sizes_fit_reads() {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = ground_truth("vllm-rtx4090-llama-3.1-8b");
-    let out_dir = dir.path().join("sim");
+    assert_simulate_reads_what_fit_reads(&log, "vllm", dir.path());
+}
+
+#[test]
+fn simulate_format_inference_perf_and_aiperf_read_the_arrivals_and_sizes_fit_reads() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let report = inference_perf_report(dir.path());
+    let out = assert_simulate_reads_what_fit_reads(&report, "inference-perf", dir.path());
+    assert!(
+        stderr(&out).contains("1 left out by the format (1 failed (error set))"),
+        "{}",
+        text(&out)
+    );
+    let export = aiperf_export(dir.path());
+    let out = assert_simulate_reads_what_fit_reads(&export, "aiperf", dir.path());
+    assert!(
+        stderr(&out).contains("2 left out by the format (1 failed (error set), 1 warmup)"),
+        "{}",
+        text(&out)
+    );
+    // Told from their content, as fit tells them.
+    let out_dir = dir.path().join("detected");
+    let out = capsim(&[
+        "simulate",
+        "--scenario",
+        "scenarios/vllm-rtx4090-llama-3.1-8b.toml",
+        export.to_str().expect("utf-8"),
+        "-o",
+        out_dir.to_str().expect("utf-8"),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+/// `capsim simulate --format FORMAT LOG` simulates the requests `capsim fit` reads from `log`:
+/// the same number, arrivals (from the first) and sizes, in the simulation's requests.parquet.
+/// Returns the simulate run.
+fn assert_simulate_reads_what_fit_reads(
+    log: &Path,
+    format: &str,
+    dir: &Path,
+) -> std::process::Output {
+    let out_dir = dir.join(format!("sim-{format}"));
     let out = capsim(&[
         "simulate",
         "--scenario",
         "scenarios/vllm-rtx4090-llama-3.1-8b.toml",
         "--format",
-        "vllm",
+        format,
         log.to_str().expect("utf-8"),
         "-o",
         out_dir.to_str().expect("utf-8"),
     ]);
     assert!(
         out.status.success(),
-        "capsim simulate failed: {}",
+        "capsim simulate --format {format} failed: {}",
         text(&out)
     );
-    let fit = capsim_fit::read_log(&log, None).expect("fit reads the vLLM log");
+    let fit = capsim_fit::read_log(log, None).expect("fit reads the log");
     let simulated = capsim_fit::read_log(&out_dir.join("requests.parquet"), None)
         .expect("fit reads the simulation's requests.parquet");
     assert_eq!(
         simulated.len(),
         fit.len(),
-        "requests simulated vs in the log"
+        "{format}: requests simulated vs in the log"
     );
-    assert_eq!(simulated.arrival_ns, fit.arrival_ns, "arrivals");
-    assert_eq!(simulated.input_tokens, fit.input_tokens, "input tokens");
-    assert_eq!(simulated.output_tokens, fit.output_tokens, "output tokens");
+    assert_eq!(simulated.arrival_ns, fit.arrival_ns, "{format}: arrivals");
+    assert_eq!(
+        simulated.input_tokens, fit.input_tokens,
+        "{format}: input tokens"
+    );
+    assert_eq!(
+        simulated.output_tokens, fit.output_tokens,
+        "{format}: output tokens"
+    );
+    out
 }

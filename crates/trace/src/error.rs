@@ -57,7 +57,8 @@ pub enum TraceError {
     /// The format could not be told from the file name or header.
     #[error(
         "{}: cannot tell the trace format (header: {header:?}); pass --format \
-         (parquet, csv, jsonl, azure, burstgpt, mooncake, vllm) and, for csv/jsonl, --map",
+         (parquet, csv, jsonl, azure, burstgpt, mooncake, vllm, inference-perf, aiperf) and, for \
+         csv/jsonl, --map",
         path.display()
     )]
     UnknownFormat {

@@ -18,7 +18,8 @@ use crate::TraceError;
 use crate::map::{MapError, MapKey, MapReader, map_entries};
 use crate::timestamp::TimeUnit;
 
-/// How a file is read. Presets are CSV or JSONL with a fixed [`ColumnMap`].
+/// How a file is read. Presets are CSV or JSONL with a fixed [`ColumnMap`], or a load
+/// generator's export read at its own (nested) keys, which `--map` does not change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
     /// Parquet: canonical columns, or any schema through `--map`.
@@ -37,6 +38,12 @@ pub enum Format {
     /// vLLM per-request records JSONL, the measured log `capsim fit` reads: `queued_ts` s (the
     /// server's clock, on which fit counts latencies), `input_toks`, `output_toks`.
     Vllm,
+    /// inference-perf's `per_request_lifecycle_metrics.json`, a JSON array: `start_time` s,
+    /// the input and output tokens under `info`; failed entries left out.
+    InferencePerf,
+    /// AIPerf's `profile_export.jsonl`: `metadata.request_start_ns`, the sequence lengths under
+    /// `metrics`; failed and warm-up records left out.
+    Aiperf,
 }
 
 impl Format {
@@ -50,11 +57,14 @@ impl Format {
             "burstgpt" => Format::BurstGpt,
             "mooncake" => Format::Mooncake,
             "vllm" => Format::Vllm,
+            "inference-perf" | "inference_perf" => Format::InferencePerf,
+            "aiperf" => Format::Aiperf,
             _ => {
                 return Err(TraceError::BadOption {
                     option: "--format",
                     value: text.to_string(),
-                    reason: "use parquet, csv, jsonl, azure, burstgpt, mooncake or vllm"
+                    reason: "use parquet, csv, jsonl, azure, burstgpt, mooncake, vllm, \
+                             inference-perf or aiperf"
                         .to_string(),
                 });
             }
@@ -71,6 +81,8 @@ impl Format {
             Format::BurstGpt => "burstgpt",
             Format::Mooncake => "mooncake",
             Format::Vllm => "vllm",
+            Format::InferencePerf => "inference-perf",
+            Format::Aiperf => "aiperf",
         }
     }
 
@@ -80,6 +92,8 @@ impl Format {
             Format::Parquet => Container::Parquet,
             Format::Csv | Format::Azure | Format::BurstGpt => Container::Csv,
             Format::Jsonl | Format::Mooncake | Format::Vllm => Container::Jsonl,
+            Format::InferencePerf => Container::InferencePerf,
+            Format::Aiperf => Container::Aiperf,
         }
     }
 
@@ -118,6 +132,8 @@ impl Format {
                 output_tokens: Field::required("output_toks"),
                 ..ColumnMap::none()
             },
+            Format::InferencePerf => INFERENCE_PERF.column_map(),
+            Format::Aiperf => AIPERF.column_map(),
         }
     }
 }
@@ -127,6 +143,17 @@ pub(crate) enum Container {
     Parquet,
     Csv,
     Jsonl,
+    /// inference-perf's JSON array, read at its own keys (`read/loadgen.rs`); no `--map`.
+    InferencePerf,
+    /// AIPerf's JSON lines, read at its own keys (`read/loadgen.rs`); no `--map`.
+    Aiperf,
+}
+
+impl Container {
+    /// Whether the reader takes its keys from a [`ColumnMap`] (and so `--map` applies).
+    pub(crate) fn mapped(self) -> bool {
+        !matches!(self, Container::InferencePerf | Container::Aiperf)
+    }
 }
 
 /// Where an optional canonical column comes from.
@@ -139,7 +166,7 @@ pub struct Field {
 }
 
 impl Field {
-    fn required(column: &str) -> Field {
+    pub(crate) fn required(column: &str) -> Field {
         Field {
             column: Some(column.to_string()),
             required: true,
@@ -221,7 +248,7 @@ impl ColumnMap {
         }
     }
 
-    fn none() -> ColumnMap {
+    pub(crate) fn none() -> ColumnMap {
         ColumnMap {
             arrival: String::new(),
             arrival_unit: None,
@@ -301,7 +328,75 @@ fn map_reason(error: &MapError) -> String {
     }
 }
 
-/// Decides the format of `path` from its extension and first bytes (header line or JSON keys).
+/// Where a layout keeps a record's arrival and sizes: JSON pointers, each list tried in order
+/// (the first that holds a non-null value is read).
+pub(crate) struct Fields {
+    /// The arrival, in `arrival_unit`.
+    pub arrival: &'static str,
+    /// The arrival's unit.
+    pub arrival_unit: TimeUnit,
+    /// The input (prompt) tokens.
+    pub input: &'static [&'static str],
+    /// The output (generated) tokens.
+    pub output: &'static [&'static str],
+    /// Whether a record whose `metadata.benchmark_phase` is `warmup` is left out.
+    pub skip_warmup: bool,
+}
+
+impl Fields {
+    /// The keys as a [`ColumnMap`], each at its first spelling (dotted), for display: the reader
+    /// reads the [`Fields`] themselves.
+    pub(crate) fn column_map(&self) -> ColumnMap {
+        ColumnMap {
+            arrival: dotted(self.arrival),
+            arrival_unit: Some(self.arrival_unit),
+            input_tokens: dotted(self.input[0]),
+            output_tokens: Field::required(&dotted(self.output[0])),
+            ..ColumnMap::none()
+        }
+    }
+}
+
+/// inference-perf: `start_time` in seconds of the load generator's `time.perf_counter()`; the
+/// input tokens as the server counted them (`request_metrics.text`), else the older top-level
+/// count; the output tokens as the server reported them (`usage.completion_tokens`), else
+/// inference-perf's own count, in the current or the older layout.
+pub(crate) const INFERENCE_PERF: Fields = Fields {
+    arrival: "/start_time",
+    arrival_unit: TimeUnit::Seconds,
+    input: &[
+        "/info/request_metrics/text/input_tokens",
+        "/info/input_tokens",
+    ],
+    output: &[
+        "/info/response_metrics/server_usage/completion_tokens",
+        "/info/response_metrics/output_tokens",
+        "/info/output_tokens",
+    ],
+    skip_warmup: false,
+};
+
+/// AIPerf: `metadata.request_start_ns`, Unix nanoseconds (`time.time_ns()`); the input and
+/// output sequence lengths (the output's every decoded token), else the older output count.
+pub(crate) const AIPERF: Fields = Fields {
+    arrival: "/metadata/request_start_ns",
+    arrival_unit: TimeUnit::Nanos,
+    input: &["/metrics/input_sequence_length/value"],
+    output: &[
+        "/metrics/output_sequence_length/value",
+        "/metrics/output_token_count/value",
+    ],
+    skip_warmup: true,
+};
+
+/// A JSON pointer as the dotted key a person reads: `/info/input_tokens` as `info.input_tokens`.
+pub(crate) fn dotted(pointer: &str) -> String {
+    pointer.trim_start_matches('/').replace('/', ".")
+}
+
+/// Decides the format of `path` from its extension and first bytes (header line or JSON keys):
+/// a JSON array is inference-perf's report, a first JSON line with a `metadata` object and
+/// `metrics` AIPerf's export (as `capsim fit` tells them).
 pub fn detect(path: &Path) -> Result<Format, TraceError> {
     let mut head = vec![0u8; 4096];
     let n = std::fs::File::open(path)
@@ -322,14 +417,23 @@ pub fn detect(path: &Path) -> Result<Format, TraceError> {
     let first_line = head.split(|&b| b == b'\n').next().unwrap_or_default();
     let first_line = String::from_utf8_lossy(first_line).trim().to_string();
     let looks_json = first_line.starts_with('{');
+    if first_line.starts_with('[') && ext != "csv" {
+        // One JSON array, not a line per record: inference-perf's report.
+        return Ok(Format::InferencePerf);
+    }
     if ext == "jsonl" || ext == "json" || looks_json {
-        let keys: Vec<String> =
-            serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&first_line)
-                .map(|m| m.keys().cloned().collect())
-                .unwrap_or_default();
-        let has = |k: &str| keys.iter().any(|x| x == k);
+        let first = serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&first_line)
+            .unwrap_or_default();
+        let has = |k: &str| first.contains_key(k);
         if has("timestamp") && has("input_length") && has("output_length") {
             return Ok(Format::Mooncake);
+        }
+        if first
+            .get("metadata")
+            .is_some_and(serde_json::Value::is_object)
+            && has("metrics")
+        {
+            return Ok(Format::Aiperf);
         }
         return Ok(Format::Jsonl);
     }
@@ -409,6 +513,16 @@ mod tests {
                 Format::Mooncake,
             ),
             ("d.csv", "arrival,input_tokens\n", Format::Csv),
+            (
+                "e.json",
+                "[\n  {\"start_time\": 1.5}\n]\n",
+                Format::InferencePerf,
+            ),
+            (
+                "f.jsonl",
+                "{\"metadata\": {\"request_start_ns\": 1}, \"metrics\": {}, \"error\": null}\n",
+                Format::Aiperf,
+            ),
         ];
         for (name, text, want) in cases {
             let path = dir.path().join(name);

@@ -71,7 +71,8 @@ impl TimeOrigin {
 }
 
 /// What ingest (and the transforms after it) did, so that every row read is accounted for:
-/// `rows_read == rows_skipped + rows + dropped_by_window + dropped_by_sample + dropped_by_limit`.
+/// `rows_read == rows_skipped + rows_left_out + rows + dropped_by_window + dropped_by_sample +
+/// dropped_by_limit`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct IngestReport {
     /// Per file: path, format, data rows read, rows skipped.
@@ -82,6 +83,13 @@ pub struct IngestReport {
     pub rows_skipped: u64,
     /// Skipped rows by reason (labels as in [`InvalidReason::label`](crate::error::InvalidReason::label)).
     pub skipped_by_reason: BTreeMap<String, u64>,
+    /// Records the format leaves out, neither kept nor invalid: a load generator's failed
+    /// requests and warm-up (inference-perf, AIPerf), as `capsim fit` leaves them out.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub rows_left_out: u64,
+    /// Those records by reason (`failed (error set)`, `warmup`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub left_out_by_reason: BTreeMap<String, u64>,
     /// Rows that arrived earlier than a row before them in the input (they were sorted).
     pub out_of_order: u64,
     /// What the arrival times were read as, and where time 0 is.
@@ -121,11 +129,16 @@ impl IngestReport {
     pub fn adds_up(&self) -> bool {
         self.rows_read
             == self.rows_skipped
+                + self.rows_left_out
                 + self.rows
                 + self.dropped_by_window
                 + self.dropped_by_sample
                 + self.dropped_by_limit
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// File extensions read from a directory.
@@ -180,22 +193,8 @@ pub fn read_trace(
             Some(f) => f,
             None => format::detect(path)?,
         };
-        let mut map: ColumnMap = format.base_map();
-        for spec in &opts.maps {
-            map.apply(spec)?;
-        }
-        let ro = ReadOptions {
-            map: &map,
-            skip_invalid: opts.skip_invalid,
-        };
-        let mut part = match format.container() {
-            format::Container::Parquet => read::parquet::read(path, &ro)?,
-            format::Container::Csv => read::csv::read(path, &ro)?,
-            format::Container::Jsonl => read::jsonl::read(path, &ro)?,
-        };
-        if let Some(inferred) = crate::arrival_unit::settle(&mut part, &map.arrival)? {
-            report.inferred_units.push(inferred);
-        }
+        let (part, inferred) = read_file(path, format, opts)?;
+        report.inferred_units.extend(inferred);
         let skipped: u64 = part.skipped.values().sum();
         report.files.push(FileReport {
             path: path.clone(),
@@ -209,6 +208,13 @@ pub fn read_trace(
             *report
                 .skipped_by_reason
                 .entry(reason.label().to_string())
+                .or_insert(0) += n;
+        }
+        for (&reason, n) in &part.left_out {
+            report.rows_left_out += n;
+            *report
+                .left_out_by_reason
+                .entry(reason.to_string())
                 .or_insert(0) += n;
         }
         merged = Some(match merged {
@@ -231,6 +237,12 @@ pub fn read_trace(
                 report.rows_skipped,
                 reasons(&report.skipped_by_reason)
             )
+        } else if report.rows_left_out > 0 {
+            format!(
+                "all {} records were left out by the format ({})",
+                report.rows_left_out,
+                reasons(&report.left_out_by_reason)
+            )
         } else {
             String::new()
         };
@@ -245,6 +257,42 @@ pub fn read_trace(
         .map_or(0, |f| f.iter().filter(|&&x| x).count() as u64);
     report.rows = trace.len() as u64;
     Ok((trace, report))
+}
+
+/// Reads one file in `format`, through the format's map and `opts.maps`; returns its part and
+/// the unit inferred for its arrivals, if one was.
+fn read_file(
+    path: &Path,
+    format: Format,
+    opts: &IngestOptions,
+) -> Result<(Part, Option<InferredUnit>), TraceError> {
+    let container = format.container();
+    let mut map: ColumnMap = format.base_map();
+    for spec in &opts.maps {
+        if !container.mapped() {
+            return Err(TraceError::BadMap {
+                spec: spec.clone(),
+                reason: format!(
+                    "--format {} reads its own keys (docs/trace-format.md); drop --map",
+                    format.name()
+                ),
+            });
+        }
+        map.apply(spec)?;
+    }
+    let ro = ReadOptions {
+        map: &map,
+        skip_invalid: opts.skip_invalid,
+    };
+    let mut part = match container {
+        format::Container::Parquet => read::parquet::read(path, &ro)?,
+        format::Container::Csv => read::csv::read(path, &ro)?,
+        format::Container::Jsonl => read::jsonl::read(path, &ro)?,
+        format::Container::InferencePerf => read::loadgen::read_inference_perf(path, &ro)?,
+        format::Container::Aiperf => read::loadgen::read_aiperf(path, &ro)?,
+    };
+    let inferred = crate::arrival_unit::settle(&mut part, &map.arrival)?;
+    Ok((part, inferred))
 }
 
 fn describe_inputs(files: &[PathBuf]) -> String {

@@ -6,6 +6,7 @@
 
 pub(crate) mod csv;
 pub(crate) mod jsonl;
+pub(crate) mod loadgen;
 pub(crate) mod parquet;
 
 use std::collections::BTreeMap;
@@ -303,6 +304,9 @@ pub(crate) struct Part {
     /// Data rows in the file (kept + skipped).
     pub rows_read: u64,
     pub skipped: BTreeMap<InvalidReason, u64>,
+    /// Records the format leaves out (a load generator's failed or warm-up requests), by
+    /// reason; neither kept nor invalid.
+    pub left_out: BTreeMap<&'static str, u64>,
 }
 
 /// Options every reader takes.
