@@ -38,9 +38,8 @@ pub struct TraceInput {
     #[arg(long = "trace", value_name = "PATH")]
     pub trace: Vec<PathBuf>,
 
-    /// Input format: parquet, csv, jsonl, or a preset (azure, burstgpt, mooncake, vllm,
-    /// inference-perf, aiperf). Detected from the file name and header when omitted.
-    #[arg(long, value_name = "FORMAT")]
+    // Input format, its names from the trace crate's table of formats (`format_help`).
+    #[arg(long, value_name = "FORMAT", help = format_help())]
     pub format: Option<String>,
 
     /// Column mapping, e.g. `arrival=ts:ms,input_tokens=prompt,output_tokens=completion`
@@ -87,6 +86,22 @@ pub struct TraceInput {
     /// Keep only the first N requests (after the other transforms).
     #[arg(long, value_name = "N")]
     pub limit: Option<usize>,
+}
+
+/// `--format`'s help: the trace crate's formats, the generic ones and then the presets.
+fn format_help() -> String {
+    let names = |preset: bool| {
+        Format::all()
+            .filter(|f| f.is_preset() == preset)
+            .map(Format::name)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!(
+        "Input format: {}, or a preset ({}). Detected from the file name and header when omitted",
+        names(false),
+        names(true)
+    )
 }
 
 /// A trace read and transformed, with the account of every row.

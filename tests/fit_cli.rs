@@ -805,10 +805,13 @@ fn predict_refuses_a_dynamic_scenario_and_a_fit_needs_its_output_file() {
 }
 
 #[test]
-fn simulate_format_vllm_reads_the_arrivals_and_sizes_fit_reads() {
+fn simulate_format_vllm_and_capsim_read_the_arrivals_and_sizes_fit_reads() {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = ground_truth("vllm-rtx4090-llama-3.1-8b");
     assert_simulate_reads_what_fit_reads(&log, "vllm", dir.path());
+    // capsim's own requests.parquet is a preset of both commands too.
+    let simulated = dir.path().join("sim-vllm").join("requests.parquet");
+    assert_simulate_reads_what_fit_reads(&simulated, "capsim", dir.path());
 }
 
 #[test]

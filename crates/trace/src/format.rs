@@ -18,8 +18,10 @@ use crate::TraceError;
 use crate::map::{MapError, MapKey, MapReader, map_entries};
 use crate::timestamp::TimeUnit;
 
-/// How a file is read. Presets are CSV or JSONL with a fixed [`ColumnMap`], or a load
-/// generator's export read at its own (nested) keys, which `--map` does not change.
+/// How a file is read. Presets are CSV, JSONL or Parquet with a fixed [`ColumnMap`], or a load
+/// generator's export read at its own (nested) keys, which `--map` does not change. Each one's
+/// name, aliases and one-line description are in one table, which `--format`'s parsing, help and
+/// errors read, `capsim fit`'s included ([`Format::has_latencies`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
     /// Parquet: canonical columns, or any schema through `--map`.
@@ -38,6 +40,9 @@ pub enum Format {
     /// vLLM per-request records JSONL, the measured log `capsim fit` reads: `queued_ts` s (the
     /// server's clock, on which fit counts latencies), `input_toks`, `output_toks`.
     Vllm,
+    /// capsim's own `requests.parquet` (a simulation's or a replay's): `arrival_ns`,
+    /// `input_tokens`, `output_tokens`.
+    Capsim,
     /// inference-perf's `per_request_lifecycle_metrics.json`, a JSON array: `start_time` s,
     /// the input and output tokens under `info`; failed entries left out.
     InferencePerf,
@@ -46,50 +51,162 @@ pub enum Format {
     Aiperf,
 }
 
+/// One `--format`: its name, the other spellings accepted, a line saying what it is, whether it
+/// is a preset (a layout with its own columns) and whether it carries per-request latencies.
+struct Entry {
+    format: Format,
+    name: &'static str,
+    aliases: &'static [&'static str],
+    about: &'static str,
+    preset: bool,
+    latencies: bool,
+}
+
+/// Every format, in [`Format`]'s order (a test checks it): the one list of `--format` names.
+const TABLE: [Entry; 10] = [
+    Entry {
+        format: Format::Parquet,
+        name: "parquet",
+        aliases: &[],
+        about: "Parquet, canonical columns or --map",
+        preset: false,
+        latencies: false,
+    },
+    Entry {
+        format: Format::Csv,
+        name: "csv",
+        aliases: &[],
+        about: "CSV with a header row, canonical names or --map",
+        preset: false,
+        latencies: false,
+    },
+    Entry {
+        format: Format::Jsonl,
+        name: "jsonl",
+        aliases: &["json"],
+        about: "one JSON object a line, canonical keys or --map",
+        preset: false,
+        latencies: false,
+    },
+    Entry {
+        format: Format::Azure,
+        name: "azure",
+        aliases: &[],
+        about: "Azure LLM inference trace CSV",
+        preset: true,
+        latencies: false,
+    },
+    Entry {
+        format: Format::BurstGpt,
+        name: "burstgpt",
+        aliases: &[],
+        about: "BurstGPT CSV",
+        preset: true,
+        latencies: false,
+    },
+    Entry {
+        format: Format::Mooncake,
+        name: "mooncake",
+        aliases: &[],
+        about: "Mooncake JSON lines",
+        preset: true,
+        latencies: false,
+    },
+    Entry {
+        format: Format::Vllm,
+        name: "vllm",
+        aliases: &[],
+        about: "vLLM per-request records",
+        preset: true,
+        latencies: true,
+    },
+    Entry {
+        format: Format::Capsim,
+        name: "capsim",
+        aliases: &[],
+        about: "capsim's requests.parquet",
+        preset: true,
+        latencies: true,
+    },
+    Entry {
+        format: Format::InferencePerf,
+        name: "inference-perf",
+        aliases: &["inference_perf"],
+        about: "inference-perf per-request lifecycle metrics",
+        preset: true,
+        latencies: true,
+    },
+    Entry {
+        format: Format::Aiperf,
+        name: "aiperf",
+        aliases: &[],
+        about: "AIPerf per-record export",
+        preset: true,
+        latencies: true,
+    },
+];
+
 impl Format {
-    /// Parses a `--format` value.
+    /// Parses a `--format` value (any case); an unknown one is an error listing every name.
     pub fn parse(text: &str) -> Result<Format, TraceError> {
-        Ok(match text.to_ascii_lowercase().as_str() {
-            "parquet" => Format::Parquet,
-            "csv" => Format::Csv,
-            "jsonl" | "json" => Format::Jsonl,
-            "azure" => Format::Azure,
-            "burstgpt" => Format::BurstGpt,
-            "mooncake" => Format::Mooncake,
-            "vllm" => Format::Vllm,
-            "inference-perf" | "inference_perf" => Format::InferencePerf,
-            "aiperf" => Format::Aiperf,
-            _ => {
-                return Err(TraceError::BadOption {
-                    option: "--format",
-                    value: text.to_string(),
-                    reason: "use parquet, csv, jsonl, azure, burstgpt, mooncake, vllm, \
-                             inference-perf or aiperf"
-                        .to_string(),
-                });
-            }
-        })
+        let text_lower = text.to_ascii_lowercase();
+        TABLE
+            .iter()
+            .find(|e| e.name == text_lower || e.aliases.contains(&text_lower.as_str()))
+            .map(|e| e.format)
+            .ok_or_else(|| TraceError::BadOption {
+                option: "--format",
+                value: text.to_string(),
+                reason: format!("use {}", Format::list(|_| true)),
+            })
+    }
+
+    /// Every format, in the order help and errors list them.
+    pub fn all() -> impl Iterator<Item = Format> {
+        TABLE.iter().map(|e| e.format)
+    }
+
+    /// The names of the formats `keep` keeps, as `a, b or c`.
+    pub fn list(keep: impl Fn(Format) -> bool) -> String {
+        let names: Vec<&str> = Format::all()
+            .filter(|&f| keep(f))
+            .map(Format::name)
+            .collect();
+        match names.split_last() {
+            Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+            _ => names.join(""),
+        }
+    }
+
+    fn entry(self) -> &'static Entry {
+        &TABLE[self as usize]
     }
 
     /// The name `--format` accepts.
     pub fn name(self) -> &'static str {
-        match self {
-            Format::Parquet => "parquet",
-            Format::Csv => "csv",
-            Format::Jsonl => "jsonl",
-            Format::Azure => "azure",
-            Format::BurstGpt => "burstgpt",
-            Format::Mooncake => "mooncake",
-            Format::Vllm => "vllm",
-            Format::InferencePerf => "inference-perf",
-            Format::Aiperf => "aiperf",
-        }
+        self.entry().name
+    }
+
+    /// What the format is, in a few words (`vLLM per-request records`).
+    pub fn describe(self) -> &'static str {
+        self.entry().about
+    }
+
+    /// Whether it is a preset: a layout with its own columns (all but parquet, csv and jsonl).
+    pub fn is_preset(self) -> bool {
+        self.entry().preset
+    }
+
+    /// Whether its records carry per-request latencies, so that `capsim fit` reads it as a
+    /// measured log (vllm, capsim, inference-perf, aiperf); every format gives a trace.
+    pub fn has_latencies(self) -> bool {
+        self.entry().latencies
     }
 
     /// The container the format is read with.
     pub(crate) fn container(self) -> Container {
         match self {
-            Format::Parquet => Container::Parquet,
+            Format::Parquet | Format::Capsim => Container::Parquet,
             Format::Csv | Format::Azure | Format::BurstGpt => Container::Csv,
             Format::Jsonl | Format::Mooncake | Format::Vllm => Container::Jsonl,
             Format::InferencePerf => Container::InferencePerf,
@@ -130,6 +247,13 @@ impl Format {
                 arrival_unit: Some(TimeUnit::Seconds),
                 input_tokens: "input_toks".into(),
                 output_tokens: Field::required("output_toks"),
+                ..ColumnMap::none()
+            },
+            Format::Capsim => ColumnMap {
+                arrival: "arrival_ns".into(),
+                arrival_unit: Some(TimeUnit::Nanos),
+                input_tokens: "input_tokens".into(),
+                output_tokens: Field::required("output_tokens"),
                 ..ColumnMap::none()
             },
             Format::InferencePerf => INFERENCE_PERF.column_map(),
@@ -451,6 +575,10 @@ pub fn detect(path: &Path) -> Result<Format, TraceError> {
     Err(TraceError::UnknownFormat {
         path: path.to_path_buf(),
         header: first_line.chars().take(80).collect(),
+        formats: Format::all()
+            .map(Format::name)
+            .collect::<Vec<_>>()
+            .join(", "),
     })
 }
 
@@ -477,6 +605,29 @@ mod tests {
         assert_eq!(map.arrival_unit, Some(TimeUnit::Seconds));
         assert_eq!(map.output_tokens, Field::default());
         assert_eq!(map.input_tokens, "ContextTokens");
+    }
+
+    #[test]
+    fn the_table_lists_every_format_once_in_enum_order() {
+        for (i, entry) in TABLE.iter().enumerate() {
+            assert_eq!(entry.format as usize, i, "{}", entry.name);
+            assert_eq!(Format::parse(entry.name).unwrap(), entry.format);
+            for alias in entry.aliases {
+                assert_eq!(Format::parse(alias).unwrap(), entry.format);
+            }
+        }
+        assert_eq!(
+            Format::list(Format::has_latencies),
+            "vllm, capsim, inference-perf or aiperf"
+        );
+        let err = Format::parse("genai-perf").unwrap_err().to_string();
+        assert!(
+            err.ends_with(
+                "use parquet, csv, jsonl, azure, burstgpt, mooncake, vllm, capsim, \
+                           inference-perf or aiperf"
+            ),
+            "{err}"
+        );
     }
 
     #[test]
