@@ -52,8 +52,8 @@ pub struct TraceInput {
     pub skip_invalid: bool,
 
     /// Keep numeric arrivals as they are even when they are Unix times (the run then starts at
-    /// 1970-01-01, decades before the first request). By default such arrivals are rebased to
-    /// the first one, as datetimes are.
+    /// 1970-01-01, decades before the first request) or a log's own clock (vllm,
+    /// inference-perf). By default such arrivals are rebased to the first one, as datetimes are.
     #[arg(long)]
     pub keep_offsets: bool,
 
@@ -163,7 +163,7 @@ impl LoadedTrace {
         }
         if matches!(
             r.time_origin,
-            TimeOrigin::UnixNumbers | TimeOrigin::UnixNumbersKept
+            TimeOrigin::UnixNumbers | TimeOrigin::UnixNumbersKept | TimeOrigin::ArbitraryClock
         ) {
             parts.push(format!("arrivals read as {}", r.time_origin.describe()));
         }

@@ -887,3 +887,59 @@ fn assert_simulate_reads_what_fit_reads(
     );
     out
 }
+
+#[test]
+fn simulate_format_vllm_rebases_the_servers_clock_and_keeps_every_latency() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = ground_truth("vllm-rtx4090-llama-3.1-8b");
+    let simulate = |name: &str, extra: &[&str]| {
+        let out_dir = dir.path().join(name);
+        let mut args = vec![
+            "simulate",
+            "--scenario",
+            "scenarios/vllm-rtx4090-llama-3.1-8b.toml",
+            "--format",
+            "vllm",
+            log.to_str().expect("utf-8"),
+            "-o",
+            out_dir.to_str().expect("utf-8"),
+        ];
+        args.extend_from_slice(extra);
+        let out = capsim(&args);
+        assert!(out.status.success(), "{}", text(&out));
+        out_dir.join("requests.parquet")
+    };
+    let rebased = simulate("rebased", &[]);
+    // --keep-offsets keeps queued_ts as it is: the run before the clock was rebased.
+    let kept = simulate("kept", &["--keep-offsets"]);
+    let arrivals = |path: &Path| {
+        let opts = capsim_trace::IngestOptions {
+            format: Some(capsim_trace::Format::Capsim),
+            keep_offsets: true,
+            ..capsim_trace::IngestOptions::default()
+        };
+        let (trace, _) = capsim_trace::read_trace(&[path.to_path_buf()], &opts).expect("read");
+        trace.arrival_ns().to_vec()
+    };
+    let first_queued_ns = ground_truth_rows()
+        .iter()
+        .map(|r| (f(r, "queued_ts") * 1e9).round() as u64)
+        .min()
+        .expect("a request");
+    assert!(
+        first_queued_ns > 1_000_000_000,
+        "the log's clock starts late"
+    );
+    let (rebased_ns, kept_ns) = (arrivals(&rebased), arrivals(&kept));
+    assert_eq!(rebased_ns[0], 0, "the first request arrives at 0");
+    assert_eq!(kept_ns[0], first_queued_ns, "kept: at its queued_ts");
+    let shifted: Vec<u64> = kept_ns.iter().map(|a| a - first_queued_ns).collect();
+    assert_eq!(rebased_ns, shifted, "the same arrivals, shifted");
+    let (rebased, kept) = (
+        capsim_fit::read_log(&rebased, None).expect("rebased run"),
+        capsim_fit::read_log(&kept, None).expect("kept run"),
+    );
+    assert_eq!(rebased.ttft_ns, kept.ttft_ns, "TTFT");
+    assert_eq!(rebased.e2e_ns, kept.e2e_ns, "end-to-end latency");
+    assert_eq!(rebased.output_tokens, kept.output_tokens, "output tokens");
+}

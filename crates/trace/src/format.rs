@@ -38,7 +38,8 @@ pub enum Format {
     /// Mooncake JSONL (`timestamp` ms, `input_length`, `output_length`, `hash_ids`).
     Mooncake,
     /// vLLM per-request records JSONL, the measured log `capsim fit` reads: `queued_ts` s (the
-    /// server's clock, on which fit counts latencies), `input_toks`, `output_toks`.
+    /// server's monotonic clock, on which fit counts latencies; rebased to the first request),
+    /// `input_toks`, `output_toks`.
     Vllm,
     /// capsim's own `requests.parquet` (a simulation's or a replay's): `arrival_ns`,
     /// `input_tokens`, `output_tokens`.
@@ -201,6 +202,14 @@ impl Format {
     /// measured log (vllm, capsim, inference-perf, aiperf); every format gives a trace.
     pub fn has_latencies(self) -> bool {
         self.entry().latencies
+    }
+
+    /// Whether the preset's arrival column is a clock with an arbitrary origin (vLLM's monotonic
+    /// `queued_ts`, hours or days of uptime; inference-perf's `perf_counter` seconds), so that
+    /// ingest rebases it to the first arrival as it does datetimes. A `--map` of another
+    /// arrival column reads that column as any number.
+    pub fn arrival_clock_is_arbitrary(self) -> bool {
+        matches!(self, Format::Vllm | Format::InferencePerf)
     }
 
     /// The container the format is read with.

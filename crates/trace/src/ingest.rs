@@ -4,7 +4,9 @@
 //! same column mapping; the parts are concatenated, stably sorted by arrival (the number of rows
 //! that arrived out of order is reported), and rebased: datetimes, and numbers that can only be
 //! wall-clock times (see [`WALL_CLOCK_FLOOR_UNIX_NS`]), start at the earliest arrival with the
-//! wall-clock start kept; other numbers are offsets from the trace's start and keep their values.
+//! wall-clock start kept; so do a preset's clock times with an arbitrary origin (vLLM's
+//! `queued_ts`, inference-perf's `start_time`), with no wall-clock start; other numbers are
+//! offsets from the trace's start and keep their values.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -26,8 +28,9 @@ pub struct IngestOptions {
     pub maps: Vec<String>,
     /// Skip and count rows with unusable values instead of failing on the first.
     pub skip_invalid: bool,
-    /// Keep numeric arrivals as offsets even when they are wall-clock times (the run then starts
-    /// at time 0, with a gap before the first request).
+    /// Keep numeric arrivals as offsets even when they are wall-clock times, or a preset's clock
+    /// with an arbitrary origin (the run then starts at time 0, with a gap before the first
+    /// request).
     pub keep_offsets: bool,
 }
 
@@ -52,6 +55,10 @@ pub enum TimeOrigin {
     /// Unix times kept as offsets, as `keep_offsets` asked: time 0 is 1970-01-01, and the trace
     /// carries no separate wall-clock start.
     UnixNumbersKept,
+    /// Times of a clock with an arbitrary origin, as a preset's arrival column is (vLLM's
+    /// monotonic `queued_ts`, inference-perf's `perf_counter` seconds), rebased so that the
+    /// earliest request arrives at 0; `keep_offsets` keeps them as they are ([`Offsets`](Self::Offsets)).
+    ArbitraryClock,
 }
 
 impl TimeOrigin {
@@ -65,6 +72,10 @@ impl TimeOrigin {
             }
             TimeOrigin::UnixNumbersKept => {
                 "Unix times kept as offsets (--keep-offsets): time 0 is 1970-01-01"
+            }
+            TimeOrigin::ArbitraryClock => {
+                "times of the log's own clock (an arbitrary origin), rebased to the first arrival \
+                 (--keep-offsets keeps them as they are)"
             }
         }
     }
@@ -292,6 +303,11 @@ fn read_file(
         format::Container::Aiperf => read::loadgen::read_aiperf(path, &ro)?,
     };
     let inferred = crate::arrival_unit::settle(&mut part, &map.arrival)?;
+    // The preset's own arrival column keeps its meaning: a clock with an arbitrary origin.
+    let own_arrival = map.arrival == format.base_map().arrival;
+    if format.arrival_clock_is_arbitrary() && own_arrival && part.base == TimeBase::Offset {
+        part.base = TimeBase::Clock;
+    }
     Ok((part, inferred))
 }
 
@@ -352,12 +368,20 @@ fn finish(mut b: Builder, base: TimeBase, keep_offsets: bool) -> (Columns, u64, 
     let min = b.arrival.first().copied().unwrap_or(0);
     let origin = match base {
         TimeBase::Unix => TimeOrigin::Datetimes,
-        TimeBase::Offset if min < WALL_CLOCK_FLOOR_UNIX_NS => TimeOrigin::Offsets,
-        TimeBase::Offset if keep_offsets => TimeOrigin::UnixNumbersKept,
-        TimeBase::Offset => TimeOrigin::UnixNumbers,
+        // A clock's times that can only be Unix times are read as such, like any number.
+        TimeBase::Offset | TimeBase::Clock if min >= WALL_CLOCK_FLOOR_UNIX_NS => {
+            if keep_offsets {
+                TimeOrigin::UnixNumbersKept
+            } else {
+                TimeOrigin::UnixNumbers
+            }
+        }
+        TimeBase::Clock if !keep_offsets => TimeOrigin::ArbitraryClock,
+        TimeBase::Offset | TimeBase::Clock => TimeOrigin::Offsets,
     };
     let (shift, start_unix_ns) = match origin {
         TimeOrigin::Datetimes | TimeOrigin::UnixNumbers => (min, Some(min)),
+        TimeOrigin::ArbitraryClock => (min, None),
         TimeOrigin::UnixNumbersKept | TimeOrigin::Offsets => (0, None),
     };
     // Same size and alignment: this collect reuses the allocation.
@@ -725,5 +749,46 @@ mod tests {
         assert_eq!(report.failed, 1);
         assert_eq!(trace.model().unwrap().get(1), "GPT-4");
         assert_eq!(trace.arrival_ns(), &[5_000_000_000, 7_000_000_000]);
+    }
+
+    #[test]
+    fn a_vllm_log_starts_at_its_first_request_unless_offsets_are_kept_or_arrival_remapped() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(
+            dir.path(),
+            "requests.jsonl",
+            "{\"queued_ts\": 27536.5, \"arrival_time\": 1.7e9, \"input_toks\": 3, \"output_toks\": 4}\n\
+             {\"queued_ts\": 27537.25, \"arrival_time\": 1.7e9, \"input_toks\": 5, \"output_toks\": 6}\n",
+        );
+        let read = |keep_offsets: bool, maps: &[&str]| {
+            let opts = IngestOptions {
+                format: Some(Format::Vllm),
+                keep_offsets,
+                maps: maps.iter().map(|m| m.to_string()).collect(),
+                ..IngestOptions::default()
+            };
+            read_trace(std::slice::from_ref(&p), &opts).unwrap()
+        };
+        let (trace, report) = read(false, &[]);
+        assert_eq!(trace.arrival_ns(), &[0, 750_000_000]);
+        assert_eq!(report.time_origin, TimeOrigin::ArbitraryClock);
+        assert_eq!(
+            trace.start_unix_ns(),
+            None,
+            "the clock's origin is no wall-clock time"
+        );
+        let (trace, report) = read(true, &[]);
+        assert_eq!(
+            trace.arrival_ns(),
+            &[27_536_500_000_000, 27_537_250_000_000]
+        );
+        assert_eq!(report.time_origin, TimeOrigin::Offsets);
+        // Another arrival column is read as any number (here Unix seconds, rebased).
+        let (_, report) = read(false, &["arrival=arrival_time:s"]);
+        assert_eq!(report.time_origin, TimeOrigin::UnixNumbers);
+        // The clock's unit may be restated; it is still the clock.
+        let (trace, report) = read(false, &["arrival=queued_ts:ms"]);
+        assert_eq!(trace.arrival_ns(), &[0, 750_000]);
+        assert_eq!(report.time_origin, TimeOrigin::ArbitraryClock);
     }
 }

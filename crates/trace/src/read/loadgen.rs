@@ -238,7 +238,8 @@ mod tests {
         let (trace, report) = read(&text, "r.json", Format::InferencePerf, false).unwrap();
         assert_eq!(
             trace.arrival_ns(),
-            &[10_500_000_000, 12_000_000_000, 12_250_000_000]
+            &[0, 1_500_000_000, 1_750_000_000],
+            "perf_counter seconds, rebased to the first request"
         );
         assert_eq!(trace.input_tokens(), &[100, 200, 7]);
         assert_eq!(

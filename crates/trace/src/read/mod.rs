@@ -23,6 +23,9 @@ pub(crate) enum TimeBase {
     Unix,
     /// Nanoseconds from the trace's start, as the log wrote them.
     Offset,
+    /// Nanoseconds of a clock with an arbitrary origin (vLLM's monotonic `queued_ts`,
+    /// inference-perf's `perf_counter`); the trace is rebased to start at the earliest.
+    Clock,
 }
 
 impl TimeBase {
@@ -30,6 +33,7 @@ impl TimeBase {
         match self {
             TimeBase::Unix => "wall-clock datetimes",
             TimeBase::Offset => "offsets from trace start",
+            TimeBase::Clock => "times of a clock with an arbitrary origin",
         }
     }
 }
