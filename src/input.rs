@@ -38,9 +38,8 @@ pub struct TraceInput {
     #[arg(long = "trace", value_name = "PATH")]
     pub trace: Vec<PathBuf>,
 
-    /// Input format: parquet, csv, jsonl, or a preset (azure, burstgpt, mooncake, vllm). Detected
-    /// from the file name and header when omitted.
-    #[arg(long, value_name = "FORMAT")]
+    // Input format, its names from the trace crate's table of formats (`format_help`).
+    #[arg(long, value_name = "FORMAT", help = format_help())]
     pub format: Option<String>,
 
     /// Column mapping, e.g. `arrival=ts:ms,input_tokens=prompt,output_tokens=completion`
@@ -53,8 +52,8 @@ pub struct TraceInput {
     pub skip_invalid: bool,
 
     /// Keep numeric arrivals as they are even when they are Unix times (the run then starts at
-    /// 1970-01-01, decades before the first request). By default such arrivals are rebased to
-    /// the first one, as datetimes are.
+    /// 1970-01-01, decades before the first request) or a log's own clock (vllm,
+    /// inference-perf). By default such arrivals are rebased to the first one, as datetimes are.
     #[arg(long)]
     pub keep_offsets: bool,
 
@@ -89,6 +88,22 @@ pub struct TraceInput {
     pub limit: Option<usize>,
 }
 
+/// `--format`'s help: the trace crate's formats, the generic ones and then the presets.
+fn format_help() -> String {
+    let names = |preset: bool| {
+        Format::all()
+            .filter(|f| f.is_preset() == preset)
+            .map(Format::name)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!(
+        "Input format: {}, or a preset ({}). Detected from the file name and header when omitted",
+        names(false),
+        names(true)
+    )
+}
+
 /// A trace read and transformed, with the account of every row.
 #[derive(Debug, Clone)]
 pub struct LoadedTrace {
@@ -110,6 +125,18 @@ impl LoadedTrace {
             parts.push(format!(
                 "{} invalid rows skipped ({})",
                 r.rows_skipped,
+                reasons.join(", ")
+            ));
+        }
+        if r.rows_left_out > 0 {
+            let reasons: Vec<String> = r
+                .left_out_by_reason
+                .iter()
+                .map(|(k, v)| format!("{v} {k}"))
+                .collect();
+            parts.push(format!(
+                "{} left out by the format ({})",
+                r.rows_left_out,
                 reasons.join(", ")
             ));
         }
@@ -136,7 +163,7 @@ impl LoadedTrace {
         }
         if matches!(
             r.time_origin,
-            TimeOrigin::UnixNumbers | TimeOrigin::UnixNumbersKept
+            TimeOrigin::UnixNumbers | TimeOrigin::UnixNumbersKept | TimeOrigin::ArbitraryClock
         ) {
             parts.push(format!("arrivals read as {}", r.time_origin.describe()));
         }

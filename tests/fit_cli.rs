@@ -8,7 +8,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{assert_user_error, capsim, ground_truth, repo, text};
+use common::{assert_user_error, capsim, ground_truth, repo, stderr, text};
 use serde_json::Value;
 
 /// The acceptance bound on every figure's relative error.
@@ -805,34 +805,141 @@ fn predict_refuses_a_dynamic_scenario_and_a_fit_needs_its_output_file() {
 }
 
 #[test]
-fn simulate_format_vllm_reads_the_arrivals_and_sizes_fit_reads() {
+fn simulate_format_vllm_and_capsim_read_the_arrivals_and_sizes_fit_reads() {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = ground_truth("vllm-rtx4090-llama-3.1-8b");
-    let out_dir = dir.path().join("sim");
+    assert_simulate_reads_what_fit_reads(&log, "vllm", dir.path());
+    // capsim's own requests.parquet is a preset of both commands too.
+    let simulated = dir.path().join("sim-vllm").join("requests.parquet");
+    assert_simulate_reads_what_fit_reads(&simulated, "capsim", dir.path());
+}
+
+#[test]
+fn simulate_format_inference_perf_and_aiperf_read_the_arrivals_and_sizes_fit_reads() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let report = inference_perf_report(dir.path());
+    let out = assert_simulate_reads_what_fit_reads(&report, "inference-perf", dir.path());
+    assert!(
+        stderr(&out).contains("1 left out by the format (1 failed (error set))"),
+        "{}",
+        text(&out)
+    );
+    let export = aiperf_export(dir.path());
+    let out = assert_simulate_reads_what_fit_reads(&export, "aiperf", dir.path());
+    assert!(
+        stderr(&out).contains("2 left out by the format (1 failed (error set), 1 warmup)"),
+        "{}",
+        text(&out)
+    );
+    // Told from their content, as fit tells them.
+    let out_dir = dir.path().join("detected");
+    let out = capsim(&[
+        "simulate",
+        "--scenario",
+        "scenarios/vllm-rtx4090-llama-3.1-8b.toml",
+        export.to_str().expect("utf-8"),
+        "-o",
+        out_dir.to_str().expect("utf-8"),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+/// `capsim simulate --format FORMAT LOG` simulates the requests `capsim fit` reads from `log`:
+/// the same number, arrivals (from the first) and sizes, in the simulation's requests.parquet.
+/// Returns the simulate run.
+fn assert_simulate_reads_what_fit_reads(
+    log: &Path,
+    format: &str,
+    dir: &Path,
+) -> std::process::Output {
+    let out_dir = dir.join(format!("sim-{format}"));
     let out = capsim(&[
         "simulate",
         "--scenario",
         "scenarios/vllm-rtx4090-llama-3.1-8b.toml",
         "--format",
-        "vllm",
+        format,
         log.to_str().expect("utf-8"),
         "-o",
         out_dir.to_str().expect("utf-8"),
     ]);
     assert!(
         out.status.success(),
-        "capsim simulate failed: {}",
+        "capsim simulate --format {format} failed: {}",
         text(&out)
     );
-    let fit = capsim_fit::read_log(&log, None).expect("fit reads the vLLM log");
+    let fit = capsim_fit::read_log(log, None).expect("fit reads the log");
     let simulated = capsim_fit::read_log(&out_dir.join("requests.parquet"), None)
         .expect("fit reads the simulation's requests.parquet");
     assert_eq!(
         simulated.len(),
         fit.len(),
-        "requests simulated vs in the log"
+        "{format}: requests simulated vs in the log"
     );
-    assert_eq!(simulated.arrival_ns, fit.arrival_ns, "arrivals");
-    assert_eq!(simulated.input_tokens, fit.input_tokens, "input tokens");
-    assert_eq!(simulated.output_tokens, fit.output_tokens, "output tokens");
+    assert_eq!(simulated.arrival_ns, fit.arrival_ns, "{format}: arrivals");
+    assert_eq!(
+        simulated.input_tokens, fit.input_tokens,
+        "{format}: input tokens"
+    );
+    assert_eq!(
+        simulated.output_tokens, fit.output_tokens,
+        "{format}: output tokens"
+    );
+    out
+}
+
+#[test]
+fn simulate_format_vllm_rebases_the_servers_clock_and_keeps_every_latency() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = ground_truth("vllm-rtx4090-llama-3.1-8b");
+    let simulate = |name: &str, extra: &[&str]| {
+        let out_dir = dir.path().join(name);
+        let mut args = vec![
+            "simulate",
+            "--scenario",
+            "scenarios/vllm-rtx4090-llama-3.1-8b.toml",
+            "--format",
+            "vllm",
+            log.to_str().expect("utf-8"),
+            "-o",
+            out_dir.to_str().expect("utf-8"),
+        ];
+        args.extend_from_slice(extra);
+        let out = capsim(&args);
+        assert!(out.status.success(), "{}", text(&out));
+        out_dir.join("requests.parquet")
+    };
+    let rebased = simulate("rebased", &[]);
+    // --keep-offsets keeps queued_ts as it is: the run before the clock was rebased.
+    let kept = simulate("kept", &["--keep-offsets"]);
+    let arrivals = |path: &Path| {
+        let opts = capsim_trace::IngestOptions {
+            format: Some(capsim_trace::Format::Capsim),
+            keep_offsets: true,
+            ..capsim_trace::IngestOptions::default()
+        };
+        let (trace, _) = capsim_trace::read_trace(&[path.to_path_buf()], &opts).expect("read");
+        trace.arrival_ns().to_vec()
+    };
+    let first_queued_ns = ground_truth_rows()
+        .iter()
+        .map(|r| (f(r, "queued_ts") * 1e9).round() as u64)
+        .min()
+        .expect("a request");
+    assert!(
+        first_queued_ns > 1_000_000_000,
+        "the log's clock starts late"
+    );
+    let (rebased_ns, kept_ns) = (arrivals(&rebased), arrivals(&kept));
+    assert_eq!(rebased_ns[0], 0, "the first request arrives at 0");
+    assert_eq!(kept_ns[0], first_queued_ns, "kept: at its queued_ts");
+    let shifted: Vec<u64> = kept_ns.iter().map(|a| a - first_queued_ns).collect();
+    assert_eq!(rebased_ns, shifted, "the same arrivals, shifted");
+    let (rebased, kept) = (
+        capsim_fit::read_log(&rebased, None).expect("rebased run"),
+        capsim_fit::read_log(&kept, None).expect("kept run"),
+    );
+    assert_eq!(rebased.ttft_ns, kept.ttft_ns, "TTFT");
+    assert_eq!(rebased.e2e_ns, kept.e2e_ns, "end-to-end latency");
+    assert_eq!(rebased.output_tokens, kept.output_tokens, "output tokens");
 }

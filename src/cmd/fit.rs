@@ -11,8 +11,8 @@ use capsim_endpoint::triton::{ModelStats, ServerOverheads, ServerRequestTimes};
 use capsim_fit::dynamic::{BatchLog, bootstrap_affine, fit_dynamic, read_batch_log};
 use capsim_fit::meta::read_run_meta;
 use capsim_fit::{
-    FitConfig, FitResult, LogFormat, LogMap, MeasuredLog, bootstrap, compare, describe_intervals,
-    fit, read_log_as,
+    FitConfig, FitResult, LogMap, MeasuredLog, bootstrap, compare, describe_intervals, fit,
+    parse_log_format, read_log_as,
 };
 use capsim_report::plot::{CdfPlot, CdfSeries, PlotSize, draw_latency_cdf};
 use capsim_sim::Scenario;
@@ -40,9 +40,8 @@ pub struct FitArgs {
     /// overheads per deployment) and each is predicted from a fit of the others.
     #[arg(long = "log", value_name = "LOG", required = true)]
     pub logs: Vec<PathBuf>,
-    /// Read LOG as this format instead of the one its content shows: vllm, capsim,
-    /// inference-perf or aiperf.
-    #[arg(long, value_name = "FORMAT")]
+    // Read LOG as this format instead of the one its content shows (`format_help`).
+    #[arg(long, value_name = "FORMAT", help = format_help())]
     pub format: Option<String>,
     /// Read LOG (CSV, JSON lines or Parquet) through this map of its columns:
     /// `arrival=COL[:UNIT],input_tokens=COL,output_tokens=COL` plus `first_token=COL[:UNIT],
@@ -335,6 +334,18 @@ fn run_triton(scenario: &Scenario, args: &FitArgs, stats: &ModelStats) -> Result
     Ok(())
 }
 
+/// `--format`'s help: the formats fit reads, from the trace crate's table, each with its line.
+fn format_help() -> String {
+    let formats: Vec<String> = capsim_trace::Format::all()
+        .filter(|f| f.has_latencies())
+        .map(|f| format!("{} ({})", f.name(), f.describe()))
+        .collect();
+    format!(
+        "Read LOG as this format instead of the one its content shows: {}",
+        formats.join(", ")
+    )
+}
+
 /// The measured log at `path`, read with `--map` and `--format` (bad input names the flag's
 /// value or the file).
 fn read_measured_log(args: &FitArgs, path: &Path) -> Result<MeasuredLog> {
@@ -347,7 +358,7 @@ fn read_measured_log(args: &FitArgs, path: &Path) -> Result<MeasuredLog> {
     let format = args
         .format
         .as_deref()
-        .map(LogFormat::parse)
+        .map(parse_log_format)
         .transpose()
         .map_err(|e| BadInput(e.to_string()))?;
     Ok(read_log_as(path, map.as_ref(), format).map_err(|e| BadInput(e.to_string()))?)

@@ -22,11 +22,10 @@
 
 use std::path::Path;
 
+use capsim_trace::Format;
 use serde_json::Value;
 
-use super::log::{
-    Excluded, LogError, LogFormat, MeasuredLog, Row, exclude, into_log, read_text, token_count,
-};
+use super::log::{Excluded, LogError, MeasuredLog, Row, exclude, into_log, read_text, token_count};
 
 /// Reads AIPerf's `profile_export.jsonl` (see the module docs).
 pub fn read_aiperf(path: &Path) -> Result<MeasuredLog, LogError> {
@@ -58,7 +57,7 @@ pub fn read_aiperf(path: &Path) -> Result<MeasuredLog, LogError> {
         }
         rows.push(read_record(&record).map_err(row_err)?);
     }
-    Ok(into_log(rows, LogFormat::Aiperf.describe(), excluded))
+    Ok(into_log(rows, Format::Aiperf.describe(), excluded))
 }
 
 /// Nanoseconds in one `unit` of an AIPerf time metric.

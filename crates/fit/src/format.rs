@@ -5,28 +5,65 @@
 
 use std::path::Path;
 
+use capsim_trace::Format;
+
 use super::aiperf::read_aiperf;
 use super::inference_perf::read_inference_perf;
 use super::log::{
-    LogError, LogFormat, MIN_REQUESTS, MeasuredLog, is_parquet, read_capsim_parquet, read_text,
+    LogError, MIN_REQUESTS, MeasuredLog, is_parquet, read_capsim_parquet, read_text,
     read_vllm_jsonl,
 };
 use super::mapped::{LogMap, read_mapped};
+
+/// The measured-log format `--format` names: one of the trace crate's formats
+/// ([`Format::parse`], the one table of names) that carries latencies
+/// ([`Format::has_latencies`]); another name is an error listing those.
+pub fn parse_log_format(name: &str) -> Result<Format, LogError> {
+    match Format::parse(name) {
+        Ok(format) if format.has_latencies() => Ok(format),
+        Ok(format) => Err(no_latencies(format.name())),
+        Err(_) => Err(LogError::Format {
+            given: name.to_string(),
+            message: format!("unknown; give one of {}", latency_formats()),
+        }),
+    }
+}
+
+/// The formats fit reads, `a, b, c`.
+fn latency_formats() -> String {
+    Format::all()
+        .filter(|f| f.has_latencies())
+        .map(Format::name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `--format NAME` names a trace without per-request latencies.
+fn no_latencies(name: &str) -> LogError {
+    LogError::Format {
+        given: name.to_string(),
+        message: format!(
+            "a trace of arrivals and sizes, without the latencies a fit compares with; give one \
+             of {}, or read the log's columns with --map",
+            latency_formats()
+        ),
+    }
+}
 
 /// Tells a log's format from its content: Parquet's magic bytes (capsim's requests.parquet), a
 /// JSON array (inference-perf's report), or the keys of the first JSON line: `metadata` and
 /// `metrics` for AIPerf, anything else for vLLM (whose reader names any key that is missing).
 /// Content that is neither Parquet nor JSON is [`LogError::UnknownFormat`].
-pub fn detect_format(path: &Path) -> Result<LogFormat, LogError> {
+pub fn detect_format(path: &Path) -> Result<Format, LogError> {
     if is_parquet(path)? {
-        return Ok(LogFormat::CapsimParquet);
+        return Ok(Format::Capsim);
     }
     let text = read_text(path)?;
     let unknown = || LogError::UnknownFormat {
         path: path.to_path_buf(),
     };
     match text.trim_start().as_bytes().first() {
-        Some(b'[') => Ok(LogFormat::InferencePerf),
+        Some(b'[') => Ok(Format::InferencePerf),
         Some(b'{') => {
             let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
             let value: serde_json::Value = serde_json::from_str(first).unwrap_or_default();
@@ -34,11 +71,7 @@ pub fn detect_format(path: &Path) -> Result<LogFormat, LogError> {
                 .get("metadata")
                 .is_some_and(serde_json::Value::is_object)
                 && value.get("metrics").is_some();
-            Ok(if aiperf {
-                LogFormat::Aiperf
-            } else {
-                LogFormat::Vllm
-            })
+            Ok(if aiperf { Format::Aiperf } else { Format::Vllm })
         }
         _ => Err(unknown()),
     }
@@ -56,12 +89,12 @@ pub fn read_log(path: &Path, map: Option<&LogMap>) -> Result<MeasuredLog, LogErr
 pub fn read_log_as(
     path: &Path,
     map: Option<&LogMap>,
-    format: Option<LogFormat>,
+    format: Option<Format>,
 ) -> Result<MeasuredLog, LogError> {
     let log = match (map, format) {
         (Some(_), Some(format)) => {
             return Err(LogError::Format {
-                given: LogFormat::NAMES[format as usize].to_string(),
+                given: format.name().to_string(),
                 message: "--map reads its own columns (of a CSV, JSON-lines or Parquet file); \
                           drop --format, or drop --map to read the tool's own layout"
                     .into(),
@@ -69,10 +102,11 @@ pub fn read_log_as(
         }
         (Some(map), None) => read_mapped(path, map)?,
         (None, format) => match format.map_or_else(|| detect_format(path), Ok)? {
-            LogFormat::Vllm => read_vllm_jsonl(path)?,
-            LogFormat::CapsimParquet => read_capsim_parquet(path)?,
-            LogFormat::InferencePerf => read_inference_perf(path)?,
-            LogFormat::Aiperf => read_aiperf(path)?,
+            Format::Vllm => read_vllm_jsonl(path)?,
+            Format::Capsim => read_capsim_parquet(path)?,
+            Format::InferencePerf => read_inference_perf(path)?,
+            Format::Aiperf => read_aiperf(path)?,
+            other => return Err(no_latencies(other.name())),
         },
     };
     if log.len() < MIN_REQUESTS {

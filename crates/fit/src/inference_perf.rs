@@ -24,11 +24,11 @@
 
 use std::path::Path;
 
+use capsim_trace::Format;
 use serde_json::Value;
 
 use super::log::{
-    Excluded, LogError, LogFormat, MeasuredLog, Row, exclude, into_log, read_text, seconds_to_ns,
-    token_count,
+    Excluded, LogError, MeasuredLog, Row, exclude, into_log, read_text, seconds_to_ns, token_count,
 };
 
 /// Reads inference-perf's `per_request_lifecycle_metrics.json` (see the module docs).
@@ -58,11 +58,7 @@ pub fn read_inference_perf(path: &Path) -> Result<MeasuredLog, LogError> {
         })?;
         rows.push(row);
     }
-    Ok(into_log(
-        rows,
-        LogFormat::InferencePerf.describe(),
-        excluded,
-    ))
+    Ok(into_log(rows, Format::InferencePerf.describe(), excluded))
 }
 
 /// The first of `paths` (JSON pointers) that holds a value.

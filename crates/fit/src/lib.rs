@@ -58,8 +58,8 @@ use rayon::prelude::*;
 use std::sync::Arc;
 
 pub use describe::{describe_intervals, untrusted};
-pub use format::{detect_format, read_log, read_log_as};
-pub use log::{Excluded, LogError, LogFormat, MeasuredLog};
+pub use format::{detect_format, parse_log_format, read_log, read_log_as};
+pub use log::{Excluded, LogError, MeasuredLog};
 pub use mapped::LogMap;
 pub use metrics::{Figures, LatencyMetrics, METRIC_NAMES};
 

@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int64Type, UInt32Type};
 use arrow_array::{Array, RecordBatch};
+use capsim_trace::Format;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 /// Fewest requests a log must hold for its percentiles to mean anything.
@@ -229,49 +230,6 @@ pub enum LogError {
         /// The records left out, in words ([`MeasuredLog::excluded_summary`]).
         excluded: String,
     },
-}
-
-/// A per-request log layout that a tool writes (a `--map` reads any other).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogFormat {
-    /// vLLM per-request records, JSON lines (`--format vllm`).
-    Vllm,
-    /// capsim's own `requests.parquet` (`--format capsim`).
-    CapsimParquet,
-    /// inference-perf's `per_request_lifecycle_metrics.json` (`--format inference-perf`).
-    InferencePerf,
-    /// AIPerf's `profile_export.jsonl` (`--format aiperf`).
-    Aiperf,
-}
-
-impl LogFormat {
-    /// The `--format` names, in [`LogFormat`] order.
-    pub const NAMES: [&'static str; 4] = ["vllm", "capsim", "inference-perf", "aiperf"];
-
-    /// The format named `name` (one of [`LogFormat::NAMES`]); an unknown name is an error
-    /// listing them.
-    pub fn parse(name: &str) -> Result<LogFormat, LogError> {
-        match name.to_ascii_lowercase().as_str() {
-            "vllm" => Ok(LogFormat::Vllm),
-            "capsim" => Ok(LogFormat::CapsimParquet),
-            "inference-perf" | "inference_perf" => Ok(LogFormat::InferencePerf),
-            "aiperf" => Ok(LogFormat::Aiperf),
-            _ => Err(LogError::Format {
-                given: name.to_string(),
-                message: format!("unknown; give one of {}", LogFormat::NAMES.join(", ")),
-            }),
-        }
-    }
-
-    /// What the format is, in words, for the fit's output.
-    pub fn describe(self) -> &'static str {
-        match self {
-            LogFormat::Vllm => "vLLM per-request records",
-            LogFormat::CapsimParquet => "capsim's requests.parquet",
-            LogFormat::InferencePerf => "inference-perf per-request lifecycle metrics",
-            LogFormat::Aiperf => "AIPerf per-record export",
-        }
-    }
 }
 
 /// Parquet files start (and end) with these four bytes.
@@ -487,7 +445,7 @@ pub fn read_vllm_jsonl(path: &Path) -> Result<MeasuredLog, LogError> {
             submit_delay_ns: Some((queued - queued0) - (arrival - arrival0)),
         });
     }
-    Ok(into_log(rows, LogFormat::Vllm.describe(), Vec::new()))
+    Ok(into_log(rows, Format::Vllm.describe(), Vec::new()))
 }
 
 fn parquet_err(path: &Path, e: impl std::fmt::Display) -> LogError {
@@ -515,11 +473,7 @@ pub fn read_capsim_parquet(path: &Path) -> Result<MeasuredLog, LogError> {
         read_batch(path, &batch, base_row, &mut rows, &mut excluded)?;
         base_row += batch.num_rows();
     }
-    Ok(into_log(
-        rows,
-        LogFormat::CapsimParquet.describe(),
-        excluded,
-    ))
+    Ok(into_log(rows, Format::Capsim.describe(), excluded))
 }
 
 fn read_batch(
@@ -585,8 +539,9 @@ fn read_batch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::{detect_format, read_log, read_log_as};
+    use crate::format::{detect_format, parse_log_format, read_log, read_log_as};
     use crate::mapped::LogMap;
+    use capsim_trace::Format;
 
     fn record(i: usize, queued: f64, first: f64, last: f64) -> String {
         format!(
@@ -696,17 +651,17 @@ mod tests {
     fn the_format_is_told_by_content_not_by_name() {
         let dir = tempfile::tempdir().unwrap();
         let vllm = write(dir.path(), "a.log", &good_log(1));
-        assert_eq!(detect_format(&vllm).unwrap(), LogFormat::Vllm);
+        assert_eq!(detect_format(&vllm).unwrap(), Format::Vllm);
         let aiperf = write(
             dir.path(),
             "b.jsonl",
             "{\"metadata\": {\"request_start_ns\": 1}, \"metrics\": {}, \"error\": null}\n",
         );
-        assert_eq!(detect_format(&aiperf).unwrap(), LogFormat::Aiperf);
+        assert_eq!(detect_format(&aiperf).unwrap(), Format::Aiperf);
         let ip = write(dir.path(), "c.json", "  [\n {\"start_time\": 1}]");
-        assert_eq!(detect_format(&ip).unwrap(), LogFormat::InferencePerf);
+        assert_eq!(detect_format(&ip).unwrap(), Format::InferencePerf);
         let pq = write(dir.path(), "d.jsonl", "PAR1 and more");
-        assert_eq!(detect_format(&pq).unwrap(), LogFormat::CapsimParquet);
+        assert_eq!(detect_format(&pq).unwrap(), Format::Capsim);
         let err = detect_format(&write(dir.path(), "e.csv", "a,b\n1,2\n"))
             .unwrap_err()
             .to_string();
@@ -715,15 +670,25 @@ mod tests {
 
     #[test]
     fn a_format_with_a_map_or_an_unknown_one_is_refused() {
-        let err = LogFormat::parse("genai-perf").unwrap_err().to_string();
+        let err = parse_log_format("genai-perf").unwrap_err().to_string();
         assert!(
             err.contains("vllm, capsim, inference-perf, aiperf"),
             "{err}"
         );
+        let err = parse_log_format("azure").unwrap_err().to_string();
+        assert!(
+            err.contains("--format \"azure\": a trace of arrivals and sizes")
+                && err.contains("vllm, capsim, inference-perf, aiperf"),
+            "{err}"
+        );
+        assert_eq!(
+            parse_log_format("Inference_Perf").unwrap(),
+            Format::InferencePerf
+        );
         let dir = tempfile::tempdir().unwrap();
         let map = LogMap::parse("arrival=a,ttft=b,e2e=c,input_tokens=i,output_tokens=o").unwrap();
         let path = write(dir.path(), "r.jsonl", &good_log(25));
-        let err = read_log_as(&path, Some(&map), Some(LogFormat::Aiperf))
+        let err = read_log_as(&path, Some(&map), Some(Format::Aiperf))
             .unwrap_err()
             .to_string();
         assert!(

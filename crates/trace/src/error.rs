@@ -56,8 +56,8 @@ pub enum TraceError {
     NoInput,
     /// The format could not be told from the file name or header.
     #[error(
-        "{}: cannot tell the trace format (header: {header:?}); pass --format \
-         (parquet, csv, jsonl, azure, burstgpt, mooncake, vllm) and, for csv/jsonl, --map",
+        "{}: cannot tell the trace format (header: {header:?}); pass --format ({formats}) \
+         and, for csv/jsonl, --map",
         path.display()
     )]
     UnknownFormat {
@@ -65,6 +65,8 @@ pub enum TraceError {
         path: PathBuf,
         /// Its first line, cut to 80 characters, to show the user what was seen.
         header: String,
+        /// The `--format` names, from the format table.
+        formats: String,
     },
     /// A required column is missing.
     #[error(

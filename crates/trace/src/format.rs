@@ -18,7 +18,10 @@ use crate::TraceError;
 use crate::map::{MapError, MapKey, MapReader, map_entries};
 use crate::timestamp::TimeUnit;
 
-/// How a file is read. Presets are CSV or JSONL with a fixed [`ColumnMap`].
+/// How a file is read. Presets are CSV, JSONL or Parquet with a fixed [`ColumnMap`], or a load
+/// generator's export read at its own (nested) keys, which `--map` does not change. Each one's
+/// name, aliases and one-line description are in one table, which `--format`'s parsing, help and
+/// errors read, `capsim fit`'s included ([`Format::has_latencies`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
     /// Parquet: canonical columns, or any schema through `--map`.
@@ -35,51 +38,188 @@ pub enum Format {
     /// Mooncake JSONL (`timestamp` ms, `input_length`, `output_length`, `hash_ids`).
     Mooncake,
     /// vLLM per-request records JSONL, the measured log `capsim fit` reads: `queued_ts` s (the
-    /// server's clock, on which fit counts latencies), `input_toks`, `output_toks`.
+    /// server's monotonic clock, on which fit counts latencies; rebased to the first request),
+    /// `input_toks`, `output_toks`.
     Vllm,
+    /// capsim's own `requests.parquet` (a simulation's or a replay's): `arrival_ns`,
+    /// `input_tokens`, `output_tokens`.
+    Capsim,
+    /// inference-perf's `per_request_lifecycle_metrics.json`, a JSON array: `start_time` s,
+    /// the input and output tokens under `info`; failed entries left out.
+    InferencePerf,
+    /// AIPerf's `profile_export.jsonl`: `metadata.request_start_ns`, the sequence lengths under
+    /// `metrics`; failed and warm-up records left out.
+    Aiperf,
 }
 
+/// One `--format`: its name, the other spellings accepted, a line saying what it is, whether it
+/// is a preset (a layout with its own columns) and whether it carries per-request latencies.
+struct Entry {
+    format: Format,
+    name: &'static str,
+    aliases: &'static [&'static str],
+    about: &'static str,
+    preset: bool,
+    latencies: bool,
+}
+
+/// Every format, in [`Format`]'s order (a test checks it): the one list of `--format` names.
+const TABLE: [Entry; 10] = [
+    Entry {
+        format: Format::Parquet,
+        name: "parquet",
+        aliases: &[],
+        about: "Parquet, canonical columns or --map",
+        preset: false,
+        latencies: false,
+    },
+    Entry {
+        format: Format::Csv,
+        name: "csv",
+        aliases: &[],
+        about: "CSV with a header row, canonical names or --map",
+        preset: false,
+        latencies: false,
+    },
+    Entry {
+        format: Format::Jsonl,
+        name: "jsonl",
+        aliases: &["json"],
+        about: "one JSON object a line, canonical keys or --map",
+        preset: false,
+        latencies: false,
+    },
+    Entry {
+        format: Format::Azure,
+        name: "azure",
+        aliases: &[],
+        about: "Azure LLM inference trace CSV",
+        preset: true,
+        latencies: false,
+    },
+    Entry {
+        format: Format::BurstGpt,
+        name: "burstgpt",
+        aliases: &[],
+        about: "BurstGPT CSV",
+        preset: true,
+        latencies: false,
+    },
+    Entry {
+        format: Format::Mooncake,
+        name: "mooncake",
+        aliases: &[],
+        about: "Mooncake JSON lines",
+        preset: true,
+        latencies: false,
+    },
+    Entry {
+        format: Format::Vllm,
+        name: "vllm",
+        aliases: &[],
+        about: "vLLM per-request records",
+        preset: true,
+        latencies: true,
+    },
+    Entry {
+        format: Format::Capsim,
+        name: "capsim",
+        aliases: &[],
+        about: "capsim's requests.parquet",
+        preset: true,
+        latencies: true,
+    },
+    Entry {
+        format: Format::InferencePerf,
+        name: "inference-perf",
+        aliases: &["inference_perf"],
+        about: "inference-perf per-request lifecycle metrics",
+        preset: true,
+        latencies: true,
+    },
+    Entry {
+        format: Format::Aiperf,
+        name: "aiperf",
+        aliases: &[],
+        about: "AIPerf per-record export",
+        preset: true,
+        latencies: true,
+    },
+];
+
 impl Format {
-    /// Parses a `--format` value.
+    /// Parses a `--format` value (any case); an unknown one is an error listing every name.
     pub fn parse(text: &str) -> Result<Format, TraceError> {
-        Ok(match text.to_ascii_lowercase().as_str() {
-            "parquet" => Format::Parquet,
-            "csv" => Format::Csv,
-            "jsonl" | "json" => Format::Jsonl,
-            "azure" => Format::Azure,
-            "burstgpt" => Format::BurstGpt,
-            "mooncake" => Format::Mooncake,
-            "vllm" => Format::Vllm,
-            _ => {
-                return Err(TraceError::BadOption {
-                    option: "--format",
-                    value: text.to_string(),
-                    reason: "use parquet, csv, jsonl, azure, burstgpt, mooncake or vllm"
-                        .to_string(),
-                });
-            }
-        })
+        let text_lower = text.to_ascii_lowercase();
+        TABLE
+            .iter()
+            .find(|e| e.name == text_lower || e.aliases.contains(&text_lower.as_str()))
+            .map(|e| e.format)
+            .ok_or_else(|| TraceError::BadOption {
+                option: "--format",
+                value: text.to_string(),
+                reason: format!("use {}", Format::list(|_| true)),
+            })
+    }
+
+    /// Every format, in the order help and errors list them.
+    pub fn all() -> impl Iterator<Item = Format> {
+        TABLE.iter().map(|e| e.format)
+    }
+
+    /// The names of the formats `keep` keeps, as `a, b or c`.
+    pub fn list(keep: impl Fn(Format) -> bool) -> String {
+        let names: Vec<&str> = Format::all()
+            .filter(|&f| keep(f))
+            .map(Format::name)
+            .collect();
+        match names.split_last() {
+            Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+            _ => names.join(""),
+        }
+    }
+
+    fn entry(self) -> &'static Entry {
+        &TABLE[self as usize]
     }
 
     /// The name `--format` accepts.
     pub fn name(self) -> &'static str {
-        match self {
-            Format::Parquet => "parquet",
-            Format::Csv => "csv",
-            Format::Jsonl => "jsonl",
-            Format::Azure => "azure",
-            Format::BurstGpt => "burstgpt",
-            Format::Mooncake => "mooncake",
-            Format::Vllm => "vllm",
-        }
+        self.entry().name
+    }
+
+    /// What the format is, in a few words (`vLLM per-request records`).
+    pub fn describe(self) -> &'static str {
+        self.entry().about
+    }
+
+    /// Whether it is a preset: a layout with its own columns (all but parquet, csv and jsonl).
+    pub fn is_preset(self) -> bool {
+        self.entry().preset
+    }
+
+    /// Whether its records carry per-request latencies, so that `capsim fit` reads it as a
+    /// measured log (vllm, capsim, inference-perf, aiperf); every format gives a trace.
+    pub fn has_latencies(self) -> bool {
+        self.entry().latencies
+    }
+
+    /// Whether the preset's arrival column is a clock with an arbitrary origin (vLLM's monotonic
+    /// `queued_ts`, hours or days of uptime; inference-perf's `perf_counter` seconds), so that
+    /// ingest rebases it to the first arrival as it does datetimes. A `--map` of another
+    /// arrival column reads that column as any number.
+    pub fn arrival_clock_is_arbitrary(self) -> bool {
+        matches!(self, Format::Vllm | Format::InferencePerf)
     }
 
     /// The container the format is read with.
     pub(crate) fn container(self) -> Container {
         match self {
-            Format::Parquet => Container::Parquet,
+            Format::Parquet | Format::Capsim => Container::Parquet,
             Format::Csv | Format::Azure | Format::BurstGpt => Container::Csv,
             Format::Jsonl | Format::Mooncake | Format::Vllm => Container::Jsonl,
+            Format::InferencePerf => Container::InferencePerf,
+            Format::Aiperf => Container::Aiperf,
         }
     }
 
@@ -118,6 +258,15 @@ impl Format {
                 output_tokens: Field::required("output_toks"),
                 ..ColumnMap::none()
             },
+            Format::Capsim => ColumnMap {
+                arrival: "arrival_ns".into(),
+                arrival_unit: Some(TimeUnit::Nanos),
+                input_tokens: "input_tokens".into(),
+                output_tokens: Field::required("output_tokens"),
+                ..ColumnMap::none()
+            },
+            Format::InferencePerf => INFERENCE_PERF.column_map(),
+            Format::Aiperf => AIPERF.column_map(),
         }
     }
 }
@@ -127,6 +276,17 @@ pub(crate) enum Container {
     Parquet,
     Csv,
     Jsonl,
+    /// inference-perf's JSON array, read at its own keys (`read/loadgen.rs`); no `--map`.
+    InferencePerf,
+    /// AIPerf's JSON lines, read at its own keys (`read/loadgen.rs`); no `--map`.
+    Aiperf,
+}
+
+impl Container {
+    /// Whether the reader takes its keys from a [`ColumnMap`] (and so `--map` applies).
+    pub(crate) fn mapped(self) -> bool {
+        !matches!(self, Container::InferencePerf | Container::Aiperf)
+    }
 }
 
 /// Where an optional canonical column comes from.
@@ -139,7 +299,7 @@ pub struct Field {
 }
 
 impl Field {
-    fn required(column: &str) -> Field {
+    pub(crate) fn required(column: &str) -> Field {
         Field {
             column: Some(column.to_string()),
             required: true,
@@ -221,7 +381,7 @@ impl ColumnMap {
         }
     }
 
-    fn none() -> ColumnMap {
+    pub(crate) fn none() -> ColumnMap {
         ColumnMap {
             arrival: String::new(),
             arrival_unit: None,
@@ -301,7 +461,75 @@ fn map_reason(error: &MapError) -> String {
     }
 }
 
-/// Decides the format of `path` from its extension and first bytes (header line or JSON keys).
+/// Where a layout keeps a record's arrival and sizes: JSON pointers, each list tried in order
+/// (the first that holds a non-null value is read).
+pub(crate) struct Fields {
+    /// The arrival, in `arrival_unit`.
+    pub arrival: &'static str,
+    /// The arrival's unit.
+    pub arrival_unit: TimeUnit,
+    /// The input (prompt) tokens.
+    pub input: &'static [&'static str],
+    /// The output (generated) tokens.
+    pub output: &'static [&'static str],
+    /// Whether a record whose `metadata.benchmark_phase` is `warmup` is left out.
+    pub skip_warmup: bool,
+}
+
+impl Fields {
+    /// The keys as a [`ColumnMap`], each at its first spelling (dotted), for display: the reader
+    /// reads the [`Fields`] themselves.
+    pub(crate) fn column_map(&self) -> ColumnMap {
+        ColumnMap {
+            arrival: dotted(self.arrival),
+            arrival_unit: Some(self.arrival_unit),
+            input_tokens: dotted(self.input[0]),
+            output_tokens: Field::required(&dotted(self.output[0])),
+            ..ColumnMap::none()
+        }
+    }
+}
+
+/// inference-perf: `start_time` in seconds of the load generator's `time.perf_counter()`; the
+/// input tokens as the server counted them (`request_metrics.text`), else the older top-level
+/// count; the output tokens as the server reported them (`usage.completion_tokens`), else
+/// inference-perf's own count, in the current or the older layout.
+pub(crate) const INFERENCE_PERF: Fields = Fields {
+    arrival: "/start_time",
+    arrival_unit: TimeUnit::Seconds,
+    input: &[
+        "/info/request_metrics/text/input_tokens",
+        "/info/input_tokens",
+    ],
+    output: &[
+        "/info/response_metrics/server_usage/completion_tokens",
+        "/info/response_metrics/output_tokens",
+        "/info/output_tokens",
+    ],
+    skip_warmup: false,
+};
+
+/// AIPerf: `metadata.request_start_ns`, Unix nanoseconds (`time.time_ns()`); the input and
+/// output sequence lengths (the output's every decoded token), else the older output count.
+pub(crate) const AIPERF: Fields = Fields {
+    arrival: "/metadata/request_start_ns",
+    arrival_unit: TimeUnit::Nanos,
+    input: &["/metrics/input_sequence_length/value"],
+    output: &[
+        "/metrics/output_sequence_length/value",
+        "/metrics/output_token_count/value",
+    ],
+    skip_warmup: true,
+};
+
+/// A JSON pointer as the dotted key a person reads: `/info/input_tokens` as `info.input_tokens`.
+pub(crate) fn dotted(pointer: &str) -> String {
+    pointer.trim_start_matches('/').replace('/', ".")
+}
+
+/// Decides the format of `path` from its extension and first bytes (header line or JSON keys):
+/// a JSON array is inference-perf's report, a first JSON line with a `metadata` object and
+/// `metrics` AIPerf's export (as `capsim fit` tells them).
 pub fn detect(path: &Path) -> Result<Format, TraceError> {
     let mut head = vec![0u8; 4096];
     let n = std::fs::File::open(path)
@@ -322,14 +550,23 @@ pub fn detect(path: &Path) -> Result<Format, TraceError> {
     let first_line = head.split(|&b| b == b'\n').next().unwrap_or_default();
     let first_line = String::from_utf8_lossy(first_line).trim().to_string();
     let looks_json = first_line.starts_with('{');
+    if first_line.starts_with('[') && ext != "csv" {
+        // One JSON array, not a line per record: inference-perf's report.
+        return Ok(Format::InferencePerf);
+    }
     if ext == "jsonl" || ext == "json" || looks_json {
-        let keys: Vec<String> =
-            serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&first_line)
-                .map(|m| m.keys().cloned().collect())
-                .unwrap_or_default();
-        let has = |k: &str| keys.iter().any(|x| x == k);
+        let first = serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&first_line)
+            .unwrap_or_default();
+        let has = |k: &str| first.contains_key(k);
         if has("timestamp") && has("input_length") && has("output_length") {
             return Ok(Format::Mooncake);
+        }
+        if first
+            .get("metadata")
+            .is_some_and(serde_json::Value::is_object)
+            && has("metrics")
+        {
+            return Ok(Format::Aiperf);
         }
         return Ok(Format::Jsonl);
     }
@@ -347,6 +584,10 @@ pub fn detect(path: &Path) -> Result<Format, TraceError> {
     Err(TraceError::UnknownFormat {
         path: path.to_path_buf(),
         header: first_line.chars().take(80).collect(),
+        formats: Format::all()
+            .map(Format::name)
+            .collect::<Vec<_>>()
+            .join(", "),
     })
 }
 
@@ -373,6 +614,29 @@ mod tests {
         assert_eq!(map.arrival_unit, Some(TimeUnit::Seconds));
         assert_eq!(map.output_tokens, Field::default());
         assert_eq!(map.input_tokens, "ContextTokens");
+    }
+
+    #[test]
+    fn the_table_lists_every_format_once_in_enum_order() {
+        for (i, entry) in TABLE.iter().enumerate() {
+            assert_eq!(entry.format as usize, i, "{}", entry.name);
+            assert_eq!(Format::parse(entry.name).unwrap(), entry.format);
+            for alias in entry.aliases {
+                assert_eq!(Format::parse(alias).unwrap(), entry.format);
+            }
+        }
+        assert_eq!(
+            Format::list(Format::has_latencies),
+            "vllm, capsim, inference-perf or aiperf"
+        );
+        let err = Format::parse("genai-perf").unwrap_err().to_string();
+        assert!(
+            err.ends_with(
+                "use parquet, csv, jsonl, azure, burstgpt, mooncake, vllm, capsim, \
+                           inference-perf or aiperf"
+            ),
+            "{err}"
+        );
     }
 
     #[test]
@@ -409,6 +673,16 @@ mod tests {
                 Format::Mooncake,
             ),
             ("d.csv", "arrival,input_tokens\n", Format::Csv),
+            (
+                "e.json",
+                "[\n  {\"start_time\": 1.5}\n]\n",
+                Format::InferencePerf,
+            ),
+            (
+                "f.jsonl",
+                "{\"metadata\": {\"request_start_ns\": 1}, \"metrics\": {}, \"error\": null}\n",
+                Format::Aiperf,
+            ),
         ];
         for (name, text, want) in cases {
             let path = dir.path().join(name);

@@ -4,7 +4,9 @@
 //! same column mapping; the parts are concatenated, stably sorted by arrival (the number of rows
 //! that arrived out of order is reported), and rebased: datetimes, and numbers that can only be
 //! wall-clock times (see [`WALL_CLOCK_FLOOR_UNIX_NS`]), start at the earliest arrival with the
-//! wall-clock start kept; other numbers are offsets from the trace's start and keep their values.
+//! wall-clock start kept; so do a preset's clock times with an arbitrary origin (vLLM's
+//! `queued_ts`, inference-perf's `start_time`), with no wall-clock start; other numbers are
+//! offsets from the trace's start and keep their values.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -26,8 +28,9 @@ pub struct IngestOptions {
     pub maps: Vec<String>,
     /// Skip and count rows with unusable values instead of failing on the first.
     pub skip_invalid: bool,
-    /// Keep numeric arrivals as offsets even when they are wall-clock times (the run then starts
-    /// at time 0, with a gap before the first request).
+    /// Keep numeric arrivals as offsets even when they are wall-clock times, or a preset's clock
+    /// with an arbitrary origin (the run then starts at time 0, with a gap before the first
+    /// request).
     pub keep_offsets: bool,
 }
 
@@ -52,6 +55,10 @@ pub enum TimeOrigin {
     /// Unix times kept as offsets, as `keep_offsets` asked: time 0 is 1970-01-01, and the trace
     /// carries no separate wall-clock start.
     UnixNumbersKept,
+    /// Times of a clock with an arbitrary origin, as a preset's arrival column is (vLLM's
+    /// monotonic `queued_ts`, inference-perf's `perf_counter` seconds), rebased so that the
+    /// earliest request arrives at 0; `keep_offsets` keeps them as they are ([`Offsets`](Self::Offsets)).
+    ArbitraryClock,
 }
 
 impl TimeOrigin {
@@ -66,12 +73,17 @@ impl TimeOrigin {
             TimeOrigin::UnixNumbersKept => {
                 "Unix times kept as offsets (--keep-offsets): time 0 is 1970-01-01"
             }
+            TimeOrigin::ArbitraryClock => {
+                "times of the log's own clock (an arbitrary origin), rebased to the first arrival \
+                 (--keep-offsets keeps them as they are)"
+            }
         }
     }
 }
 
 /// What ingest (and the transforms after it) did, so that every row read is accounted for:
-/// `rows_read == rows_skipped + rows + dropped_by_window + dropped_by_sample + dropped_by_limit`.
+/// `rows_read == rows_skipped + rows_left_out + rows + dropped_by_window + dropped_by_sample +
+/// dropped_by_limit`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct IngestReport {
     /// Per file: path, format, data rows read, rows skipped.
@@ -82,6 +94,13 @@ pub struct IngestReport {
     pub rows_skipped: u64,
     /// Skipped rows by reason (labels as in [`InvalidReason::label`](crate::error::InvalidReason::label)).
     pub skipped_by_reason: BTreeMap<String, u64>,
+    /// Records the format leaves out, neither kept nor invalid: a load generator's failed
+    /// requests and warm-up (inference-perf, AIPerf), as `capsim fit` leaves them out.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub rows_left_out: u64,
+    /// Those records by reason (`failed (error set)`, `warmup`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub left_out_by_reason: BTreeMap<String, u64>,
     /// Rows that arrived earlier than a row before them in the input (they were sorted).
     pub out_of_order: u64,
     /// What the arrival times were read as, and where time 0 is.
@@ -121,11 +140,16 @@ impl IngestReport {
     pub fn adds_up(&self) -> bool {
         self.rows_read
             == self.rows_skipped
+                + self.rows_left_out
                 + self.rows
                 + self.dropped_by_window
                 + self.dropped_by_sample
                 + self.dropped_by_limit
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// File extensions read from a directory.
@@ -180,22 +204,8 @@ pub fn read_trace(
             Some(f) => f,
             None => format::detect(path)?,
         };
-        let mut map: ColumnMap = format.base_map();
-        for spec in &opts.maps {
-            map.apply(spec)?;
-        }
-        let ro = ReadOptions {
-            map: &map,
-            skip_invalid: opts.skip_invalid,
-        };
-        let mut part = match format.container() {
-            format::Container::Parquet => read::parquet::read(path, &ro)?,
-            format::Container::Csv => read::csv::read(path, &ro)?,
-            format::Container::Jsonl => read::jsonl::read(path, &ro)?,
-        };
-        if let Some(inferred) = crate::arrival_unit::settle(&mut part, &map.arrival)? {
-            report.inferred_units.push(inferred);
-        }
+        let (part, inferred) = read_file(path, format, opts)?;
+        report.inferred_units.extend(inferred);
         let skipped: u64 = part.skipped.values().sum();
         report.files.push(FileReport {
             path: path.clone(),
@@ -209,6 +219,13 @@ pub fn read_trace(
             *report
                 .skipped_by_reason
                 .entry(reason.label().to_string())
+                .or_insert(0) += n;
+        }
+        for (&reason, n) in &part.left_out {
+            report.rows_left_out += n;
+            *report
+                .left_out_by_reason
+                .entry(reason.to_string())
                 .or_insert(0) += n;
         }
         merged = Some(match merged {
@@ -231,6 +248,12 @@ pub fn read_trace(
                 report.rows_skipped,
                 reasons(&report.skipped_by_reason)
             )
+        } else if report.rows_left_out > 0 {
+            format!(
+                "all {} records were left out by the format ({})",
+                report.rows_left_out,
+                reasons(&report.left_out_by_reason)
+            )
         } else {
             String::new()
         };
@@ -245,6 +268,47 @@ pub fn read_trace(
         .map_or(0, |f| f.iter().filter(|&&x| x).count() as u64);
     report.rows = trace.len() as u64;
     Ok((trace, report))
+}
+
+/// Reads one file in `format`, through the format's map and `opts.maps`; returns its part and
+/// the unit inferred for its arrivals, if one was.
+fn read_file(
+    path: &Path,
+    format: Format,
+    opts: &IngestOptions,
+) -> Result<(Part, Option<InferredUnit>), TraceError> {
+    let container = format.container();
+    let mut map: ColumnMap = format.base_map();
+    for spec in &opts.maps {
+        if !container.mapped() {
+            return Err(TraceError::BadMap {
+                spec: spec.clone(),
+                reason: format!(
+                    "--format {} reads its own keys (docs/trace-format.md); drop --map",
+                    format.name()
+                ),
+            });
+        }
+        map.apply(spec)?;
+    }
+    let ro = ReadOptions {
+        map: &map,
+        skip_invalid: opts.skip_invalid,
+    };
+    let mut part = match container {
+        format::Container::Parquet => read::parquet::read(path, &ro)?,
+        format::Container::Csv => read::csv::read(path, &ro)?,
+        format::Container::Jsonl => read::jsonl::read(path, &ro)?,
+        format::Container::InferencePerf => read::loadgen::read_inference_perf(path, &ro)?,
+        format::Container::Aiperf => read::loadgen::read_aiperf(path, &ro)?,
+    };
+    let inferred = crate::arrival_unit::settle(&mut part, &map.arrival)?;
+    // The preset's own arrival column keeps its meaning: a clock with an arbitrary origin.
+    let own_arrival = map.arrival == format.base_map().arrival;
+    if format.arrival_clock_is_arbitrary() && own_arrival && part.base == TimeBase::Offset {
+        part.base = TimeBase::Clock;
+    }
+    Ok((part, inferred))
 }
 
 fn describe_inputs(files: &[PathBuf]) -> String {
@@ -304,12 +368,20 @@ fn finish(mut b: Builder, base: TimeBase, keep_offsets: bool) -> (Columns, u64, 
     let min = b.arrival.first().copied().unwrap_or(0);
     let origin = match base {
         TimeBase::Unix => TimeOrigin::Datetimes,
-        TimeBase::Offset if min < WALL_CLOCK_FLOOR_UNIX_NS => TimeOrigin::Offsets,
-        TimeBase::Offset if keep_offsets => TimeOrigin::UnixNumbersKept,
-        TimeBase::Offset => TimeOrigin::UnixNumbers,
+        // A clock's times that can only be Unix times are read as such, like any number.
+        TimeBase::Offset | TimeBase::Clock if min >= WALL_CLOCK_FLOOR_UNIX_NS => {
+            if keep_offsets {
+                TimeOrigin::UnixNumbersKept
+            } else {
+                TimeOrigin::UnixNumbers
+            }
+        }
+        TimeBase::Clock if !keep_offsets => TimeOrigin::ArbitraryClock,
+        TimeBase::Offset | TimeBase::Clock => TimeOrigin::Offsets,
     };
     let (shift, start_unix_ns) = match origin {
         TimeOrigin::Datetimes | TimeOrigin::UnixNumbers => (min, Some(min)),
+        TimeOrigin::ArbitraryClock => (min, None),
         TimeOrigin::UnixNumbersKept | TimeOrigin::Offsets => (0, None),
     };
     // Same size and alignment: this collect reuses the allocation.
@@ -677,5 +749,46 @@ mod tests {
         assert_eq!(report.failed, 1);
         assert_eq!(trace.model().unwrap().get(1), "GPT-4");
         assert_eq!(trace.arrival_ns(), &[5_000_000_000, 7_000_000_000]);
+    }
+
+    #[test]
+    fn a_vllm_log_starts_at_its_first_request_unless_offsets_are_kept_or_arrival_remapped() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(
+            dir.path(),
+            "requests.jsonl",
+            "{\"queued_ts\": 27536.5, \"arrival_time\": 1.7e9, \"input_toks\": 3, \"output_toks\": 4}\n\
+             {\"queued_ts\": 27537.25, \"arrival_time\": 1.7e9, \"input_toks\": 5, \"output_toks\": 6}\n",
+        );
+        let read = |keep_offsets: bool, maps: &[&str]| {
+            let opts = IngestOptions {
+                format: Some(Format::Vllm),
+                keep_offsets,
+                maps: maps.iter().map(|m| m.to_string()).collect(),
+                ..IngestOptions::default()
+            };
+            read_trace(std::slice::from_ref(&p), &opts).unwrap()
+        };
+        let (trace, report) = read(false, &[]);
+        assert_eq!(trace.arrival_ns(), &[0, 750_000_000]);
+        assert_eq!(report.time_origin, TimeOrigin::ArbitraryClock);
+        assert_eq!(
+            trace.start_unix_ns(),
+            None,
+            "the clock's origin is no wall-clock time"
+        );
+        let (trace, report) = read(true, &[]);
+        assert_eq!(
+            trace.arrival_ns(),
+            &[27_536_500_000_000, 27_537_250_000_000]
+        );
+        assert_eq!(report.time_origin, TimeOrigin::Offsets);
+        // Another arrival column is read as any number (here Unix seconds, rebased).
+        let (_, report) = read(false, &["arrival=arrival_time:s"]);
+        assert_eq!(report.time_origin, TimeOrigin::UnixNumbers);
+        // The clock's unit may be restated; it is still the clock.
+        let (trace, report) = read(false, &["arrival=queued_ts:ms"]);
+        assert_eq!(trace.arrival_ns(), &[0, 750_000]);
+        assert_eq!(report.time_origin, TimeOrigin::ArbitraryClock);
     }
 }

@@ -135,6 +135,8 @@ proptest! {
         let (_d, dir) = tmp();
         let _ = read(&dir, "x.jsonl", &bytes, Some(Format::Jsonl), skip);
         let _ = read(&dir, "y.jsonl", &bytes, Some(Format::Mooncake), skip);
+        let _ = read(&dir, "z.json", &bytes, Some(Format::InferencePerf), skip);
+        let _ = read(&dir, "w.jsonl", &bytes, Some(Format::Aiperf), skip);
     }
 
     #[test]
@@ -151,6 +153,36 @@ proptest! {
             })
             .collect();
         let _ = read(&dir, "m.jsonl", text.as_bytes(), Some(Format::Mooncake), skip);
+    }
+
+    #[test]
+    fn load_generator_readers_never_panic_on_random_values(
+        rows in prop::collection::vec((field(), field(), field(), any::<bool>()), 1..20),
+        skip in any::<bool>(),
+    ) {
+        let (_d, dir) = tmp();
+        let q = |s: &str| if s.parse::<f64>().is_ok() { s.to_string() } else { format!("{s:?}") };
+        let entries: Vec<String> = rows
+            .iter()
+            .map(|(t, i, o, failed)| {
+                format!(
+                    "{{\"start_time\": {}, \"info\": {{\"input_tokens\": {}, \"output_tokens\": {}}}, \"error\": {}}}",
+                    q(t), q(i), q(o), if *failed { "{}" } else { "null" }
+                )
+            })
+            .collect();
+        let text = format!("[{}]", entries.join(",\n"));
+        let _ = read(&dir, "p.json", text.as_bytes(), Some(Format::InferencePerf), skip);
+        let text: String = rows
+            .iter()
+            .map(|(t, i, o, warmup)| {
+                format!(
+                    "{{\"metadata\": {{\"request_start_ns\": {}, \"benchmark_phase\": \"{}\"}}, \"metrics\": {{\"input_sequence_length\": {{\"value\": {}}}, \"output_sequence_length\": {{\"value\": {}}}}}, \"error\": null}}\n",
+                    q(t), if *warmup { "warmup" } else { "profiling" }, q(i), q(o)
+                )
+            })
+            .collect();
+        let _ = read(&dir, "p.jsonl", text.as_bytes(), Some(Format::Aiperf), skip);
     }
 
     #[test]

@@ -116,6 +116,7 @@ pub(crate) fn read(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceErr
         arrival_unstated: rows.unstated,
         rows_read,
         skipped: rows.issues.counts,
+        left_out: std::collections::BTreeMap::new(),
     })
 }
 

@@ -3,6 +3,7 @@
 //! The first object's keys decide which optional columns exist; a later object missing a key
 //! the first one had is an invalid row (missing value).
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -109,6 +110,7 @@ pub(crate) fn read(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceErr
         arrival_unstated: unstated,
         rows_read,
         skipped: issues.counts,
+        left_out: BTreeMap::new(),
     })
 }
 
@@ -195,7 +197,7 @@ fn read_optional(
     Ok(true)
 }
 
-fn arrival_value(v: &Value, unit: TimeUnit) -> Result<i64, InvalidReason> {
+pub(crate) fn arrival_value(v: &Value, unit: TimeUnit) -> Result<i64, InvalidReason> {
     match v {
         Value::Null => Err(InvalidReason::MissingValue),
         Value::String(s) if unit == TimeUnit::Datetime => {
@@ -214,7 +216,7 @@ fn arrival_value(v: &Value, unit: TimeUnit) -> Result<i64, InvalidReason> {
     }
 }
 
-fn size_value(v: Option<&Value>) -> Result<u32, InvalidReason> {
+pub(crate) fn size_value(v: Option<&Value>) -> Result<u32, InvalidReason> {
     match v {
         None | Some(Value::Null) => Err(InvalidReason::MissingValue),
         Some(Value::Number(n)) => match n.as_u64() {

@@ -6,6 +6,7 @@
 
 pub(crate) mod csv;
 pub(crate) mod jsonl;
+pub(crate) mod loadgen;
 pub(crate) mod parquet;
 
 use std::collections::BTreeMap;
@@ -22,6 +23,9 @@ pub(crate) enum TimeBase {
     Unix,
     /// Nanoseconds from the trace's start, as the log wrote them.
     Offset,
+    /// Nanoseconds of a clock with an arbitrary origin (vLLM's monotonic `queued_ts`,
+    /// inference-perf's `perf_counter`); the trace is rebased to start at the earliest.
+    Clock,
 }
 
 impl TimeBase {
@@ -29,6 +33,7 @@ impl TimeBase {
         match self {
             TimeBase::Unix => "wall-clock datetimes",
             TimeBase::Offset => "offsets from trace start",
+            TimeBase::Clock => "times of a clock with an arbitrary origin",
         }
     }
 }
@@ -303,6 +308,9 @@ pub(crate) struct Part {
     /// Data rows in the file (kept + skipped).
     pub rows_read: u64,
     pub skipped: BTreeMap<InvalidReason, u64>,
+    /// Records the format leaves out (a load generator's failed or warm-up requests), by
+    /// reason; neither kept nor invalid.
+    pub left_out: BTreeMap<&'static str, u64>,
 }
 
 /// Options every reader takes.

@@ -165,6 +165,7 @@ fn read_unguarded(path: &Path, opts: &ReadOptions<'_>) -> Result<Part, TraceErro
         arrival_unstated: unstated,
         rows_read,
         skipped: issues.counts,
+        left_out: std::collections::BTreeMap::new(),
     })
 }
 
