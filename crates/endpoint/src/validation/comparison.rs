@@ -18,7 +18,6 @@ use capsim_sim::summary::LatencyStats;
 use capsim_sim::{BatchShape, ServiceTime, Summary};
 use serde::Serialize;
 
-
 /// The share of a load's requests that may fail before the printout warns: past it the
 /// measured figures describe a server in trouble (a traced Triton that crashed mid-run failed
 /// 1,613 of 2,991).
