@@ -108,8 +108,9 @@ pub struct EndpointOptions {
     /// The server's Prometheus metrics (`http://HOST:PORT/metrics`), scraped every timeseries
     /// interval while the run goes, and once more at its end.
     pub metrics_url: Option<String>,
-    /// Once this many requests have timed out, no more are sent (those not sent are counted
-    /// as not sent): a hung server ends a run in a few timeouts instead of one per request.
+    /// Once this many requests have timed out, no more are sent (a closed loop's client may
+    /// send one more before it sees the stop; those not sent are counted as not sent): a hung
+    /// server ends a run in a few timeouts instead of one per request.
     /// `None`: every request is sent.
     pub stop_after_timeouts: Option<u64>,
 }

@@ -336,7 +336,8 @@ fn server_errors_and_stalls_are_counted_failures_with_their_reasons() {
     assert_eq!((counts.total, counts.failed), (3, 3), "{counts:?}");
     assert_eq!(counts.failed_by_reason.get("timeout"), Some(&3));
 
-    // A hung server: after two timeouts nothing more is sent, and what was not is counted.
+    // A hung server: after two timeouts no more is sent (the one client may have sent its
+    // next before the stop reached it), and what was not is counted.
     o.stop_after_timeouts = Some(2);
     o.mode = LoadMode::Closed {
         concurrency: 1,
@@ -344,8 +345,12 @@ fn server_errors_and_stalls_are_counted_failures_with_their_reasons() {
     };
     let run = measure(&trace(50, 1, 1), &o);
     let counts = &run.summary.requests;
-    assert_eq!((counts.total, counts.failed), (2, 2), "{counts:?}");
-    assert_eq!(run.summary.load.as_ref().map(|l| l.not_sent), Some(48));
+    assert!(
+        (2..=3).contains(&counts.total) && counts.failed == counts.total,
+        "{counts:?}"
+    );
+    let not_sent = run.summary.load.as_ref().map(|l| l.not_sent);
+    assert_eq!(not_sent, Some(50 - counts.total), "{counts:?}");
 }
 
 #[test]
