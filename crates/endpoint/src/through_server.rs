@@ -8,11 +8,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use capsim_sim::RequestRecord;
-use capsim_trace::{Columns, Trace};
+use capsim_trace::{Arrivals, Sizes, SynthSpec, Trace, synthesize};
 
 use crate::validation::scaled_trace;
 use crate::validation::triton::{ModelStats, ServerOverheads, model_stats};
-use crate::{EndpointError, EndpointOptions, LoadMode, Reporting, replay};
+use crate::{EndpointError, EndpointOptions, LoadMode, MeasuredRun, Reporting, replay};
 
 /// One closed-loop run of a calibration.
 #[derive(Debug, Clone, PartialEq)]
@@ -24,6 +24,8 @@ pub struct ClosedLoopRun {
     /// Of them, those that failed (at most [`MAX_FAILED_SHARE`] of them: a server's queue
     /// timeout, say); the statistics and the path are the answered ones'.
     pub failed: u64,
+    /// Requests completed per second (the run's summary's throughput).
+    pub throughput_rps: f64,
     /// The path outside the server in this run: the client's mean end to end against the
     /// server's mean time per request over this run alone. `None` when the server's statistics
     /// hold no request times.
@@ -183,7 +185,6 @@ pub fn calibrate_through_server(
     let before = model_stats(&options.base_url, &options.model)?;
     let mut runs = Vec::with_capacity(concurrencies.len());
     let mut last = before.clone();
-    let mut deepest = Vec::new();
     let path_of = |now: &ModelStats, last: &ModelStats, records: &[RequestRecord], at: &str| {
         let source = PathBuf::from(format!(
             "{}/v2/models/{}/stats {at}",
@@ -200,9 +201,9 @@ pub fn calibrate_through_server(
             ..run
         });
         last = now;
-        deepest = records;
     }
-    let open = open_runs(trace, options, throughput_rps(&deepest))?;
+    let deepest = runs.iter().max_by_key(|r| r.concurrency);
+    let open = open_runs(trace, options, deepest.map_or(0.0, |r| r.throughput_rps))?;
     let now = model_stats(&options.base_url, &options.model)?;
     // A tenth of the rate one client sent back to back (its mean end to end).
     let one_client = runs
@@ -222,7 +223,8 @@ pub fn calibrate_through_server(
                 url: options.base_url.clone(),
                 message: format!("pacing the light-load run: {e}"),
             })?;
-        let records = checked_run(&open, options, LoadMode::Open, "an open loop at light load")?;
+        let records =
+            checked_run(&open, options, LoadMode::Open, "an open loop at light load")?.records;
         let now = model_stats(&options.base_url, &options.model)?;
         light = Some(LightRun {
             rate_rps,
@@ -239,24 +241,9 @@ pub fn calibrate_through_server(
     })
 }
 
-/// Completed requests per second over `records` (a run's): from the first send to the last
-/// answer. 0 without a completed request.
-fn throughput_rps(records: &[RequestRecord]) -> f64 {
-    let completed = records
-        .iter()
-        .filter(|r| r.outcome == capsim_sim::Outcome::Completed);
-    let first = records.iter().map(|r| r.arrival_ns).min().unwrap_or(0);
-    let last = completed.clone().map(|r| r.response_ns).max().unwrap_or(0);
-    let count = completed.count();
-    if count == 0 || last <= first {
-        return 0.0;
-    }
-    count as f64 / ((last - first) as f64 * 1e-9)
-}
-
-/// The open-loop runs at [`OPEN_FRACTIONS`] of `capacity_rps`: the trace's sizes in order,
-/// Poisson arrivals (seeded by the options' seed; the compared runs' arrivals are the trace's
-/// own), each run as many requests as the trace holds. None where the capacity is unknown.
+/// The open-loop runs at [`OPEN_FRACTIONS`] of `capacity_rps`: Poisson arrivals of sizes drawn
+/// from the trace's ([`capsim_trace::synthesize`], seeded by the options' seed; the compared
+/// runs' arrivals are the trace's own), each run as many requests as the trace holds. None where the capacity is unknown.
 fn open_runs(
     trace: &Trace,
     options: &EndpointOptions,
@@ -269,12 +256,23 @@ fn open_runs(
     for (k, &fraction) in OPEN_FRACTIONS.iter().enumerate() {
         let rate_rps = fraction * capacity_rps;
         let seed = capsim_sim::rng::splitmix64(options.seed ^ (k as u64 + 1));
-        let open = poisson_trace(trace, rate_rps, seed).map_err(|e| EndpointError::Protocol {
+        let open = synthesize(&SynthSpec {
+            arrivals: Arrivals::Poisson,
+            rate_rps,
+            duration_ns: None,
+            count: Some(trace.len() as u64),
+            sizes: Sizes::Resampled {
+                input: trace.input_tokens().to_vec(),
+                output: None,
+            },
+            seed,
+        })
+        .map_err(|e| EndpointError::Protocol {
             url: options.base_url.clone(),
             message: format!("pacing the open-loop run at {rate_rps:.1} req/s: {e}"),
         })?;
         let what = format!("an open loop at {:.0}% of capacity", fraction * 100.0);
-        let records = checked_run(&open, options, LoadMode::Open, &what)?;
+        let records = checked_run(&open, options, LoadMode::Open, &what)?.records;
         runs.push(OpenRun {
             fraction,
             rate_rps,
@@ -283,27 +281,6 @@ fn open_runs(
         });
     }
     Ok(runs)
-}
-
-/// `trace`'s input sizes in order, arriving at exponential gaps of mean `1 / rate_rps`, from 0.
-fn poisson_trace(
-    trace: &Trace,
-    rate_rps: f64,
-    seed: u64,
-) -> Result<Trace, Box<capsim_trace::TraceError>> {
-    use rand::{RngExt, SeedableRng};
-    let mut rng = capsim_sim::rng::SimRng::seed_from_u64(seed);
-    let mean_gap_ns = 1e9 / rate_rps;
-    let mut at_ns = 0.0_f64;
-    let mut columns = Columns::default();
-    for &tokens in trace.input_tokens() {
-        columns.arrival_ns.push(at_ns.round() as u64);
-        columns.input_tokens.push(tokens);
-        // Inverse transform of a uniform in (0, 1].
-        let u: f64 = 1.0 - rng.random::<f64>();
-        at_ns += -u.ln() * mean_gap_ns;
-    }
-    Trace::from_columns(columns).map_err(Box::new)
 }
 
 /// One closed-loop run of `trace` from `concurrency` clients and its records (no path yet); an
@@ -317,26 +294,27 @@ fn closed_loop(
         concurrency,
         think_time: Duration::ZERO,
     };
-    let records = checked_run(trace, options, mode, &format!("concurrency {concurrency}"))?;
+    let run = checked_run(trace, options, mode, &format!("concurrency {concurrency}"))?;
     Ok((
         ClosedLoopRun {
             concurrency,
-            requests: records.len() as u64,
-            failed: failed(&records),
+            requests: run.records.len() as u64,
+            failed: failed(&run.records),
+            throughput_rps: run.summary.throughput_rps,
             path: None,
         },
-        records,
+        run.records,
     ))
 }
 
-/// One run of `trace` in `mode` (`what` names it in the error) and its records; an error when
+/// One run of `trace` in `mode` (`what` names it in the error), measured; an error when
 /// a request failed.
 fn checked_run(
     trace: &Trace,
     options: &EndpointOptions,
     mode: LoadMode,
     what: &str,
-) -> Result<Vec<RequestRecord>, EndpointError> {
+) -> Result<MeasuredRun, EndpointError> {
     let run = replay(
         trace,
         &EndpointOptions {
@@ -370,7 +348,7 @@ fn checked_run(
             ),
         });
     }
-    Ok(run.records)
+    Ok(run)
 }
 
 /// Requests of `records` that did not complete.
