@@ -826,12 +826,14 @@ fn calibrate_endpoint_fits_tritons_own_compute_per_batch_size_into_the_scenario(
         );
     }
     // The fit's table: each batch size's batches, Triton's mean compute and the fitted line
-    // there (a + b·n + c·n·E[longest]: the demo's inputs differ in length).
+    // there (a + b·n + c·n·E[longest]: the demo's inputs differ in length), times the size's
+    // level where calibrate wrote levels.
     let table: Vec<Value> = printed
         .lines()
         .filter_map(|line| {
             let cells: Vec<&str> = line.split_whitespace().collect();
-            let [size, batches, measured, fitted, error] = cells[..] else {
+            // A row may end with its size's level (`level 1.020`) after the error.
+            let [size, batches, measured, fitted, error, ..] = cells[..] else {
                 return None;
             };
             error.strip_suffix('%')?.parse::<f64>().ok()?;

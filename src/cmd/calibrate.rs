@@ -150,7 +150,7 @@ pub struct CalibrateArgs {
     #[arg(long, value_name = "TRACE", requires = "endpoint")]
     pub trace: Option<PathBuf>,
     /// With --endpoint: the clients of each closed-loop run (default: powers of two from 1 to
-    /// twice max_batch_size times instance_count, which it ends with).
+    /// one and a half times max_batch_size times instance_count, which it ends with).
     #[arg(
         long,
         value_delimiter = ',',

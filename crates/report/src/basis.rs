@@ -284,11 +284,12 @@ fn service_words(scenario: &Scenario, path: &Path) -> (ServiceSource, String, Op
             b,
             c,
             d,
+            size_factors,
             residuals,
         }) => (
             ServiceSource::Unmeasured,
             format!(
-                "affine: {} per batch + {} per request + {} µs per padded input token (batch size × longest input){}{}",
+                "affine: {} per batch + {} per request + {} µs per padded input token (batch size × longest input){}{}{}",
                 ms(a.0),
                 ms(b.0),
                 trim(c.0 as f64 / 1e3),
@@ -299,6 +300,11 @@ fn service_words(scenario: &Scenario, path: &Path) -> (ServiceSource, String, Op
                     )
                 } else {
                     String::new()
+                },
+                if size_factors.is_some() {
+                    ", times each batch size's measured level"
+                } else {
+                    ""
                 },
                 if residuals.is_some() {
                     ", times measured residuals"

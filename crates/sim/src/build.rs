@@ -19,7 +19,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::scenario::{Scenario, ScenarioError, ServiceSpec, invalid, kv_blocks_of, residuals_of};
+use crate::scenario::{
+    Scenario, ScenarioError, ServiceSpec, invalid, kv_blocks_of, residuals_of, size_factors_of,
+};
 use crate::timing::model_config::ModelConfig;
 use crate::timing::operators::{Curve, OperatorStepTime, OperatorTable, read_all_reduce};
 use crate::timing::profile::ProfileServiceTime;
@@ -535,12 +537,14 @@ fn analytic_service(
             b,
             c,
             d,
+            size_factors,
             residuals,
         } => Arc::new(AffineService {
             a_ns: a.0 as f64,
             b_ns: b.0 as f64,
             c_ns: c.0 as f64,
             d_ns: d.0 as f64,
+            size_factors: size_factors_of(&key("service.size_factors"), size_factors)?,
             residuals: residuals_of(&key("service.residuals"), residuals)?,
         }),
         ServiceSpec::Profile { .. } => unreachable!("a profile is built from the cache"),

@@ -419,6 +419,9 @@ pub enum ServiceSpec {
         /// Cost per padded input token per token of its padded sequence (attention).
         #[serde(default)]
         d: DurationNs,
+        /// Each batch size's level over the line, from size 1 (sizes beyond the list take the
+        /// last): what a calibration through a server measured where the line misses.
+        size_factors: Option<Vec<f64>>,
         /// Observed ratios of measured to mean time.
         residuals: Option<Vec<f64>>,
     },

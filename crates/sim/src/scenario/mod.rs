@@ -44,7 +44,7 @@ use crate::quantity::DurationNs;
 use crate::timeseries::MAX_ROWS_LIMIT;
 use file::ScenarioFile;
 use pool::{check_size, validate_pool};
-pub(crate) use pool::{kv_blocks_of, residuals_of};
+pub(crate) use pool::{kv_blocks_of, residuals_of, size_factors_of};
 
 /// Why a scenario could not be read or changed. Messages name the file or key and quote the value.
 #[derive(Debug, thiserror::Error)]
@@ -1041,6 +1041,26 @@ mod tests {
             let name = key.split(' ').next().unwrap();
             assert!(err.contains(&format!("batcher.{name}")), "{key}: {err}");
         }
+    }
+
+    #[test]
+    fn size_factors_need_one_positive_level_or_more_and_name_the_bad_entry() {
+        let affine = "[batcher]\nmax_batch_size = 4\n[service]\nkind = \"affine\"\na = \"1ms\"\n";
+        let mut s = Scenario::from_toml_str(affine).unwrap();
+        s.set("service.size_factors", "[1.0, 1.2]").unwrap();
+        let err = s.set("service.size_factors", "[]").unwrap_err().to_string();
+        assert!(
+            err.contains("service.size_factors") && err.contains("is empty"),
+            "{err}"
+        );
+        let err = s
+            .set("service.size_factors", "[1.0, 1.1, -0.5]")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("service.size_factors") && err.contains("batch size 3"),
+            "{err}"
+        );
     }
 
     #[test]

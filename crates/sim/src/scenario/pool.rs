@@ -112,6 +112,33 @@ pub(crate) fn residuals_of(
     }
 }
 
+/// The affine service's levels per batch size (`service.size_factors`): empty without any;
+/// each given one must be finite and above 0, and there must be at least one.
+pub(crate) fn size_factors_of(
+    key: &str,
+    factors: &Option<Vec<f64>>,
+) -> Result<Vec<f64>, ScenarioError> {
+    match factors {
+        None => Ok(Vec::new()),
+        Some(f) if f.is_empty() => Err(invalid(
+            key,
+            "is empty; list each batch size's level from size 1, or leave the key out",
+        )),
+        Some(f) => match f.iter().position(|x| !(x.is_finite() && *x > 0.0)) {
+            Some(i) => Err(invalid(
+                key,
+                format!(
+                    "entry {} (batch size {}) is {}; each level must be finite and above 0",
+                    i,
+                    i + 1,
+                    f[i]
+                ),
+            )),
+            None => Ok(f.clone()),
+        },
+    }
+}
+
 /// Checks the replay inputs `inputs` against `pool` and stores them, validated, in it. Errors
 /// name the input as `replay.KEY`; on error the pool is unchanged (it is written only after
 /// every check).
@@ -483,7 +510,15 @@ fn check_batcher_and_execution(
 /// step.
 fn validate_service(key: &dyn Fn(&str) -> String, spec: &ServiceSpec) -> Result<(), ScenarioError> {
     match spec {
-        ServiceSpec::Constant { residuals, .. } | ServiceSpec::Affine { residuals, .. } => {
+        ServiceSpec::Constant { residuals, .. } => {
+            residuals_of(&key("service.residuals"), residuals).map(|_| ())
+        }
+        ServiceSpec::Affine {
+            residuals,
+            size_factors,
+            ..
+        } => {
+            size_factors_of(&key("service.size_factors"), size_factors)?;
             residuals_of(&key("service.residuals"), residuals).map(|_| ())
         }
         ServiceSpec::Exponential { mean } if mean.0 == 0 => {

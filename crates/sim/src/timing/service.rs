@@ -136,8 +136,8 @@ impl ServiceTime for ExponentialService {
 
 /// Batch time `a + b*size + c*size*max_input_tokens + d*size*max_input_tokens^2` nanoseconds
 /// (fixed overhead, per-request cost, per padded token cost, and per padded token of each
-/// padded sequence: a transformer's attention, quadratic in the sequence), times an optional
-/// empirical residual factor.
+/// padded sequence: a transformer's attention, quadratic in the sequence), times the batch
+/// size's measured level where one is given, times an optional empirical residual factor.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AffineService {
     /// Fixed cost per batch, in nanoseconds.
@@ -149,8 +149,23 @@ pub struct AffineService {
     /// Cost per padded input token per padded token of its sequence (batch size times the
     /// longest input squared), in nanoseconds.
     pub d_ns: f64,
+    /// Each batch size's level, measured over the line (the first for size 1; sizes beyond the
+    /// list take the last); empty: every size at the line.
+    pub size_factors: Vec<f64>,
     /// Optional variability.
     pub residuals: Option<Residuals>,
+}
+
+impl AffineService {
+    /// The level of a batch of `size` requests: its entry in `size_factors`, the last one
+    /// beyond the list, 1 without one.
+    fn size_factor(&self, size: u32) -> f64 {
+        let last = self.size_factors.len();
+        if last == 0 {
+            return 1.0;
+        }
+        self.size_factors[(size.max(1) as usize).min(last) - 1]
+    }
 }
 
 impl ServiceTime for AffineService {
@@ -161,10 +176,15 @@ impl ServiceTime for AffineService {
     fn mean_ns(&self, batch: &BatchShape) -> f64 {
         let size = f64::from(batch.size);
         let longest = f64::from(batch.max_input_tokens);
-        self.a_ns
+        let line = self.a_ns
             + self.b_ns * size
             + self.c_ns * size * longest
-            + self.d_ns * size * longest * longest
+            + self.d_ns * size * longest * longest;
+        if self.size_factors.is_empty() {
+            line
+        } else {
+            line * self.size_factor(batch.size)
+        }
     }
 
     fn may_extrapolate(&self) -> bool {
@@ -224,6 +244,7 @@ mod tests {
             b_ns: 10.0,
             c_ns: 0.5,
             d_ns: 0.0,
+            size_factors: Vec::new(),
             residuals: None,
         };
         assert_eq!(s.mean_ns(&SHAPE), 1000.0 + 40.0 + 200.0);
@@ -235,6 +256,26 @@ mod tests {
             quadratic.mean_ns(&SHAPE),
             1240.0 + 0.01 * 4.0 * 100.0 * 100.0
         );
+    }
+
+    #[test]
+    fn a_size_factor_levels_its_size_and_the_last_one_every_larger_size() {
+        let s = AffineService {
+            a_ns: 1000.0,
+            b_ns: 10.0,
+            c_ns: 0.5,
+            d_ns: 0.0,
+            size_factors: vec![1.0, 0.5, 1.0, 2.0],
+            residuals: None,
+        };
+        let shape = |size| BatchShape { size, ..SHAPE };
+        // Size 2: a + 2b + 2*100c = 1120, at half.
+        assert_eq!(s.mean_ns(&shape(2)), 560.0);
+        assert_eq!(s.mean_ns(&shape(4)), 2.0 * 1240.0);
+        // Beyond the list: the last factor.
+        assert_eq!(s.mean_ns(&shape(8)), 2.0 * (1000.0 + 80.0 + 400.0));
+        let mut rng = SimRng::seed_from_u64(1);
+        assert_eq!(s.sample_ns(&shape(4), &mut rng), 2480);
     }
 
     #[test]
