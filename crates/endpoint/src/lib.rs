@@ -50,8 +50,9 @@ use capsim_trace::{Trace, percentile_sorted};
 
 pub use replay::{Measured, PREPARE_AHEAD, Replayed};
 pub use through_server::{
-    ClosedLoopRun, LIGHT_RUN_NS, LightRun, MAX_FAILED_SHARE, OPEN_FRACTIONS, OpenRun,
-    ServerCalibration, WARMUP_REQUESTS, calibrate_through_server, default_concurrencies,
+    ClosedLoopRun, LIGHT_RUN_NS, LightRun, MAX_FAILED_SHARE, OPEN_FRACTIONS,
+    OPEN_LOOP_MIN_REQUESTS, OpenRun, ServerCalibration, WARMUP_REQUESTS, calibrate_through_server,
+    default_concurrencies,
 };
 pub use validation::{
     BatchReport, BatchShares, CalibratedCapacity, ComputeDrift, EndpointRun, EndpointScenario,

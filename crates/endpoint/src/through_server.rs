@@ -66,8 +66,12 @@ pub struct OpenRun {
 #[derive(Debug, Clone)]
 pub struct ServerCalibration {
     /// The model's statistics over the calibration's closed-loop and open-loop runs (the
-    /// server's counters after them less those before; the light open loop is not in them).
+    /// server's counters after them less those before; the light open loop is not in them),
+    /// each batch size's compute the open loops' alone where they ran at least
+    /// [`OPEN_LOOP_MIN_REQUESTS`] requests of it ([`ModelStats::preferring`]).
     pub stats: ModelStats,
+    /// The batch sizes whose compute in [`Self::stats`] is the open loops' alone, ascending.
+    pub open_sizes: Vec<u32>,
     /// Each closed-loop run.
     pub runs: Vec<ClosedLoopRun>,
     /// Each open-loop run ([`OPEN_FRACTIONS`]), after the closed loops.
@@ -163,6 +167,14 @@ pub const MAX_FAILED_SHARE: f64 = 0.1;
 /// an open loop at 60% on the 2-core VM. These runs put such batches in the fit.
 pub const OPEN_FRACTIONS: [f64; 3] = [0.2, 0.5, 0.8];
 
+/// The fewest requests of a batch size (batches times size) the open loops must have run for
+/// their mean compute at that size to stand for it alone. Open loops run a size as the compared
+/// runs do, a batch at a time as requests arrive on a server that idles between them; a closed
+/// loop runs its batches back to back, faster: on the 2-core VM the classifier's batches of one
+/// took 0.87-0.98 ms in calibrations over closed and open loops together and 1.02-1.09 ms in the
+/// open-loop runs predicted from them minutes later.
+pub const OPEN_LOOP_MIN_REQUESTS: u64 = 100;
+
 /// How long the light-load run lasts at most, ns: its requests are the trace's first that fit.
 pub const LIGHT_RUN_NS: u64 = 10_000_000_000;
 
@@ -215,9 +227,18 @@ pub fn calibrate_through_server(
         .min_by_key(|r| r.concurrency)
         .and_then(|r| r.path.as_ref())
         .map(|p| p.client_ns);
-    // The compute per batch size is the closed and open loops' (the light open loop gives the
-    // client's path only).
-    let stats = now.since(&before);
+    // The compute per batch size is the open loops' where they ran enough of that size, else
+    // the closed and open loops' together (the light open loop gives the client's path only).
+    let open_stats = now.since(&last);
+    let stats = now
+        .since(&before)
+        .preferring(&open_stats, OPEN_LOOP_MIN_REQUESTS);
+    let open_sizes = open_stats
+        .batch_stats
+        .iter()
+        .filter(|b| b.executions() * u64::from(b.batch_size) >= OPEN_LOOP_MIN_REQUESTS)
+        .map(|b| b.batch_size)
+        .collect();
     let last = now;
     let mut light = None;
     if let Some(client_ns) = one_client.filter(|&ns| ns > 0.0 && trace.len() >= 2) {
@@ -239,6 +260,7 @@ pub fn calibrate_through_server(
     }
     Ok(ServerCalibration {
         stats,
+        open_sizes,
         runs,
         open,
         light,

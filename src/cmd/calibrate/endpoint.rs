@@ -8,8 +8,8 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use capsim_endpoint::triton::ServerOverheads;
 use capsim_endpoint::{
-    EndpointOptions, Protocol, ServerCalibration, WARMUP_REQUESTS, calibrate_through_server,
-    default_concurrencies,
+    EndpointOptions, OPEN_LOOP_MIN_REQUESTS, Protocol, ServerCalibration, WARMUP_REQUESTS,
+    calibrate_through_server, default_concurrencies,
 };
 use capsim_sim::Scenario;
 use capsim_trace::{IngestOptions, Transforms, read_trace};
@@ -109,6 +109,17 @@ fn runs_text(measured: &ServerCalibration) -> String {
         let head = format!("open loop at light load: {:.1} req/s", light.rate_rps);
         text += &run_line(&head, light.requests, light.failed, light.path.as_ref());
     }
+    let sizes: Vec<String> = measured.open_sizes.iter().map(u32::to_string).collect();
+    text += &format!(
+        "compute per batch size: the open loops' alone at size{} {} (at least {OPEN_LOOP_MIN_REQUESTS} \
+         requests each), the closed and open loops' together at the others\n",
+        if sizes.len() == 1 { "" } else { "s" },
+        if sizes.is_empty() {
+            "none".to_string()
+        } else {
+            sizes.join(", ")
+        }
+    );
     text
 }
 

@@ -148,6 +148,32 @@ impl ModelStats {
             .ok_or_else(|| protocol("the statistics list no model".to_string()))
     }
 
+    /// These statistics with each batch size's figures taken from `preferred` where they hold
+    /// at least `min_requests` requests of that size (executions times size); the per-request
+    /// figures and counts stay these. A size only `preferred` holds is left out: the sizes are
+    /// these statistics'.
+    pub fn preferring(&self, preferred: &ModelStats, min_requests: u64) -> ModelStats {
+        let batch_stats = self
+            .batch_stats
+            .iter()
+            .map(|b| {
+                preferred
+                    .batch_stats
+                    .iter()
+                    .find(|p| {
+                        p.batch_size == b.batch_size
+                            && p.executions() * u64::from(p.batch_size) >= min_requests
+                    })
+                    .unwrap_or(b)
+                    .to_owned()
+            })
+            .collect();
+        ModelStats {
+            batch_stats,
+            ..self.clone()
+        }
+    }
+
     /// What happened between the snapshot `earlier` and this one: every counter's increase.
     /// Batch sizes that ran no batch in between are left out.
     pub fn since(&self, earlier: &ModelStats) -> ModelStats {
@@ -603,6 +629,45 @@ mod tests {
         }
         let one = times[0];
         assert_eq!((one.batch_size, one.batches), (1, 6));
+    }
+
+    #[test]
+    fn preferred_statistics_replace_only_the_sizes_they_ran_often_enough() {
+        let before = ModelStats::parse(BEFORE.as_bytes(), "u").unwrap();
+        let after = ModelStats::parse(AFTER.as_bytes(), "u").unwrap();
+        let all = after.since(&before);
+        let sizes = |s: &ModelStats| -> Vec<(u32, u64)> {
+            s.batch_stats
+                .iter()
+                .map(|b| (b.batch_size, b.executions()))
+                .collect()
+        };
+        assert_eq!(sizes(&all), [(1, 6), (2, 6), (4, 4), (6, 1)]);
+        // The preferred run: 10 batches of 2 (20 requests), 3 of 4 (12), 40 of 8 (absent from
+        // `all`).
+        let batch = |batch_size: u32, count: u64| BatchStats {
+            batch_size,
+            compute_infer: Duration {
+                count,
+                ns: count * 1_000_000,
+            },
+            ..BatchStats::default()
+        };
+        let preferred = ModelStats {
+            batch_stats: vec![batch(2, 10), batch(4, 3), batch(8, 40)],
+            ..ModelStats::default()
+        };
+        let merged = all.preferring(&preferred, 20);
+        assert_eq!(sizes(&merged), [(1, 6), (2, 10), (4, 4), (6, 1)]);
+        assert_eq!(merged.batch_stats[1], batch(2, 10));
+        assert_eq!(
+            merged.batch_stats[2], all.batch_stats[2],
+            "12 requests are too few"
+        );
+        assert_eq!(
+            (merged.inference_count, &merged.inference_stats),
+            (all.inference_count, &all.inference_stats)
+        );
     }
 
     #[test]
