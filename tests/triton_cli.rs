@@ -801,7 +801,8 @@ fn calibrate_endpoint_fits_tritons_own_compute_per_batch_size_into_the_scenario(
     let printed = String::from_utf8_lossy(&output.stdout);
     for needle in [
         "closed loop: 1 clients",
-        "closed loop: 16 clients",
+        // The deepest: one and a half full batches of 8.
+        "closed loop: 12 clients",
         "service.a",
         "network.latency.one_way",
         "open loop at light load",
