@@ -814,6 +814,69 @@ fn simulate_format_vllm_and_capsim_read_the_arrivals_and_sizes_fit_reads() {
     assert_simulate_reads_what_fit_reads(&simulated, "capsim", dir.path());
 }
 
+/// Runs `capsim simulate` of the shipped vLLM scenario on `log` with `extra` flags into `out`
+/// and returns its three output files' bytes.
+fn simulate_outputs(log: &Path, out: &Path, extra: &[&str]) -> Vec<(&'static str, Vec<u8>)> {
+    let mut args = vec![
+        "simulate",
+        "--scenario",
+        "scenarios/vllm-rtx4090-llama-3.1-8b.toml",
+        log.to_str().expect("utf-8"),
+        "-o",
+        out.to_str().expect("utf-8"),
+    ];
+    args.extend_from_slice(extra);
+    let run = capsim(&args);
+    assert!(
+        run.status.success(),
+        "capsim simulate {extra:?} failed: {}",
+        text(&run)
+    );
+    ["summary.json", "requests.parquet", "timeseries.parquet"]
+        .into_iter()
+        .map(|file| {
+            let bytes = std::fs::read(out.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+            (file, bytes)
+        })
+        .collect()
+}
+
+#[test]
+fn a_vllm_log_without_format_is_read_by_simulate_and_fit_as_with_format_vllm() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = ground_truth("vllm-rtx4090-llama-3.1-8b");
+    let detected = simulate_outputs(&log, &dir.path().join("detected"), &[]);
+    let named = simulate_outputs(&log, &dir.path().join("named"), &["--format", "vllm"]);
+    for ((file, detected), (_, named)) in detected.iter().zip(&named) {
+        assert!(
+            detected == named,
+            "simulate's {file}: {} bytes without --format, {} with --format vllm, and they differ",
+            detected.len(),
+            named.len()
+        );
+    }
+    let (detected_dir, named_dir) = (
+        dir.path().join("fit-detected"),
+        dir.path().join("fit-named"),
+    );
+    for d in [&detected_dir, &named_dir] {
+        std::fs::create_dir_all(d).expect("mkdir");
+    }
+    let scenario = "scenarios/vllm-rtx4090-llama-3.1-8b.toml";
+    let detected = fit_with(scenario, &log, &detected_dir, &[]);
+    let named = fit_with(scenario, &log, &named_dir, &["--format", "vllm"]);
+    assert_eq!(
+        detected, named,
+        "fit.txt without --format vs with --format vllm"
+    );
+    let fitted = |d: &Path| std::fs::read_to_string(d.join("fitted.toml")).expect("fitted");
+    assert_eq!(
+        fitted(&detected_dir),
+        fitted(&named_dir),
+        "fitted.toml without --format vs with --format vllm"
+    );
+}
+
 #[test]
 fn simulate_format_inference_perf_and_aiperf_read_the_arrivals_and_sizes_fit_reads() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -7,8 +7,8 @@ use anyhow::{Context, Result};
 use capsim_sim::output::{write_requests_parquet, write_summary_json, write_timeseries_parquet};
 use capsim_sim::quantity::parse_duration_ns;
 use capsim_sim::scenario::ReplayInputs;
-use capsim_sim::timeline::{TimelineWindow, write_timeline_json};
 use capsim_sim::{RequestLog, RunOptions, Scenario};
+use capsim_sim::{TimelineWindow, write_timeline_json};
 use clap::Args;
 
 use super::BadInput;

@@ -5,24 +5,18 @@
 mod endpoint;
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use anyhow::{Context, Result};
-use capsim_calibrate::Runtime;
-use capsim_calibrate::check_model_file;
+use anyhow::Result;
 use capsim_calibrate::live::{LiveConfig, LiveRequest, replay};
 use capsim_calibrate::probe::SpeedProbe;
+use capsim_calibrate::{CalibrateError, Runtime, check_model_file};
 use capsim_endpoint::{
-    BatchReport, CalibratedCapacity, Leveled, ValidationError, check_loads, figure_rows,
-    figures_header, figures_text, measurement_mismatch, scaled_trace, served_lengths,
+    LiveError, LiveInputs, LiveRecords, LiveServer, LiveValidation, MachineSpeed, ReferenceShape,
+    ValidationError, check_loads, figures_header, measurement_mismatch,
 };
-use capsim_sim::output::write_requests_parquet;
+use capsim_sim::Scenario;
 use capsim_sim::quantity::parse_duration_ns;
-use capsim_sim::timing::profile::{Profile, ProfileServiceTime};
-use capsim_sim::timing::service::ScaledService;
-use capsim_sim::{
-    BuiltScenario, RunOptions, Scenario, ServiceTime, Summary, simulate, simulate_with_requests,
-};
+use capsim_sim::timing::profile::Profile;
 use capsim_trace::Trace;
 use clap::Args;
 
@@ -98,6 +92,11 @@ fn failed(e: ValidationError) -> anyhow::Error {
         .into(),
         ValidationError::Sim(e) => e.into(),
         ValidationError::Output(e) => e.into(),
+        // The live server's and the probe's errors are calibrate's, reported as it reports them.
+        ValidationError::Live(e) => match e.downcast::<CalibrateError>() {
+            Ok(e) => user_facing(*e),
+            Err(e) => anyhow::anyhow!(e),
+        },
         e @ ValidationError::Context { .. } => e.into(),
     }
 }
@@ -106,217 +105,123 @@ pub fn run(args: ValidateArgs) -> Result<()> {
     if let Some(url) = &args.endpoint {
         return endpoint::run(&args, url);
     }
-    let mut live = LiveValidation::prepare(&args)?;
+    let (validation, mut server, mut probe) = prepare(&args)?;
     print!("{}", figures_header());
     for &load in &args.loads {
-        live.run_load(&args, load)?;
+        let result = validation
+            .run_load(load, &mut server, &mut probe)
+            .map_err(failed)?;
+        print!("{}", result.text());
+        if let Some(warning) = result.speed_warning() {
+            eprintln!("validate: warning: {warning}");
+        }
     }
     Ok(())
 }
 
-/// A validation against capsim's own live server: the scenario built, the profile's times, the
-/// trace at the served lengths and the capacity the loads are fractions of, with the runtime
-/// and the machine-speed probe.
-struct LiveValidation {
-    scenario: Scenario,
-    built: BuiltScenario,
-    service: Arc<ProfileServiceTime>,
-    /// The calibration's share of execution time spent waiting for a CPU, as printed.
-    calibration_wait: String,
-    trace: Trace,
-    lengths: Vec<u32>,
-    max_length: u32,
-    duration_ns: u64,
-    capacity_rps: f64,
-    runtime: Runtime,
-    config: LiveConfig,
-    probe: SpeedProbe,
+/// Checks the flags, the scenario, the model and the profile, reads the trace and prints the
+/// calibrated capacity; loads ONNX Runtime, the live server and the machine-speed probe.
+fn prepare(args: &ValidateArgs) -> Result<(LiveValidation, OwnServer, Probe)> {
+    let server = &args.server;
+    let mut scenario = server.served_scenario()?;
+    super::apply_sets(&mut scenario, &args.sets)?;
+    // capsim's own live server forms a batch when a model instance frees up: no payloads ahead.
+    scenario.set("batcher.prefetch", "false")?;
+    let built = super::build_scenario(&scenario, &mut capsim_sim::Profiles::default())?;
+    check_loads(&args.loads).map_err(failed)?;
+    let duration_ns =
+        parse_duration_ns(&args.duration).map_err(|e| BadInput(format!("--duration: {e}")))?;
+    check_model_file(&server.model).map_err(user_facing)?;
+    let profile_path = args
+        .profile
+        .as_ref()
+        .ok_or_else(|| BadInput("--profile is required without --endpoint".into()))?;
+    let profile = Profile::read(profile_path).map_err(|e| BadInput(e.to_string()))?;
+    if let Some(warning) = measurement_mismatch(&profile, &scenario, server.threads) {
+        eprintln!("validate: warning: {warning}");
+    }
+    let loaded = server.input.load()?;
+    eprintln!("{}", loaded.report_line());
+    let max_length = args.max_length.unwrap_or(64).max(1);
+    // The token ids the profile was measured with (their values do not change the time).
+    let config = server.live_config(max_length, profile.settings.vocab, args.seed);
+    let validation = LiveValidation::new(LiveInputs {
+        scenario: scenario.clone(),
+        built,
+        calibration_cpu_wait: cpu_wait_share(&profile),
+        profile: profile.clone(),
+        trace: loaded.trace,
+        max_length,
+        duration_ns,
+        seed: args.seed,
+        out: args.out.clone(),
+    })
+    .map_err(failed)?;
+    print!("{}", validation.capacity_text());
+
+    let runtime = load_runtime(server.ort_lib.as_deref())?;
+    let probe = SpeedProbe::new(
+        &runtime,
+        &server.model,
+        config.provider,
+        config.intra_threads,
+        &profile,
+    )
+    .map_err(user_facing)?;
+    let own = OwnServer {
+        runtime,
+        scenario,
+        config,
+        seed: args.seed,
+    };
+    Ok((validation, own, Probe(probe)))
 }
 
-impl LiveValidation {
-    /// Checks the flags, the scenario, the model and the profile, reads the trace and prints
-    /// the calibrated capacity; loads ONNX Runtime and the probe.
-    fn prepare(args: &ValidateArgs) -> Result<LiveValidation> {
-        let server = &args.server;
-        let mut scenario = server.served_scenario()?;
-        super::apply_sets(&mut scenario, &args.sets)?;
-        // capsim's own live server forms a batch when a model instance frees up: no payloads ahead.
-        scenario.set("batcher.prefetch", "false")?;
-        let built = super::build_scenario(&scenario, &mut capsim_sim::Profiles::default())?;
-        check_loads(&args.loads).map_err(failed)?;
-        let duration_ns =
-            parse_duration_ns(&args.duration).map_err(|e| BadInput(format!("--duration: {e}")))?;
-        check_model_file(&server.model).map_err(user_facing)?;
-        let profile_path = args
-            .profile
-            .as_ref()
-            .ok_or_else(|| BadInput("--profile is required without --endpoint".into()))?;
-        let profile = Profile::read(profile_path).map_err(|e| BadInput(e.to_string()))?;
-        if let Some(warning) = measurement_mismatch(&profile, &scenario, server.threads) {
-            eprintln!("validate: warning: {warning}");
-        }
-        let service = Arc::new(ProfileServiceTime::new(&profile));
-        let calibration_wait = cpu_wait_share(&profile).map_or_else(
-            || "not recorded".to_string(),
-            |s| format!("{:.1}%", 100.0 * s),
-        );
-        let loaded = server.input.load()?;
-        eprintln!("{}", loaded.report_line());
-        let trace = loaded.trace;
-        if trace.len() < 2 {
-            return Err(
-                BadInput("capsim validate needs a trace of at least 2 requests".into()).into(),
-            );
-        }
-        let max_length = args.max_length.unwrap_or(64).max(1);
-        let lengths = served_lengths(&trace, max_length);
+/// capsim's own live server (`capsim_calibrate`'s replay), serving the scenario's default pool.
+struct OwnServer {
+    runtime: Runtime,
+    scenario: Scenario,
+    config: LiveConfig,
+    seed: u64,
+}
 
-        // Calibrated capacity: every model instance running full batches of a typical (mean) length.
-        let capacity = CalibratedCapacity::of(&scenario.pools()[0], service.as_ref(), &lengths)
-            .ok_or_else(|| BadInput("the profile times a full batch at 0 ns".into()))?;
-        println!(
-            "calibrated capacity: {:.1} rps ({} model instances, batches of {} padded to {} tokens on average, inputs {} tokens on average)",
-            capacity.rate_rps,
-            capacity.model_instances,
-            capacity.max_batch_size,
-            capacity.padded_input_tokens,
-            capacity.mean_input_tokens
-        );
-
-        let runtime = load_runtime(server.ort_lib.as_deref())?;
-        // The token ids the profile was measured with (their values do not change the time).
-        let config = server.live_config(max_length, profile.settings.vocab, args.seed);
-        let probe = SpeedProbe::new(
-            &runtime,
-            &server.model,
-            config.provider,
-            config.intra_threads,
-            &profile,
-        )
-        .map_err(user_facing)?;
-        Ok(LiveValidation {
-            scenario,
-            built,
-            service,
-            calibration_wait,
-            trace,
-            lengths,
-            max_length,
-            duration_ns,
-            capacity_rps: capacity.rate_rps,
-            runtime,
-            config,
-            probe,
-        })
-    }
-
-    /// One load: the simulation, the live run between two probes of the machine's speed, the
-    /// records under `--out`, and what they add up to, printed.
-    fn run_load(&mut self, args: &ValidateArgs, load: f64) -> Result<()> {
-        let pool = &self.scenario.pools()[0];
-        // Compress (or stretch) the trace's gaps to the target rate; keep `duration` of it.
-        let scaled = scaled_trace(
-            &self.trace,
-            &self.lengths,
-            load * self.capacity_rps,
-            self.duration_ns,
-            false,
-        )
-        .map_err(failed)?;
-        let requests: Vec<LiveRequest> = scaled
+impl LiveServer for OwnServer {
+    fn serve(&mut self, requests: &Trace) -> Result<LiveRecords, LiveError> {
+        let requests: Vec<LiveRequest> = requests
             .arrival_ns()
             .iter()
-            .zip(scaled.input_tokens())
+            .zip(requests.input_tokens())
             .map(|(&arrival_ns, &input_tokens)| LiveRequest {
                 arrival_ns,
                 input_tokens,
                 output_tokens: 0,
             })
             .collect();
-        let mut options = RunOptions {
-            seed: args.seed,
-            service_override: Some(self.service.clone() as Arc<dyn ServiceTime>),
-            ..RunOptions::default()
-        };
-        let (simulated_run, simulated_log) =
-            simulate_with_requests(&self.built, &scaled, &options)?;
-        let simulated: Summary = simulated_run.summary;
-        let before = self.probe.slowdown(PROBE_RUNS).map_err(user_facing)?;
-        let live = replay(&self.runtime, pool, &requests, &self.config).map_err(user_facing)?;
-        let after = self.probe.slowdown(PROBE_RUNS).map_err(user_facing)?;
-        let measured = live_summary(&self.scenario, args.seed, &live, capsim_sim::Warmup::None);
-        if let Some(out) = &args.out {
-            let dir = out.join(format!("load-{:.0}", load * 100.0));
-            super::create_out_dir(&dir, "--out")?;
-            let pools = std::slice::from_ref(&pool.name);
-            write_requests_parquet(
-                &dir.join("simulated.parquet"),
-                simulated_log.records(),
-                pools,
-            )?;
-            write_requests_parquet(&dir.join("measured.parquet"), &live.records, pools)?;
-        }
-        print!(
-            "{}",
-            figures_text(load, &figure_rows(&simulated, &measured))
-        );
-        if let Some(wait_ns) = live.cpu_wait_ns {
-            println!(
-                "{:>4.0}% live model instances waited for a CPU (held by other threads or \
-                 processes) {:.1}% of their execution time; the calibration: {}",
-                load * 100.0,
-                100.0 * wait_ns as f64 / live.busy_ns().max(1) as f64,
-                self.calibration_wait
-            );
-        }
-        let batches = BatchReport::of(&live.records, &self.service, self.max_length);
-        print!("{}", batches.text(load));
-        if let Some(level) = batches.level {
-            // A diagnostic, not the validation: the simulation again, with the profile's times
-            // brought to the level the live batches ran at, leaves the serving model's own error.
-            let leveled = ScaledService::new(self.service.clone(), level)
-                .context("the live batches' level of the profile's times")?;
-            options.service_override = Some(Arc::new(leveled));
-            let leveled_summary = simulate(&self.built, &scaled, &options)?;
-            print!(
-                "{}",
-                Leveled::of(level, &leveled_summary, &measured).text(load)
-            );
-        }
-        print_machine_speed(load, &self.probe, before, after);
-        Ok(())
+        let pool = &self.scenario.pools()[0];
+        let live = replay(&self.runtime, pool, &requests, &self.config)?;
+        let summary = live_summary(&self.scenario, self.seed, &live, capsim_sim::Warmup::None);
+        Ok(LiveRecords {
+            summary,
+            cpu_wait_ns: live.cpu_wait_ns,
+            busy_ns: live.busy_ns(),
+            records: live.records,
+        })
     }
 }
 
-/// Timed runs of the reference batch before and after each live run.
-const PROBE_RUNS: u32 = 30;
+/// `capsim_calibrate`'s probe of the machine's speed.
+struct Probe(SpeedProbe);
 
-/// Beyond this change of the machine's speed since the calibration (either way), the errors
-/// above say more about the machine than about the simulator.
-const SPEED_CHANGE_WARNING: f64 = 0.10;
+impl MachineSpeed for Probe {
+    fn slowdown(&mut self, runs: u32) -> Result<f64, LiveError> {
+        Ok(self.0.slowdown(runs)?)
+    }
 
-fn print_machine_speed(load: f64, probe: &SpeedProbe, before: f64, after: f64) {
-    let reference = probe.reference();
-    let at = match reference.length {
-        Some(length) => format!("batch {}, length {length}", reference.batch_size),
-        None => format!("batch {}", reference.batch_size),
-    };
-    println!(
-        "{:>4.0}% machine speed: the reference batch ({at}) took {before:.2}x its calibrated \
-             median time before the live run and {after:.2}x after",
-        load * 100.0
-    );
-    let worst = if (before - 1.0).abs() > (after - 1.0).abs() {
-        before
-    } else {
-        after
-    };
-    if (worst - 1.0).abs() > SPEED_CHANGE_WARNING {
-        eprintln!(
-            "validate: warning: at {:.0}% load the machine ran the reference batch at {worst:.2}x \
-             its calibrated time, so these errors mostly measure the machine's change of speed: \
-             calibrate and validate on a quiet machine, one right after the other",
-            load * 100.0
-        );
+    fn reference(&self) -> ReferenceShape {
+        let reference = self.0.reference();
+        ReferenceShape {
+            batch_size: reference.batch_size,
+            length: reference.length,
+        }
     }
 }

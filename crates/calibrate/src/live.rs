@@ -13,13 +13,13 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use capsim_sim::batcher::{Batcher, Decision};
 use capsim_sim::record::{Outcome, RequestRecord};
 use capsim_sim::rng::SimRng;
 use capsim_sim::scenario::BatcherKind;
 use capsim_sim::scenario::Pool;
 use capsim_sim::summary::InstanceUtilization;
 use capsim_sim::timeseries::{Timeseries, sample_records};
+use capsim_sim::{Batcher, Decision};
 use rand::SeedableRng;
 
 use crate::host::CpuWaitMeter;

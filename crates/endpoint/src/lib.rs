@@ -16,9 +16,10 @@
 //! (the scenario's service model; the compute times the server reported, [`triton`]'s
 //! statistics made a service model by [`measured_service::MeasuredService`]; the run's own
 //! timeline from Triton's trace) into a [`LoadValidation`] with its table, and an
-//! [`EndpointValidation`] in the end; against capsim's own live server, which the command runs
-//! (ONNX Runtime), the figures, batches and level of each load ([`figure_rows`],
-//! [`BatchReport`], [`Leveled`]).
+//! [`EndpointValidation`] in the end; against capsim's own live server (ONNX Runtime, which this
+//! crate does not load: the command implements [`LiveServer`] and [`MachineSpeed`] for it), a
+//! [`LiveValidation`] runs each load into a [`LiveLoad`] with its figures, batches and level
+//! ([`figure_rows`], [`BatchReport`], [`Leveled`]).
 //!
 //! ```no_run
 //! use capsim_endpoint::{EndpointOptions, Protocol, Reporting, replay};
@@ -56,10 +57,11 @@ pub use through_server::{
 };
 pub use validation::{
     BatchReport, BatchShares, CalibratedCapacity, ComputeDrift, EndpointRun, EndpointScenario,
-    EndpointValidation, FigureRow, Figures, Leveled, LoadValidation, Measured as MeasuredFigures,
-    MeasuredPath, RunService, ServerBatchTime, ServerTimelineReport, ServiceModel, Simulated,
-    Validation, ValidationError, check_loads, figure_rows, figures_header, figures_text,
-    measurement_mismatch, scaled_trace, served_lengths, triton,
+    EndpointValidation, FigureRow, Figures, Leveled, LiveError, LiveInputs, LiveLoad, LiveRecords,
+    LiveServer, LiveValidation, LoadValidation, MachineSpeed, Measured as MeasuredFigures,
+    MeasuredPath, ReferenceShape, RunService, ServerBatchTime, ServerTimelineReport, ServiceModel,
+    Simulated, SpeedChange, Validation, ValidationError, check_loads, figure_rows, figures_header,
+    figures_text, measurement_mismatch, scaled_trace, served_lengths, triton,
 };
 
 /// The protocol a server speaks.

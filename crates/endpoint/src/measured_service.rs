@@ -172,7 +172,7 @@ impl MeasuredService {
 
 impl ServiceTime for MeasuredService {
     fn sample_ns(&self, batch: &BatchShape, _rng: &mut SimRng) -> u64 {
-        capsim_sim::time::round_ns(self.time_ns(batch.size))
+        capsim_sim::round_ns(self.time_ns(batch.size))
     }
 
     fn mean_ns(&self, batch: &BatchShape) -> f64 {
@@ -241,9 +241,7 @@ impl LeveledService {
 
 impl ServiceTime for LeveledService {
     fn sample_ns(&self, batch: &BatchShape, rng: &mut SimRng) -> u64 {
-        capsim_sim::time::round_ns(
-            self.inner.sample_ns(batch, rng) as f64 * self.factor(batch.size),
-        )
+        capsim_sim::round_ns(self.inner.sample_ns(batch, rng) as f64 * self.factor(batch.size))
     }
 
     fn mean_ns(&self, batch: &BatchShape) -> f64 {

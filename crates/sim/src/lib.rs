@@ -34,7 +34,7 @@
 
 #![warn(missing_docs)]
 
-pub mod batcher;
+mod batcher;
 pub mod build;
 mod client;
 mod compat;
@@ -46,7 +46,7 @@ mod gateway;
 mod host;
 mod instance;
 mod latency;
-pub mod llm;
+mod llm;
 mod network;
 mod observe;
 pub mod output;
@@ -62,19 +62,22 @@ pub mod scenario;
 pub mod steady;
 pub mod summary;
 pub mod theory;
-pub mod time;
-pub mod timeline;
+mod time;
+mod timeline;
 pub mod timeseries;
 pub mod timing;
 
+pub use batcher::{Batcher, Decision};
 pub use build::{BuiltScenario, Profiles};
 pub use compat::Compat;
 pub use engine::{
     Run, RunOptions, SimError, Warmup, latency_keys, run_with_sink, simulate,
     simulate_with_requests,
 };
+pub use llm::scheduler::{SchedulerConfig, Scheduling};
 pub use record::{Outcome, RecordSink, RejectReason, RequestLog, RequestRecord};
 pub use scenario::{Scenario, ScenarioError};
 pub use summary::Summary;
-pub use time::SimTime;
+pub use time::{SimTime, round_ns};
+pub use timeline::{TimelineWindow, write_timeline_json};
 pub use timing::service::{BatchShape, ServiceTime};

@@ -256,7 +256,7 @@ fn wait_events(
     }
 }
 
-/// Writes [`timeline_json`] of the records to `path` (compact JSON).
+/// Writes `timeline_json` of the records to `path` (compact JSON).
 pub fn write_timeline_json(
     path: &Path,
     records: &[RequestRecord],

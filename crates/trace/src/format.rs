@@ -529,7 +529,8 @@ pub(crate) fn dotted(pointer: &str) -> String {
 
 /// Decides the format of `path` from its extension and first bytes (header line or JSON keys):
 /// a JSON array is inference-perf's report, a first JSON line with a `metadata` object and
-/// `metrics` AIPerf's export (as `capsim fit` tells them).
+/// `metrics` AIPerf's export (as `capsim fit` tells them), and one with the vLLM preset's keys
+/// (`queued_ts`, `input_toks`, `output_toks`) a vLLM request log.
 pub fn detect(path: &Path) -> Result<Format, TraceError> {
     let mut head = vec![0u8; 4096];
     let n = std::fs::File::open(path)
@@ -567,6 +568,9 @@ pub fn detect(path: &Path) -> Result<Format, TraceError> {
             && has("metrics")
         {
             return Ok(Format::Aiperf);
+        }
+        if has("queued_ts") && has("input_toks") && has("output_toks") {
+            return Ok(Format::Vllm);
         }
         return Ok(Format::Jsonl);
     }
@@ -682,6 +686,19 @@ mod tests {
                 "f.jsonl",
                 "{\"metadata\": {\"request_start_ns\": 1}, \"metrics\": {}, \"error\": null}\n",
                 Format::Aiperf,
+            ),
+            (
+                "g.jsonl",
+                "{\"request_id\": \"bench-0\", \"input_toks\": 2358, \"output_toks\": 531, \
+                 \"arrival_time\": 1787267980.08, \"queued_ts\": 27536.66, \
+                 \"scheduled_ts\": 27536.66, \"first_token_ts\": 27537.35, \
+                 \"last_token_ts\": 27554.23}\n",
+                Format::Vllm,
+            ),
+            (
+                "h.jsonl",
+                "{\"arrival\": 0, \"input_tokens\": 1, \"output_tokens\": 2}\n",
+                Format::Jsonl,
             ),
         ];
         for (name, text, want) in cases {

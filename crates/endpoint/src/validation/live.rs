@@ -3,8 +3,8 @@
 //! both runs, each live batch's execution time against the profile's prediction for its shape,
 //! and the level the live server ran the profile's times at.
 //!
-//! The command makes the runs (the simulation, the live replay, the machine-speed probe); this
-//! module only computes and words what they add up to.
+//! `live_loop.rs` makes the runs (the simulation, the live replay, the machine-speed probe);
+//! this module only computes and words what they add up to.
 
 use std::collections::BTreeMap;
 

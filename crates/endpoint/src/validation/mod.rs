@@ -5,13 +5,15 @@
 //! simulated with the scenario's service model, with the compute time per batch size the server
 //! reported (Triton's statistics, [`triton`]), and, from a Triton on the same machine, on the
 //! run's own timeline (its per-request trace). Each load gives a [`LoadValidation`]; the run an
-//! [`EndpointValidation`]. Against capsim's own live server (ONNX Runtime in process, run by the
-//! command): the figures, batches and level of each load ([`figure_rows`], [`BatchReport`],
-//! [`Leveled`]).
+//! [`EndpointValidation`]. Against capsim's own live server (ONNX Runtime in process, which the
+//! command brings in through [`LiveServer`] and [`MachineSpeed`]): a [`LiveValidation`] runs each
+//! load into a [`LiveLoad`], with the figures, batches and level of the load ([`figure_rows`],
+//! [`BatchReport`], [`Leveled`]).
 
 mod comparison;
 mod endpoint;
 mod live;
+mod live_loop;
 mod loads;
 mod trace_sim;
 pub mod triton;
@@ -27,6 +29,10 @@ pub use comparison::{
 pub use endpoint::{EndpointRun, EndpointScenario, ServiceModel, Validation};
 pub use live::measurement_mismatch;
 pub use live::{BatchReport, FigureRow, Leveled, figure_rows, figures_header, figures_text};
+pub use live_loop::{
+    LiveError, LiveInputs, LiveLoad, LiveRecords, LiveServer, LiveValidation, MachineSpeed,
+    ReferenceShape, SpeedChange,
+};
 pub use loads::{check_loads, scaled_trace, served_lengths};
 
 /// Why a validation could not run.
@@ -50,6 +56,10 @@ pub enum ValidationError {
     /// Records could not be written.
     #[error(transparent)]
     Output(#[from] OutputError),
+    /// The live server or its speed probe failed (their own error, which the command that
+    /// implements them reports).
+    #[error("{0}")]
+    Live(LiveError),
     /// A step failed; `context` says which, `source` why.
     #[error("{context}")]
     Context {

@@ -13,7 +13,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 use capsim_sim::rng::SimRng;
-use capsim_sim::time::round_ns;
+use capsim_sim::round_ns;
 use rand_distr::Distribution;
 
 /// Runs FCFS M/M/`servers` over `arrival_ns` (sorted) with exponential service of mean

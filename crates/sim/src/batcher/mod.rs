@@ -75,4 +75,4 @@
 pub(crate) mod instance;
 mod rule;
 
-pub use rule::{Batcher, BatcherThread, Decision, IDLE_POLL_NS, Payload};
+pub use rule::{Batcher, BatcherThread, Decision, IDLE_POLL_NS};

@@ -287,11 +287,6 @@ impl Scheduler {
         &self.admitted
     }
 
-    /// Tickets preempted by the last [`Scheduler::plan_step`].
-    pub fn preempted(&self) -> &[u32] {
-        &self.preempted
-    }
-
     /// Accounts KV occupancy up to `now_ns` (call before changing it; time never goes back).
     #[inline]
     fn integrate(&mut self, now_ns: u64) {

@@ -220,8 +220,8 @@ pub enum TimeoutAction {
 }
 
 /// The batcher: Triton's dynamic batcher (`kind = "dynamic"`, the default; see
-/// [`crate::batcher`]) or vLLM's continuous batcher (`kind = "continuous"`; see
-/// [`crate::llm::scheduler`]). Each kind's keys are rejected under the other.
+/// [`crate::Batcher`]) or vLLM's continuous batcher (`kind = "continuous"`; see
+/// [`crate::SchedulerConfig`]). Each kind's keys are rejected under the other.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct BatcherSpec {
@@ -238,7 +238,7 @@ pub struct BatcherSpec {
     #[serde(default)]
     pub max_queue_delay: DurationNs,
     /// Dynamic: form batches ahead of a free model instance, as Triton does when the queue has
-    /// no timeout, no `max_queue_size` and one priority level (see [`crate::batcher`]); `false`
+    /// no timeout, no `max_queue_size` and one priority level (see [`crate::Batcher`]); `false`
     /// forms a batch only when a model instance frees up. Default true.
     pub prefetch: Option<bool>,
     /// Dynamic: time from a model instance taking a batch to the batch's compute start (Triton
@@ -680,10 +680,10 @@ pub(super) struct ScenarioFile {
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum BatcherKind {
-    /// Triton's dynamic batcher: whole requests in batches (see [`crate::batcher`]).
+    /// Triton's dynamic batcher: whole requests in batches (see [`crate::Batcher`]).
     #[default]
     Dynamic,
-    /// vLLM's iteration-level batcher (see [`crate::llm::scheduler`]).
+    /// vLLM's iteration-level batcher (see [`crate::SchedulerConfig`]).
     Continuous,
 }
 

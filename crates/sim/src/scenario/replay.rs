@@ -54,7 +54,7 @@ pub struct ReplayInputs {
     #[serde(default)]
     pub release_latency_per_request: DurationNs,
     /// Dynamic batcher: the fraction of batch ends at which the batcher thread runs before the
-    /// freed model instance takes the next payload (see [`crate::batcher`]), 0 to 1. Default 0:
+    /// freed model instance takes the next payload (see [`crate::Batcher`]), 0 to 1. Default 0:
     /// the instance first.
     #[serde(default)]
     pub thread_first_fraction: f64,

@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use capsim_sim::batcher::Batcher;
+use capsim_sim::Batcher;
 use capsim_sim::scenario::{BatcherSpec, ReplayInputs};
 use capsim_sim::timing::non_negative_least_squares;
 use capsim_sim::{Outcome, RequestRecord, Scenario, ScenarioError};
