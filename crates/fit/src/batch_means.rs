@@ -12,6 +12,7 @@
 use std::path::Path;
 
 use capsim_sim::timing::non_negative_least_squares;
+use capsim_sim::timing::service::size_level;
 use capsim_sim::{Scenario, ScenarioError};
 
 use super::FitError;
@@ -327,7 +328,8 @@ impl BatchMeansFit {
             d_ns: self.d_ns,
         };
         for t in &self.sizes {
-            let fitted_ns = line.mean_ns(&self.lengths, t.batch_size) * self.level(t.batch_size);
+            let fitted_ns = line.mean_ns(&self.lengths, t.batch_size)
+                * size_level(&self.size_factors, t.batch_size);
             text.push_str(&format!(
                 "{:<6} {:>9} {:>14.3} {:>14.3} {:>+7.1}%{}\n",
                 t.batch_size,
@@ -364,22 +366,12 @@ impl BatchMeansFit {
         text
     }
 
-    /// The level of a batch of `size` (`service.size_factors`' entry, the last beyond it), 1
-    /// without levels.
-    fn level(&self, size: u32) -> f64 {
-        let last = self.size_factors.len();
-        if last == 0 {
-            return 1.0;
-        }
-        self.size_factors[(size.max(1) as usize).min(last) - 1]
-    }
-
     /// The level column of a size's row: `  level L` where levels were fitted, else nothing.
     fn level_text(&self, size: u32) -> String {
         if self.size_factors.is_empty() {
             return String::new();
         }
-        format!("   level {:.3}", self.level(size))
+        format!("   level {:.3}", size_level(&self.size_factors, size))
     }
 
     /// The comment above the fitted scenario: the command that fitted it (`scenario` and `log`

@@ -156,16 +156,14 @@ pub struct AffineService {
     pub residuals: Option<Residuals>,
 }
 
-impl AffineService {
-    /// The level of a batch of `size` requests: its entry in `size_factors`, the last one
-    /// beyond the list, 1 without one.
-    fn size_factor(&self, size: u32) -> f64 {
-        let last = self.size_factors.len();
-        if last == 0 {
-            return 1.0;
-        }
-        self.size_factors[(size.max(1) as usize).min(last) - 1]
+/// The level of a batch of `size` requests in `size_factors` (`service.size_factors`, from size
+/// 1): its entry, the last one beyond the list, 1 without any.
+pub fn size_level(size_factors: &[f64], size: u32) -> f64 {
+    let last = size_factors.len();
+    if last == 0 {
+        return 1.0;
     }
+    size_factors[(size.max(1) as usize).min(last) - 1]
 }
 
 impl ServiceTime for AffineService {
@@ -183,7 +181,7 @@ impl ServiceTime for AffineService {
         if self.size_factors.is_empty() {
             line
         } else {
-            line * self.size_factor(batch.size)
+            line * size_level(&self.size_factors, batch.size)
         }
     }
 
