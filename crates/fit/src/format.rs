@@ -10,8 +10,7 @@ use capsim_trace::Format;
 use super::aiperf::read_aiperf;
 use super::inference_perf::read_inference_perf;
 use super::log::{
-    LogError, MIN_REQUESTS, MeasuredLog, is_parquet, read_capsim_parquet, read_text,
-    read_vllm_jsonl,
+    LogError, MIN_REQUESTS, MeasuredLog, is_parquet, read_capsim_parquet, read_vllm_jsonl,
 };
 use super::mapped::{LogMap, read_mapped};
 
@@ -50,30 +49,22 @@ fn no_latencies(name: &str) -> LogError {
     }
 }
 
-/// Tells a log's format from its content: Parquet's magic bytes (capsim's requests.parquet), a
-/// JSON array (inference-perf's report), or the keys of the first JSON line: `metadata` and
-/// `metrics` for AIPerf, anything else for vLLM (whose reader names any key that is missing).
-/// Content that is neither Parquet nor JSON is [`LogError::UnknownFormat`].
+/// Tells a log's format from its content, as the trace crate's [`capsim_trace::detect`] does
+/// for every trace and log (one detector): Parquet is capsim's requests.parquet, a format with
+/// latencies is itself, and a JSON line no preset knows is read as vLLM's (whose reader names
+/// any key that is missing). Content that is neither, or a trace without latencies, is
+/// [`LogError::UnknownFormat`].
 pub fn detect_format(path: &Path) -> Result<Format, LogError> {
-    if is_parquet(path)? {
-        return Ok(Format::Capsim);
-    }
-    let text = read_text(path)?;
+    // Read errors name the log as the readers do.
+    is_parquet(path)?;
     let unknown = || LogError::UnknownFormat {
         path: path.to_path_buf(),
     };
-    match text.trim_start().as_bytes().first() {
-        Some(b'[') => Ok(Format::InferencePerf),
-        Some(b'{') => {
-            let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
-            let value: serde_json::Value = serde_json::from_str(first).unwrap_or_default();
-            let aiperf = value
-                .get("metadata")
-                .is_some_and(serde_json::Value::is_object)
-                && value.get("metrics").is_some();
-            Ok(if aiperf { Format::Aiperf } else { Format::Vllm })
-        }
-        _ => Err(unknown()),
+    match capsim_trace::detect(path) {
+        Ok(Format::Parquet) => Ok(Format::Capsim),
+        Ok(Format::Jsonl) => Ok(Format::Vllm),
+        Ok(format) if format.has_latencies() => Ok(format),
+        Ok(_) | Err(_) => Err(unknown()),
     }
 }
 

@@ -1,7 +1,7 @@
 //! Measured per-request LLM logs, read into typed columns: when each request reached the server,
 //! its sizes, and the latencies the server measured for it.
 //!
-//! Formats, told apart by content ([`super::format::detect_format`]; `--format` overrides):
+//! Formats, told apart by content ([`super::format::detect_format`], the trace crate's detector; `--format` overrides):
 //! - vLLM per-request records as JSON lines (`bench/examples/*/*/vllm/requests.jsonl` of
 //!   casys-kaist/LLMServingSim):
 //!   `input_toks`, `output_toks`, the client's `arrival_time` (Unix seconds) and vLLM's monotonic
