@@ -236,7 +236,7 @@ pub fn calibrate_through_server(
     let open_sizes = open_stats
         .batch_stats
         .iter()
-        .filter(|b| b.executions() * u64::from(b.batch_size) >= OPEN_LOOP_MIN_REQUESTS)
+        .filter(|b| b.requests() >= OPEN_LOOP_MIN_REQUESTS)
         .map(|b| b.batch_size)
         .collect();
     let last = now;

@@ -167,7 +167,7 @@ pub fn size_levels(sizes: &[SizeMean], line: &PaddedLine, lengths: &[u32]) -> Ve
         })
         .collect();
     anchors.sort_by_key(|&(size, _)| size);
-    let Some(&(largest, _)) = anchors.iter().max_by_key(|(size, _)| *size) else {
+    let Some(&(largest, _)) = anchors.last() else {
         return Vec::new();
     };
     let levels: Vec<f64> = (1..=largest)

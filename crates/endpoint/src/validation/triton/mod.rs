@@ -98,6 +98,11 @@ impl BatchStats {
         self.compute_infer.count
     }
 
+    /// Requests computed in batches of this size (executions times size).
+    pub fn requests(&self) -> u64 {
+        self.executions() * u64::from(self.batch_size)
+    }
+
     /// Input, inference and output time summed, in nanoseconds.
     pub fn compute_ns(&self) -> u64 {
         self.compute_input.ns + self.compute_infer.ns + self.compute_output.ns
@@ -160,10 +165,7 @@ impl ModelStats {
                 preferred
                     .batch_stats
                     .iter()
-                    .find(|p| {
-                        p.batch_size == b.batch_size
-                            && p.executions() * u64::from(p.batch_size) >= min_requests
-                    })
+                    .find(|p| p.batch_size == b.batch_size && p.requests() >= min_requests)
                     .unwrap_or(b)
                     .to_owned()
             })
@@ -257,10 +259,7 @@ impl ModelStats {
     /// Requests run in batches, summed over batch sizes (size x executions); equals
     /// `inference_count` when every batch is counted.
     pub fn batched_requests(&self) -> u64 {
-        self.batch_stats
-            .iter()
-            .map(|b| u64::from(b.batch_size) * b.executions())
-            .sum()
+        self.batch_stats.iter().map(BatchStats::requests).sum()
     }
 }
 
