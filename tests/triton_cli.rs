@@ -868,17 +868,27 @@ fn calibrate_endpoint_fits_tritons_own_compute_per_batch_size_into_the_scenario(
          {mean_ms} ms, the model's 2 + 0.5·n ms: {printed}"
     );
     // The means fitted are Triton's own: its statistics now also hold the 8 warm-up requests
-    // and the light open loop's, which calibrate leaves out, hence 10%.
-    let rows: Vec<Value> = triton.stats()["batch_stats"]
-        .as_array()
-        .expect("batch_stats")
+    // and the light open loop's, which calibrate leaves out, hence 10%. Each size's mean is
+    // weighted by the table's batches of it: where the open loops ran a size often enough, the
+    // table holds their batches alone (fewer batches of the small sizes than Triton counted).
+    let stats = triton.stats();
+    let triton_size_ms = |size: &Value| -> f64 {
+        let b = stats["batch_stats"]
+            .as_array()
+            .expect("batch_stats")
+            .iter()
+            .find(|b| b["batch_size"].as_f64() == size.as_f64())
+            .unwrap_or_else(|| panic!("Triton ran no batch of {size}: {stats}"));
+        let batches = b["compute_infer"]["count"].as_f64().expect("count");
+        b["compute_infer"]["ns"].as_f64().expect("ns") / batches / 1e6
+    };
+    let rows: Vec<Value> = table
         .iter()
-        .map(|b| {
-            let batches = b["compute_infer"]["count"].as_f64().expect("count");
+        .map(|r| {
             serde_json::json!({
-                "batch_size": b["batch_size"],
-                "server_batches": batches,
-                "server_ms": b["compute_infer"]["ns"].as_f64().expect("ns") / batches / 1e6,
+                "batch_size": r["batch_size"],
+                "server_batches": r["server_batches"],
+                "server_ms": triton_size_ms(&r["batch_size"]),
             })
         })
         .collect();
