@@ -41,21 +41,31 @@ TRACE = ROOT / "traces" / "demo.parquet"
 MODEL = "text_classifier"
 
 
-def run_once(out: Path, load: float, duration: str, calibrated: bool) -> None:
-    """A fresh traced Triton; with `calibrated`, `capsim calibrate --endpoint` through it first;
-    `capsim validate --endpoint` at one load; Triton stopped."""
+TRITON = ROOT / "scripts" / "triton.py"
+
+
+def start_server(out: Path, traced: bool) -> Path:
+    """A fresh Triton serving the classifier from `out` (traced at level TIMESTAMPS with
+    `traced`), with the scenario at one instance (one Triton is one instance of the scenario)
+    written to OUT/scenario.toml, whose path it returns. `TRITON stop --dir OUT` stops it."""
     out.mkdir(parents=True, exist_ok=True)
-    for stale in out.glob("trace.json*"):
-        stale.unlink()
-    # One Triton is one instance of the scenario.
     text = SCENARIO.read_text()
     assert "\ninstances = 2\n" in text, f"{SCENARIO} no longer says instances = 2"
     scenario = out / "scenario.toml"
     scenario.write_text(text.replace("\ninstances = 2\n", "\ninstances = 1\n"))
-    triton = ROOT / "scripts" / "triton.py"
-    subprocess.run([sys.executable, str(triton), "start", "--model", "onnx", "--onnx", str(ONNX),
-                    "--name", MODEL, "--scenario", str(scenario), "--dir", str(out), "--trace"],
+    subprocess.run([sys.executable, str(TRITON), "start", "--model", "onnx", "--onnx", str(ONNX),
+                    "--name", MODEL, "--scenario", str(scenario), "--dir", str(out),
+                    *(["--trace"] if traced else [])],
                    check=True, stdout=subprocess.DEVNULL)
+    return scenario
+
+
+def run_once(out: Path, load: float, duration: str, calibrated: bool) -> None:
+    """A fresh traced Triton; with `calibrated`, `capsim calibrate --endpoint` through it first;
+    `capsim validate --endpoint` at one load; Triton stopped."""
+    for stale in out.glob("trace.json*"):
+        stale.unlink()
+    scenario = start_server(out, traced=True)
     try:
         url = f"http://127.0.0.1:{json.loads((out / 'ports.json').read_text())['http']}"
         service = ["--profile", str(PROFILE)]
@@ -73,7 +83,7 @@ def run_once(out: Path, load: float, duration: str, calibrated: bool) -> None:
                             "-o", str(out / "validate")],
                            check=True, stdout=log, stderr=subprocess.STDOUT)
     finally:
-        subprocess.run([sys.executable, str(triton), "stop", "--dir", str(out)], check=True)
+        subprocess.run([sys.executable, str(TRITON), "stop", "--dir", str(out)], check=True)
 
 
 def run(out: Path, load: float, duration: str, calibrated: bool) -> None:

@@ -29,13 +29,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import classifier_check as cc  # noqa: E402
 import triton_check as tc  # noqa: E402
 
 ROOT = tc.ROOT
-SCENARIO = ROOT / "scenarios" / "bert-dynamic-batching.toml"
-ONNX = ROOT / "traces" / "models" / "text_classifier.onnx"
-DEMO = ROOT / "traces" / "demo.parquet"
-MODEL = "text_classifier"
+DEMO = cc.TRACE
+MODEL = cc.MODEL
 TARGETS = {"e2e_p50": 0.10, "e2e_p99": 0.20, "share_points": 5.0}
 
 
@@ -54,15 +53,7 @@ def poisson_trace(out: Path) -> Path:
 
 def one_server(out: Path, loads: list, repeats: int, duration: str, poisson: Path) -> None:
     """A fresh Triton: calibrate once, validate every run on it, stop it."""
-    out.mkdir(parents=True, exist_ok=True)
-    text = SCENARIO.read_text()
-    assert "\ninstances = 2\n" in text, f"{SCENARIO} no longer says instances = 2"
-    scenario = out / "scenario.toml"
-    scenario.write_text(text.replace("\ninstances = 2\n", "\ninstances = 1\n"))
-    triton = ROOT / "scripts" / "triton.py"
-    subprocess.run([sys.executable, str(triton), "start", "--model", "onnx", "--onnx", str(ONNX),
-                    "--name", MODEL, "--scenario", str(scenario), "--dir", str(out)],
-                   check=True, stdout=subprocess.DEVNULL)
+    scenario = cc.start_server(out, traced=False)
     try:
         url = f"http://127.0.0.1:{json.loads((out / 'ports.json').read_text())['http']}"
         with open(out / "calibrate.txt", "w") as log:
@@ -81,7 +72,7 @@ def one_server(out: Path, loads: list, repeats: int, duration: str, poisson: Pat
                                 "-o", str(out / label)],
                                check=True, stdout=log, stderr=subprocess.STDOUT)
     finally:
-        subprocess.run([sys.executable, str(triton), "stop", "--dir", str(out)], check=True)
+        subprocess.run([sys.executable, str(cc.TRITON), "stop", "--dir", str(out)], check=True)
 
 
 def row(run: Path) -> tuple:
