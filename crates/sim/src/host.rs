@@ -5,6 +5,11 @@
 //! its pre-processing; on its way out (after its batch) its response's job is `response` plus
 //! its post-processing. A job that takes no CPU time takes no core and waits for none.
 //!
+//! With `compute_cores`, each model instance's compute holds that many cores from a batch's
+//! dispatch to the end of its compute: a job waiting then starts only on a core neither a job
+//! nor compute holds (a job already running finishes; the OS would share the core, but a job is
+//! short beside a batch).
+//!
 //! The way-in job counts as pre-processing time in the records (admission to `queued_ns`), the
 //! way-out job as post-processing time (`exec_end_ns` to `postprocessed_ns`). A dynamic
 //! batcher's pools only: a continuous batcher's streamed per-token post-processing does not run
@@ -66,6 +71,7 @@ mod tests {
                 request: DurationNs(60_000),
                 request_per_input_token: DurationNs(100),
                 response: DurationNs(40_000),
+                compute_cores: 0,
             },
             postprocess: PostprocessSpec {
                 base: DurationNs(3_000),

@@ -18,7 +18,13 @@ use crate::scenario::PreprocessSpec;
 /// interruptible), and the worker then takes the next request.
 #[derive(Debug, Clone)]
 pub struct WorkerPool {
+    /// Workers (cores) running no job.
     free: u32,
+    /// Cores the model instances' compute holds now (`host.compute_cores` each while a batch
+    /// computes): a job starts only while more cores run no job than compute holds.
+    held: u32,
+    /// Cores one model instance's compute holds while it runs.
+    compute_cores: u32,
     /// (ticket, generation) of each waiting request, tombstones included.
     waiting: VecDeque<(u32, u32)>,
     /// Waiting requests, tombstones excluded.
@@ -28,8 +34,16 @@ pub struct WorkerPool {
 impl WorkerPool {
     /// `workers` idle workers.
     pub fn new(workers: u32) -> WorkerPool {
+        WorkerPool::sharing_with_compute(workers, 0)
+    }
+
+    /// A host's `cores`, of which each model instance's compute holds `compute_cores` while it
+    /// runs ([`Self::compute_started`]).
+    pub fn sharing_with_compute(cores: u32, compute_cores: u32) -> WorkerPool {
         WorkerPool {
-            free: workers,
+            free: cores,
+            held: 0,
+            compute_cores,
             waiting: VecDeque::new(),
             live_waiting: 0,
         }
@@ -39,7 +53,7 @@ impl WorkerPool {
     /// it (`false`).
     #[inline]
     pub fn start_or_wait(&mut self, ticket: u32, generation: u32) -> bool {
-        if self.free > 0 {
+        if self.free > self.held {
             self.free -= 1;
             true
         } else {
@@ -52,16 +66,43 @@ impl WorkerPool {
     /// A worker finished: returns the next live waiting ticket it now serves (`live` says which
     /// entries still wait), or frees the worker.
     #[inline]
-    pub fn finish(&mut self, mut live: impl FnMut(u32, u32) -> bool) -> Option<u32> {
+    pub fn finish(&mut self, live: impl FnMut(u32, u32) -> bool) -> Option<u32> {
+        self.free += 1;
+        self.next(live)
+    }
+
+    /// The next live waiting ticket (`live` says which entries still wait), taking a worker for
+    /// it, when a worker is free beyond those compute holds; `None` otherwise.
+    #[inline]
+    pub fn next(&mut self, mut live: impl FnMut(u32, u32) -> bool) -> Option<u32> {
+        if self.free <= self.held {
+            return None;
+        }
         while let Some((ticket, generation)) = self.waiting.pop_front() {
             if live(ticket, generation) {
                 self.live_waiting -= 1;
+                self.free -= 1;
                 return Some(ticket);
             }
         }
         debug_assert_eq!(self.live_waiting, 0, "live waiting requests were skipped");
-        self.free += 1;
         None
+    }
+
+    /// A model instance started computing a batch: its compute holds its cores until
+    /// [`Self::compute_ended`]. Jobs already running finish (the OS shares the cores; a
+    /// job's time is short), and no new one starts while compute holds every free core.
+    #[inline]
+    pub fn compute_started(&mut self) {
+        self.held += self.compute_cores;
+    }
+
+    /// A model instance's batch computed: its cores are free for jobs again (start the waiting
+    /// ones with [`Self::next`]).
+    #[inline]
+    pub fn compute_ended(&mut self) {
+        debug_assert!(self.held >= self.compute_cores);
+        self.held -= self.compute_cores;
     }
 
     /// Records that one waiting request left without a worker (its entry is now a tombstone).
@@ -214,14 +255,31 @@ impl Preprocess {
     pub fn finish(&self, ctx: &mut Ctx, pool: PoolId, workers: &mut Option<WorkerPool>) {
         let workers = workers.as_mut().expect("pool with preprocess has workers");
         let tickets = &ctx.tickets;
-        let next = workers.finish(|ticket, generation| {
-            let t = &tickets[ticket];
-            t.generation == generation
-                && (t.place == Place::PreprocessWaiting || t.place == Place::HostResponseWaiting)
-        });
-        let Some(next) = next else {
+        let next = workers.finish(|ticket, generation| waits(tickets, ticket, generation));
+        if let Some(next) = next {
+            self.start_waiting(ctx, pool, next);
+        }
+    }
+
+    /// A model instance of an instance of `pool` (with these host `workers`, if any) finished
+    /// computing: the cores its compute held take the waiting jobs.
+    #[inline]
+    pub fn compute_ended(&self, ctx: &mut Ctx, pool: PoolId, workers: &mut Option<WorkerPool>) {
+        let Some(workers) = workers.as_mut() else {
             return;
         };
+        workers.compute_ended();
+        while let Some(next) = {
+            let tickets = &ctx.tickets;
+            workers.next(|ticket, generation| waits(tickets, ticket, generation))
+        } {
+            self.start_waiting(ctx, pool, next);
+        }
+    }
+
+    /// The waiting job of `next` (which has taken a worker) starts: its way in or its
+    /// response's way out.
+    fn start_waiting(&self, ctx: &mut Ctx, pool: PoolId, next: u32) {
         let now = ctx.now.ns();
         let t = &mut ctx.tickets[next];
         if t.place == Place::PreprocessWaiting {
@@ -263,6 +321,14 @@ impl Preprocess {
             .expect("an instance with a host has cores")
             .forget_one();
     }
+}
+
+/// Whether the entry (`ticket`, `generation`) of a worker pool's line still waits (its client
+/// has not given up).
+fn waits(tickets: &crate::context::Tickets, ticket: u32, generation: u32) -> bool {
+    let t = &tickets[ticket];
+    t.generation == generation
+        && (t.place == Place::PreprocessWaiting || t.place == Place::HostResponseWaiting)
 }
 
 #[cfg(test)]

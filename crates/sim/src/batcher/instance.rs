@@ -383,5 +383,8 @@ fn start_batch(
         execution.extrapolated_batches += 1;
     }
     let done_ns = execution.slowdowns.end_ns(compute_start_ns, duration_ns);
+    if let Some(cores) = instance.workers.as_mut() {
+        cores.compute_started();
+    }
     begin_execution(ctx, instance, mi, mi_index, size, done_ns);
 }

@@ -296,7 +296,10 @@ impl BuiltPools {
 /// pre-processing workers (1 unless set), else none.
 fn workers_of(pool: &Pool) -> Option<WorkerPool> {
     match (&pool.host, &pool.preprocess) {
-        (Some(host), _) => Some(WorkerPool::new(host.cores)),
+        (Some(host), _) => Some(WorkerPool::sharing_with_compute(
+            host.cores,
+            host.compute_cores,
+        )),
         (None, Some(pre)) => Some(WorkerPool::new(pre.workers.unwrap_or(1))),
         (None, None) => None,
     }

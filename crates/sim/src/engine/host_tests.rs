@@ -198,3 +198,70 @@ fn an_overloaded_host_with_client_timeouts_accounts_for_every_request_determinis
     let (_, again) = run(s, &t);
     assert_eq!(records, again);
 }
+
+/// Compute that holds a core (`compute_cores`): one core, a way-in job of 1 ms, a batch (of
+/// one) of 10 ms. r0 (sent at 0) runs its job 0-1 ms and computes 1-11 ms on the core; r1, sent
+/// at 2 ms, waits for the core until r0's compute ends, runs its job 11-12 ms and computes
+/// 12-22 ms. Without `compute_cores` its job runs 2-3 ms beside the compute and it waits in the
+/// queue instead, computing 11-21 ms. With two cores the compute leaves one to the jobs.
+#[test]
+fn compute_that_holds_the_only_core_makes_a_requests_job_wait_for_it() {
+    let t = trace(&[0, 2 * MS], &[10; 2], &[1; 2]);
+    let costs = "request = \"1ms\"\n[service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+    let e2e = |host: &str| -> Vec<[u64; 3]> {
+        run(&format!("[host]\n{host}\n{costs}"), &t)
+            .1
+            .iter()
+            .map(|r| [r.queued_ns, r.exec_start_ns, r.latency_ns()])
+            .collect()
+    };
+    assert_eq!(
+        e2e("cores = 1\ncompute_cores = 1"),
+        vec![[MS, MS, 11 * MS], [12 * MS, 12 * MS, 20 * MS]],
+        "[queued, exec start, e2e]: r1's job waits for the compute's core"
+    );
+    assert_eq!(
+        e2e("cores = 1"),
+        vec![[MS, MS, 11 * MS], [3 * MS, 11 * MS, 19 * MS]],
+        "without compute_cores the job runs beside the compute"
+    );
+    assert_eq!(
+        e2e("cores = 2\ncompute_cores = 1"),
+        e2e("cores = 2"),
+        "two cores: the compute holds one, the jobs run on the other"
+    );
+}
+
+/// Jobs that waited for the compute's cores all start when it ends, as many as cores free up,
+/// in the order they came: two cores, both held by compute (`compute_cores = 2`); r1 and r2
+/// arrive during r0's compute (1-11 ms) and run their jobs side by side at 11-12 ms.
+#[test]
+fn the_cores_compute_frees_take_the_waiting_jobs_in_order() {
+    let t = trace(&[0, 2 * MS, 3 * MS], &[10; 3], &[1; 3]);
+    let s = "[host]\ncores = 2\ncompute_cores = 2\nrequest = \"1ms\"\n\
+             [batcher]\nmax_batch_size = 4\n\
+             [service]\nkind = \"constant\"\ntime = \"10ms\"\n";
+    let (_, r) = run(s, &t);
+    let queued: Vec<u64> = r.iter().map(|r| r.queued_ns).collect();
+    assert_eq!(queued, vec![MS, 12 * MS, 12 * MS]);
+    let starts: Vec<u64> = r.iter().map(|r| r.exec_start_ns).collect();
+    assert_eq!(
+        starts,
+        vec![MS, 12 * MS, 22 * MS],
+        "no queue delay: r1 computes as it is queued, r2 after it"
+    );
+}
+
+/// More compute cores than the host has is refused with the key and the limit.
+#[test]
+fn compute_cores_above_the_hosts_cores_is_refused() {
+    let err = Scenario::from_toml_str(
+        "[host]\ncores = 2\ncompute_cores = 3\n[service]\nkind = \"constant\"\ntime = \"1ms\"\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("host.compute_cores") && err.contains("2 cores"),
+        "{err}"
+    );
+}

@@ -678,6 +678,9 @@ impl<'a> Engine<'a> {
         let index = self.fleet.model_instances[mi_index as usize].instance;
         match &mut self.executors[index.index()] {
             Executor::Dynamic(d) if aux == COMPUTED => {
+                let instance = &mut self.fleet.instances[index.index()];
+                self.preprocess
+                    .compute_ended(&mut self.ctx, instance.pool, &mut instance.workers);
                 let size = self.fleet.model_instances[mi_index as usize].members.len();
                 let release_ns = d.release_latency_ns(size as u32);
                 if release_ns > 0 {

@@ -168,6 +168,11 @@ pub struct HostSpec {
     /// CPU time per response on its way out (serialising, HTTP send). Default 0.
     #[serde(default)]
     pub response: DurationNs,
+    /// Cores each model instance's compute keeps busy while a batch runs (from its dispatch to
+    /// the end of its compute): its threads on a model served on the CPU (ONNX Runtime's
+    /// intra-op threads), 0 for a GPU's (at most `cores`). Default 0.
+    #[serde(default)]
+    pub compute_cores: u32,
 }
 
 /// Instance queue policy (Triton's `dynamic_batching.default_queue_policy`).

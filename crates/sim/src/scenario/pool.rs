@@ -362,6 +362,19 @@ fn check_host(
              to leave the host's CPU out",
         ));
     }
+    if host.compute_cores > host.cores {
+        return Err(invalid(
+            &key("host.compute_cores"),
+            format!(
+                "is {} but the host has {} core{}: a model instance's compute keeps at most \
+                 every core busy; set it to the threads the model computes on (at most `{}`)",
+                host.compute_cores,
+                host.cores,
+                if host.cores == 1 { "" } else { "s" },
+                key("host.cores")
+            ),
+        ));
+    }
     if p.preprocess
         .as_ref()
         .is_some_and(|pre| pre.workers.is_some())
