@@ -293,6 +293,18 @@ impl Scenario {
         Ok(notes)
     }
 
+    /// Drops the top-level table `name` (`host`, say) where it is written, and validates the
+    /// scenario again; on error the scenario is unchanged.
+    pub fn drop_table(&mut self, name: &str) -> Result<(), ScenarioError> {
+        let mut next = self.clone();
+        if next.raw.remove(name).is_none() {
+            return Ok(());
+        }
+        next.set_all(&[])?;
+        *self = next;
+        Ok(())
+    }
+
     /// Gives the default pool `inputs`, timings measured from the run a simulation replays
     /// (see [`ReplayInputs`]); they replace any given before and stay through later
     /// [`Scenario::set`] calls. On error (an input the pool cannot take, named `replay.KEY`) the

@@ -384,9 +384,10 @@ impl ServerOverheads {
 
     /// Makes `scenario`'s path between the client and the server the measured one: a constant
     /// one-way `network.latency` and no transfer time (the whole `[network]` table), no gateway
-    /// overhead and no pre-processing (what the client's time beyond the server's holds is all
-    /// in the one way). `[postprocess]` is kept.
+    /// overhead, no pre-processing and no `[host]` (what the client's time beyond the server's
+    /// holds is all in the one way). `[postprocess]` is kept.
     pub fn apply_client_path(&self, scenario: &mut Scenario) -> Result<(), ScenarioError> {
+        scenario.drop_table("host")?;
         scenario.set(
             "network",
             &format!(
