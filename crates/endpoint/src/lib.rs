@@ -32,6 +32,7 @@
 
 #![warn(missing_docs)]
 
+pub mod host_cpu;
 mod http;
 mod kserve;
 pub mod measured_service;

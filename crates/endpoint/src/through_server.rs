@@ -10,6 +10,7 @@ use std::time::Duration;
 use capsim_sim::RequestRecord;
 use capsim_trace::Trace;
 
+use crate::host_cpu::{HostCpu, RunCpu, ServerProcess, fit_host_cpu, own_cpu_ns};
 use crate::validation::scaled_trace;
 use crate::validation::triton::{ModelStats, ServerOverheads, model_stats};
 use crate::{EndpointError, EndpointOptions, LoadMode, MeasuredRun, Reporting, replay};
@@ -79,6 +80,12 @@ pub struct ServerCalibration {
     /// The open-loop run at light load, after them (none where the closed loops' statistics
     /// held no request times to pace it by).
     pub light: Option<LightRun>,
+    /// The host CPU per request fitted to [`Self::cpu_runs`] ([`fit_host_cpu`]); none where the
+    /// server is not a process of this machine or the runs cannot tell its terms apart.
+    pub host: Option<HostCpu>,
+    /// Each run's CPU (closed loops, open loops, the light loop) where the server's processes
+    /// could be read.
+    pub cpu_runs: Vec<RunCpu>,
 }
 
 impl ServerCalibration {
@@ -130,6 +137,60 @@ impl ServerCalibration {
             path.one_way_ns() as f64 / 1e3,
             path.client_ns / 1e6,
             path.server.request_ns / 1e6,
+        )))
+    }
+
+    /// Models the host's CPU in `scenario` from the calibration's [host fit](Self::host)
+    /// (`[host]`): its cores; the CPU each request costs outside the model's compute, the
+    /// server's and the load generator's (which runs on the same host), less the server's time
+    /// outside queue and model that `postprocess.base` already puts on the cores, half on the
+    /// way in (`host.request`) and half on the way out (`host.response`), for lack of a
+    /// measure of where it falls; and the cores the model's compute keeps busy while it runs
+    /// (`host.compute_cores`, rounded). At light load a request's jobs take their CPU time, so
+    /// `network.latency` gives up as much of each way as the jobs take: the calibrated end to
+    /// end stays what the light loop measured, and under load the jobs queue for the cores.
+    /// Returns the line that says so; `Ok(None)` (the scenario untouched) without a fit or a
+    /// client path.
+    pub fn apply_host(
+        &self,
+        scenario: &mut capsim_sim::Scenario,
+    ) -> Result<Option<String>, capsim_sim::ScenarioError> {
+        let (Some(host), Some((path, _))) = (&self.host, self.client_path()) else {
+            return Ok(None);
+        };
+        let post_ns = path.outside_ns() as f64;
+        let per_request_ns = host.server_per_request_ns + host.client_per_request_ns;
+        let job_ns = ((per_request_ns - post_ns).max(0.0) / 2.0).round() as u64;
+        let one_way_ns = path.one_way_ns().saturating_sub(job_ns);
+        let compute_cores = (host.compute_cores.round() as u32).min(host.cores);
+        scenario.set_all(&[
+            (
+                "network.latency",
+                &format!("{{ kind = \"constant\", one_way = \"{one_way_ns}ns\" }}"),
+            ),
+            (
+                "host",
+                &format!(
+                    "{{ cores = {}, request = \"{job_ns}ns\", response = \"{job_ns}ns\", \
+                     compute_cores = {compute_cores} }}",
+                    host.cores
+                ),
+            ),
+        ])?;
+        Ok(Some(format!(
+            "[host] cores {} (the server's affinity), request and response {:.1} us each: the \
+             CPU per request outside the model, {:.1} us the server's and {:.1} us the load \
+             generator's, less postprocess.base {:.1} us, halved; compute_cores {compute_cores} \
+             ({:.2} fitted: the model's CPU time over its compute); network.latency.one_way \
+             {:.1} us (the jobs' time taken out); from {} runs' CPU accounting",
+            host.cores,
+            job_ns as f64 / 1e3,
+            host.server_per_request_ns / 1e3,
+            host.client_per_request_ns / 1e3,
+            post_ns / 1e3,
+            host.compute_cores,
+            one_way_ns as f64 / 1e3,
+            host.runs,
         )))
     }
 }
@@ -197,40 +258,52 @@ pub fn calibrate_through_server(
     options: &EndpointOptions,
     concurrencies: &[u32],
 ) -> Result<ServerCalibration, EndpointError> {
-    closed_loop(warmup, options, 1)?;
-    let before = model_stats(&options.base_url, &options.model)?;
-    let mut runs = Vec::with_capacity(concurrencies.len());
-    let mut last = before.clone();
-    let path_of = |now: &ModelStats, last: &ModelStats, records: &[RequestRecord], at: &str| {
+    closed_loop(warmup, options, 1).map_err(EndpointError::from)?;
+    let mut readings = Readings::new(options)?;
+    let before = readings.last.stats.clone();
+    let path_of = |since: &ModelStats, records: &[RequestRecord], at: &str| {
         let source = PathBuf::from(format!(
             "{}/v2/models/{}/stats {at}",
             options.base_url, options.model
         ));
-        ServerOverheads::of_run(Some(&now.since(last)), records, source)
+        ServerOverheads::of_run(Some(since), records, source)
     };
+    let mut runs = Vec::with_capacity(concurrencies.len());
     for &concurrency in concurrencies {
-        let (run, records) = closed_loop(trace, options, concurrency)?;
-        let now = model_stats(&options.base_url, &options.model)?;
+        let (run, records) = match closed_loop(trace, options, concurrency) {
+            // Once more, from a fresh reading: Triton 2.51 now and then leaves a ready batch
+            // for its batcher's 500 ms poll, and a closed loop sends nothing that would wake
+            // it, so every request in flight times out at a 500 ms queue timeout (8 of 8 at 8
+            // clients, 2026-12-07); the next run rarely meets it again.
+            Err(TooManyFailed(_)) => {
+                readings.skip()?;
+                closed_loop(trace, options, concurrency).map_err(EndpointError::from)?
+            }
+            other => other?,
+        };
+        let since = readings.next()?;
         let at = format!("at {concurrency} clients");
         runs.push(ClosedLoopRun {
-            path: path_of(&now, &last, &records, &at),
+            path: path_of(&since, &records, &at),
             ..run
         });
-        last = now;
     }
+    let after_closed = readings.last.stats.clone();
     let deepest = runs.iter().max_by_key(|r| r.concurrency);
-    let open = open_runs(trace, options, deepest.map_or(0.0, |r| r.throughput_rps))?;
-    let now = model_stats(&options.base_url, &options.model)?;
-    // A tenth of the rate one client sent back to back (its mean end to end).
-    let one_client = runs
-        .iter()
-        .min_by_key(|r| r.concurrency)
-        .and_then(|r| r.path.as_ref())
-        .map(|p| p.client_ns);
+    let capacity_rps = deepest.map_or(0.0, |r| r.throughput_rps);
+    let mut open = Vec::with_capacity(OPEN_FRACTIONS.len());
+    if capacity_rps.is_finite() && capacity_rps > 0.0 {
+        for fraction in OPEN_FRACTIONS {
+            open.push(open_run(trace, options, fraction, fraction * capacity_rps)?);
+            readings.next()?;
+        }
+    }
     // The compute per batch size is the open loops' where they ran enough of that size, else
     // the closed and open loops' together (the light open loop gives the client's path only).
-    let open_stats = now.since(&last);
-    let stats = now
+    let open_stats = readings.last.stats.since(&after_closed);
+    let stats = readings
+        .last
+        .stats
         .since(&before)
         .preferring(&open_stats, OPEN_LOOP_MIN_REQUESTS);
     let open_sizes = open_stats
@@ -239,63 +312,165 @@ pub fn calibrate_through_server(
         .filter(|b| b.requests() >= OPEN_LOOP_MIN_REQUESTS)
         .map(|b| b.batch_size)
         .collect();
-    let last = now;
+    // A tenth of the rate one client sent back to back (its mean end to end).
+    let one_client = runs
+        .iter()
+        .min_by_key(|r| r.concurrency)
+        .and_then(|r| r.path.as_ref())
+        .map(|p| p.client_ns);
     let mut light = None;
     if let Some(client_ns) = one_client.filter(|&ns| ns > 0.0 && trace.len() >= 2) {
         let rate_rps = 0.1e9 / client_ns;
-        let open = paced(trace, options, rate_rps, LIGHT_RUN_NS, "the light-load run")?;
-        let records =
-            checked_run(&open, options, LoadMode::Open, "an open loop at light load")?.records;
-        let now = model_stats(&options.base_url, &options.model)?;
+        let paced_light = paced(trace, options, rate_rps, LIGHT_RUN_NS, "the light-load run")?;
+        let what = "an open loop at light load";
+        let records = checked_run(&paced_light, options, LoadMode::Open, what)?.records;
+        let since = readings.next()?;
         light = Some(LightRun {
             rate_rps,
             requests: records.len() as u64,
             failed: failed(&records),
-            path: path_of(&now, &last, &records, "in the light open loop"),
+            path: path_of(&since, &records, "in the light open loop"),
         });
     }
+    let host = readings.meter.server.as_ref();
     Ok(ServerCalibration {
         stats,
         open_sizes,
         runs,
         open,
         light,
+        host: host.and_then(|s| fit_host_cpu(s.cores, &readings.cpu_runs)),
+        cpu_runs: readings.cpu_runs,
     })
 }
 
-/// The open-loop runs at [`OPEN_FRACTIONS`] of `capacity_rps`: the trace's own arrivals scaled
-/// to the rate, with its sizes, as `validate --endpoint` paces a compared run, so that the loops
-/// are as bursty as the traffic predicted: a batch runs slower when requests arrive while it
-/// runs. Calibrated on Poisson loops of the same sizes, the classifier's predictions of the demo
-/// trace (gamma arrivals, CV 2) ran 12-19% under the server's end-to-end p50 (4 of 4 runs at 30%
-/// and 60%); on the trace's own arrivals, -16% to +3% (median -7%, 13 of 20 runs within 10%,
-/// 7 calibrations), and a Poisson trace stayed within 9% either way. None where the capacity is
-/// unknown.
-fn open_runs(
+/// The server's statistics and the CPU clocks read at one moment.
+struct Reading {
+    stats: ModelStats,
+    cpu: CpuRead,
+}
+
+/// Reads the server's statistics and the CPU clocks between a calibration's runs, and keeps
+/// each run's CPU.
+struct Readings<'o> {
+    options: &'o EndpointOptions,
+    meter: CpuMeter,
+    last: Reading,
+    cpu_runs: Vec<RunCpu>,
+}
+
+impl<'o> Readings<'o> {
+    fn new(options: &'o EndpointOptions) -> Result<Readings<'o>, EndpointError> {
+        let meter = CpuMeter::new(options);
+        let last = Reading {
+            stats: model_stats(&options.base_url, &options.model)?,
+            cpu: meter.read(),
+        };
+        Ok(Readings {
+            options,
+            meter,
+            last,
+            cpu_runs: Vec::new(),
+        })
+    }
+
+    fn read(&self) -> Result<Reading, EndpointError> {
+        Ok(Reading {
+            stats: model_stats(&self.options.base_url, &self.options.model)?,
+            cpu: self.meter.read(),
+        })
+    }
+
+    /// A run just ended: its CPU is kept, and the server's statistics over it returned.
+    fn next(&mut self) -> Result<ModelStats, EndpointError> {
+        let now = self.read()?;
+        let since = now.stats.since(&self.last.stats);
+        self.cpu_runs
+            .extend(run_cpu(&since, self.last.cpu, now.cpu));
+        self.last = now;
+        Ok(since)
+    }
+
+    /// A run just ended that is not taken: the next one is read from now.
+    fn skip(&mut self) -> Result<(), EndpointError> {
+        self.last = self.read()?;
+        Ok(())
+    }
+}
+
+/// The server's processes, when they run on this machine, and the load generator's own CPU
+/// clock.
+struct CpuMeter {
+    server: Option<ServerProcess>,
+}
+
+/// CPU times read at one moment, ns: the server's processes' and the load generator's.
+type CpuRead = Option<(u64, u64)>;
+
+impl CpuMeter {
+    /// The meter of the server behind `options`' URL: found by its port where the host is
+    /// this machine's loopback (`127.0.0.1`, `localhost`, `[::1]`); none elsewhere.
+    fn new(options: &EndpointOptions) -> CpuMeter {
+        let server = loopback_port(&options.base_url).and_then(ServerProcess::listening_on);
+        CpuMeter { server }
+    }
+
+    fn read(&self) -> CpuRead {
+        Some((self.server.as_ref()?.tree_cpu_ns()?, own_cpu_ns()?))
+    }
+}
+
+/// One run's CPU from the server's statistics over it and the CPU clocks before and after.
+fn run_cpu(since: &ModelStats, before: CpuRead, after: CpuRead) -> Option<RunCpu> {
+    let ((s0, c0), (s1, c1)) = (before?, after?);
+    Some(RunCpu {
+        requests: since.inference_count as f64,
+        compute_ns: since
+            .batch_stats
+            .iter()
+            .map(|b| b.compute_ns() as f64)
+            .sum(),
+        server_ns: s1.saturating_sub(s0) as f64,
+        client_ns: c1.saturating_sub(c0) as f64,
+    })
+}
+
+/// The port of `url` when its host is this machine's loopback.
+fn loopback_port(url: &str) -> Option<u16> {
+    let rest = url.strip_prefix("http://")?;
+    let authority = rest.split('/').next()?;
+    let (host, port) = authority.rsplit_once(':')?;
+    matches!(host, "127.0.0.1" | "localhost" | "[::1]")
+        .then(|| port.parse().ok())
+        .flatten()
+}
+
+/// One open-loop run at `fraction` ([`OPEN_FRACTIONS`]) of the deepest closed loop's throughput
+/// (`rate_rps`): the trace's own arrivals scaled to the rate, with its sizes, as `validate
+/// --endpoint` paces a compared run, so that the loops are as bursty as the traffic predicted:
+/// a batch runs slower when requests arrive while it runs. Calibrated on Poisson loops of the
+/// same sizes, the classifier's predictions of the demo trace (gamma arrivals, CV 2) ran 12-19%
+/// under the server's end-to-end p50 (4 of 4 runs at 30% and 60%); on the trace's own
+/// arrivals, -16% to +3% (median -7%, 13 of 20 runs within 10%, 7 calibrations), and a Poisson
+/// trace stayed within 9% either way.
+fn open_run(
     trace: &Trace,
     options: &EndpointOptions,
-    capacity_rps: f64,
-) -> Result<Vec<OpenRun>, EndpointError> {
-    if capacity_rps.is_nan() || capacity_rps <= 0.0 {
-        return Ok(Vec::new());
-    }
-    let mut runs = Vec::with_capacity(OPEN_FRACTIONS.len());
-    for fraction in OPEN_FRACTIONS {
-        let rate_rps = fraction * capacity_rps;
-        let what = format!(
-            "an open loop at {:.0}% of capacity ({rate_rps:.1} req/s)",
-            fraction * 100.0
-        );
-        let open = paced(trace, options, rate_rps, u64::MAX, &what)?;
-        let records = checked_run(&open, options, LoadMode::Open, &what)?.records;
-        runs.push(OpenRun {
-            fraction,
-            rate_rps,
-            requests: records.len() as u64,
-            failed: failed(&records),
-        });
-    }
-    Ok(runs)
+    fraction: f64,
+    rate_rps: f64,
+) -> Result<OpenRun, EndpointError> {
+    let what = format!(
+        "an open loop at {:.0}% of capacity ({rate_rps:.1} req/s)",
+        fraction * 100.0
+    );
+    let open = paced(trace, options, rate_rps, u64::MAX, &what)?;
+    let records = checked_run(&open, options, LoadMode::Open, &what)?.records;
+    Ok(OpenRun {
+        fraction,
+        rate_rps,
+        requests: records.len() as u64,
+        failed: failed(&records),
+    })
 }
 
 /// `trace`'s arrivals scaled to `rate_rps`, with its sizes, for at most `duration_ns`; an error
@@ -321,12 +496,12 @@ fn closed_loop(
     trace: &Trace,
     options: &EndpointOptions,
     concurrency: u32,
-) -> Result<(ClosedLoopRun, Vec<RequestRecord>), EndpointError> {
+) -> Result<(ClosedLoopRun, Vec<RequestRecord>), RunError> {
     let mode = LoadMode::Closed {
         concurrency,
         think_time: Duration::ZERO,
     };
-    let run = checked_run(trace, options, mode, &format!("concurrency {concurrency}"))?;
+    let run = measured_run(trace, options, mode, &format!("concurrency {concurrency}"))?;
     Ok((
         ClosedLoopRun {
             concurrency,
@@ -339,14 +514,46 @@ fn closed_loop(
     ))
 }
 
-/// One run of `trace` in `mode` (`what` names it in the error), measured; an error when
-/// a request failed.
+/// Why a calibration's run is not taken: the server's error, or more than
+/// [`MAX_FAILED_SHARE`] of its requests failed.
+enum RunError {
+    Endpoint(EndpointError),
+    TooManyFailed(EndpointError),
+}
+use RunError::TooManyFailed;
+
+impl From<EndpointError> for RunError {
+    fn from(e: EndpointError) -> RunError {
+        RunError::Endpoint(e)
+    }
+}
+
+impl From<RunError> for EndpointError {
+    fn from(e: RunError) -> EndpointError {
+        match e {
+            RunError::Endpoint(e) | TooManyFailed(e) => e,
+        }
+    }
+}
+
+/// [`measured_run`], with either error the server's.
 fn checked_run(
     trace: &Trace,
     options: &EndpointOptions,
     mode: LoadMode,
     what: &str,
 ) -> Result<MeasuredRun, EndpointError> {
+    measured_run(trace, options, mode, what).map_err(EndpointError::from)
+}
+
+/// One run of `trace` in `mode` (`what` names it in the error), measured; an error when
+/// the server stopped answering or more than [`MAX_FAILED_SHARE`] of the requests failed.
+fn measured_run(
+    trace: &Trace,
+    options: &EndpointOptions,
+    mode: LoadMode,
+    what: &str,
+) -> Result<MeasuredRun, RunError> {
     let run = replay(
         trace,
         &EndpointOptions {
@@ -358,17 +565,17 @@ fn checked_run(
     let totals = &run.summary.requests;
     let not_sent = run.summary.load.as_ref().map_or(0, |l| l.not_sent);
     if not_sent > 0 {
-        return Err(EndpointError::Protocol {
+        return Err(RunError::Endpoint(EndpointError::Protocol {
             url: options.base_url.clone(),
             message: format!(
                 "the calibration's run at {what} stopped after {} requests ({:?}), {not_sent} \
                  not sent: the server did not answer within {:?}; check that it is alive",
                 totals.total, totals.failed_by_reason, options.timeout
             ),
-        });
+        }));
     }
     if (totals.total - totals.completed) as f64 > MAX_FAILED_SHARE * totals.total as f64 {
-        return Err(EndpointError::Protocol {
+        return Err(TooManyFailed(EndpointError::Protocol {
             url: options.base_url.clone(),
             message: format!(
                 "{} of {} requests failed in the calibration's run at {what} ({:?}), more than \
@@ -378,7 +585,7 @@ fn checked_run(
                 totals.failed_by_reason,
                 MAX_FAILED_SHARE * 100.0
             ),
-        });
+        }));
     }
     Ok(run)
 }
@@ -394,6 +601,66 @@ fn failed(records: &[RequestRecord]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::validation::triton::ServerRequestTimes;
+
+    /// A calibration whose light loop measured 3 ms at the client and 2.5 ms in the server (2 ms
+    /// of compute, 0.1 ms outside queue and model), with the given host fit.
+    fn calibration(host: Option<HostCpu>) -> ServerCalibration {
+        let server = ServerRequestTimes {
+            requests: 100.0,
+            request_ns: 2.5e6,
+            queue_ns: 0.4e6,
+            compute_ns: 2.0e6,
+        };
+        ServerCalibration {
+            stats: ModelStats::parse(br#"{"model_stats":[{"name":"m"}]}"#, "test").unwrap(),
+            open_sizes: Vec::new(),
+            runs: Vec::new(),
+            open: Vec::new(),
+            light: Some(LightRun {
+                rate_rps: 10.0,
+                requests: 100,
+                failed: 0,
+                path: ServerOverheads::new(&[3.0e6; 100], server, PathBuf::from("light")),
+            }),
+            host,
+            cpu_runs: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_host_takes_the_cpu_outside_the_model_and_the_network_gives_it_up() {
+        let host = HostCpu {
+            cores: 2,
+            server_per_request_ns: 150e3,
+            compute_cores: 0.94,
+            client_per_request_ns: 50e3,
+            runs: 11,
+        };
+        let cal = calibration(Some(host));
+        let mut scenario = capsim_sim::Scenario::from_toml_str(
+            "[service]\nkind = \"constant\"\ntime = \"1ms\"\n[postprocess]\nbase = \"100us\"\n",
+        )
+        .unwrap();
+        cal.apply_client_path(&mut scenario).unwrap();
+        let line = cal.apply_host(&mut scenario).unwrap().unwrap();
+        // 200 us of CPU a request less the 100 us postprocess.base, halved: 50 us each way;
+        // the 250 us one way of the light loop gives them up.
+        let get = |key: &str| scenario.get(key).map(ToString::to_string);
+        assert_eq!(get("host.cores").as_deref(), Some("2"));
+        assert_eq!(get("host.compute_cores").as_deref(), Some("1"));
+        assert_eq!(get("host.request").as_deref(), Some("\"50000ns\""));
+        assert_eq!(get("host.response").as_deref(), Some("\"50000ns\""));
+        assert_eq!(
+            get("network.latency.one_way").as_deref(),
+            Some("\"200000ns\"")
+        );
+        assert!(line.contains("compute_cores 1 (0.94 fitted"), "{line}");
+        // Without a host fit nothing changes.
+        let mut untouched = scenario.clone();
+        assert_eq!(calibration(None).apply_host(&mut untouched).unwrap(), None);
+        assert_eq!(untouched.to_toml_string(), scenario.to_toml_string());
+    }
 
     #[test]
     fn the_levels_double_from_one_client_to_one_and_a_half_full_batches_per_instance() {

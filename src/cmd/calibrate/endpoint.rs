@@ -84,6 +84,20 @@ pub fn run(url: &str, args: &CalibrateArgs) -> Result<()> {
         text += &format!("  {line}\n");
         header += &format!("# {line}.\n");
     }
+    match measured
+        .apply_host(&mut fitted.scenario)
+        .map_err(bad_input)?
+    {
+        Some(line) => {
+            text += &format!("  {line}\n");
+            header += &format!("# {line}.\n");
+        }
+        None => {
+            text += "  [host] not modelled: the server is not a process of this machine that \
+                     capsim may read (/proc), or its runs' CPU could not tell the per-request \
+                     work from the compute's\n";
+        }
+    }
     print!("{text}");
     let toml = capsim_sim::build::toml_for_file(&fitted.scenario, out)?;
     std::fs::write(out, header + &toml).with_context(|| format!("writing {}", out.display()))?;
@@ -120,6 +134,17 @@ fn runs_text(measured: &ServerCalibration) -> String {
             sizes.join(", ")
         }
     );
+    for (k, cpu) in measured.cpu_runs.iter().enumerate() {
+        text += &format!(
+            "CPU, run {}: {:.0} requests, compute {:.1} ms, the server's processes {:.0} ms, the \
+             load generator {:.0} ms\n",
+            k + 1,
+            cpu.requests,
+            cpu.compute_ns / 1e6,
+            cpu.server_ns / 1e6,
+            cpu.client_ns / 1e6
+        );
+    }
     text
 }
 
