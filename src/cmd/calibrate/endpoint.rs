@@ -113,7 +113,7 @@ fn runs_text(measured: &ServerCalibration) -> String {
     }
     for run in &measured.open {
         let head = format!(
-            "open loop at {:.0}% of the deepest closed loop's throughput: {:.1} req/s (the trace's arrivals, scaled)",
+            "open loop at {:.0}% of the closed loops' highest throughput: {:.1} req/s (the trace's arrivals, scaled)",
             run.fraction * 100.0,
             run.rate_rps
         );
