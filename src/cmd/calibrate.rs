@@ -138,8 +138,10 @@ pub struct CalibrateArgs {
     /// Measure the model served by a running Triton at this URL (`http://HOST:PORT`) instead of
     /// an ONNX file: closed-loop runs at a few concurrencies, then a + b * size fitted to the
     /// server's own mean compute time per batch size and `[postprocess] base` to its time per
-    /// request outside the queue and the model; writes --scenario with them to -o (a TOML). With
-    /// --model the model's name on the server, --scenario and --trace.
+    /// request outside the queue and the model, the client's path at light load, and, for a
+    /// server on this machine, `[host]` from the CPU Linux accounts to it and to the load
+    /// generator; writes --scenario with them to -o (a TOML). With --model the model's name on
+    /// the server, --scenario and --trace.
     #[arg(long, value_name = "URL", conflicts_with_all = ["operators", "decoder"])]
     pub endpoint: Option<String>,
     /// With --endpoint: the scenario whose batcher the server runs (its max_batch_size and

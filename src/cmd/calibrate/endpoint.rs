@@ -1,7 +1,7 @@
 //! `capsim calibrate --endpoint URL --model NAME --scenario S.toml --trace T -o FITTED.toml`:
 //! the served model measured through a running Triton (closed-loop runs, the server's own
-//! statistics) into the scenario's `[service]` and `[postprocess]`, and the client's path at one
-//! client into `network.latency`.
+//! statistics) into the scenario's `[service]` and `[postprocess]`, the client's path at light
+//! load into `network.latency`, and the host CPU into `[host]` where the server runs here.
 
 use std::path::Path;
 
