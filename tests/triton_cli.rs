@@ -65,11 +65,18 @@ impl Triton {
         triton
     }
 
-    /// Whether Triton died of a signal of its own (its log says "Signal (N) received."): the
-    /// traced 2.51 server crashes now and then under load, which says nothing of capsim.
+    /// Whether Triton died on its own: its log says "Signal (N) received.", or its process is
+    /// gone while this test still holds it (a server that went down with its Python stub's
+    /// "Non-graceful termination detected" left no signal line, 2026-12-07). The traced 2.51
+    /// server crashes now and then under load, which says nothing of capsim.
     fn crashed(&self) -> bool {
-        std::fs::read_to_string(self.dir.join("triton.log"))
-            .is_ok_and(|log| log.contains("Signal ("))
+        let signalled = std::fs::read_to_string(self.dir.join("triton.log"))
+            .is_ok_and(|log| log.contains("Signal ("));
+        let gone = std::fs::read_to_string(self.dir.join("pid"))
+            .ok()
+            .and_then(|pid| pid.trim().parse::<u32>().ok())
+            .is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists());
+        signalled || gone
     }
 
     /// The end of Triton's log, for a failure's message.
@@ -826,6 +833,23 @@ fn calibrate_endpoint_fits_tritons_own_compute_per_batch_size_into_the_scenario(
             "service.{key}: {toml:?}"
         );
     }
+    // The host CPU, from Linux's accounting of this Triton's processes and of the load
+    // generator: its cores, CPU per request on the way in and out, and no core held by a model
+    // that sleeps (its CPU per batch fits at about 0.2 cores, rounded to 0).
+    let host = toml["host"]
+        .as_table()
+        .expect("[host] fitted for a local server");
+    assert!(
+        host["cores"].as_integer().is_some_and(|c| c >= 1),
+        "host.cores: {host:?}"
+    );
+    assert_eq!(host["compute_cores"].as_integer(), Some(0), "{host:?}");
+    assert!(
+        host["request"].as_str().is_some_and(|t| t.ends_with("ns"))
+            && host["request"] == host["response"],
+        "host.request and host.response: {host:?}"
+    );
+    assert!(printed.contains("[host] cores"), "{printed}");
     // The fit's table: each batch size's batches, Triton's mean compute and the fitted line
     // there (a + b·n + c·n·E[longest]: the demo's inputs differ in length), times the size's
     // level where calibrate wrote levels.
