@@ -354,6 +354,15 @@ struct Reading {
     cpu: CpuRead,
 }
 
+impl Reading {
+    fn now(options: &EndpointOptions, meter: &CpuMeter) -> Result<Reading, EndpointError> {
+        Ok(Reading {
+            stats: model_stats(&options.base_url, &options.model)?,
+            cpu: meter.read(),
+        })
+    }
+}
+
 /// Reads the server's statistics and the CPU clocks between a calibration's runs, and keeps
 /// each run's CPU.
 struct Readings<'o> {
@@ -366,23 +375,16 @@ struct Readings<'o> {
 impl<'o> Readings<'o> {
     fn new(options: &'o EndpointOptions) -> Result<Readings<'o>, EndpointError> {
         let meter = CpuMeter::new(options);
-        let last = Reading {
-            stats: model_stats(&options.base_url, &options.model)?,
-            cpu: meter.read(),
-        };
         Ok(Readings {
+            last: Reading::now(options, &meter)?,
             options,
             meter,
-            last,
             cpu_runs: Vec::new(),
         })
     }
 
     fn read(&self) -> Result<Reading, EndpointError> {
-        Ok(Reading {
-            stats: model_stats(&self.options.base_url, &self.options.model)?,
-            cpu: self.meter.read(),
-        })
+        Reading::now(self.options, &self.meter)
     }
 
     /// A run just ended: its CPU is kept, and the server's statistics over it returned.
@@ -441,11 +443,9 @@ fn run_cpu(since: &ModelStats, before: CpuRead, after: CpuRead) -> Option<RunCpu
 
 /// The port of `url` when its host is this machine's loopback.
 fn loopback_port(url: &str) -> Option<u16> {
-    let rest = url.strip_prefix("http://")?;
-    let authority = rest.split('/').next()?;
-    let (host, port) = authority.rsplit_once(':')?;
-    matches!(host, "127.0.0.1" | "localhost" | "[::1]")
-        .then(|| port.parse().ok())
+    let uri: hyper::Uri = url.parse().ok()?;
+    matches!(uri.host()?, "127.0.0.1" | "localhost" | "[::1]")
+        .then(|| uri.port_u16())
         .flatten()
 }
 
@@ -630,6 +630,15 @@ mod tests {
             host,
             cpu_runs: Vec::new(),
         }
+    }
+
+    #[test]
+    fn only_a_loopback_url_names_a_local_port() {
+        assert_eq!(loopback_port("http://127.0.0.1:8000"), Some(8000));
+        assert_eq!(loopback_port("http://localhost:8001/v2"), Some(8001));
+        assert_eq!(loopback_port("http://[::1]:8002"), Some(8002));
+        assert_eq!(loopback_port("http://10.0.0.7:8000"), None);
+        assert_eq!(loopback_port("http://127.0.0.1"), None, "no port written");
     }
 
     #[test]

@@ -98,11 +98,12 @@ impl WorkerPool {
     }
 
     /// A model instance's batch computed: its cores are free for jobs again (start the waiting
-    /// ones with [`Self::next`]).
+    /// ones with [`Self::next`]); false when its compute held none, and nothing changed.
     #[inline]
-    pub fn compute_ended(&mut self) {
+    pub fn compute_ended(&mut self) -> bool {
         debug_assert!(self.held >= self.compute_cores);
         self.held -= self.compute_cores;
+        self.compute_cores > 0
     }
 
     /// Records that one waiting request left without a worker (its entry is now a tombstone).
@@ -268,7 +269,9 @@ impl Preprocess {
         let Some(workers) = workers.as_mut() else {
             return;
         };
-        workers.compute_ended();
+        if !workers.compute_ended() {
+            return;
+        }
         while let Some(next) = {
             let tickets = &ctx.tickets;
             workers.next(|ticket, generation| waits(tickets, ticket, generation))
