@@ -37,6 +37,7 @@ mod http;
 mod kserve;
 pub mod measured_service;
 pub mod metrics;
+pub mod missed_release;
 mod openai;
 mod replay;
 mod through_server;

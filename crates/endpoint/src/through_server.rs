@@ -11,6 +11,7 @@ use capsim_sim::RequestRecord;
 use capsim_trace::Trace;
 
 use crate::host_cpu::{HostCpu, RunCpu, ServerProcess, fit_host_cpu, own_cpu_ns};
+use crate::missed_release::{OpenLoopRecords, fit_missed_release};
 use crate::validation::scaled_trace;
 use crate::validation::triton::{ModelStats, ServerOverheads, model_stats};
 use crate::{EndpointError, EndpointOptions, LoadMode, MeasuredRun, Reporting, replay};
@@ -77,6 +78,8 @@ pub struct ServerCalibration {
     pub runs: Vec<ClosedLoopRun>,
     /// Each open-loop run ([`OPEN_FRACTIONS`]), after the closed loops.
     pub open: Vec<OpenRun>,
+    /// What each open-loop run sent and measured, request by request, in the same order.
+    pub open_loops: Vec<OpenLoopRecords>,
     /// The open-loop run at light load, after them (none where the closed loops' statistics
     /// held no request times to pace it by).
     pub light: Option<LightRun>,
@@ -193,6 +196,31 @@ impl ServerCalibration {
             host.runs,
         )))
     }
+
+    /// Fits `batcher.missed_release` of `scenario` (calibrated otherwise: compute, path, host)
+    /// to the open loops ([`fit_missed_release`]), counting requests late by over twice the
+    /// light loop's mean end to end (a request that waited for the next arrival), and sets it.
+    /// Returns the line that says so; `Ok(None)` (the scenario untouched) without batching,
+    /// open loops or a client path.
+    pub fn apply_missed_release(
+        &self,
+        scenario: &mut capsim_sim::Scenario,
+    ) -> Result<Option<String>, EndpointError> {
+        let Some((path, _)) = self.client_path() else {
+            return Ok(None);
+        };
+        let threshold_ns = (2.0 * path.client_ns).round() as u64;
+        let Some(fit) = fit_missed_release(scenario, &self.open_loops, threshold_ns)? else {
+            return Ok(None);
+        };
+        scenario
+            .set("batcher.missed_release", &format!("{:.4}", fit.share))
+            .map_err(|e| EndpointError::Protocol {
+                url: "the calibrated scenario".to_string(),
+                message: e.to_string(),
+            })?;
+        Ok(Some(fit.describe()))
+    }
 }
 
 /// The closed-loop levels of a calibration of a model instance group that batches up to
@@ -296,9 +324,12 @@ pub fn calibrate_through_server(
     // 850 (2026-12-07).
     let capacity_rps = runs.iter().map(|r| r.throughput_rps).fold(0.0, f64::max);
     let mut open = Vec::with_capacity(OPEN_FRACTIONS.len());
+    let mut open_loops = Vec::with_capacity(OPEN_FRACTIONS.len());
     if capacity_rps.is_finite() && capacity_rps > 0.0 {
         for fraction in OPEN_FRACTIONS {
-            open.push(open_run(trace, options, fraction, fraction * capacity_rps)?);
+            let (run, records) = open_run(trace, options, fraction, fraction * capacity_rps)?;
+            open.push(run);
+            open_loops.push(records);
             readings.next()?;
         }
     }
@@ -342,6 +373,7 @@ pub fn calibrate_through_server(
         open_sizes,
         runs,
         open,
+        open_loops,
         light,
         host: host.and_then(|s| fit_host_cpu(s.cores, &readings.cpu_runs)),
         cpu_runs: readings.cpu_runs,
@@ -462,19 +494,25 @@ fn open_run(
     options: &EndpointOptions,
     fraction: f64,
     rate_rps: f64,
-) -> Result<OpenRun, EndpointError> {
+) -> Result<(OpenRun, OpenLoopRecords), EndpointError> {
     let what = format!(
         "an open loop at {:.0}% of capacity ({rate_rps:.1} req/s)",
         fraction * 100.0
     );
     let open = paced(trace, options, rate_rps, u64::MAX, &what)?;
     let records = checked_run(&open, options, LoadMode::Open, &what)?.records;
-    Ok(OpenRun {
-        fraction,
-        rate_rps,
-        requests: records.len() as u64,
-        failed: failed(&records),
-    })
+    Ok((
+        OpenRun {
+            fraction,
+            rate_rps,
+            requests: records.len() as u64,
+            failed: failed(&records),
+        },
+        OpenLoopRecords {
+            trace: open,
+            records,
+        },
+    ))
 }
 
 /// `trace`'s arrivals scaled to `rate_rps`, with its sizes, for at most `duration_ns`; an error
@@ -621,6 +659,7 @@ mod tests {
             open_sizes: Vec::new(),
             runs: Vec::new(),
             open: Vec::new(),
+            open_loops: Vec::new(),
             light: Some(LightRun {
                 rate_rps: 10.0,
                 requests: 100,

@@ -46,6 +46,9 @@ pub enum Component {
     /// A continuous batcher's step-time factors (`batcher.step_residuals`), one stream per
     /// instance.
     StepResiduals,
+    /// The dynamic batcher's wake-ups slept through at a batch's end
+    /// (`batcher.missed_release`), one stream per instance.
+    BatcherMissedRelease,
 }
 
 impl Component {
@@ -62,6 +65,7 @@ impl Component {
             Component::BatcherRace => 9,
             Component::BatcherDispatch => 10,
             Component::StepResiduals => 11,
+            Component::BatcherMissedRelease => 12,
         }
     }
 }

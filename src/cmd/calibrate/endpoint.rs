@@ -98,6 +98,19 @@ pub fn run(url: &str, args: &CalibrateArgs) -> Result<()> {
                      work from the compute's\n";
         }
     }
+    match measured
+        .apply_missed_release(&mut fitted.scenario)
+        .map_err(bad_input)?
+    {
+        Some(line) => {
+            text += &format!("  {line}\n");
+            header += &format!("# {line}.\n");
+        }
+        None => {
+            text += "  batcher.missed_release not fitted: no batching, no open loop or no client \
+                     path to compare with\n";
+        }
+    }
     print!("{text}");
     let toml = capsim_sim::build::toml_for_file(&fitted.scenario, out)?;
     std::fs::write(out, header + &toml).with_context(|| format!("writing {}", out.display()))?;

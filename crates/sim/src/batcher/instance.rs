@@ -32,15 +32,26 @@ pub(crate) struct DynamicInstance {
     race: SimRng,
     /// Draws each dispatch latency; untouched without the replay input `dispatch_residuals`.
     dispatch_draws: SimRng,
+    /// Draws the wake-ups slept through at batch ends; untouched without
+    /// `batcher.missed_release`.
+    misses: SimRng,
+    /// The thread slept through a batch's end and waits for an arrival (or its poll).
+    asleep: bool,
     /// The model instance (the fleet's index) being released now, inside [`Self::released`],
     /// and the wait before the compute of the batch it takes (instead of the dispatch latency).
     released: Option<(u32, u64)>,
 }
 
 impl DynamicInstance {
-    /// An idle batcher applying `rule`, drawing its race at batch ends from `race` and its
-    /// dispatch latencies from `dispatch_draws`.
-    pub fn new(rule: Batcher, race: SimRng, dispatch_draws: SimRng) -> DynamicInstance {
+    /// An idle batcher applying `rule`, drawing its race at batch ends from `race`, its
+    /// dispatch latencies from `dispatch_draws` and the batch ends it sleeps through from
+    /// `misses`.
+    pub fn new(
+        rule: Batcher,
+        race: SimRng,
+        dispatch_draws: SimRng,
+        misses: SimRng,
+    ) -> DynamicInstance {
         DynamicInstance {
             rule,
             thread: BatcherThread::default(),
@@ -50,6 +61,8 @@ impl DynamicInstance {
             poll_event_at: SimTime::NEVER,
             race,
             dispatch_draws,
+            misses,
+            asleep: false,
             released: None,
         }
     }
@@ -104,6 +117,10 @@ impl DynamicInstance {
         // `run` drops timers whose deadline has moved (`is_stale`).
         debug_assert_eq!(self.timer_at, ctx.now);
         self.timer_at = SimTime::NEVER;
+        if self.asleep {
+            // Slept through a batch's end: only an arrival or the poll wakes the thread.
+            return;
+        }
         self.dispatch(ctx, site);
     }
 
@@ -119,6 +136,7 @@ impl DynamicInstance {
     /// instances take the waiting payloads, then the batcher thread runs.
     #[inline(always)]
     pub fn dispatch(&mut self, ctx: &mut Ctx, mut site: Site<'_>) {
+        self.asleep = false;
         if self.rule.max_batch_size == 1 {
             start_singles(
                 ctx,
@@ -145,6 +163,9 @@ impl DynamicInstance {
     /// dispatch latency.
     #[inline(always)]
     pub fn released(&mut self, ctx: &mut Ctx, mut site: Site<'_>, mi_index: u32, start_ns: u64) {
+        if self.sleeps_through(ctx, &site) {
+            return;
+        }
         self.released = Some((mi_index, start_ns));
         let fraction = self.rule.thread_first_fraction;
         if self.rule.max_batch_size > 1
@@ -156,6 +177,30 @@ impl DynamicInstance {
         }
         self.dispatch(ctx, site);
         self.released = None;
+    }
+
+    /// Whether the thread sleeps through this batch's end (`batcher.missed_release`, drawn only
+    /// with requests waiting and batching on): nothing is taken or formed now, and the thread
+    /// next runs on an arrival or at its 500 ms poll from now, whichever comes first.
+    #[inline(always)]
+    fn sleeps_through(&mut self, ctx: &mut Ctx, site: &Site<'_>) -> bool {
+        let p = self.rule.missed_release;
+        if p == 0.0
+            || self.rule.max_batch_size == 1
+            || site.instance.queue.is_empty()
+            || self.misses.random::<f64>() >= p
+        {
+            return false;
+        }
+        self.asleep = true;
+        let poll = SimTime(ctx.now.ns().saturating_add(IDLE_POLL_NS));
+        self.poll_at = poll;
+        if self.poll_event_at == SimTime::NEVER || self.poll_event_at > poll {
+            self.poll_event_at = poll;
+            ctx.events
+                .push(poll.ns(), EventKind::BatcherPoll, site.index.0, 0);
+        }
+        true
     }
 
     /// Whether the batcher is inside a pause (the replay input `pauses`) now: it forms and hands out
@@ -182,6 +227,10 @@ impl DynamicInstance {
     pub fn arrived(&mut self, ctx: &mut Ctx, mut site: Site<'_>) {
         if self.rule.max_batch_size == 1 {
             start_singles(ctx, &mut site, &self.rule, &mut self.dispatch_draws, None);
+            return;
+        }
+        if self.asleep {
+            self.dispatch(ctx, site);
             return;
         }
         if self.held_by_pause(ctx, &site) {

@@ -36,6 +36,11 @@
 //!   taken or the waiting requests reach the next preferred size: a request that arrives behind a
 //!   growing payload of a non-preferred size can wait for the next wake-up instead of joining it.
 //!   With nothing waiting, the thread polls every 500 ms.
+//! - **Batch ends slept through** (`batcher.missed_release`, default 0). Triton 2.51's thread
+//!   sometimes does not wake when a batch ends with requests waiting: they start only when the
+//!   next request arrives (or at its 500 ms poll), and its queue-delay timer does not wake it
+//!   meanwhile. capsim sleeps through that share of the batch ends with requests waiting,
+//!   drawn from the run's seed; `capsim calibrate --endpoint` fits it to its open loops.
 //! - **The race at a batch's end.** When a batch completes, Triton wakes the thread and the
 //!   model instance takes the next payload at once; either may run first. When the thread is
 //!   first, the requests waiting behind a growing payload join it before it leaves. capsim lets

@@ -48,6 +48,9 @@ pub struct Batcher {
     /// Share of batch ends at which the thread runs before the freed instance takes a payload
     /// (the replay's `thread_first_fraction`), 0 to 1.
     pub thread_first_fraction: f64,
+    /// Share of the wake-ups at a batch's end, with requests waiting, that the thread sleeps
+    /// through (`batcher.missed_release`), 0 to 1.
+    pub missed_release: f64,
 }
 
 /// Where the thread is in Triton's payload life cycle.
@@ -124,6 +127,7 @@ impl Batcher {
             release_latency_ns: spec.release_latency.0,
             release_latency_per_request_ns: replay.release_latency_per_request.0,
             thread_first_fraction: replay.thread_first_fraction,
+            missed_release: spec.missed_release,
         }
     }
 

@@ -270,6 +270,7 @@ impl BuiltPools {
                     rule.clone(),
                     stream(seed, Component::BatcherRace, index.0),
                     stream(seed, Component::BatcherDispatch, index.0),
+                    stream(seed, Component::BatcherMissedRelease, index.0),
                 )),
             });
             for k in 0..per_instance {

@@ -375,6 +375,75 @@ fn the_thread_runs_first_in_its_fraction_of_batch_ends_drawn_from_the_seed() {
 }
 
 #[test]
+fn golden_doc_timeline_a_batch_end_slept_through_waits_for_the_next_arrival_or_the_poll() {
+    let s = DOC_TIMELINE.replace("[service]", "missed_release = 1\n[service]");
+    let got = timeline(&s, &doc_timeline_cycles(1));
+    // At 12 ms A ends with [r2 r3 r4] formed and r5 waiting; the thread sleeps through it (and
+    // through r5's delay at 7 ms) until r6 arrives at 15 ms: the instance takes [r2 r3 r4]
+    // then, and r5 and r6 form [r5 r6]. At 25 ms it sleeps through again: nothing arrives, so
+    // [r5 r6] waits for the 500 ms poll.
+    let expected = vec![
+        (0, Some(2), Some(12), 2, DONE),
+        (1, Some(2), Some(12), 2, DONE),
+        (2, Some(15), Some(25), 3, DONE),
+        (3, Some(15), Some(25), 3, DONE),
+        (4, Some(15), Some(25), 3, DONE),
+        (5, Some(525), Some(535), 2, DONE),
+        (6, Some(525), Some(535), 2, DONE),
+    ];
+    assert_eq!(got, expected);
+    let none = DOC_TIMELINE.replace("[service]", "missed_release = 0\n[service]");
+    assert_eq!(
+        timeline(&none, &doc_timeline_cycles(1)),
+        timeline(DOC_TIMELINE, &doc_timeline_cycles(1)),
+        "0 is the default"
+    );
+}
+
+#[test]
+fn the_batcher_sleeps_through_its_share_of_batch_ends_drawn_from_the_seed() {
+    const CYCLES: u64 = 2_000;
+    // Every 100 ms r0 at 0, r1 at 1 and r2 at 40 ms; each batch takes 10 ms, and batches are
+    // formed only when the instance is free. r1 waits behind r0's batch, so each cycle has one
+    // batch end with a request waiting: r1 leaves at 10 ms (19 ms end to end), or, slept
+    // through, with r2 at 40 ms (49 ms).
+    let arrivals: Vec<u64> = (0..CYCLES)
+        .flat_map(|c| [c * 100, c * 100 + 1, c * 100 + 40])
+        .collect();
+    let trace = trace_ms(&arrivals, None);
+    let missed = |share: f64, seed: u64| {
+        let s = format!(
+            "[batcher]\nmax_batch_size = 8\nprefetch = false\nmissed_release = {share}\n\
+             [service]\nkind = \"constant\"\ntime = \"10ms\"\n"
+        );
+        let options = RunOptions {
+            seed,
+            ..RunOptions::default()
+        };
+        let (_, log) = simulate_with_requests(&scenario_of(&s), &trace, &options).unwrap();
+        assert!(log.records().iter().all(|r| r.outcome.as_str() == DONE));
+        log.records()
+            .iter()
+            .filter(|r| r.latency_ns() > 30 * MS)
+            .count() as f64
+    };
+    assert_eq!(missed(0.0, 1), 0.0);
+    assert_eq!(missed(1.0, 1), CYCLES as f64);
+    for (share, seed) in [(0.05, 1), (0.2, 2), (0.6, 3)] {
+        let got = missed(share, seed);
+        let expected = share * CYCLES as f64;
+        // Four binomial standard deviations.
+        let bound = 4.0 * (CYCLES as f64 * share * (1.0 - share)).sqrt();
+        assert!(
+            (got - expected).abs() <= bound,
+            "share {share}: {got} of {CYCLES} batch ends slept through, expected {expected} \
+             +- {bound:.0}"
+        );
+        assert_eq!(got, missed(share, seed), "the same seed, the same draws");
+    }
+}
+
+#[test]
 fn golden_a_request_the_batcher_was_not_woken_for_joins_at_its_500_ms_poll() {
     let s = "[batcher]\nmax_batch_size = 8\npreferred_batch_size = [4]\nmax_queue_delay = \"2ms\"\n\
              [service]\nkind = \"constant\"\ntime = \"2s\"\n";

@@ -262,6 +262,13 @@ pub struct BatcherSpec {
     /// compute end; only the instance waits. Default 0.
     #[serde(default)]
     pub release_latency: DurationNs,
+    /// Dynamic: the share of the wake-ups at a batch's end, with requests waiting, that the
+    /// batcher sleeps through, 0 to 1: the waiting requests start only when the next request
+    /// arrives, or at the batcher's 500 ms poll; its queue-delay timer does not wake it.
+    /// Triton 2.51 did so at 8% of such batch ends serving the classifier on a 2-core VM
+    /// (its trace); `capsim calibrate --endpoint` measures it from its open loops. Default 0.
+    #[serde(default)]
+    pub missed_release: f64,
     /// Continuous: most sequences running at once. Default 256.
     pub max_num_seqs: Option<u32>,
     /// Continuous: most tokens computed in one step. Default 8192.
@@ -323,6 +330,7 @@ impl Default for BatcherSpec {
             prefetch: None,
             dispatch_latency: DurationNs(0),
             release_latency: DurationNs(0),
+            missed_release: 0.0,
             max_num_seqs: None,
             max_num_batched_tokens: None,
             enable_chunked_prefill: None,

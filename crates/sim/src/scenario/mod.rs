@@ -1094,6 +1094,34 @@ mod tests {
     }
 
     #[test]
+    fn a_missed_release_outside_0_to_1_is_refused_naming_the_key() {
+        let mut s = Scenario::from_toml_str(MINIMAL).unwrap();
+        s.set("batcher.missed_release", "0.08").unwrap();
+        assert_eq!(s.pools()[0].batcher.missed_release, 0.08);
+        for bad in ["-0.1", "1.5", "nan"] {
+            let err = s
+                .set("batcher.missed_release", bad)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("batcher.missed_release") && err.contains("between 0"),
+                "{bad}: {err}"
+            );
+        }
+        assert_eq!(
+            s.pools()[0].batcher.missed_release,
+            0.08,
+            "unchanged on error"
+        );
+        let text = CONTINUOUS.replace(
+            "kind = \"continuous\"\n",
+            "kind = \"continuous\"\nmissed_release = 0.1\n",
+        );
+        let err = Scenario::from_toml_str(&text).unwrap_err();
+        assert!(err.to_string().contains("batcher.missed_release"), "{err}");
+    }
+
+    #[test]
     fn continuous_keys_under_the_dynamic_batcher_are_rejected_naming_the_key() {
         let err = Scenario::from_toml_str(&format!("{MINIMAL}[batcher]\nmax_num_seqs = 8\n"))
             .unwrap_err();

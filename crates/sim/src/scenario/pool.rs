@@ -435,6 +435,7 @@ fn continuous_pool(
         ("prefetch", batcher.prefetch.is_some()),
         ("dispatch_latency", batcher.dispatch_latency.0 != 0),
         ("release_latency", batcher.release_latency.0 != 0),
+        ("missed_release", batcher.missed_release != 0.0),
     ];
     if let Some((k, _)) = dynamic_keys.iter().find(|(_, set)| *set) {
         return Err(invalid(
@@ -500,6 +501,13 @@ fn check_batcher_and_execution(
                 "{bad} is not between 1 and max_batch_size ({})",
                 batcher.max_batch_size
             ),
+        ));
+    }
+    let missed = batcher.missed_release;
+    if !(0.0..=1.0).contains(&missed) {
+        return Err(invalid(
+            &key("batcher.missed_release"),
+            format!("is {missed}; it must be between 0 (no wake-up missed) and 1"),
         ));
     }
     let slots = u64::from(p.execution.gpus) * u64::from(p.execution.instance_count);

@@ -688,6 +688,8 @@ impl ServerTimeline {
         let prefetch =
             Batcher::new(&pool.batcher, &pool.replay, pool.queue.allows_prefetch()).prefetch;
         scenario.set("batcher.dispatch_latency", &ms(self.handover.dispatch_ns))?;
+        // The run's own batch ends left waiting are replayed as pauses, not drawn.
+        scenario.set("batcher.missed_release", "0")?;
         scenario.set(
             "batcher.release_latency",
             &ms(self.handover.release_paid_ns(prefetch)),

@@ -1,0 +1,280 @@
+//! The share of batch ends a server's batcher sleeps through (`batcher.missed_release`), fitted
+//! to a calibration's open loops by simulating them.
+//!
+//! Triton 2.51's dynamic batcher sometimes does not wake when a batch ends with requests
+//! waiting: they start only with the next arrival (or its 500 ms poll). Its trace of the
+//! classifier on a 2-core VM showed it at 8% of such batch ends (13% where the oldest waiting
+//! request's delay had run out, 5% where not, 0.5% of batches that found the instance idle),
+//! at every load from 200 to 450 requests a second. A client sees it as a few requests late by
+//! the gap to the next arrival, so the open loops of a calibration hold it: each loop is
+//! simulated with the calibrated scenario, the requests measured later than that simulation
+//! by more than a threshold are counted, and the share is the one at which the simulation,
+//! paired seed by seed with itself at share 0, makes as many late requests.
+
+use std::collections::HashMap;
+
+use capsim_sim::{Outcome, RequestRecord, RunOptions, Scenario, simulate_with_requests};
+use capsim_trace::Trace;
+
+use crate::EndpointError;
+
+/// The shares tried, 0 to [`MAX_SHARE`] in steps of [`STEP`].
+const STEP: f64 = 0.02;
+/// The largest share fitted; a server late more often is reported at it.
+pub const MAX_SHARE: f64 = 0.5;
+/// Seeds each share is simulated with (their late counts averaged).
+const SEEDS: u64 = 4;
+
+/// One open loop of a calibration: the trace it sent and what the client measured.
+#[derive(Debug, Clone)]
+pub struct OpenLoopRecords {
+    /// The paced trace sent (arrivals and sizes).
+    pub trace: Trace,
+    /// The client's record of each request, by trace row.
+    pub records: Vec<RequestRecord>,
+}
+
+/// What [`fit_missed_release`] found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MissedReleaseFit {
+    /// The fitted share, 0 to [`MAX_SHARE`].
+    pub share: f64,
+    /// Requests the client measured more than `threshold_ns` later than the simulation at
+    /// share 0, over every loop.
+    pub late_measured: u64,
+    /// The simulation's late requests at the fitted share (the seeds' mean).
+    pub late_simulated: f64,
+    /// The lateness counted, ns.
+    pub threshold_ns: u64,
+    /// Completed requests compared.
+    pub requests: u64,
+}
+
+impl MissedReleaseFit {
+    /// One line for calibrate's report and the fitted file's header.
+    pub fn describe(&self) -> String {
+        let capped = if self.share >= MAX_SHARE {
+            " (the largest fitted)"
+        } else {
+            ""
+        };
+        format!(
+            "batcher.missed_release {:.3}{capped}: the share of batch ends with requests waiting \
+             at which the simulated open loops make as many requests late by over {:.1} ms as \
+             the server's ({} of {} measured, {:.1} simulated)",
+            self.share,
+            self.threshold_ns as f64 * 1e-6,
+            self.late_measured,
+            self.requests,
+            self.late_simulated
+        )
+    }
+}
+
+/// Fits `batcher.missed_release` of `scenario` (its pool 0, with batching) to `loops`: the
+/// share, in steps of [`STEP`] and linear between them, at which the simulated loops make as
+/// many requests late by over `threshold_ns` as were measured. `None` without batching, or
+/// without a completed request to compare.
+pub fn fit_missed_release(
+    scenario: &Scenario,
+    loops: &[OpenLoopRecords],
+    threshold_ns: u64,
+) -> Result<Option<MissedReleaseFit>, EndpointError> {
+    if scenario.pools()[0].batcher.max_batch_size <= 1 {
+        return Ok(None);
+    }
+    let at = |share: f64| -> Result<Scenario, EndpointError> {
+        let mut s = scenario.clone();
+        s.set("batcher.missed_release", &format!("{share}"))
+            .map_err(sim_error)?;
+        Ok(s)
+    };
+    let base = at(0.0)?;
+    let mut late_measured = 0u64;
+    let mut requests = 0u64;
+    // Each loop's simulated latencies at share 0 by seed, by trace row.
+    let mut baselines: Vec<Vec<HashMap<u32, u64>>> = Vec::with_capacity(loops.len());
+    for l in loops {
+        let seeds = (0..SEEDS)
+            .map(|seed| latencies(&base, &l.trace, seed))
+            .collect::<Result<Vec<_>, _>>()?;
+        for r in l.records.iter().filter(|r| r.outcome == Outcome::Completed) {
+            if let Some(&sim) = seeds[0].get(&r.request) {
+                requests += 1;
+                late_measured += u64::from(r.latency_ns() > sim.saturating_add(threshold_ns));
+            }
+        }
+        baselines.push(seeds);
+    }
+    if requests == 0 {
+        return Ok(None);
+    }
+    let late_at = |share: f64| -> Result<f64, EndpointError> {
+        if share == 0.0 {
+            return Ok(0.0);
+        }
+        let scenario = at(share)?;
+        let mut late = 0u64;
+        for (l, seeds) in loops.iter().zip(&baselines) {
+            for (seed, base) in seeds.iter().enumerate() {
+                let sim = latencies(&scenario, &l.trace, seed as u64)?;
+                late += sim
+                    .iter()
+                    .filter(|&(row, &ns)| {
+                        base.get(row)
+                            .is_some_and(|&b| ns > b.saturating_add(threshold_ns))
+                    })
+                    .count() as u64;
+            }
+        }
+        Ok(late as f64 / SEEDS as f64)
+    };
+    let target = late_measured as f64;
+    let (mut share, mut late_simulated) = (0.0, 0.0);
+    let steps = (MAX_SHARE / STEP).round() as u32;
+    for k in 1..=steps {
+        let next = f64::from(k) * STEP;
+        let late = late_at(next)?;
+        if late >= target {
+            // Linear between the two shares around the measured count.
+            let t = if late > late_simulated {
+                (target - late_simulated) / (late - late_simulated)
+            } else {
+                1.0
+            };
+            share += t * STEP;
+            late_simulated = target;
+            break;
+        }
+        (share, late_simulated) = (next, late);
+    }
+    if target == 0.0 {
+        (share, late_simulated) = (0.0, 0.0);
+    }
+    Ok(Some(MissedReleaseFit {
+        share,
+        late_measured,
+        late_simulated,
+        threshold_ns,
+        requests,
+    }))
+}
+
+/// The completed requests' simulated latencies of `trace` under `scenario`, by trace row.
+fn latencies(
+    scenario: &Scenario,
+    trace: &Trace,
+    seed: u64,
+) -> Result<HashMap<u32, u64>, EndpointError> {
+    let options = RunOptions {
+        seed,
+        ..RunOptions::default()
+    };
+    let built = capsim_sim::build::build(scenario, &mut capsim_sim::Profiles::default())
+        .map_err(sim_error)?;
+    let (_, log) = simulate_with_requests(&built, trace, &options).map_err(sim_error)?;
+    Ok(log
+        .records()
+        .iter()
+        .filter(|r| r.outcome == Outcome::Completed)
+        .map(|r| (r.request, r.latency_ns()))
+        .collect())
+}
+
+fn sim_error(e: impl std::fmt::Display) -> EndpointError {
+    EndpointError::Protocol {
+        url: "the calibrated scenario".to_string(),
+        message: format!("simulating the calibration's open loops: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use capsim_trace::Columns;
+    use rand::{RngExt, SeedableRng};
+
+    const MS: u64 = 1_000_000;
+
+    /// One model instance batching up to 8 with a 1 ms delay, 2 ms a batch.
+    fn scenario() -> Scenario {
+        Scenario::from_toml_str(
+            "[batcher]\nmax_batch_size = 8\nmax_queue_delay = \"1ms\"\n\
+             [service]\nkind = \"constant\"\ntime = \"2ms\"\n",
+        )
+        .unwrap()
+    }
+
+    /// `n` Poisson arrivals at `rate_rps` (seeded).
+    fn poisson(n: usize, rate_rps: f64, seed: u64) -> Trace {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut t = 0u64;
+        let arrival_ns = (0..n)
+            .map(|_| {
+                t += (-(1.0 - rng.random::<f64>()).ln() / rate_rps * 1e9) as u64;
+                t
+            })
+            .collect();
+        Trace::from_columns(Columns {
+            arrival_ns,
+            input_tokens: vec![10; n],
+            ..Columns::default()
+        })
+        .unwrap()
+    }
+
+    /// Loops at 150 and 300 req/s "measured" as the scenario at `share` simulates them.
+    fn loops_measured_at(share: f64) -> Vec<OpenLoopRecords> {
+        let mut measured = scenario();
+        measured
+            .set("batcher.missed_release", &share.to_string())
+            .unwrap();
+        [(150.0, 1), (300.0, 2)]
+            .into_iter()
+            .map(|(rate, seed)| {
+                let trace = poisson(3_000, rate, seed);
+                let built =
+                    capsim_sim::build::build(&measured, &mut capsim_sim::Profiles::default())
+                        .unwrap();
+                let options = RunOptions {
+                    seed: 1_000 + seed,
+                    ..RunOptions::default()
+                };
+                let (_, log) = simulate_with_requests(&built, &trace, &options).unwrap();
+                OpenLoopRecords {
+                    trace,
+                    records: log.records().to_vec(),
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_fit_recovers_the_share_a_server_sleeps_through() {
+        for share in [0.1, 0.3] {
+            let fit = fit_missed_release(&scenario(), &loops_measured_at(share), 4 * MS)
+                .unwrap()
+                .unwrap();
+            assert!(
+                (fit.share - share).abs() <= 0.05,
+                "share {share}: fitted {fit:?}"
+            );
+            assert!(fit.late_measured > 0 && fit.requests == 6_000, "{fit:?}");
+        }
+    }
+
+    #[test]
+    fn a_server_that_never_sleeps_through_fits_zero_and_no_batching_fits_nothing() {
+        let fit = fit_missed_release(&scenario(), &loops_measured_at(0.0), 4 * MS)
+            .unwrap()
+            .unwrap();
+        assert_eq!((fit.share, fit.late_measured), (0.0, 0), "{fit:?}");
+        let mut single = scenario();
+        single.set("batcher.max_batch_size", "1").unwrap();
+        single.set("batcher.max_queue_delay", "\"0ms\"").unwrap();
+        assert_eq!(
+            fit_missed_release(&single, &loops_measured_at(0.0), 4 * MS).unwrap(),
+            None
+        );
+    }
+}
