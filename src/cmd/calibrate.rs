@@ -160,7 +160,8 @@ pub struct CalibrateArgs {
         requires = "endpoint"
     )]
     pub concurrency: Vec<u32>,
-    /// With --endpoint: requests of each closed-loop run (default 400).
+    /// With --endpoint: requests of each closed-loop run (default 400); each open loop sends
+    /// five times as many.
     #[arg(long, value_name = "N", requires = "endpoint")]
     pub requests: Option<usize>,
 }

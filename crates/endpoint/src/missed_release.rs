@@ -9,7 +9,10 @@
 //! the gap to the next arrival, so the open loops of a calibration hold it: each loop is
 //! simulated with the calibrated scenario, the requests measured later than that simulation
 //! by more than a threshold are counted, and the share is the one at which the simulation,
-//! paired seed by seed with itself at share 0, makes as many late requests.
+//! paired seed by seed with itself at share 0, makes as many late requests. Only requests the
+//! simulation at share 0 serves within the threshold count: one it queues longer is late or
+//! early by the queue's own error (a compute a few per cent off, amplified near capacity), not
+//! by a batch end slept through.
 
 use std::collections::HashMap;
 
@@ -46,7 +49,10 @@ pub struct MissedReleaseFit {
     pub late_simulated: f64,
     /// The lateness counted, ns.
     pub threshold_ns: u64,
-    /// Completed requests compared.
+    /// Each loop's late requests measured and requests compared, in order.
+    pub by_loop: Vec<(u64, u64)>,
+    /// Completed requests compared: those the simulation at share 0 serves within
+    /// `threshold_ns`.
     pub requests: u64,
 }
 
@@ -61,12 +67,17 @@ impl MissedReleaseFit {
         format!(
             "batcher.missed_release {:.3}{capped}: the share of batch ends with requests waiting \
              at which the simulated open loops make as many requests late by over {:.1} ms as \
-             the server's ({} of {} measured, {:.1} simulated)",
+             the server's ({} of {} measured, {:.1} simulated; by loop {})",
             self.share,
             self.threshold_ns as f64 * 1e-6,
             self.late_measured,
             self.requests,
-            self.late_simulated
+            self.late_simulated,
+            self.by_loop
+                .iter()
+                .map(|(late, n)| format!("{late} of {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
         )
     }
 }
@@ -94,17 +105,22 @@ pub fn fit_missed_release(
     let mut requests = 0u64;
     // Each loop's simulated latencies at share 0 by seed, by trace row.
     let mut baselines: Vec<Vec<HashMap<u32, u64>>> = Vec::with_capacity(loops.len());
+    let mut by_loop = Vec::with_capacity(loops.len());
     for l in loops {
+        let (late_before, requests_before) = (late_measured, requests);
         let seeds = (0..SEEDS)
             .map(|seed| latencies(&base, &l.trace, seed))
             .collect::<Result<Vec<_>, _>>()?;
         for r in l.records.iter().filter(|r| r.outcome == Outcome::Completed) {
-            if let Some(&sim) = seeds[0].get(&r.request) {
+            if let Some(&sim) = seeds[0].get(&r.request)
+                && sim <= threshold_ns
+            {
                 requests += 1;
                 late_measured += u64::from(r.latency_ns() > sim.saturating_add(threshold_ns));
             }
         }
         baselines.push(seeds);
+        by_loop.push((late_measured - late_before, requests - requests_before));
     }
     if requests == 0 {
         return Ok(None);
@@ -121,8 +137,9 @@ pub fn fit_missed_release(
                 late += sim
                     .iter()
                     .filter(|&(row, &ns)| {
-                        base.get(row)
-                            .is_some_and(|&b| ns > b.saturating_add(threshold_ns))
+                        base.get(row).is_some_and(|&b| {
+                            b <= threshold_ns && ns > b.saturating_add(threshold_ns)
+                        })
                     })
                     .count() as u64;
             }
@@ -157,6 +174,7 @@ pub fn fit_missed_release(
         late_simulated,
         threshold_ns,
         requests,
+        by_loop,
     }))
 }
 
@@ -259,7 +277,7 @@ mod tests {
                 (fit.share - share).abs() <= 0.05,
                 "share {share}: fitted {fit:?}"
             );
-            assert!(fit.late_measured > 0 && fit.requests == 6_000, "{fit:?}");
+            assert!(fit.late_measured > 0 && fit.requests > 5_000, "{fit:?}");
         }
     }
 

@@ -21,6 +21,9 @@ use crate::cmd::shared::triton_fit::fit_triton_stats;
 /// Requests of each closed-loop run when --requests is not given.
 pub const DEFAULT_REQUESTS: usize = 400;
 
+/// Each open-loop run sends this many times the requests of a closed-loop run.
+pub const OPEN_LOOP_TIMES: usize = 5;
+
 /// Measures and fits; prints the fit and writes the fitted scenario to `-o`.
 pub fn run(url: &str, args: &CalibrateArgs) -> Result<()> {
     let (Some(model), Some(scenario_path), Some(trace_path), Some(out)) =
@@ -51,7 +54,10 @@ pub fn run(url: &str, args: &CalibrateArgs) -> Result<()> {
             .map_err(bad_input)
     };
     let warmup = first(WARMUP_REQUESTS)?;
-    let trace = first(args.requests.unwrap_or(DEFAULT_REQUESTS))?;
+    let requests = args.requests.unwrap_or(DEFAULT_REQUESTS);
+    let trace = first(requests)?;
+    // Longer open loops: their late requests fit batcher.missed_release (a few in a hundred).
+    let open_trace = first(requests.saturating_mul(OPEN_LOOP_TIMES))?;
     let model = model.to_string_lossy();
     let mut options = EndpointOptions::new(url, Protocol::Kserve, &model);
     options.seed = args.seed;
@@ -61,11 +67,12 @@ pub fn run(url: &str, args: &CalibrateArgs) -> Result<()> {
     // timeouts of 30 s, not one per request (hours at one client).
     options.timeout = std::time::Duration::from_secs(30);
     options.stop_after_timeouts = Some(3);
-    let measured =
-        calibrate_through_server(&trace, &warmup, &options, &concurrencies).map_err(bad_input)?;
+    let measured = calibrate_through_server(&trace, &open_trace, &warmup, &options, &concurrencies)
+        .map_err(bad_input)?;
     // The inputs the batches were formed from, as the server took them (cut to the pool's
-    // longest): where they differ, the fit learns the time per padded token.
-    let lengths: Vec<u32> = trace
+    // longest; the open loops' trace, which holds the closed loops'): where they differ, the
+    // fit learns the time per padded token.
+    let lengths: Vec<u32> = open_trace
         .input_tokens()
         .iter()
         .map(|&n| n.min(options.max_input_tokens))

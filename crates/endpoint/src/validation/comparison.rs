@@ -125,6 +125,25 @@ impl Figures {
         }
     }
 
+    /// The mean of each figure over `draws` (several seeds of one simulation); the first's
+    /// throughput. `None` without any.
+    pub fn mean(draws: &[Figures]) -> Option<Figures> {
+        let first = draws.first()?;
+        let n = draws.len() as f64;
+        let mean = |f: &dyn Fn(&Figures) -> f64| draws.iter().map(f).sum::<f64>() / n;
+        Some(Figures {
+            throughput_rps: first.throughput_rps,
+            e2e_p50_ms: mean(&|f| f.e2e_p50_ms),
+            e2e_p90_ms: mean(&|f| f.e2e_p90_ms),
+            e2e_p99_ms: mean(&|f| f.e2e_p99_ms),
+            queue_mean_ms: draws
+                .iter()
+                .map(|f| f.queue_mean_ms)
+                .sum::<Option<f64>>()
+                .map(|sum| sum / n),
+        })
+    }
+
     /// Each figure's relative error (`relative_error`) against `measured`.
     pub fn errors_against(&self, measured: &Figures) -> Errors {
         Errors {
@@ -496,6 +515,9 @@ pub struct LoadValidation {
     pub server_batch_shares: BatchShares,
     /// The simulation with the scenario's or the profile's service model.
     pub sim: Simulated,
+    /// The seeds `sim`'s figures and batch shares are the mean of: more than one where the
+    /// scenario draws batch ends slept through (`batcher.missed_release`).
+    pub sim_seeds: u32,
     /// The simulation with the server's own service times.
     pub run_sim: Option<Simulated>,
     /// Why there is no `run_sim`.
@@ -683,6 +705,14 @@ impl LoadValidation {
     /// Why a simulation is missing, and the requests the simulations did not complete.
     fn missing_and_refused(&self, out: &mut String) {
         let run = self.run_sim.as_ref();
+        if self.sim_seeds > 1 {
+            let _ = writeln!(
+                out,
+                "  sim figures and batch shares: the mean of {} seeds (each draws the batch ends \
+                 slept through again)",
+                self.sim_seeds
+            );
+        }
         if let Some(note) = &self.run_sim_missing {
             let _ = writeln!(out, "  run-sim: not available: {note}");
         }
@@ -912,6 +942,30 @@ mod tests {
     }
 
     #[test]
+    fn the_mean_of_draws_averages_each_figure_and_keeps_the_first_throughput() {
+        let draw = |p50: f64, p99: f64, queue: Option<f64>| Figures {
+            throughput_rps: 100.0 + p50,
+            e2e_p50_ms: p50,
+            e2e_p90_ms: 2.0 * p50,
+            e2e_p99_ms: p99,
+            queue_mean_ms: queue,
+        };
+        let mean =
+            Figures::mean(&[draw(2.0, 10.0, Some(1.0)), draw(4.0, 30.0, Some(3.0))]).unwrap();
+        let expected = Figures {
+            throughput_rps: 102.0,
+            ..draw(3.0, 20.0, Some(2.0))
+        };
+        assert_eq!(mean, expected);
+        let unknown = Figures::mean(&[draw(2.0, 10.0, Some(1.0)), draw(4.0, 30.0, None)]).unwrap();
+        assert_eq!(
+            unknown.queue_mean_ms, None,
+            "a queue unknown in one draw is unknown"
+        );
+        assert_eq!(Figures::mean(&[]), None);
+    }
+
+    #[test]
     fn relative_errors_are_against_the_measurement_and_absent_for_zero() {
         assert_eq!(relative_error(11.0, 10.0), Some(0.1));
         assert_eq!(relative_error(9.0, 10.0), Some(-0.1));
@@ -1083,6 +1137,7 @@ mod tests {
             },
             server_batch_shares: BatchShares::from_counts([(1, 6), (2, 4)]),
             sim,
+            sim_seeds: 1,
             run_sim: None,
             run_sim_missing: Some("the server reported no batches".to_string()),
             run_service: None,

@@ -31,6 +31,10 @@ use super::{ValidationError, build_scenario};
 use crate::measured_service::{LeveledService, MeasuredService};
 use crate::{EndpointError, EndpointOptions, LoadMode, MeasuredRun, Protocol, Reporting};
 
+/// The seeds `sim`'s figures and batch shares are averaged over where the scenario draws batch
+/// ends slept through (`batcher.missed_release`).
+const SIM_SEEDS: u32 = 8;
+
 /// Requests sent one at a time before the first load, so that the server's first runs (lazy
 /// initialization, cold caches) fall in no measurement; the statistics are read after them.
 const WARMUP_REQUESTS: usize = 16;
@@ -285,7 +289,29 @@ impl<'a> Validation<'a> {
         figures.queue_mean_ms = stats
             .and_then(ModelStats::queue_mean_ns)
             .map(|ns| ns * 1e-6);
-        let sim = Simulated::new(&sim_run.summary, &figures, &server_shares);
+        // Where the scenario draws batch ends slept through, one seed is one draw: the figures
+        // and shares compared are the mean of SIM_SEEDS draws, what it predicts (the server's
+        // run is one draw too).
+        let drawn = self.target.scenario.pools()[0].batcher.missed_release > 0.0;
+        let sim_seeds = if drawn { SIM_SEEDS } else { 1 };
+        let mut draws = vec![Figures::of(&sim_run.summary)];
+        let mut shares = vec![BatchShares::of(&sim_run.summary)];
+        for k in 1..u64::from(sim_seeds) {
+            let seeded = RunOptions {
+                seed: self.seed.wrapping_add(k),
+                ..sim_options.clone()
+            };
+            let (run, _) = simulate_with_requests(&self.target.built, &scaled, &seeded)?;
+            draws.push(Figures::of(&run.summary));
+            shares.push(BatchShares::of(&run.summary));
+        }
+        let sim = Simulated::with_figures(
+            &sim_run.summary,
+            Figures::mean(&draws).expect("one draw at least"),
+            BatchShares::mean(&shares),
+            &figures,
+            &server_shares,
+        );
         let compute_by_batch_size = drift(stats, sim_log.records());
         let run_sim = self.run_sim(&run, &scaled, &sim_options, &compute_by_batch_size, dir)?;
         std::fs::create_dir_all(dir).map_err(|source| ValidationError::OutDir {
@@ -328,6 +354,7 @@ impl<'a> Validation<'a> {
                 schedule_delay_p99_ms: summary.load.as_ref().map(|l| l.schedule_delay_p99_ms),
             },
             sim,
+            sim_seeds,
             run_sim: run_sim
                 .run
                 .as_ref()
