@@ -45,8 +45,9 @@ pub struct MissedReleaseFit {
     /// Requests the client measured more than `threshold_ns` later than the simulation at
     /// share 0, over every loop.
     pub late_measured: u64,
-    /// The simulation's late requests at the fitted share (the seeds' mean).
-    pub late_simulated: f64,
+    /// The simulation's late requests (the seeds' mean) at the tried shares around the fitted
+    /// one, `(share, late)` below and above it: the same where the fit is 0 or capped.
+    pub bracket: [(f64, f64); 2],
     /// The lateness counted, ns.
     pub threshold_ns: u64,
     /// Each loop's late requests measured and requests compared, in order.
@@ -67,12 +68,16 @@ impl MissedReleaseFit {
         format!(
             "batcher.missed_release {:.3}{capped}: the share of batch ends with requests waiting \
              at which the simulated open loops make as many requests late by over {:.1} ms as \
-             the server's ({} of {} measured, {:.1} simulated; by loop {})",
+             the server's ({} of {} measured; simulated {:.1} at {:.2} and {:.1} at {:.2}; by loop \
+             {})",
             self.share,
             self.threshold_ns as f64 * 1e-6,
             self.late_measured,
             self.requests,
-            self.late_simulated,
+            self.bracket[0].1,
+            self.bracket[0].0,
+            self.bracket[1].1,
+            self.bracket[1].0,
             self.by_loop
                 .iter()
                 .map(|(late, n)| format!("{late} of {n}"))
@@ -126,9 +131,6 @@ pub fn fit_missed_release(
         return Ok(None);
     }
     let late_at = |share: f64| -> Result<f64, EndpointError> {
-        if share == 0.0 {
-            return Ok(0.0);
-        }
         let scenario = at(share)?;
         let mut late = 0u64;
         for (l, seeds) in loops.iter().zip(&baselines) {
@@ -148,30 +150,27 @@ pub fn fit_missed_release(
     };
     let target = late_measured as f64;
     let (mut share, mut late_simulated) = (0.0, 0.0);
-    let steps = (MAX_SHARE / STEP).round() as u32;
-    for k in 1..=steps {
-        let next = f64::from(k) * STEP;
-        let late = late_at(next)?;
-        if late >= target {
-            // Linear between the two shares around the measured count.
-            let t = if late > late_simulated {
-                (target - late_simulated) / (late - late_simulated)
-            } else {
-                1.0
-            };
-            share += t * STEP;
-            late_simulated = target;
-            break;
+    let mut bracket = [(0.0, 0.0); 2];
+    if target > 0.0 {
+        let steps = (MAX_SHARE / STEP).round() as u32;
+        for k in 1..=steps {
+            let next = f64::from(k) * STEP;
+            let late = late_at(next)?;
+            if late >= target {
+                // Linear between the two shares around the measured count (the one below made
+                // fewer late requests than measured, so fewer than this one).
+                bracket = [(share, late_simulated), (next, late)];
+                share += (target - late_simulated) / (late - late_simulated) * STEP;
+                break;
+            }
+            (share, late_simulated) = (next, late);
+            bracket = [(next, late); 2];
         }
-        (share, late_simulated) = (next, late);
-    }
-    if target == 0.0 {
-        (share, late_simulated) = (0.0, 0.0);
     }
     Ok(Some(MissedReleaseFit {
         share,
         late_measured,
-        late_simulated,
+        bracket,
         threshold_ns,
         requests,
         by_loop,

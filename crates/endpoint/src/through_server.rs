@@ -268,6 +268,15 @@ pub fn default_concurrencies(max_batch_size: u32, model_instances: u32) -> Vec<u
 /// 32 and 62 of 400 in three calibrations, 8 at a time; 10% failed two of them).
 pub const MAX_FAILED_SHARE: f64 = 0.25;
 
+/// The share of an open loop's requests that may fail before the run is an error. The closed
+/// loops' highest throughput, which paces the open loops, can be well above what the server
+/// serves open loop, where the batches grow to the largest: the classifier served 945-1,237
+/// requests a second at 8 clients (batches of about 8) and about 600 open loop (batches of 32,
+/// each padded to a longer input), so its loop at 80% ran past capacity and lost 11-31% of
+/// 2,000 requests to the 500 ms queue timeout (2026-12-07). The batches that ran are the full
+/// ones the capacity is made of, and their compute is as it was.
+pub const OPEN_MAX_FAILED_SHARE: f64 = 0.5;
+
 /// The open-loop runs of a calibration, as fractions of the closed loops' highest throughput.
 /// A batch's compute on a server whose host is busy with arriving requests (their HTTP, the
 /// load generator's sends) is slower than back to back in a closed loop, where nothing arrives
@@ -375,7 +384,14 @@ pub fn calibrate_through_server(
         let rate_rps = 0.1e9 / client_ns;
         let paced_light = paced(trace, options, rate_rps, LIGHT_RUN_NS, "the light-load run")?;
         let what = "an open loop at light load";
-        let records = checked_run(&paced_light, options, LoadMode::Open, what)?.records;
+        let records = checked_run(
+            &paced_light,
+            options,
+            LoadMode::Open,
+            what,
+            MAX_FAILED_SHARE,
+        )?
+        .records;
         let since = readings.next()?;
         light = Some(LightRun {
             rate_rps,
@@ -517,7 +533,8 @@ fn open_run(
         fraction * 100.0
     );
     let open = paced(trace, options, rate_rps, u64::MAX, &what)?;
-    let records = checked_run(&open, options, LoadMode::Open, &what)?.records;
+    let records =
+        checked_run(&open, options, LoadMode::Open, &what, OPEN_MAX_FAILED_SHARE)?.records;
     Ok((
         OpenRun {
             fraction,
@@ -560,7 +577,8 @@ fn closed_loop(
         concurrency,
         think_time: Duration::ZERO,
     };
-    let run = measured_run(trace, options, mode, &format!("concurrency {concurrency}"))?;
+    let what = format!("concurrency {concurrency}");
+    let run = measured_run(trace, options, mode, &what, MAX_FAILED_SHARE)?;
     Ok((
         ClosedLoopRun {
             concurrency,
@@ -601,17 +619,19 @@ fn checked_run(
     options: &EndpointOptions,
     mode: LoadMode,
     what: &str,
+    max_failed: f64,
 ) -> Result<MeasuredRun, EndpointError> {
-    measured_run(trace, options, mode, what).map_err(EndpointError::from)
+    measured_run(trace, options, mode, what, max_failed).map_err(EndpointError::from)
 }
 
 /// One run of `trace` in `mode` (`what` names it in the error), measured; an error when
-/// the server stopped answering or more than [`MAX_FAILED_SHARE`] of the requests failed.
+/// the server stopped answering or more than `max_failed` of the requests failed.
 fn measured_run(
     trace: &Trace,
     options: &EndpointOptions,
     mode: LoadMode,
     what: &str,
+    max_failed: f64,
 ) -> Result<MeasuredRun, RunError> {
     let run = replay(
         trace,
@@ -633,7 +653,7 @@ fn measured_run(
             ),
         }));
     }
-    if (totals.total - totals.completed) as f64 > MAX_FAILED_SHARE * totals.total as f64 {
+    if (totals.total - totals.completed) as f64 > max_failed * totals.total as f64 {
         return Err(TooManyFailed(EndpointError::Protocol {
             url: options.base_url.clone(),
             message: format!(
@@ -642,7 +662,7 @@ fn measured_run(
                 totals.total - totals.completed,
                 totals.total,
                 totals.failed_by_reason,
-                MAX_FAILED_SHARE * 100.0
+                max_failed * 100.0
             ),
         }));
     }
