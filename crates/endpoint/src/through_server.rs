@@ -349,16 +349,7 @@ pub fn calibrate_through_server(
     // loop at 48 clients served 120 requests a second after three, where 8 clients served
     // 850 (2026-12-07).
     let capacity_rps = runs.iter().map(|r| r.throughput_rps).fold(0.0, f64::max);
-    let mut open = Vec::with_capacity(OPEN_FRACTIONS.len());
-    let mut open_loops = Vec::with_capacity(OPEN_FRACTIONS.len());
-    if capacity_rps.is_finite() && capacity_rps > 0.0 {
-        for fraction in OPEN_FRACTIONS {
-            let (run, records) = open_run(open_trace, options, fraction, fraction * capacity_rps)?;
-            open.push(run);
-            open_loops.push(records);
-            readings.next()?;
-        }
-    }
+    let (open, open_loops) = open_runs(open_trace, options, capacity_rps, &mut readings)?;
     // The compute per batch size is the open loops' where they ran enough of that size, else
     // the closed and open loops' together (the light open loop gives the client's path only).
     let open_stats = readings.last.stats.since(&after_closed);
@@ -512,6 +503,27 @@ fn loopback_port(url: &str) -> Option<u16> {
     matches!(uri.host()?, "127.0.0.1" | "localhost" | "[::1]")
         .then(|| uri.port_u16())
         .flatten()
+}
+
+/// The open-loop runs at [`OPEN_FRACTIONS`] of `capacity_rps` (none without a capacity), each
+/// followed by a reading of the server's statistics.
+fn open_runs(
+    open_trace: &Trace,
+    options: &EndpointOptions,
+    capacity_rps: f64,
+    readings: &mut Readings<'_>,
+) -> Result<(Vec<OpenRun>, Vec<OpenLoopRecords>), EndpointError> {
+    let mut open = Vec::with_capacity(OPEN_FRACTIONS.len());
+    let mut open_loops = Vec::with_capacity(OPEN_FRACTIONS.len());
+    if capacity_rps.is_finite() && capacity_rps > 0.0 {
+        for fraction in OPEN_FRACTIONS {
+            let (run, records) = open_run(open_trace, options, fraction, fraction * capacity_rps)?;
+            open.push(run);
+            open_loops.push(records);
+            readings.next()?;
+        }
+    }
+    Ok((open, open_loops))
 }
 
 /// One open-loop run at `fraction` ([`OPEN_FRACTIONS`]) of the closed loops' highest throughput

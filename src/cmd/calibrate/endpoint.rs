@@ -87,37 +87,30 @@ pub fn run(url: &str, args: &CalibrateArgs) -> Result<()> {
         scenario_path.display()
     );
     let mut header = fitted.toml_header_of(&command);
-    if let Some(line) = &path {
-        text += &format!("  {line}\n");
-        header += &format!("# {line}.\n");
-    }
-    match measured
-        .apply_host(&mut fitted.scenario)
-        .map_err(bad_input)?
-    {
+    // Each fitted part's line goes to the report and the file's header; one not fitted says why
+    // in the report alone.
+    let mut note = |line: Option<String>, why_not: &str| match line {
         Some(line) => {
             text += &format!("  {line}\n");
             header += &format!("# {line}.\n");
         }
-        None => {
-            text += "  [host] not modelled: the server is not a process of this machine that \
-                     capsim may read (/proc), or its runs' CPU could not tell the per-request \
-                     work from the compute's\n";
-        }
-    }
-    match measured
-        .apply_missed_release(&mut fitted.scenario)
-        .map_err(bad_input)?
-    {
-        Some(line) => {
-            text += &format!("  {line}\n");
-            header += &format!("# {line}.\n");
-        }
-        None => {
-            text += "  batcher.missed_release not fitted: no batching, no open loop or no client \
-                     path to compare with\n";
-        }
-    }
+        None => text += why_not,
+    };
+    note(path, "");
+    note(
+        measured
+            .apply_host(&mut fitted.scenario)
+            .map_err(bad_input)?,
+        "  [host] not modelled: the server is not a process of this machine that capsim may \
+         read (/proc), or its runs' CPU could not tell the per-request work from the compute's\n",
+    );
+    note(
+        measured
+            .apply_missed_release(&mut fitted.scenario)
+            .map_err(bad_input)?,
+        "  batcher.missed_release not fitted: no batching, no open loop or no client path to \
+         compare with\n",
+    );
     print!("{text}");
     let toml = capsim_sim::build::toml_for_file(&fitted.scenario, out)?;
     std::fs::write(out, header + &toml).with_context(|| format!("writing {}", out.display()))?;

@@ -251,6 +251,41 @@ impl<'a> Validation<'a> {
         Ok(())
     }
 
+    /// sim's figures and batch shares against the run's: the first seed's run (`first`), and
+    /// where the scenario draws batch ends slept through (`batcher.missed_release` above 0),
+    /// the mean of [`SIM_SEEDS`] draws, what it predicts (the server's run is one draw too);
+    /// with the seeds used.
+    fn predicted(
+        &self,
+        scaled: &Trace,
+        sim_options: &RunOptions,
+        first: &Run,
+        measured: &Figures,
+        server_shares: &BatchShares,
+    ) -> Result<(Simulated, u32), ValidationError> {
+        let drawn = self.target.scenario.pools()[0].batcher.missed_release > 0.0;
+        let seeds = if drawn { SIM_SEEDS } else { 1 };
+        let mut draws = vec![Figures::of(&first.summary)];
+        let mut shares = vec![BatchShares::of(&first.summary)];
+        for k in 1..u64::from(seeds) {
+            let seeded = RunOptions {
+                seed: self.seed.wrapping_add(k),
+                ..sim_options.clone()
+            };
+            let (run, _) = simulate_with_requests(&self.target.built, scaled, &seeded)?;
+            draws.push(Figures::of(&run.summary));
+            shares.push(BatchShares::of(&run.summary));
+        }
+        let sim = Simulated::with_figures(
+            &first.summary,
+            Figures::mean(&draws).expect("one draw at least"),
+            BatchShares::mean(&shares),
+            measured,
+            server_shares,
+        );
+        Ok((sim, seeds))
+    }
+
     /// Runs the load `load` (a fraction of the capacity) against the server and its
     /// simulations, writes its records under `out/load-30` (for 0.3), and returns its
     /// comparison (also kept for [`Validation::finish`]). `warn` gets each line for the user.
@@ -289,29 +324,8 @@ impl<'a> Validation<'a> {
         figures.queue_mean_ms = stats
             .and_then(ModelStats::queue_mean_ns)
             .map(|ns| ns * 1e-6);
-        // Where the scenario draws batch ends slept through, one seed is one draw: the figures
-        // and shares compared are the mean of SIM_SEEDS draws, what it predicts (the server's
-        // run is one draw too).
-        let drawn = self.target.scenario.pools()[0].batcher.missed_release > 0.0;
-        let sim_seeds = if drawn { SIM_SEEDS } else { 1 };
-        let mut draws = vec![Figures::of(&sim_run.summary)];
-        let mut shares = vec![BatchShares::of(&sim_run.summary)];
-        for k in 1..u64::from(sim_seeds) {
-            let seeded = RunOptions {
-                seed: self.seed.wrapping_add(k),
-                ..sim_options.clone()
-            };
-            let (run, _) = simulate_with_requests(&self.target.built, &scaled, &seeded)?;
-            draws.push(Figures::of(&run.summary));
-            shares.push(BatchShares::of(&run.summary));
-        }
-        let sim = Simulated::with_figures(
-            &sim_run.summary,
-            Figures::mean(&draws).expect("one draw at least"),
-            BatchShares::mean(&shares),
-            &figures,
-            &server_shares,
-        );
+        let (sim, sim_seeds) =
+            self.predicted(&scaled, &sim_options, &sim_run, &figures, &server_shares)?;
         let compute_by_batch_size = drift(stats, sim_log.records());
         let run_sim = self.run_sim(&run, &scaled, &sim_options, &compute_by_batch_size, dir)?;
         std::fs::create_dir_all(dir).map_err(|source| ValidationError::OutDir {
