@@ -88,9 +88,9 @@ impl MissedReleaseFit {
 }
 
 /// Fits `batcher.missed_release` of `scenario` (its pool 0, with batching) to `loops`: the
-/// share, in steps of [`STEP`] and linear between them, at which the simulated loops make as
-/// many requests late by over `threshold_ns` as were measured. `None` without batching, or
-/// without a completed request to compare.
+/// share, in steps of 0.02 and linear between them, at which the simulated loops make as many
+/// requests late by over `threshold_ns` as were measured. `None` without batching, or without
+/// a completed request to compare.
 pub fn fit_missed_release(
     scenario: &Scenario,
     loops: &[OpenLoopRecords],

@@ -198,7 +198,7 @@ impl ServerCalibration {
     }
 
     /// Fits `batcher.missed_release` of `scenario` (calibrated otherwise: compute, path, host)
-    /// to the open loops at up to [`MISSED_RELEASE_MAX_FRACTION`] of capacity
+    /// to the open loops at up to `MISSED_RELEASE_MAX_FRACTION` of capacity
     /// ([`fit_missed_release`]), counting requests late by over twice the light loop's mean end
     /// to end (a request that waited for the next arrival), and sets it.
     /// Returns the line that says so; `Ok(None)` (the scenario untouched) without batching,
