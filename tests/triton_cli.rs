@@ -850,6 +850,15 @@ fn calibrate_endpoint_fits_tritons_own_compute_per_batch_size_into_the_scenario(
         "host.request and host.response: {host:?}"
     );
     assert!(printed.contains("[host] cores"), "{printed}");
+    // The share of batch ends the batcher sleeps through, fitted to the 20% open loop.
+    let missed = toml["batcher"]["missed_release"]
+        .as_float()
+        .expect("batcher.missed_release fitted with batching");
+    assert!(
+        (0.0..=0.5).contains(&missed),
+        "batcher.missed_release {missed}"
+    );
+    assert!(printed.contains("batcher.missed_release "), "{printed}");
     // The fit's table: each batch size's batches, Triton's mean compute and the fitted line
     // there (a + b·n + c·n·E[longest]: the demo's inputs differ in length), times the size's
     // level where calibrate wrote levels.

@@ -16,7 +16,9 @@
 
 use std::collections::HashMap;
 
-use capsim_sim::{Outcome, RequestRecord, RunOptions, Scenario, simulate_with_requests};
+use capsim_sim::{
+    BuiltScenario, Outcome, RequestRecord, RunOptions, Scenario, simulate_with_requests,
+};
 use capsim_trace::Trace;
 
 use crate::EndpointError;
@@ -93,17 +95,18 @@ impl MissedReleaseFit {
 /// a completed request to compare.
 pub fn fit_missed_release(
     scenario: &Scenario,
-    loops: &[OpenLoopRecords],
+    loops: &[&OpenLoopRecords],
     threshold_ns: u64,
 ) -> Result<Option<MissedReleaseFit>, EndpointError> {
     if scenario.pools()[0].batcher.max_batch_size <= 1 {
         return Ok(None);
     }
-    let at = |share: f64| -> Result<Scenario, EndpointError> {
+    // The scenario at `share`, built once for every loop and seed it simulates.
+    let at = |share: f64| -> Result<BuiltScenario, EndpointError> {
         let mut s = scenario.clone();
         s.set("batcher.missed_release", &format!("{share}"))
             .map_err(sim_error)?;
-        Ok(s)
+        capsim_sim::build::build(&s, &mut capsim_sim::Profiles::default()).map_err(sim_error)
     };
     let base = at(0.0)?;
     let mut late_measured = 0u64;
@@ -131,11 +134,11 @@ pub fn fit_missed_release(
         return Ok(None);
     }
     let late_at = |share: f64| -> Result<f64, EndpointError> {
-        let scenario = at(share)?;
+        let built = at(share)?;
         let mut late = 0u64;
         for (l, seeds) in loops.iter().zip(&baselines) {
             for (seed, base) in seeds.iter().enumerate() {
-                let sim = latencies(&scenario, &l.trace, seed as u64)?;
+                let sim = latencies(&built, &l.trace, seed as u64)?;
                 late += sim
                     .iter()
                     .filter(|&(row, &ns)| {
@@ -177,9 +180,9 @@ pub fn fit_missed_release(
     }))
 }
 
-/// The completed requests' simulated latencies of `trace` under `scenario`, by trace row.
+/// The completed requests' simulated latencies of `trace` under `built`, by trace row.
 fn latencies(
-    scenario: &Scenario,
+    built: &BuiltScenario,
     trace: &Trace,
     seed: u64,
 ) -> Result<HashMap<u32, u64>, EndpointError> {
@@ -187,9 +190,7 @@ fn latencies(
         seed,
         ..RunOptions::default()
     };
-    let built = capsim_sim::build::build(scenario, &mut capsim_sim::Profiles::default())
-        .map_err(sim_error)?;
-    let (_, log) = simulate_with_requests(&built, trace, &options).map_err(sim_error)?;
+    let (_, log) = simulate_with_requests(built, trace, &options).map_err(sim_error)?;
     Ok(log
         .records()
         .iter()
@@ -269,7 +270,8 @@ mod tests {
     #[test]
     fn the_fit_recovers_the_share_a_server_sleeps_through() {
         for share in [0.1, 0.3] {
-            let fit = fit_missed_release(&scenario(), &loops_measured_at(share), 4 * MS)
+            let loops = loops_measured_at(share);
+            let fit = fit_missed_release(&scenario(), &loops.iter().collect::<Vec<_>>(), 4 * MS)
                 .unwrap()
                 .unwrap();
             assert!(
@@ -282,16 +284,15 @@ mod tests {
 
     #[test]
     fn a_server_that_never_sleeps_through_fits_zero_and_no_batching_fits_nothing() {
-        let fit = fit_missed_release(&scenario(), &loops_measured_at(0.0), 4 * MS)
+        let loops = loops_measured_at(0.0);
+        let loops: Vec<&OpenLoopRecords> = loops.iter().collect();
+        let fit = fit_missed_release(&scenario(), &loops, 4 * MS)
             .unwrap()
             .unwrap();
         assert_eq!((fit.share, fit.late_measured), (0.0, 0), "{fit:?}");
         let mut single = scenario();
         single.set("batcher.max_batch_size", "1").unwrap();
         single.set("batcher.max_queue_delay", "\"0ms\"").unwrap();
-        assert_eq!(
-            fit_missed_release(&single, &loops_measured_at(0.0), 4 * MS).unwrap(),
-            None
-        );
+        assert_eq!(fit_missed_release(&single, &loops, 4 * MS).unwrap(), None);
     }
 }

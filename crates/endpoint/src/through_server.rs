@@ -52,7 +52,7 @@ pub struct LightRun {
 /// One open-loop run of a calibration: the trace's arrivals, scaled, and sizes at a fraction of
 /// the closed loops' highest throughput, so that batches form as an open loop forms them, with
 /// requests arriving while a batch runs.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct OpenRun {
     /// The fraction of the closed loops' highest throughput offered.
     pub fraction: f64,
@@ -62,6 +62,8 @@ pub struct OpenRun {
     pub requests: u64,
     /// Of them, those that failed (as [`ClosedLoopRun::failed`]).
     pub failed: u64,
+    /// What it sent and measured, request by request.
+    pub measured: OpenLoopRecords,
 }
 
 /// What a calibration through the server measured.
@@ -78,8 +80,6 @@ pub struct ServerCalibration {
     pub runs: Vec<ClosedLoopRun>,
     /// Each open-loop run ([`OPEN_FRACTIONS`]), after the closed loops.
     pub open: Vec<OpenRun>,
-    /// What each open-loop run sent and measured, request by request, in the same order.
-    pub open_loops: Vec<OpenLoopRecords>,
     /// The open-loop run at light load, after them (none where the closed loops' statistics
     /// held no request times to pace it by).
     pub light: Option<LightRun>,
@@ -211,12 +211,11 @@ impl ServerCalibration {
             return Ok(None);
         };
         let threshold_ns = (2.0 * path.client_ns).round() as u64;
-        let loops: Vec<OpenLoopRecords> = self
+        let loops: Vec<&OpenLoopRecords> = self
             .open
             .iter()
-            .zip(&self.open_loops)
-            .filter(|(run, _)| run.fraction <= MISSED_RELEASE_MAX_FRACTION)
-            .map(|(_, records)| records.clone())
+            .filter(|run| run.fraction <= MISSED_RELEASE_MAX_FRACTION)
+            .map(|run| &run.measured)
             .collect();
         let Some(fit) = fit_missed_release(scenario, &loops, threshold_ns)? else {
             return Ok(None);
@@ -349,7 +348,7 @@ pub fn calibrate_through_server(
     // loop at 48 clients served 120 requests a second after three, where 8 clients served
     // 850 (2026-12-07).
     let capacity_rps = runs.iter().map(|r| r.throughput_rps).fold(0.0, f64::max);
-    let (open, open_loops) = open_runs(open_trace, options, capacity_rps, &mut readings)?;
+    let open = open_runs(open_trace, options, capacity_rps, &mut readings)?;
     // The compute per batch size is the open loops' where they ran enough of that size, else
     // the closed and open loops' together (the light open loop gives the client's path only).
     let open_stats = readings.last.stats.since(&after_closed);
@@ -397,7 +396,6 @@ pub fn calibrate_through_server(
         open_sizes,
         runs,
         open,
-        open_loops,
         light,
         host: host.and_then(|s| fit_host_cpu(s.cores, &readings.cpu_runs)),
         cpu_runs: readings.cpu_runs,
@@ -512,18 +510,20 @@ fn open_runs(
     options: &EndpointOptions,
     capacity_rps: f64,
     readings: &mut Readings<'_>,
-) -> Result<(Vec<OpenRun>, Vec<OpenLoopRecords>), EndpointError> {
+) -> Result<Vec<OpenRun>, EndpointError> {
     let mut open = Vec::with_capacity(OPEN_FRACTIONS.len());
-    let mut open_loops = Vec::with_capacity(OPEN_FRACTIONS.len());
     if capacity_rps.is_finite() && capacity_rps > 0.0 {
         for fraction in OPEN_FRACTIONS {
-            let (run, records) = open_run(open_trace, options, fraction, fraction * capacity_rps)?;
-            open.push(run);
-            open_loops.push(records);
+            open.push(open_run(
+                open_trace,
+                options,
+                fraction,
+                fraction * capacity_rps,
+            )?);
             readings.next()?;
         }
     }
-    Ok((open, open_loops))
+    Ok(open)
 }
 
 /// One open-loop run at `fraction` ([`OPEN_FRACTIONS`]) of the closed loops' highest throughput
@@ -539,7 +539,7 @@ fn open_run(
     options: &EndpointOptions,
     fraction: f64,
     rate_rps: f64,
-) -> Result<(OpenRun, OpenLoopRecords), EndpointError> {
+) -> Result<OpenRun, EndpointError> {
     let what = format!(
         "an open loop at {:.0}% of capacity ({rate_rps:.1} req/s)",
         fraction * 100.0
@@ -547,18 +547,16 @@ fn open_run(
     let open = paced(trace, options, rate_rps, u64::MAX, &what)?;
     let records =
         checked_run(&open, options, LoadMode::Open, &what, OPEN_MAX_FAILED_SHARE)?.records;
-    Ok((
-        OpenRun {
-            fraction,
-            rate_rps,
-            requests: records.len() as u64,
-            failed: failed(&records),
-        },
-        OpenLoopRecords {
+    Ok(OpenRun {
+        fraction,
+        rate_rps,
+        requests: records.len() as u64,
+        failed: failed(&records),
+        measured: OpenLoopRecords {
             trace: open,
             records,
         },
-    ))
+    })
 }
 
 /// `trace`'s arrivals scaled to `rate_rps`, with its sizes, for at most `duration_ns`; an error
@@ -708,7 +706,6 @@ mod tests {
             open_sizes: Vec::new(),
             runs: Vec::new(),
             open: Vec::new(),
-            open_loops: Vec::new(),
             light: Some(LightRun {
                 rate_rps: 10.0,
                 requests: 100,

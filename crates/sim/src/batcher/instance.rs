@@ -193,14 +193,24 @@ impl DynamicInstance {
             return false;
         }
         self.asleep = true;
-        let poll = SimTime(ctx.now.ns().saturating_add(IDLE_POLL_NS));
+        self.arm_poll(
+            ctx,
+            site,
+            SimTime(ctx.now.ns().saturating_add(IDLE_POLL_NS)),
+        );
+        true
+    }
+
+    /// The sleeping thread next polls at `poll`: queued unless this instance's one poll event
+    /// comes no later (a stale one is carried on to `poll_at` by [`Self::carry_poll`]).
+    #[inline]
+    fn arm_poll(&mut self, ctx: &mut Ctx, site: &Site<'_>, poll: SimTime) {
         self.poll_at = poll;
         if self.poll_event_at == SimTime::NEVER || self.poll_event_at > poll {
             self.poll_event_at = poll;
             ctx.events
                 .push(poll.ns(), EventKind::BatcherPoll, site.index.0, 0);
         }
-        true
     }
 
     /// Whether the batcher is inside a pause (the replay input `pauses`) now: it forms and hands out
@@ -251,12 +261,7 @@ impl DynamicInstance {
                     .ns()
                     .saturating_add(polls.saturating_mul(IDLE_POLL_NS)),
             );
-            self.poll_at = poll;
-            if self.poll_event_at == SimTime::NEVER {
-                self.poll_event_at = poll;
-                ctx.events
-                    .push(poll.ns(), EventKind::BatcherPoll, site.index.0, 0);
-            }
+            self.arm_poll(ctx, &site, poll);
         }
     }
 
