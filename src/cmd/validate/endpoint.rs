@@ -71,7 +71,10 @@ pub(super) fn run(args: &ValidateArgs, url: &str) -> Result<()> {
     for &load in &args.loads {
         let result = validation.run_load(load, &out, &mut warn).map_err(failed)?;
         print!("{}", result.human(&service.label, "server's"));
-        if let Some(warning) = result.late_sends_warning() {
+        for warning in [result.late_sends_warning(), result.speed_warning()]
+            .into_iter()
+            .flatten()
+        {
             eprintln!("{warning}");
         }
     }

@@ -407,6 +407,21 @@ impl ComputeDrift {
             .filter(|&m| m > 0.0)
             .map(|m| self.server_ms / m)
     }
+
+    /// The server's compute over all its batches of the sizes the simulation also ran, over the
+    /// model's time of as many batches of each size: 1.0 where the service model held the
+    /// server's speed over the run, 0.8 where the server computed in 20% less time. `None`
+    /// without such a batch.
+    pub fn overall_level(drift: &[ComputeDrift]) -> Option<f64> {
+        let (server_ms, model_ms) = drift
+            .iter()
+            .filter_map(|d| {
+                let n = d.server_batches as f64;
+                d.model_ms.map(|m| (d.server_ms * n, m * n))
+            })
+            .fold((0.0, 0.0), |(s, m), (ds, dm)| (s + ds, m + dm));
+        (model_ms > 0.0).then(|| server_ms / model_ms)
+    }
 }
 
 /// The run-driven simulation's service model: the server's mean per batch size, and the
@@ -527,6 +542,9 @@ pub struct LoadValidation {
     pub run_service: Option<RunService>,
     /// The server's compute per batch size against the service model's (the drift).
     pub compute_by_batch_size: Vec<ComputeDrift>,
+    /// The drift over all those batches ([`ComputeDrift::overall_level`]): the server's compute
+    /// over the service model's, 1.0 where the model held the server's speed.
+    pub compute_level: Option<f64>,
     /// The simulation driven by the server's own trace of the run (`--server-trace`): its
     /// arrivals, batch times, hand-over and stalls; each request's end to end is its measured
     /// time outside the server plus its simulated time inside.
@@ -801,6 +819,12 @@ impl LoadValidation {
                 "  drift: mean compute per batch, ms ({server} / {model} (error), {server} batches):\n      {}",
                 wrapped(&cells, 4)
             );
+            if let Some(level) = self.compute_level {
+                let _ = writeln!(
+                    out,
+                    "  over all these batches the {server} compute was {level:.3}x the {model}"
+                );
+            }
         }
     }
 
@@ -1148,6 +1172,7 @@ mod tests {
                 model_ms: Some(2.0),
                 error: relative_error(2.0, 2.5),
             }],
+            compute_level: Some(1.25),
             trace_sim: None,
             server_timeline: None,
             trace_sim_missing: None,
@@ -1161,6 +1186,21 @@ mod tests {
         );
         assert!(text.contains("1: 60.0/50.0/-"), "{text}");
         assert!(text.contains("1: 2.500/2.000 (-20.0%, 6)"), "{text}");
+        assert!(
+            text.contains("over all these batches the Triton's compute was 1.250x the scenario's"),
+            "{text}"
+        );
+        // The server computed 25% slower than the scenario: the machine's speed moved.
+        let slow = validation.speed_warning().expect("25% slower warns");
+        assert!(
+            slow.contains("took 1.25x") && slow.contains("ran slower"),
+            "{slow}"
+        );
+        let mut steady = validation.clone();
+        steady.compute_level = Some(1.05);
+        assert_eq!(steady.speed_warning(), None, "5% is within the level");
+        let drift = &validation.compute_by_batch_size;
+        assert_eq!(ComputeDrift::overall_level(drift), Some(1.25));
         assert!(
             !text.contains("trace-sim"),
             "no trace-sim column without one: {text}"
@@ -1177,6 +1217,7 @@ mod tests {
         let json = serde_json::to_value(&validation).unwrap();
         assert_eq!(json["server_batch_shares"]["1"], 60.0);
         assert_eq!(json["run_sim"], serde_json::Value::Null);
+        assert_eq!(json["compute_level"], 1.25);
         assert!(json.get("trace_sim").is_none(), "{json}");
 
         // With the server's trace: a third column, and what the trace said.
@@ -1241,5 +1282,25 @@ mod tests {
         assert_eq!(json["server_timeline"]["left_waiting"], 1);
         assert_eq!(json["server_timeline"]["thread_first_fraction"], 0.15);
         assert_eq!(json["server_timeline"]["seeds"], 8);
+    }
+
+    #[test]
+    fn the_overall_level_weighs_each_size_by_its_batches_and_skips_sizes_the_model_ran_none_of() {
+        let row = |batch_size, server_batches, server_ms, model_ms: Option<f64>| ComputeDrift {
+            batch_size,
+            server_batches,
+            server_ms,
+            model_ms,
+            error: model_ms.and_then(|m| relative_error(m, server_ms)),
+        };
+        let drift = [
+            row(1, 6, 2.5, Some(2.0)),
+            row(2, 2, 1.0, Some(1.0)),
+            row(9, 3, 9.0, None),
+        ];
+        // (6 x 2.5 + 2 x 1.0) / (6 x 2.0 + 2 x 1.0)
+        let level = ComputeDrift::overall_level(&drift).unwrap();
+        assert!((level - 17.0 / 14.0).abs() < 1e-12, "{level}");
+        assert_eq!(ComputeDrift::overall_level(&drift[2..]), None);
     }
 }

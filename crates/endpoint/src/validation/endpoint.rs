@@ -380,6 +380,7 @@ impl<'a> Validation<'a> {
                     .unwrap_or_else(|| "the server reported no batch for this run".to_string())
             }),
             run_service: run_sim.service,
+            compute_level: ComputeDrift::overall_level(&compute_by_batch_size),
             compute_by_batch_size,
             server_batch_shares: server_shares,
             trace_sim,
@@ -494,6 +495,10 @@ fn write_records(
     Ok(())
 }
 
+/// How far the server's compute over a run may stray from the service model's, either way,
+/// before validate warns that the machine's speed moved since the calibration.
+pub const SPEED_WARNING_LEVEL: f64 = 0.10;
+
 impl LoadValidation {
     /// The warning for a load whose generator sent 1% of its requests more than a millisecond
     /// late: the measured latencies include the client's delay.
@@ -503,6 +508,20 @@ impl LoadValidation {
             "validate: warning: at {:.0}% load the load generator sent 1% of its requests more than {delay_ms:.1} ms late: the measured latencies include the client's delay",
             self.load * 100.0
         ))
+    }
+
+    /// The warning for a load whose server computed its batches more than
+    /// `SPEED_WARNING_LEVEL` (10%) faster or slower than the service model times them: the machine
+    /// ran at another speed than the one calibrated, and the prediction is for the calibrated.
+    pub fn speed_warning(&self) -> Option<String> {
+        let level = self.compute_level?;
+        ((level - 1.0).abs() > SPEED_WARNING_LEVEL).then(|| {
+            format!(
+                "validate: warning: at {:.0}% load the server's batches took {level:.2}x the compute the scenario gives them (its own statistics over the run): the machine ran {} than calibrated, and the simulation predicts the calibrated speed; calibrate again closer to the run, or on a quieter machine",
+                self.load * 100.0,
+                if level < 1.0 { "faster" } else { "slower" }
+            )
+        })
     }
 }
 
