@@ -20,8 +20,8 @@
 //! out on both sides. On 2026-12-07 one calibration's 20% loop had 71 of 1,737 requests late
 //! where the others had 5-22, and the share fitted to it, 0.45, put that server's p99 at twice
 //! its runs'. (The median stretch was tried first: the demo trace's bursts crowd the late
-//! requests of a normal loop into one or two stretches, 8+0+0+3 or 18+3+0+5, so the median
-//! threw most of them away and fitted the share low.)
+//! requests of a normal loop into one or two stretches, 8+0+0+3 or 18+3+0+5, and the median
+//! threw the rest away.)
 
 use std::collections::HashMap;
 
@@ -135,8 +135,8 @@ impl MissedReleaseFit {
 
 /// Fits `batcher.missed_release` of `scenario` (its pool 0, with batching) to `loops`: the
 /// share, in steps of 0.02 and linear between them, at which the simulated loops make as many
-/// requests late by over `threshold_ns` as were measured. `None` without batching, or without
-/// a completed request to compare.
+/// requests late by over `threshold_ns` as were measured, slow spells left out. `None` without
+/// batching, or without a completed request to compare.
 pub fn fit_missed_release(
     scenario: &Scenario,
     loops: &[&OpenLoopRecords],
@@ -152,46 +152,96 @@ pub fn fit_missed_release(
             .map_err(sim_error)?;
         capsim_sim::build::build(&s, &mut capsim_sim::Profiles::default()).map_err(sim_error)
     };
-    let base = at(0.0)?;
-    let mut requests = 0u64;
-    // Each loop's simulated latencies at share 0 by seed, by trace row, and its stretches.
-    let mut baselines: Vec<(Vec<HashMap<u32, u64>>, Stretches)> = Vec::with_capacity(loops.len());
-    let mut by_loop = Vec::with_capacity(loops.len());
-    for l in loops {
-        let seeds = (0..SEEDS)
-            .map(|seed| latencies(&base, &l.trace, seed))
-            .collect::<Result<Vec<_>, _>>()?;
-        // The completed requests compared, by row, and whether each was late.
-        let compared: Vec<(u32, bool)> = l
-            .records
-            .iter()
-            .filter(|r| r.outcome == Outcome::Completed)
-            .filter_map(|r| {
-                let sim = *seeds[0].get(&r.request)?;
-                (sim <= threshold_ns)
-                    .then(|| (r.request, r.latency_ns() > sim.saturating_add(threshold_ns)))
-            })
-            .collect();
-        let stretches = Stretches::of(compared.iter().map(|&(row, _)| row));
-        requests += compared.len() as u64;
-        by_loop.push(LoopLate {
-            late: stretches.count(compared.iter().filter(|c| c.1).map(|&(row, _)| row)),
-            spell: [false; STRETCHES],
-            requests: compared.len() as u64,
-        });
-        baselines.push((seeds, stretches));
-    }
+    let (comparison, mut by_loop) = Comparison::measure(&at(0.0)?, loops, threshold_ns)?;
+    let requests: u64 = by_loop.iter().map(|l| l.requests).sum();
     if requests == 0 {
         return Ok(None);
     }
-    // Each loop's simulated late requests by stretch (the seeds' mean) at `share`.
-    let late_by_stretch = |share: f64| -> Result<Vec<[f64; STRETCHES]>, EndpointError> {
-        let built = at(share)?;
+    mark_spells(&mut by_loop, &comparison.late_by_stretch(&at(MAX_SHARE)?)?);
+    let late_measured = by_loop
+        .iter()
+        .map(|l| outside_spells(l.late.map(|n| n as f64), l.spell))
+        .sum::<f64>() as u64;
+    let (share, bracket) = bracketed_share(late_measured as f64, |share| {
+        Ok(comparison
+            .late_by_stretch(&at(share)?)?
+            .into_iter()
+            .zip(&by_loop)
+            .map(|(late, l)| outside_spells(late, l.spell))
+            .sum())
+    })?;
+    Ok(Some(MissedReleaseFit {
+        share,
+        late_measured,
+        bracket,
+        threshold_ns,
+        requests,
+        by_loop,
+    }))
+}
+
+/// The open loops as the fit compares them: each one's simulated latencies at share 0 by seed
+/// (by trace row), and its stretches.
+struct Comparison<'a> {
+    loops: &'a [&'a OpenLoopRecords],
+    baselines: Vec<(Vec<HashMap<u32, u64>>, Stretches)>,
+    threshold_ns: u64,
+}
+
+impl<'a> Comparison<'a> {
+    /// Simulates `loops` at share 0 (`base`) and counts, stretch by stretch, the completed
+    /// requests measured over `threshold_ns` later than that simulation, among those it serves
+    /// within `threshold_ns` (no spell marked yet).
+    fn measure(
+        base: &BuiltScenario,
+        loops: &'a [&'a OpenLoopRecords],
+        threshold_ns: u64,
+    ) -> Result<(Comparison<'a>, Vec<LoopLate>), EndpointError> {
+        let mut baselines = Vec::with_capacity(loops.len());
         let mut by_loop = Vec::with_capacity(loops.len());
-        for (l, (seeds, stretches)) in loops.iter().zip(&baselines) {
+        for l in loops {
+            let seeds = (0..SEEDS)
+                .map(|seed| latencies(base, &l.trace, seed))
+                .collect::<Result<Vec<_>, _>>()?;
+            // The completed requests compared, by row, and whether each was late.
+            let compared: Vec<(u32, bool)> = l
+                .records
+                .iter()
+                .filter(|r| r.outcome == Outcome::Completed)
+                .filter_map(|r| {
+                    let sim = *seeds[0].get(&r.request)?;
+                    (sim <= threshold_ns)
+                        .then(|| (r.request, r.latency_ns() > sim.saturating_add(threshold_ns)))
+                })
+                .collect();
+            let stretches = Stretches::of(compared.iter().map(|&(row, _)| row));
+            by_loop.push(LoopLate {
+                late: stretches.count(compared.iter().filter(|c| c.1).map(|&(row, _)| row)),
+                spell: [false; STRETCHES],
+                requests: compared.len() as u64,
+            });
+            baselines.push((seeds, stretches));
+        }
+        let comparison = Comparison {
+            loops,
+            baselines,
+            threshold_ns,
+        };
+        Ok((comparison, by_loop))
+    }
+
+    /// Each loop's requests `built` makes late by over the threshold against share 0, paired
+    /// seed by seed, by stretch (the seeds' mean).
+    fn late_by_stretch(
+        &self,
+        built: &BuiltScenario,
+    ) -> Result<Vec<[f64; STRETCHES]>, EndpointError> {
+        let threshold_ns = self.threshold_ns;
+        let mut by_loop = Vec::with_capacity(self.loops.len());
+        for (l, (seeds, stretches)) in self.loops.iter().zip(&self.baselines) {
             let mut late = [0.0; STRETCHES];
             for (seed, base) in seeds.iter().enumerate() {
-                let sim = latencies(&built, &l.trace, seed as u64)?;
+                let sim = latencies(built, &l.trace, seed as u64)?;
                 let rows = sim.iter().filter_map(|(&row, &ns)| {
                     base.get(&row)
                         .is_some_and(|&b| b <= threshold_ns && ns > b.saturating_add(threshold_ns))
@@ -204,11 +254,14 @@ pub fn fit_missed_release(
             by_loop.push(late);
         }
         Ok(by_loop)
-    };
-    // A stretch later than the largest share makes it is a slow spell, unless half the
-    // stretches or more are (a server that sleeps through more often than the largest share).
-    let ceiling = late_by_stretch(MAX_SHARE)?;
-    for (measured, most) in by_loop.iter_mut().zip(&ceiling) {
+    }
+}
+
+/// Marks as a slow spell each stretch with more late requests than `ceiling` (the simulation at
+/// [`MAX_SHARE`]), unless half the stretches or more are: a server that sleeps through more
+/// often than the largest share.
+fn mark_spells(by_loop: &mut [LoopLate], ceiling: &[[f64; STRETCHES]]) {
+    for (measured, most) in by_loop.iter_mut().zip(ceiling) {
         measured.spell = std::array::from_fn(|k| measured.late[k] as f64 > most[k]);
     }
     let spells: usize = by_loop
@@ -220,21 +273,24 @@ pub fn fit_missed_release(
             .iter_mut()
             .for_each(|l| l.spell = [false; STRETCHES]);
     }
-    let kept = |late: &mut dyn Iterator<Item = (f64, bool)>| -> f64 {
-        late.filter(|&(_, spell)| !spell).map(|(n, _)| n).sum()
-    };
-    let late_measured = by_loop
-        .iter()
-        .map(|l| kept(&mut l.late.iter().map(|&n| n as f64).zip(l.spell)))
-        .sum::<f64>() as u64;
-    let late_at = |share: f64| -> Result<f64, EndpointError> {
-        Ok(late_by_stretch(share)?
-            .iter()
-            .zip(&by_loop)
-            .map(|(late, l)| kept(&mut late.iter().copied().zip(l.spell)))
-            .sum())
-    };
-    let target = late_measured as f64;
+}
+
+/// The late requests of the stretches that are not slow spells.
+fn outside_spells(late: [f64; STRETCHES], spell: [bool; STRETCHES]) -> f64 {
+    late.iter()
+        .zip(spell)
+        .filter(|&(_, spell)| !spell)
+        .map(|(n, _)| n)
+        .sum()
+}
+
+/// The share, in steps of [`STEP`] up to [`MAX_SHARE`] and linear between them, at which
+/// `late_at(share)` reaches `target`, and the two tried shares around it with their counts: 0
+/// where `target` is 0, [`MAX_SHARE`] where no share reaches it.
+fn bracketed_share(
+    target: f64,
+    mut late_at: impl FnMut(f64) -> Result<f64, EndpointError>,
+) -> Result<(f64, [(f64, f64); 2]), EndpointError> {
     let (mut share, mut late_simulated) = (0.0, 0.0);
     let mut bracket = [(0.0, 0.0); 2];
     if target > 0.0 {
@@ -253,14 +309,7 @@ pub fn fit_missed_release(
             bracket = [(next, late); 2];
         }
     }
-    Ok(Some(MissedReleaseFit {
-        share,
-        late_measured,
-        bracket,
-        threshold_ns,
-        requests,
-        by_loop,
-    }))
+    Ok((share, bracket))
 }
 
 /// A loop's compared requests cut into [`STRETCHES`] runs of consecutive trace rows, as many
