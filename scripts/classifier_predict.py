@@ -12,8 +12,9 @@ times, and a Poisson trace of the demo's sizes and mean gap at each load once. E
 compared. The scenario is scenarios/bert-dynamic-batching.toml with one instance (one Triton).
 
 A calibration right before each run, since this 2-core VM's speed moves over minutes: with one
-calibration per server (2026-12-07), the server's own compute over its later runs was 0.86-1.40
-times the calibrated, and 0.81-1.08 with one right before each run. Each run lasts 60 s by
+calibration per server (2026-12-07), the server's own compute over its later runs was 0.80-1.40
+times the calibrated, within 10% in 8 of 18 runs; with one right before each run, within 10% in
+32 of 48. Each run lasts 60 s by
 default: the p99 of a 20 s run is set by about 30 requests, and nine 20 s runs of the same
 requests against one calibration (2026-12-07) measured it at 13.8-20.0 ms, a spread wider than
 the 20% target, where their pooled p99 was 16.5 ms.
