@@ -141,8 +141,8 @@ pub struct CalibrateArgs {
     /// request outside the queue and the model, the client's path at light load, and, for a
     /// server on this machine, `[host]` from the CPU Linux accounts to it and to the load
     /// generator, and, with batching, `batcher.missed_release` (the share of batch ends its
-    /// batcher sleeps through) from an open loop; writes --scenario with them to -o (a TOML). With --model the model's name on
-    /// the server, --scenario and --trace.
+    /// batcher sleeps through) from an open loop; writes --scenario with them to -o (a TOML).
+    /// With --model the model's name on the server, --scenario and --trace.
     #[arg(long, value_name = "URL", conflicts_with_all = ["operators", "decoder"])]
     pub endpoint: Option<String>,
     /// With --endpoint: the scenario whose batcher the server runs (its max_batch_size and

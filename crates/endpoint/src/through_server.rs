@@ -58,12 +58,20 @@ pub struct OpenRun {
     pub fraction: f64,
     /// The offered rate, requests per second.
     pub rate_rps: f64,
-    /// Requests sent.
-    pub requests: u64,
-    /// Of them, those that failed (as [`ClosedLoopRun::failed`]).
-    pub failed: u64,
     /// What it sent and measured, request by request.
     pub measured: OpenLoopRecords,
+}
+
+impl OpenRun {
+    /// Requests sent.
+    pub fn requests(&self) -> u64 {
+        self.measured.records.len() as u64
+    }
+
+    /// Of them, those that failed (as [`ClosedLoopRun::failed`]).
+    pub fn failed(&self) -> u64 {
+        failed(&self.measured.records)
+    }
 }
 
 /// What a calibration through the server measured.
@@ -550,8 +558,6 @@ fn open_run(
     Ok(OpenRun {
         fraction,
         rate_rps,
-        requests: records.len() as u64,
-        failed: failed(&records),
         measured: OpenLoopRecords {
             trace: open,
             records,

@@ -130,7 +130,7 @@ fn runs_text(measured: &ServerCalibration) -> String {
             run.fraction * 100.0,
             run.rate_rps
         );
-        text += &run_line(&head, run.requests, run.failed, None);
+        text += &run_line(&head, run.requests(), run.failed(), None);
     }
     if let Some(light) = &measured.light {
         let head = format!("open loop at light load: {:.1} req/s", light.rate_rps);
