@@ -371,7 +371,7 @@ fn sim_error(e: impl std::fmt::Display) -> EndpointError {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use capsim_trace::Columns;
     use rand::{RngExt, SeedableRng};
@@ -379,7 +379,7 @@ mod tests {
     const MS: u64 = 1_000_000;
 
     /// One model instance batching up to 8 with a 1 ms delay, 2 ms a batch.
-    fn scenario() -> Scenario {
+    pub(crate) fn scenario() -> Scenario {
         Scenario::from_toml_str(
             "[batcher]\nmax_batch_size = 8\nmax_queue_delay = \"1ms\"\n\
              [service]\nkind = \"constant\"\ntime = \"2ms\"\n",
@@ -406,7 +406,7 @@ mod tests {
     }
 
     /// Loops at 150 and 300 req/s "measured" as the scenario at `share` simulates them.
-    fn loops_measured_at(share: f64) -> Vec<OpenLoopRecords> {
+    pub(crate) fn loops_measured_at(share: f64) -> Vec<OpenLoopRecords> {
         let mut measured = scenario();
         measured
             .set("batcher.missed_release", &share.to_string())
