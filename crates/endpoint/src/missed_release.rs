@@ -157,14 +157,20 @@ pub fn fit_missed_release(
     if requests == 0 {
         return Ok(None);
     }
-    mark_spells(&mut by_loop, &comparison.late_by_stretch(&at(MAX_SHARE)?)?);
+    // The simulation at the largest share: the spells' ceiling, and the search's last step.
+    let ceiling = comparison.late_by_stretch(&at(MAX_SHARE)?)?;
+    mark_spells(&mut by_loop, &ceiling);
     let late_measured = by_loop
         .iter()
         .map(|l| outside_spells(l.late.map(|n| n as f64), l.spell))
         .sum::<f64>() as u64;
     let (share, bracket) = bracketed_share(late_measured as f64, |share| {
-        Ok(comparison
-            .late_by_stretch(&at(share)?)?
+        let late = if share >= MAX_SHARE - STEP / 2.0 {
+            ceiling.clone()
+        } else {
+            comparison.late_by_stretch(&at(share)?)?
+        };
+        Ok(late
             .into_iter()
             .zip(&by_loop)
             .map(|(late, l)| outside_spells(late, l.spell))
