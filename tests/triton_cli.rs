@@ -225,6 +225,7 @@ fn validate_endpoint_accounts_for_every_request_and_fits_tritons_own_times() {
         "run-sim",
         "worst batch-share gap",
         "drift",
+        "sim at that speed",
     ] {
         assert!(
             printed.contains(needle),
@@ -262,7 +263,7 @@ fn validate_endpoint_accounts_for_every_request_and_fits_tritons_own_times() {
             requests,
             "every request sent is answered or failed: {load}"
         );
-        for sim in ["sim", "run_sim"] {
+        for sim in ["sim", "run_sim", "sim_at_server_speed"] {
             let s = &load[sim];
             assert_eq!(
                 count(&s["completed"]) + count(&s["not_completed"]),
@@ -272,6 +273,16 @@ fn validate_endpoint_accounts_for_every_request_and_fits_tritons_own_times() {
             let sum = share_sum(&s["batch_shares"]);
             assert!((sum - 100.0).abs() < 1e-6, "{sim}'s shares sum to {sum}");
             assert!(s["worst_share_gap"]["points"].as_f64().is_some(), "{load}");
+        }
+        // At the server's speed every batch takes `compute_level` times the scenario's: slower
+        // than sim where Triton computed well over the model's sleep.
+        let level = load["compute_level"].as_f64().expect("compute_level");
+        let p50 = |sim: &str| load[sim]["figures"]["e2e_p50_ms"].as_f64().expect("p50");
+        if level > 1.05 {
+            assert!(
+                p50("sim_at_server_speed") > p50("sim"),
+                "at {level}x the compute, p50 is no higher: {load}"
+            );
         }
         let sum = share_sum(&load["server_batch_shares"]);
         assert!((sum - 100.0).abs() < 1e-6, "Triton's shares sum to {sum}");

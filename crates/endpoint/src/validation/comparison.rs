@@ -545,6 +545,12 @@ pub struct LoadValidation {
     /// The drift over all those batches ([`ComputeDrift::overall_level`]): the server's compute
     /// over the service model's, 1.0 where the model held the server's speed.
     pub compute_level: Option<f64>,
+    /// sim again with every batch's compute multiplied by `compute_level`: the calibrated model
+    /// at the machine's speed over the run, the one figure it takes from the run (so a replay,
+    /// not a prediction). Where it meets the run and sim does not, the machine's speed moved
+    /// between the calibration and the run; where both miss alike, the model does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sim_at_server_speed: Option<Simulated>,
     /// The simulation driven by the server's own trace of the run (`--server-trace`): its
     /// arrivals, batch times, hand-over and stalls; each request's end to end is its measured
     /// time outside the server plus its simulated time inside.
@@ -823,6 +829,17 @@ impl LoadValidation {
                 let _ = writeln!(
                     out,
                     "  over all these batches the {server} compute was {level:.3}x the {model}"
+                );
+            }
+            if let (Some(level), Some(at_speed)) = (self.compute_level, &self.sim_at_server_speed) {
+                let (f, e) = (&at_speed.figures, &at_speed.errors);
+                let _ = writeln!(
+                    out,
+                    "  sim at that speed (every batch's compute x{level:.3}, a figure from the run, so replayed): end_to_end p50 {:.3} ms ({}), p99 {:.3} ms ({})",
+                    f.e2e_p50_ms,
+                    percent(e.e2e_p50),
+                    f.e2e_p99_ms,
+                    percent(e.e2e_p99)
                 );
             }
         }
@@ -1148,6 +1165,18 @@ mod tests {
                 points: 10.0,
             }),
         };
+        let at_speed = Simulated {
+            figures: Figures {
+                e2e_p50_ms: 4.8,
+                ..measured
+            },
+            errors: Figures {
+                e2e_p50_ms: 4.8,
+                ..measured
+            }
+            .errors_against(&measured),
+            ..sim.clone()
+        };
         let validation = LoadValidation {
             load: 0.3,
             rate_rps: 10.0,
@@ -1173,6 +1202,7 @@ mod tests {
                 error: relative_error(2.0, 2.5),
             }],
             compute_level: Some(1.25),
+            sim_at_server_speed: Some(at_speed),
             trace_sim: None,
             server_timeline: None,
             trace_sim_missing: None,
@@ -1189,6 +1219,10 @@ mod tests {
         assert!(
             text.contains("over all these batches the Triton's compute was 1.250x the scenario's"),
             "{text}"
+        );
+        assert!(
+            text.contains("sim at that speed (every batch's compute x1.250, a figure from the run, so replayed): end_to_end p50 4.800 ms (-4.0%)"),
+            "the simulation at the server's speed, against the measured p50 of 5.0 ms: {text}"
         );
         // The server computed 25% slower than the scenario: the machine's speed moved.
         let slow = validation.speed_warning().expect("25% slower warns");
@@ -1218,6 +1252,7 @@ mod tests {
         assert_eq!(json["server_batch_shares"]["1"], 60.0);
         assert_eq!(json["run_sim"], serde_json::Value::Null);
         assert_eq!(json["compute_level"], 1.25);
+        assert_eq!(json["sim_at_server_speed"]["figures"]["e2e_p50_ms"], 4.8);
         assert!(json.get("trace_sim").is_none(), "{json}");
 
         // With the server's trace: a third column, and what the trace said.

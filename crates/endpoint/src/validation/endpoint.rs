@@ -1,8 +1,10 @@
 //! `capsim validate --endpoint URL`: the simulator against a running server. At each load (a
 //! fraction of the scenario's calibrated capacity) the trace, scaled to that rate, is sent to
-//! the server (open loop) and simulated twice: with the scenario's (or the profile's) service
-//! model, and with the compute time per batch size the server itself reported for that run
-//! (Triton's statistics, read before and after it). The command prints one table per load and
+//! the server (open loop) and simulated: with the scenario's (or the profile's) service model
+//! (sim, the prediction), with the compute time per batch size the server itself reported for
+//! that run (Triton's statistics, read before and after it: run-sim), and with the model's
+//! compute brought to the server's overall speed over the run (sim at the server's speed, which
+//! tells the machine's drift from the model's error). The command prints one table per load and
 //! writes `validation.json`; the per-request records are written here, under the load's folder.
 
 use std::path::Path;
@@ -14,8 +16,8 @@ use capsim_sim::record::RequestLog;
 use capsim_sim::scenario::{BatcherKind, Pool};
 use capsim_sim::timing::profile::{Profile, ProfileServiceTime};
 use capsim_sim::{
-    BuiltScenario, Profiles, RequestRecord, Run, RunOptions, Scenario, ServiceTime, simulate,
-    simulate_with_requests,
+    BuiltScenario, Profiles, RequestRecord, Run, RunOptions, Scenario, ServiceTime, Summary,
+    simulate, simulate_with_requests,
 };
 use capsim_trace::{Columns, Trace};
 
@@ -259,14 +261,14 @@ impl<'a> Validation<'a> {
         &self,
         scaled: &Trace,
         sim_options: &RunOptions,
-        first: &Run,
+        first: &Summary,
         measured: &Figures,
         server_shares: &BatchShares,
     ) -> Result<(Simulated, u32), ValidationError> {
         let drawn = self.target.scenario.pools()[0].batcher.missed_release > 0.0;
         let seeds = if drawn { SIM_SEEDS } else { 1 };
-        let mut draws = vec![Figures::of(&first.summary)];
-        let mut shares = vec![BatchShares::of(&first.summary)];
+        let mut draws = vec![Figures::of(first)];
+        let mut shares = vec![BatchShares::of(first)];
         for k in 1..u64::from(seeds) {
             let seeded = RunOptions {
                 seed: self.seed.wrapping_add(k),
@@ -278,13 +280,36 @@ impl<'a> Validation<'a> {
             shares.push(BatchShares::of(&summary));
         }
         let sim = Simulated::with_figures(
-            &first.summary,
+            first,
             Figures::mean(&draws).expect("one draw at least"),
             BatchShares::mean(&shares),
             measured,
             server_shares,
         );
         Ok((sim, seeds))
+    }
+
+    /// sim again with every batch's compute multiplied by `level`, the server's over the run
+    /// against the scenario's (`None` where `level` is no factor): the calibrated model at the
+    /// machine's speed during the run, which tells the machine's drift from the model's error.
+    fn at_speed(
+        &self,
+        level: f64,
+        scaled: &Trace,
+        sim_options: &RunOptions,
+        measured: &Figures,
+        server_shares: &BatchShares,
+    ) -> Result<Option<Simulated>, ValidationError> {
+        let Some(service) = LeveledService::new(self.service.service.clone(), &[(1, level)]) else {
+            return Ok(None);
+        };
+        let options = RunOptions {
+            service_override: Some(Arc::new(service)),
+            ..sim_options.clone()
+        };
+        let first = simulate(&self.target.built, scaled, &options)?;
+        let (sim, _) = self.predicted(scaled, &options, &first, measured, server_shares)?;
+        Ok(Some(sim))
     }
 
     /// Runs the load `load` (a fraction of the capacity) against the server and its
@@ -325,9 +350,19 @@ impl<'a> Validation<'a> {
         figures.queue_mean_ms = stats
             .and_then(ModelStats::queue_mean_ns)
             .map(|ns| ns * 1e-6);
-        let (sim, sim_seeds) =
-            self.predicted(&scaled, &sim_options, &sim_run, &figures, &server_shares)?;
+        let (sim, sim_seeds) = self.predicted(
+            &scaled,
+            &sim_options,
+            &sim_run.summary,
+            &figures,
+            &server_shares,
+        )?;
         let compute_by_batch_size = drift(stats, sim_log.records());
+        let compute_level = ComputeDrift::overall_level(&compute_by_batch_size);
+        let sim_at_server_speed = match compute_level {
+            Some(level) => self.at_speed(level, &scaled, &sim_options, &figures, &server_shares)?,
+            None => None,
+        };
         let run_sim = self.run_sim(&run, &scaled, &sim_options, &compute_by_batch_size, dir)?;
         std::fs::create_dir_all(dir).map_err(|source| ValidationError::OutDir {
             dir: dir.to_path_buf(),
@@ -380,7 +415,8 @@ impl<'a> Validation<'a> {
                     .unwrap_or_else(|| "the server reported no batch for this run".to_string())
             }),
             run_service: run_sim.service,
-            compute_level: ComputeDrift::overall_level(&compute_by_batch_size),
+            compute_level,
+            sim_at_server_speed,
             compute_by_batch_size,
             server_batch_shares: server_shares,
             trace_sim,
