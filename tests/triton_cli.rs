@@ -226,6 +226,7 @@ fn validate_endpoint_accounts_for_every_request_and_fits_tritons_own_times() {
         "worst batch-share gap",
         "drift",
         "sim at that speed",
+        "sim at its speed window by window",
     ] {
         assert!(
             printed.contains(needle),
@@ -263,7 +264,14 @@ fn validate_endpoint_accounts_for_every_request_and_fits_tritons_own_times() {
             requests,
             "every request sent is answered or failed: {load}"
         );
-        for sim in ["sim", "run_sim", "sim_at_server_speed"] {
+        // The statistics read every 2 s during the load: hundreds of batches in its first
+        // window, and sim again at each window's speed.
+        let windows = load["speed_windows"].as_array().expect("speed windows");
+        assert!(
+            !windows.is_empty() && windows.iter().all(|w| w["level"].as_f64().unwrap() > 0.0),
+            "{load}"
+        );
+        for sim in ["sim", "run_sim", "sim_at_server_speed", "sim_by_window"] {
             let s = &load[sim];
             assert_eq!(
                 count(&s["completed"]) + count(&s["not_completed"]),

@@ -62,8 +62,8 @@ pub use validation::{
     EndpointValidation, FigureRow, Figures, Leveled, LiveError, LiveInputs, LiveLoad, LiveRecords,
     LiveServer, LiveValidation, LoadValidation, MachineSpeed, Measured as MeasuredFigures,
     MeasuredPath, ReferenceShape, RunService, ServerBatchTime, ServerTimelineReport, ServiceModel,
-    Simulated, SpeedChange, Validation, ValidationError, check_loads, figure_rows, figures_header,
-    figures_text, measurement_mismatch, scaled_trace, served_lengths, triton,
+    Simulated, SpeedChange, SpeedWindow, Validation, ValidationError, check_loads, figure_rows,
+    figures_header, figures_text, measurement_mismatch, scaled_trace, served_lengths, triton,
 };
 
 /// The protocol a server speaks.

@@ -18,6 +18,8 @@ use capsim_sim::summary::LatencyStats;
 use capsim_sim::{BatchShape, ServiceTime, Summary};
 use serde::Serialize;
 
+use super::speed_windows::SpeedWindow;
+
 /// The share of a load's requests that may fail before the printout warns: past it the
 /// measured figures describe a server in trouble (a traced Triton that crashed mid-run failed
 /// 1,613 of 2,991).
@@ -551,6 +553,16 @@ pub struct LoadValidation {
     /// between the calibration and the run; where both miss alike, the model does.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sim_at_server_speed: Option<Simulated>,
+    /// The server's speed window by window over the run (Triton's statistics read every 2 s),
+    /// each window's compute against the scenario's for the same batch sizes; windows with too
+    /// few batches to say are left out.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub speed_windows: Vec<SpeedWindow>,
+    /// sim again with each of `speed_windows` a slowdown of its execution: the calibrated model
+    /// at the machine's speed as the run measured it, window by window (a replay of that series
+    /// alone).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sim_by_window: Option<Simulated>,
     /// The simulation driven by the server's own trace of the run (`--server-trace`): its
     /// arrivals, batch times, hand-over and stalls; each request's end to end is its measured
     /// time outside the server plus its simulated time inside.
@@ -829,6 +841,22 @@ impl LoadValidation {
                 let _ = writeln!(
                     out,
                     "  over all these batches the {server} compute was {level:.3}x the {model}"
+                );
+            }
+            if let Some(by_window) = &self.sim_by_window {
+                let levels = self.speed_windows.iter().map(|w| w.level);
+                let (low, high) = levels.fold((f64::INFINITY, 0.0_f64), |(lo, hi), l| {
+                    (lo.min(l), hi.max(l))
+                });
+                let (f, e) = (&by_window.figures, &by_window.errors);
+                let _ = writeln!(
+                    out,
+                    "  sim at its speed window by window ({} windows of 2 s at {low:.2}-{high:.2}x, the {server} statistics read during the run: replayed): end_to_end p50 {:.3} ms ({}), p99 {:.3} ms ({})",
+                    self.speed_windows.len(),
+                    f.e2e_p50_ms,
+                    percent(e.e2e_p50),
+                    f.e2e_p99_ms,
+                    percent(e.e2e_p99)
                 );
             }
             if let (Some(level), Some(at_speed)) = (self.compute_level, &self.sim_at_server_speed) {
@@ -1203,6 +1231,8 @@ mod tests {
             }],
             compute_level: Some(1.25),
             sim_at_server_speed: Some(at_speed),
+            speed_windows: Vec::new(),
+            sim_by_window: None,
             trace_sim: None,
             server_timeline: None,
             trace_sim_missing: None,

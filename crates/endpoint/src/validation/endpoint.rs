@@ -12,12 +12,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use capsim_sim::output::write_requests_parquet;
+use capsim_sim::quantity::DurationNs;
 use capsim_sim::record::RequestLog;
-use capsim_sim::scenario::{BatcherKind, Pool};
+use capsim_sim::scenario::{BatcherKind, Pool, ReplayInputs, SlowdownSpec};
 use capsim_sim::timing::profile::{Profile, ProfileServiceTime};
 use capsim_sim::{
     BuiltScenario, Profiles, RequestRecord, Run, RunOptions, Scenario, ServiceTime, Summary,
-    simulate, simulate_with_requests,
+    round_ns, simulate, simulate_with_requests,
 };
 use capsim_trace::{Columns, Trace};
 
@@ -26,6 +27,7 @@ use super::comparison::{
     Measured, MeasuredPath, RunService, ServerBatchTime, Simulated,
 };
 use super::loads::{scaled_trace, served_lengths};
+use super::speed_windows::{SpeedWindow, StatsPoller, speed_windows};
 use super::trace_sim::{TraceSimInputs, flushed_trace_files, trace_sim};
 use super::triton::trace::{self, TraceSetting};
 use super::triton::{self, ModelStats, ServerOverheads};
@@ -259,6 +261,7 @@ impl<'a> Validation<'a> {
     /// with the seeds used.
     fn predicted(
         &self,
+        built: &BuiltScenario,
         scaled: &Trace,
         sim_options: &RunOptions,
         first: &Summary,
@@ -275,7 +278,7 @@ impl<'a> Validation<'a> {
                 ..sim_options.clone()
             };
             // Its summary alone: no request log is kept of the seeds after the first.
-            let summary = simulate(&self.target.built, scaled, &seeded)?;
+            let summary = simulate(built, scaled, &seeded)?;
             draws.push(Figures::of(&summary));
             shares.push(BatchShares::of(&summary));
         }
@@ -308,7 +311,47 @@ impl<'a> Validation<'a> {
             ..sim_options.clone()
         };
         let first = simulate(&self.target.built, scaled, &options)?;
-        let (sim, _) = self.predicted(scaled, &options, &first, measured, server_shares)?;
+        let built = &self.target.built;
+        let (sim, _) = self.predicted(built, scaled, &options, &first, measured, server_shares)?;
+        Ok(Some(sim))
+    }
+
+    /// sim again with each of `windows` (the server's speed window by window over the run) a
+    /// slowdown of its execution: the calibrated model at the machine's speed as the run
+    /// measured it, window by window. `None` without a window.
+    fn by_window(
+        &mut self,
+        windows: &[SpeedWindow],
+        scaled: &Trace,
+        sim_options: &RunOptions,
+        measured: &Figures,
+        server_shares: &BatchShares,
+    ) -> Result<Option<Simulated>, ValidationError> {
+        if windows.is_empty() {
+            return Ok(None);
+        }
+        let ns = |s: f64| DurationNs(round_ns(s * 1e9));
+        let slowdowns = windows
+            .iter()
+            .map(|w| SlowdownSpec {
+                from: ns(w.from_s),
+                to: ns(w.to_s),
+                factor: w.level,
+            })
+            .collect();
+        let mut scenario = self.target.scenario.clone();
+        scenario
+            .set_replay(ReplayInputs {
+                slowdowns,
+                ..ReplayInputs::default()
+            })
+            .map_err(ValidationError::context(
+                "setting the server's speed window by window",
+            ))?;
+        let built = build_scenario(&scenario, &mut self.target.profiles)?;
+        let first = simulate(&built, scaled, sim_options)?;
+        let (sim, _) =
+            self.predicted(&built, scaled, sim_options, &first, measured, server_shares)?;
         Ok(Some(sim))
     }
 
@@ -351,6 +394,7 @@ impl<'a> Validation<'a> {
             .and_then(ModelStats::queue_mean_ns)
             .map(|ns| ns * 1e-6);
         let (sim, sim_seeds) = self.predicted(
+            &self.target.built,
             &scaled,
             &sim_options,
             &sim_run.summary,
@@ -363,6 +407,19 @@ impl<'a> Validation<'a> {
             Some(level) => self.at_speed(level, &scaled, &sim_options, &figures, &server_shares)?,
             None => None,
         };
+        let speed_windows = speed_windows(&run.speed_samples, &|size| {
+            compute_by_batch_size
+                .iter()
+                .find(|d| d.batch_size == size)
+                .and_then(|d| d.model_ms)
+        });
+        let sim_by_window = self.by_window(
+            &speed_windows,
+            &scaled,
+            &sim_options,
+            &figures,
+            &server_shares,
+        )?;
         let run_sim = self.run_sim(&run, &scaled, &sim_options, &compute_by_batch_size, dir)?;
         std::fs::create_dir_all(dir).map_err(|source| ValidationError::OutDir {
             dir: dir.to_path_buf(),
@@ -417,6 +474,8 @@ impl<'a> Validation<'a> {
             run_service: run_sim.service,
             compute_level,
             sim_at_server_speed,
+            speed_windows,
+            sim_by_window,
             compute_by_batch_size,
             server_batch_shares: server_shares,
             trace_sim,
@@ -639,6 +698,9 @@ struct ServerRun {
     stats: Option<ModelStats>,
     /// Why `stats` is missing.
     stats_missing: Option<String>,
+    /// The statistics read every [`WINDOW`](super::speed_windows::WINDOW) during the run, each with its time
+    /// since the run's start in ns, the last read after it (none without statistics).
+    speed_samples: Vec<(u64, ModelStats)>,
 }
 
 /// Replays `trace` against the server, reading its statistics before and after.
@@ -659,9 +721,12 @@ fn measure(
     }
     };
     let before = snapshot();
-    let measured = crate::replay(trace, options, &Reporting::of(scenario))
-        .map_err(|e| ValidationError::BadInput(e.to_string()))?;
+    let poller = (before.is_ok() && options.protocol == Protocol::Kserve)
+        .then(|| StatsPoller::start(&options.base_url, &options.model));
+    let measured = crate::replay(trace, options, &Reporting::of(scenario));
     let after = snapshot();
+    let speed_samples = poller.map_or_else(Vec::new, |p| p.finish(after.as_ref().ok()));
+    let measured = measured.map_err(|e| ValidationError::BadInput(e.to_string()))?;
     let (stats, stats_missing) = match (before, after) {
         (Ok(before), Ok(after)) => (Some(after.since(&before)), None),
         (Err(why), _) | (_, Err(why)) => (None, Some(why)),
@@ -680,6 +745,7 @@ fn measure(
         measured,
         stats,
         stats_missing,
+        speed_samples,
     })
 }
 

@@ -15,6 +15,7 @@ mod endpoint;
 mod live;
 mod live_loop;
 mod loads;
+mod speed_windows;
 mod trace_sim;
 pub mod triton;
 
@@ -34,6 +35,7 @@ pub use live_loop::{
     ReferenceShape, SpeedChange,
 };
 pub use loads::{check_loads, scaled_trace, served_lengths};
+pub use speed_windows::SpeedWindow;
 
 /// Why a validation could not run.
 #[derive(Debug, thiserror::Error)]
