@@ -407,12 +407,7 @@ impl<'a> Validation<'a> {
             Some(level) => self.at_speed(level, &scaled, &sim_options, &figures, &server_shares)?,
             None => None,
         };
-        let speed_windows = speed_windows(&run.speed_samples, &|size| {
-            compute_by_batch_size
-                .iter()
-                .find(|d| d.batch_size == size)
-                .and_then(|d| d.model_ms)
-        });
+        let speed_windows = speed_windows(&run.speed_samples, sim_log.records());
         let sim_by_window = self.by_window(
             &speed_windows,
             &scaled,
@@ -721,7 +716,9 @@ fn measure(
     }
     };
     let before = snapshot();
-    let poller = (before.is_ok() && options.protocol == Protocol::Kserve)
+    // Read every 2 s during the run too, for the server's speed window by window.
+    let poller = before
+        .is_ok()
         .then(|| StatsPoller::start(&options.base_url, &options.model));
     let measured = crate::replay(trace, options, &Reporting::of(scenario));
     let after = snapshot();
