@@ -299,6 +299,18 @@ pub struct Simulated {
 }
 
 impl Simulated {
+    /// Its end-to-end p50 and p99 with their errors, for a line of text.
+    fn tail_text(&self) -> String {
+        let (f, e) = (&self.figures, &self.errors);
+        format!(
+            "end_to_end p50 {:.3} ms ({}), p99 {:.3} ms ({})",
+            f.e2e_p50_ms,
+            percent(e.e2e_p50),
+            f.e2e_p99_ms,
+            percent(e.e2e_p99)
+        )
+    }
+
     /// `summary` against `measured` figures and the server's shares (empty when unknown).
     pub fn new(summary: &Summary, measured: &Figures, server_shares: &BatchShares) -> Simulated {
         Simulated::with_figures(
@@ -554,8 +566,9 @@ pub struct LoadValidation {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sim_at_server_speed: Option<Simulated>,
     /// The server's speed window by window over the run (Triton's statistics read every 2 s),
-    /// each window's compute against the scenario's for the same batch sizes; windows with too
-    /// few batches to say are left out.
+    /// each window's compute against the scenario's for as many batches of each size, as the
+    /// simulation of the same requests timed them; windows with too few batches to say are left
+    /// out.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub speed_windows: Vec<SpeedWindow>,
     /// sim again with each of `speed_windows` a slowdown of its execution: the calibrated model
@@ -843,31 +856,23 @@ impl LoadValidation {
                     "  over all these batches the {server} compute was {level:.3}x the {model}"
                 );
             }
+            if let (Some(level), Some(at_speed)) = (self.compute_level, &self.sim_at_server_speed) {
+                let _ = writeln!(
+                    out,
+                    "  sim at that speed (every batch's compute x{level:.3}, a figure from the run, so replayed): {}",
+                    at_speed.tail_text()
+                );
+            }
             if let Some(by_window) = &self.sim_by_window {
                 let levels = self.speed_windows.iter().map(|w| w.level);
                 let (low, high) = levels.fold((f64::INFINITY, 0.0_f64), |(lo, hi), l| {
                     (lo.min(l), hi.max(l))
                 });
-                let (f, e) = (&by_window.figures, &by_window.errors);
                 let _ = writeln!(
                     out,
-                    "  sim at its speed window by window ({} windows of 2 s at {low:.2}-{high:.2}x, the {server} statistics read during the run: replayed): end_to_end p50 {:.3} ms ({}), p99 {:.3} ms ({})",
+                    "  sim at its speed window by window ({} windows of 2 s at {low:.2}-{high:.2}x, the {server} statistics read during the run: replayed): {}",
                     self.speed_windows.len(),
-                    f.e2e_p50_ms,
-                    percent(e.e2e_p50),
-                    f.e2e_p99_ms,
-                    percent(e.e2e_p99)
-                );
-            }
-            if let (Some(level), Some(at_speed)) = (self.compute_level, &self.sim_at_server_speed) {
-                let (f, e) = (&at_speed.figures, &at_speed.errors);
-                let _ = writeln!(
-                    out,
-                    "  sim at that speed (every batch's compute x{level:.3}, a figure from the run, so replayed): end_to_end p50 {:.3} ms ({}), p99 {:.3} ms ({})",
-                    f.e2e_p50_ms,
-                    percent(e.e2e_p50),
-                    f.e2e_p99_ms,
-                    percent(e.e2e_p99)
+                    by_window.tail_text()
                 );
             }
         }
@@ -1230,9 +1235,16 @@ mod tests {
                 error: relative_error(2.0, 2.5),
             }],
             compute_level: Some(1.25),
-            sim_at_server_speed: Some(at_speed),
-            speed_windows: Vec::new(),
-            sim_by_window: None,
+            sim_at_server_speed: Some(at_speed.clone()),
+            speed_windows: [(0.0, 0.9), (2.0, 1.3)]
+                .map(|(from_s, level)| SpeedWindow {
+                    from_s,
+                    to_s: from_s + 2.0,
+                    level,
+                    batches: 40,
+                })
+                .to_vec(),
+            sim_by_window: Some(at_speed),
             trace_sim: None,
             server_timeline: None,
             trace_sim_missing: None,
@@ -1253,6 +1265,10 @@ mod tests {
         assert!(
             text.contains("sim at that speed (every batch's compute x1.250, a figure from the run, so replayed): end_to_end p50 4.800 ms (-4.0%)"),
             "the simulation at the server's speed, against the measured p50 of 5.0 ms: {text}"
+        );
+        assert!(
+            text.contains("sim at its speed window by window (2 windows of 2 s at 0.90-1.30x, the Triton's statistics read during the run: replayed): end_to_end p50 4.800 ms"),
+            "{text}"
         );
         // The server computed 25% slower than the scenario: the machine's speed moved.
         let slow = validation.speed_warning().expect("25% slower warns");
@@ -1283,6 +1299,8 @@ mod tests {
         assert_eq!(json["run_sim"], serde_json::Value::Null);
         assert_eq!(json["compute_level"], 1.25);
         assert_eq!(json["sim_at_server_speed"]["figures"]["e2e_p50_ms"], 4.8);
+        assert_eq!(json["speed_windows"][1]["level"], 1.3);
+        assert_eq!(json["sim_by_window"]["figures"]["e2e_p50_ms"], 4.8);
         assert!(json.get("trace_sim").is_none(), "{json}");
 
         // With the server's trace: a third column, and what the trace said.

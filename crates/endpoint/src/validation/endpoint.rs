@@ -3,8 +3,9 @@
 //! the server (open loop) and simulated: with the scenario's (or the profile's) service model
 //! (sim, the prediction), with the compute time per batch size the server itself reported for
 //! that run (Triton's statistics, read before and after it: run-sim), and with the model's
-//! compute brought to the server's overall speed over the run (sim at the server's speed, which
-//! tells the machine's drift from the model's error). The command prints one table per load and
+//! compute brought to the server's speed over the run and window by window (its statistics
+//! read every 2 s: the two sims at the server's speed, which tell the machine's drift from the
+//! model's error). The command prints one table per load and
 //! writes `validation.json`; the per-request records are written here, under the load's folder.
 
 use std::path::Path;
@@ -310,10 +311,24 @@ impl<'a> Validation<'a> {
             service_override: Some(Arc::new(service)),
             ..sim_options.clone()
         };
-        let first = simulate(&self.target.built, scaled, &options)?;
         let built = &self.target.built;
-        let (sim, _) = self.predicted(built, scaled, &options, &first, measured, server_shares)?;
-        Ok(Some(sim))
+        self.again(built, scaled, &options, measured, server_shares)
+            .map(Some)
+    }
+
+    /// sim's figures and batch shares (as [`Validation::predicted`]) of `built` with `options`,
+    /// for a simulation at the server's measured speed.
+    fn again(
+        &self,
+        built: &BuiltScenario,
+        scaled: &Trace,
+        options: &RunOptions,
+        measured: &Figures,
+        server_shares: &BatchShares,
+    ) -> Result<Simulated, ValidationError> {
+        let first = simulate(built, scaled, options)?;
+        let (sim, _) = self.predicted(built, scaled, options, &first, measured, server_shares)?;
+        Ok(sim)
     }
 
     /// sim again with each of `windows` (the server's speed window by window over the run) a
@@ -349,10 +364,8 @@ impl<'a> Validation<'a> {
                 "setting the server's speed window by window",
             ))?;
         let built = build_scenario(&scenario, &mut self.target.profiles)?;
-        let first = simulate(&built, scaled, sim_options)?;
-        let (sim, _) =
-            self.predicted(&built, scaled, sim_options, &first, measured, server_shares)?;
-        Ok(Some(sim))
+        self.again(&built, scaled, sim_options, measured, server_shares)
+            .map(Some)
     }
 
     /// Runs the load `load` (a fraction of the capacity) against the server and its
@@ -693,8 +706,9 @@ struct ServerRun {
     stats: Option<ModelStats>,
     /// Why `stats` is missing.
     stats_missing: Option<String>,
-    /// The statistics read every [`WINDOW`](super::speed_windows::WINDOW) during the run, each with its time
-    /// since the run's start in ns, the last read after it (none without statistics).
+    /// The statistics read every [`WINDOW`](super::speed_windows::WINDOW) during the run, each
+    /// with its time since the run's start in ns, the last read after it (none without
+    /// statistics).
     speed_samples: Vec<(u64, ModelStats)>,
 }
 
