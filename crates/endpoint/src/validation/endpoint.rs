@@ -8,7 +8,7 @@
 //! model's error). The command prints one table per load and
 //! writes `validation.json`; the per-request records are written here, under the load's folder.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,7 +25,7 @@ use capsim_trace::{Columns, Trace};
 
 use super::comparison::{
     BatchShares, CalibratedCapacity, ComputeDrift, EndpointValidation, Figures, LoadValidation,
-    Measured, MeasuredPath, RunService, ServerBatchTime, Simulated,
+    Measured, MeasuredPath, RunService, ServerBatchTime, ServerTimelineReport, Simulated,
 };
 use super::loads::{scaled_trace, served_lengths};
 use super::speed_windows::{SpeedWindow, StatsPoller, speed_windows};
@@ -296,24 +296,15 @@ impl<'a> Validation<'a> {
     /// sim again with every batch's compute multiplied by `level`, the server's over the run
     /// against the scenario's (`None` where `level` is no factor): the calibrated model at the
     /// machine's speed during the run, which tells the machine's drift from the model's error.
-    fn at_speed(
-        &self,
-        level: f64,
-        scaled: &Trace,
-        sim_options: &RunOptions,
-        measured: &Figures,
-        server_shares: &BatchShares,
-    ) -> Result<Option<Simulated>, ValidationError> {
+    fn at_speed(&self, level: f64, on: &Again) -> Result<Option<Simulated>, ValidationError> {
         let Some(service) = LeveledService::new(self.service.service.clone(), &[(1, level)]) else {
             return Ok(None);
         };
         let options = RunOptions {
             service_override: Some(Arc::new(service)),
-            ..sim_options.clone()
+            ..on.options.clone()
         };
-        let built = &self.target.built;
-        self.again(built, scaled, &options, measured, server_shares)
-            .map(Some)
+        self.again(&self.target.built, &options, on).map(Some)
     }
 
     /// sim's figures and batch shares (as [`Validation::predicted`]) of `built` with `options`,
@@ -321,13 +312,18 @@ impl<'a> Validation<'a> {
     fn again(
         &self,
         built: &BuiltScenario,
-        scaled: &Trace,
         options: &RunOptions,
-        measured: &Figures,
-        server_shares: &BatchShares,
+        on: &Again,
     ) -> Result<Simulated, ValidationError> {
-        let first = simulate(built, scaled, options)?;
-        let (sim, _) = self.predicted(built, scaled, options, &first, measured, server_shares)?;
+        let first = simulate(built, on.scaled, options)?;
+        let (sim, _) = self.predicted(
+            built,
+            on.scaled,
+            options,
+            &first,
+            on.measured,
+            on.server_shares,
+        )?;
         Ok(sim)
     }
 
@@ -337,10 +333,7 @@ impl<'a> Validation<'a> {
     fn by_window(
         &mut self,
         windows: &[SpeedWindow],
-        scaled: &Trace,
-        sim_options: &RunOptions,
-        measured: &Figures,
-        server_shares: &BatchShares,
+        on: &Again,
     ) -> Result<Option<Simulated>, ValidationError> {
         if windows.is_empty() {
             return Ok(None);
@@ -364,8 +357,37 @@ impl<'a> Validation<'a> {
                 "setting the server's speed window by window",
             ))?;
         let built = build_scenario(&scenario, &mut self.target.profiles)?;
-        self.again(&built, scaled, sim_options, measured, server_shares)
-            .map(Some)
+        self.again(&built, on.options, on).map(Some)
+    }
+
+    /// trace-sim of the load just run (with `--server-trace`; `traced_before`, the trace files
+    /// flushed before it), what the trace said, or why there is none.
+    fn traced(
+        &mut self,
+        traced_before: Option<&Vec<PathBuf>>,
+        run: &ServerRun,
+        on: &Again,
+        dir: &Path,
+    ) -> Result<TraceSimResult, ValidationError> {
+        let (Some(setting), Some(before)) = (&self.server_trace, traced_before) else {
+            return Ok((None, None, None));
+        };
+        let inputs = TraceSimInputs {
+            url: &self.options.base_url,
+            setting,
+            before,
+            scaled: on.scaled,
+            run: &run.measured,
+            scenario: &self.target.scenario,
+            pool: &self.target.pool,
+            seed: self.seed,
+            figures: on.measured,
+            server_shares: on.server_shares,
+        };
+        Ok(match trace_sim(&inputs, &mut self.target.profiles, dir)? {
+            Ok((sim, timeline)) => (Some(sim), Some(timeline), None),
+            Err(why) => (None, None, Some(why)),
+        })
     }
 
     /// Runs the load `load` (a fraction of the capacity) against the server and its
@@ -399,13 +421,7 @@ impl<'a> Validation<'a> {
         };
         let (sim_run, sim_log) = simulate_with_requests(&self.target.built, &scaled, &sim_options)?;
         let stats = run.stats.as_ref();
-        let server_shares = stats.map_or_else(BatchShares::default, |s| {
-            BatchShares::from_counts(s.batch_stats.iter().map(|b| (b.batch_size, b.executions())))
-        });
-        let mut figures = Figures::of(&run.measured.summary);
-        figures.queue_mean_ms = stats
-            .and_then(ModelStats::queue_mean_ns)
-            .map(|ns| ns * 1e-6);
+        let (figures, server_shares) = run.figures();
         let (sim, sim_seeds) = self.predicted(
             &self.target.built,
             &scaled,
@@ -416,18 +432,18 @@ impl<'a> Validation<'a> {
         )?;
         let compute_by_batch_size = drift(stats, sim_log.records());
         let compute_level = ComputeDrift::overall_level(&compute_by_batch_size);
+        let on = Again {
+            scaled: &scaled,
+            options: &sim_options,
+            measured: &figures,
+            server_shares: &server_shares,
+        };
         let sim_at_server_speed = match compute_level {
-            Some(level) => self.at_speed(level, &scaled, &sim_options, &figures, &server_shares)?,
+            Some(level) => self.at_speed(level, &on)?,
             None => None,
         };
         let speed_windows = speed_windows(&run.speed_samples, sim_log.records());
-        let sim_by_window = self.by_window(
-            &speed_windows,
-            &scaled,
-            &sim_options,
-            &figures,
-            &server_shares,
-        )?;
+        let sim_by_window = self.by_window(&speed_windows, &on)?;
         let run_sim = self.run_sim(&run, &scaled, &sim_options, &compute_by_batch_size, dir)?;
         std::fs::create_dir_all(dir).map_err(|source| ValidationError::OutDir {
             dir: dir.to_path_buf(),
@@ -435,27 +451,7 @@ impl<'a> Validation<'a> {
         })?;
         write_records(dir, &self.target.pool, &run, &sim_log, run_sim.log.as_ref())?;
         let (trace_sim, server_timeline, trace_sim_missing) =
-            match (&self.server_trace, &traced_before) {
-                (Some(setting), Some(before)) => {
-                    let inputs = TraceSimInputs {
-                        url: &self.options.base_url,
-                        setting,
-                        before,
-                        scaled: &scaled,
-                        run: &run.measured,
-                        scenario: &self.target.scenario,
-                        pool: &self.target.pool,
-                        seed: self.seed,
-                        figures: &figures,
-                        server_shares: &server_shares,
-                    };
-                    match trace_sim(&inputs, &mut self.target.profiles, dir)? {
-                        Ok((sim, timeline)) => (Some(sim), Some(timeline), None),
-                        Err(why) => (None, None, Some(why)),
-                    }
-                }
-                _ => (None, None, None),
-            };
+            self.traced(traced_before.as_ref(), &run, &on, dir)?;
         let summary = &run.measured.summary;
         let result = LoadValidation {
             load,
@@ -699,6 +695,22 @@ fn check_server(
     Ok(differences)
 }
 
+/// What a simulation of a load beside its run is fed and compared with: the scaled trace, sim's
+/// options, the measured figures and the server's batch shares.
+struct Again<'t> {
+    scaled: &'t Trace,
+    options: &'t RunOptions,
+    measured: &'t Figures,
+    server_shares: &'t BatchShares,
+}
+
+/// trace-sim's comparison, what the server's trace said, and why there is none.
+type TraceSimResult = (
+    Option<Simulated>,
+    Option<ServerTimelineReport>,
+    Option<String>,
+);
+
 /// A measured run with the server's statistics for it.
 struct ServerRun {
     measured: MeasuredRun,
@@ -710,6 +722,22 @@ struct ServerRun {
     /// with its time since the run's start in ns, the last read after it (none without
     /// statistics).
     speed_samples: Vec<(u64, ModelStats)>,
+}
+
+impl ServerRun {
+    /// The run's measured figures (the queue's mean from the server's statistics) and the
+    /// server's batch shares (none without statistics).
+    fn figures(&self) -> (Figures, BatchShares) {
+        let stats = self.stats.as_ref();
+        let server_shares = stats.map_or_else(BatchShares::default, |s| {
+            BatchShares::from_counts(s.batch_stats.iter().map(|b| (b.batch_size, b.executions())))
+        });
+        let mut figures = Figures::of(&self.measured.summary);
+        figures.queue_mean_ms = stats
+            .and_then(ModelStats::queue_mean_ns)
+            .map(|ns| ns * 1e-6);
+        (figures, server_shares)
+    }
 }
 
 /// Replays `trace` against the server, reading its statistics before and after.
