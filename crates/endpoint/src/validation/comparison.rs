@@ -259,19 +259,38 @@ impl BatchShares {
     }
 }
 
+/// One batch of a simulation, from its requests' records.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct SimulatedBatch {
+    /// Requests in it.
+    pub size: u32,
+    /// When its execution ended, ns.
+    pub end_ns: u64,
+    /// Its execution time, ns.
+    pub ns: u64,
+}
+
+/// Each batch of a run once, in the order of its id, from its requests' records (those of no
+/// batch left out).
+pub(super) fn simulated_batches(records: &[RequestRecord]) -> Vec<SimulatedBatch> {
+    let mut batches: BTreeMap<u64, SimulatedBatch> = BTreeMap::new();
+    for r in records {
+        if r.batch_size > 0 && r.exec_end_ns >= r.exec_start_ns && r.batch_id != u64::MAX {
+            batches.entry(r.batch_id).or_insert(SimulatedBatch {
+                size: r.batch_size,
+                end_ns: r.exec_end_ns,
+                ns: r.exec_end_ns - r.exec_start_ns,
+            });
+        }
+    }
+    batches.into_values().collect()
+}
+
 /// The mean execution time of a run's batches of each size, in nanoseconds, with the number of
 /// batches: each batch counted once, from its requests' records.
 pub fn execution_by_batch_size(records: &[RequestRecord]) -> BTreeMap<u32, (u64, f64)> {
-    let mut batches: BTreeMap<u64, (u32, u64)> = BTreeMap::new();
-    for r in records {
-        if r.batch_size > 0 && r.exec_end_ns >= r.exec_start_ns && r.batch_id != u64::MAX {
-            batches
-                .entry(r.batch_id)
-                .or_insert((r.batch_size, r.exec_end_ns - r.exec_start_ns));
-        }
-    }
     let mut sums: BTreeMap<u32, (u64, f64)> = BTreeMap::new();
-    for (size, ns) in batches.into_values() {
+    for SimulatedBatch { size, ns, .. } in simulated_batches(records) {
         let entry = sums.entry(size).or_default();
         entry.0 += 1;
         entry.1 += ns as f64;

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use capsim_sim::RequestRecord;
 use serde::Serialize;
 
+use super::comparison::simulated_batches;
 use super::triton::{self, ModelStats};
 
 /// How often the statistics are read during a run.
@@ -112,20 +113,24 @@ pub(super) fn speed_windows(
     samples: &[(u64, ModelStats)],
     simulated: &[RequestRecord],
 ) -> Vec<SpeedWindow> {
-    let batches = simulated_batches(simulated);
+    // Each size's batches (end, compute), in the order they ran.
+    let mut by_size: BTreeMap<u32, Vec<(u64, u64)>> = BTreeMap::new();
+    for b in simulated_batches(simulated) {
+        by_size.entry(b.size).or_default().push((b.end_ns, b.ns));
+    }
     let mean_ns = |size: u32, from: u64, to: u64| {
-        let of_size = batches.iter().filter(|b| b.0 == size);
+        let of_size = by_size.get(&size)?;
         let local: Vec<u64> = of_size
-            .clone()
-            .filter(|b| (from..to).contains(&b.1))
-            .map(|b| b.2)
+            .iter()
+            .filter(|(end, _)| (from..to).contains(end))
+            .map(|&(_, ns)| ns)
             .collect();
         let times: Vec<u64> = if local.len() >= LOCAL_BATCHES {
             local
         } else {
-            of_size.map(|b| b.2).collect()
+            of_size.iter().map(|&(_, ns)| ns).collect()
         };
-        (!times.is_empty()).then(|| times.iter().sum::<u64>() as f64 / times.len() as f64)
+        Some(times.iter().sum::<u64>() as f64 / times.len() as f64)
     };
     samples
         .windows(2)
@@ -148,21 +153,6 @@ pub(super) fn speed_windows(
             })
         })
         .collect()
-}
-
-/// Each simulated batch once, as (size, end, compute) in ns.
-fn simulated_batches(records: &[RequestRecord]) -> Vec<(u32, u64, u64)> {
-    let mut batches: BTreeMap<u64, (u32, u64, u64)> = BTreeMap::new();
-    for r in records {
-        if r.batch_size > 0 && r.exec_end_ns >= r.exec_start_ns && r.batch_id != u64::MAX {
-            batches.entry(r.batch_id).or_insert((
-                r.batch_size,
-                r.exec_end_ns,
-                r.exec_end_ns - r.exec_start_ns,
-            ));
-        }
-    }
-    batches.into_values().collect()
 }
 
 #[cfg(test)]
