@@ -17,6 +17,7 @@ use capsim_sim::quantity::DurationNs;
 use capsim_sim::record::RequestLog;
 use capsim_sim::scenario::{BatcherKind, Pool, ReplayInputs, SlowdownSpec};
 use capsim_sim::timing::profile::{Profile, ProfileServiceTime};
+use capsim_sim::timing::service::ScaledService;
 use capsim_sim::{
     BuiltScenario, Profiles, RequestRecord, Run, RunOptions, Scenario, ServiceTime, Summary,
     round_ns, simulate, simulate_with_requests,
@@ -297,7 +298,7 @@ impl<'a> Validation<'a> {
     /// against the scenario's (`None` where `level` is no factor): the calibrated model at the
     /// machine's speed during the run, which tells the machine's drift from the model's error.
     fn at_speed(&self, level: f64, on: &Again) -> Result<Option<Simulated>, ValidationError> {
-        let Some(service) = LeveledService::new(self.service.service.clone(), &[(1, level)]) else {
+        let Some(service) = ScaledService::new(self.service.service.clone(), level) else {
             return Ok(None);
         };
         let options = RunOptions {
