@@ -18,8 +18,6 @@ use capsim_sim::summary::LatencyStats;
 use capsim_sim::{BatchShape, ServiceTime, Summary};
 use serde::Serialize;
 
-use super::speed_windows::SpeedWindow;
-
 /// The share of a load's requests that may fail before the printout warns: past it the
 /// measured figures describe a server in trouble (a traced Triton that crashed mid-run failed
 /// 1,613 of 2,991).
@@ -257,6 +255,19 @@ impl BatchShares {
                     .then(b.batch_size.cmp(&a.batch_size))
             })
     }
+}
+
+/// One window of the run: the server's compute over the scenario's for the same batches.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct SpeedWindow {
+    /// Start, seconds from the run's start.
+    pub from_s: f64,
+    /// End (exclusive), seconds.
+    pub to_s: f64,
+    /// The server's compute over the scenario's mean compute for the same batch sizes.
+    pub level: f64,
+    /// The server's batches it is over (of sizes the scenario ran).
+    pub batches: u64,
 }
 
 /// One batch of a simulation, from its requests' records.

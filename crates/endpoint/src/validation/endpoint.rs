@@ -27,9 +27,10 @@ use capsim_trace::{Columns, Trace};
 use super::comparison::{
     BatchShares, CalibratedCapacity, ComputeDrift, EndpointValidation, Figures, LoadValidation,
     Measured, MeasuredPath, RunService, ServerBatchTime, ServerTimelineReport, Simulated,
+    SpeedWindow,
 };
 use super::loads::{scaled_trace, served_lengths};
-use super::speed_windows::{SpeedWindow, StatsPoller, speed_windows};
+use super::speed_windows::{StatsPoller, speed_windows};
 use super::trace_sim::{TraceSimInputs, flushed_trace_files, trace_sim};
 use super::triton::trace::{self, TraceSetting};
 use super::triton::{self, ModelStats, ServerOverheads};

@@ -26,6 +26,7 @@ use capsim_sim::{BuiltScenario, Profiles, Scenario, SimError};
 pub use comparison::{
     BatchShares, CalibratedCapacity, ComputeDrift, EndpointValidation, Figures, LoadValidation,
     Measured, MeasuredPath, RunService, ServerBatchTime, ServerTimelineReport, Simulated,
+    SpeedWindow,
 };
 pub use endpoint::{EndpointRun, EndpointScenario, ServiceModel, Validation};
 pub use live::measurement_mismatch;
@@ -35,7 +36,6 @@ pub use live_loop::{
     ReferenceShape, SpeedChange,
 };
 pub use loads::{check_loads, scaled_trace, served_lengths};
-pub use speed_windows::SpeedWindow;
 
 /// Why a validation could not run.
 #[derive(Debug, thiserror::Error)]

@@ -15,9 +15,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use capsim_sim::RequestRecord;
-use serde::Serialize;
 
-use super::comparison::simulated_batches;
+use super::comparison::{SpeedWindow, simulated_batches};
 use super::triton::{self, ModelStats};
 
 /// How often the statistics are read during a run.
@@ -85,19 +84,6 @@ impl StatsPoller {
 
 fn elapsed_ns(start: Instant) -> u64 {
     u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// One window of the run: the server's compute over the scenario's for the same batches.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct SpeedWindow {
-    /// Start, seconds from the run's start.
-    pub from_s: f64,
-    /// End (exclusive), seconds.
-    pub to_s: f64,
-    /// The server's compute over the scenario's mean compute for the same batch sizes.
-    pub level: f64,
-    /// The server's batches it is over (of sizes the scenario ran).
-    pub batches: u64,
 }
 
 /// The windows between consecutive `samples` (time in ns, cumulative statistics) with at least
