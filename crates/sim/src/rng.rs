@@ -49,6 +49,8 @@ pub enum Component {
     /// The dynamic batcher's wake-ups slept through at a batch's end
     /// (`batcher.missed_release`), one stream per instance.
     BatcherMissedRelease,
+    /// The machine's speed window by window (`execution.speed_levels`), one stream per pool.
+    Speed,
 }
 
 impl Component {
@@ -66,6 +68,7 @@ impl Component {
             Component::BatcherDispatch => 10,
             Component::StepResiduals => 11,
             Component::BatcherMissedRelease => 12,
+            Component::Speed => 13,
         }
     }
 }

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use capsim_trace::Trace;
+use rand::Rng;
 
 use super::{Engine, Executor, RunOptions};
 use crate::batcher::Batcher;
@@ -217,7 +218,9 @@ impl BuiltPools {
                     .as_ref()
                     .is_some_and(|s| s.may_extrapolate()),
             extrapolated_batches: 0,
-            slowdowns: pool.slowdowns.clone(),
+            slowdowns: pool
+                .slowdowns
+                .seeded(stream(seed, Component::Speed, p as u32).next_u64()),
             pauses: pool.pauses.clone(),
             service,
             step_time: models.step_time.clone(),

@@ -221,6 +221,33 @@ fn a_slowdown_window_delays_only_the_work_inside_it() {
     );
 }
 
+#[test]
+fn a_speed_process_runs_each_window_at_a_drawn_level_and_each_seed_draws_its_own() {
+    let s = "[execution]\nspeed_levels = [1.0, 3.0]\nspeed_window = \"10ms\"\n\
+             [service]\nkind = \"constant\"\ntime = \"4ms\"\n";
+    let scenario = scenario_of(s);
+    // One request at the start of each window: its 4 ms run at 0.5 or 1.5 (the levels over
+    // their mean), 2 or 6 ms.
+    let trace = trace_ms(&(0..60).map(|i| i * 10).collect::<Vec<_>>(), None);
+    let computes = |seed: u64| -> Vec<u64> {
+        let options = RunOptions {
+            seed,
+            ..RunOptions::default()
+        };
+        let (_, log) = simulate_with_requests(&scenario, &trace, &options).unwrap();
+        log.records()
+            .iter()
+            .map(|r| r.exec_end_ns - r.exec_start_ns)
+            .collect()
+    };
+    let a = computes(1);
+    assert!(a.iter().all(|&ns| ns == 2 * MS || ns == 6 * MS), "{a:?}");
+    let slow = a.iter().filter(|&&ns| ns == 6 * MS).count();
+    assert!((15..=45).contains(&slow), "{slow} of 60 windows slow");
+    assert_eq!(a, computes(1), "the same seed, the same windows");
+    assert_ne!(a, computes(2), "another seed, other windows");
+}
+
 /// Batch sizes in the order they run (one model instance: by their compute end).
 fn batch_sizes(got: &[Step]) -> Vec<u32> {
     let mut ends: Vec<(u64, u32)> = got.iter().filter_map(|r| r.2.map(|e| (e, r.3))).collect();

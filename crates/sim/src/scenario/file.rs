@@ -363,6 +363,16 @@ pub struct ExecutionSpec {
     /// Finite, above 0 and at most 1000. Default 1 (times as the model gives them).
     #[serde(default = "one_f64")]
     pub time_scale: f64,
+    /// The machine's speed from window to window ([`crate::timing::slowdown::SpeedProcess`]):
+    /// each `speed_window` of simulated time runs every batch and step at a factor drawn from
+    /// these (seeded; rescaled to mean 1), as a shared host's or a throttled GPU's speed wanders.
+    /// `capsim calibrate --endpoint` measures them from the server's statistics over its open
+    /// loops. Default: none (every window at the model's speed).
+    #[serde(default)]
+    pub speed_levels: Option<Vec<f64>>,
+    /// How long each window of `speed_levels` lasts. Default 2 s.
+    #[serde(default)]
+    pub speed_window: Option<DurationNs>,
 }
 
 /// One window of a replay's `pauses` as written ([`super::ReplayInputs::pauses`]).
@@ -398,6 +408,8 @@ impl Default for ExecutionSpec {
             instance_count: 1,
             cold_start: DurationNs(0),
             time_scale: 1.0,
+            speed_levels: None,
+            speed_window: None,
         }
     }
 }

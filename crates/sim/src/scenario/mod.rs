@@ -929,6 +929,53 @@ mod tests {
     }
 
     #[test]
+    fn speed_levels_make_a_speed_process_that_a_replays_measured_windows_replace() {
+        let mut s = Scenario::from_toml_str(MINIMAL).unwrap();
+        assert!(s.pools()[0].slowdowns.process().is_none());
+        s.set("execution.speed_levels", "[0.9, 1.1, 2.0]").unwrap();
+        let process = s.pools()[0].slowdowns.process().unwrap();
+        assert_eq!(process.levels().len(), 3);
+        for (bad, says) in [
+            ("[]", "empty"),
+            ("[1.0, -1.0]", "[1]"),
+            ("[0.0]", "above 0"),
+        ] {
+            let err = s
+                .set("execution.speed_levels", bad)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("execution.speed_levels") && err.contains(says),
+                "{bad}: {err}"
+            );
+        }
+        let err = s
+            .set("execution.speed_window", "\"0s\"")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("speed_window"), "{err}");
+        // Pauses leave the process; a run's measured windows stand for it.
+        s.set_replay(replay(r#"pauses = [{ from = "1ms", to = "2ms" }]"#))
+            .unwrap();
+        assert!(s.pools()[0].slowdowns.process().is_some());
+        s.set_replay(replay(
+            r#"slowdowns = [{ from = "1s", to = "2s", factor = 2.0 }]"#,
+        ))
+        .unwrap();
+        assert!(s.pools()[0].slowdowns.process().is_none());
+        assert_eq!(s.pools()[0].slowdowns.windows().len(), 1);
+        let mut bare = Scenario::from_toml_str(MINIMAL).unwrap();
+        let err = bare
+            .set("execution.speed_window", "\"2s\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("execution.speed_window") && err.contains("speed_levels"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn time_scale_multiplies_batch_and_step_times_and_bad_values_are_refused_naming_the_key() {
         use crate::rng::SimRng;
         use crate::timing::step_time::StepBatch;

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use crate::llm::scheduler::{SchedulerConfig, Scheduling};
 use crate::timing::service::Residuals;
-use crate::timing::slowdown::{Pauses, SlowdownWindow, Slowdowns};
+use crate::timing::slowdown::{Pauses, SlowdownWindow, Slowdowns, SpeedProcess};
 use crate::timing::step_spec::StepTimeSpec;
 use crate::timing::step_spread::{CudaGraphs, StepResiduals};
 
@@ -48,7 +48,7 @@ pub struct Pool {
     /// The replay inputs given with [`super::Scenario::set_replay`] (none by default): timings
     /// measured from the run being replayed, never written in a scenario file.
     pub replay: ReplayInputs,
-    /// `replay.slowdowns`, validated.
+    /// `replay.slowdowns`, validated, or else the speed process of `execution.speed_levels`.
     pub slowdowns: Slowdowns,
     /// `replay.pauses`, validated.
     pub pauses: Pauses,
@@ -190,9 +190,40 @@ pub(super) fn apply_replay(pool: &mut Pool, inputs: &ReplayInputs) -> Result<(),
     let pauses = Pauses::new(&spans)
         .map_err(|e| invalid(&key(&format!("pauses[{}]", e.index)), e.message))?;
     pool.replay = inputs.clone();
-    pool.slowdowns = slowdowns;
+    // A run's measured windows are its speed: they stand for the scenario's modelled one
+    // (`execution.speed_levels`), which stays where the replay gives none.
+    if !slowdowns.is_empty() || pool.slowdowns.process().is_none() {
+        pool.slowdowns = slowdowns;
+    }
     pool.pauses = pauses;
     Ok(())
+}
+
+/// The default speed window of `execution.speed_levels`: the 2 s over which `capsim calibrate
+/// --endpoint` reads the server's statistics.
+pub const DEFAULT_SPEED_WINDOW_NS: u64 = 2_000_000_000;
+
+/// `execution.speed_levels` and `speed_window` as a speed process; `None` without levels.
+fn speed_process(
+    key: &dyn Fn(&str) -> String,
+    p: &PoolFile,
+) -> Result<Option<SpeedProcess>, ScenarioError> {
+    let Some(levels) = &p.execution.speed_levels else {
+        if p.execution.speed_window.is_some() {
+            return Err(invalid(
+                &key("execution.speed_window"),
+                "is the window of `execution.speed_levels`, which is not set: set both or neither",
+            ));
+        }
+        return Ok(None);
+    };
+    let window_ns = p
+        .execution
+        .speed_window
+        .map_or(DEFAULT_SPEED_WINDOW_NS, |w| w.0);
+    SpeedProcess::new(levels, window_ns)
+        .map(Some)
+        .map_err(|message| invalid(&key("execution.speed_levels"), message))
 }
 
 /// The most servers (`instances` plus `standby.instances`, over all pools) a scenario may have:
@@ -243,6 +274,7 @@ pub(super) fn validate_pool(name: &str, prefix: &str, p: PoolFile) -> Result<Poo
         BatcherKind::Continuous => Some(continuous_pool(prefix, &key, &p)?),
     };
     check_batcher_and_execution(&key, &mut batcher, &p)?;
+    let slowdowns = speed_process(&key, &p)?.map_or_else(Slowdowns::default, Slowdowns::varying);
     check_host(name, &key, &p, llm.is_some())?;
     match (&p.service, &llm) {
         (_, Some(_)) => {}
@@ -268,7 +300,7 @@ pub(super) fn validate_pool(name: &str, prefix: &str, p: PoolFile) -> Result<Poo
         batcher,
         execution: p.execution,
         replay: ReplayInputs::default(),
-        slowdowns: Slowdowns::default(),
+        slowdowns,
         pauses: Pauses::default(),
         service_spec: if llm.is_some() { None } else { p.service },
         llm,

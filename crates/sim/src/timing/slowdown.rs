@@ -8,12 +8,19 @@
 //! before a 20 ms stall of factor 10 is delayed by about 18 ms, not multiplied by 10, which is
 //! what a stall of the machine does to work in flight.
 //!
+//! A [`SpeedProcess`] is the modelled counterpart of those windows, a scenario's
+//! `execution.speed_levels`: time cut into windows of one length, each running at a factor drawn
+//! at random from measured levels, as a shared machine's speed wanders from second to second.
+//!
 //! A *pause* `[from, to)` stops the dynamic batcher's dispatch instead: a batch whose compute
 //! would start inside it starts at its end, and work already running is not touched. It is what
 //! a server's stalled hand-over of a ready batch (its batcher thread or backend held up, not the
 //! model) does, and that wait is queue time, as the server counts it.
 
 use std::fmt;
+use std::sync::Arc;
+
+use crate::rng::splitmix64;
 
 /// One window as validated: execution inside `[from_ns, to_ns)` takes `factor` times as long.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -26,10 +33,87 @@ pub struct SlowdownWindow {
     pub factor: f64,
 }
 
-/// Sorted, non-overlapping slowdown windows. Empty: execution runs at its normal speed always.
+/// Sorted, non-overlapping slowdown windows, or a [`SpeedProcess`]. Empty: execution runs at its
+/// normal speed always.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Slowdowns {
     windows: Vec<SlowdownWindow>,
+    process: Option<SpeedProcess>,
+}
+
+/// A machine whose speed wanders: simulated time cut into windows of `window_ns` from 0, each
+/// window's work taking a factor drawn from `levels` (rescaled to mean 1, so the model's mean
+/// time stays its own) times as long. Each window draws on its own, from a hash of the run's seed
+/// and the window's index: the same seed gives the same windows whatever else the run does,
+/// and no window is drawn ahead of time, so the process has no horizon.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpeedProcess {
+    window_ns: u64,
+    levels: Arc<[f64]>,
+    key: u64,
+}
+
+impl SpeedProcess {
+    /// Validates the levels (at least one, each finite, above 0 and at most 1000) and the window
+    /// (above 0 ns); the error says what is wrong. Unseeded: [`SpeedProcess::seeded`] gives
+    /// each run its own windows.
+    pub fn new(levels: &[f64], window_ns: u64) -> Result<SpeedProcess, String> {
+        if levels.is_empty() {
+            return Err("is empty; give at least one level (1: the model's speed)".to_string());
+        }
+        if let Some((i, bad)) = levels
+            .iter()
+            .enumerate()
+            .find(|(_, l)| !(l.is_finite() && **l > 0.0 && **l <= 1000.0))
+        {
+            return Err(format!(
+                "[{i}] is {bad}; each level must be above 0 and at most 1000"
+            ));
+        }
+        if window_ns == 0 {
+            return Err("needs `execution.speed_window` above 0".to_string());
+        }
+        let mean = levels.iter().sum::<f64>() / levels.len() as f64;
+        Ok(SpeedProcess {
+            window_ns,
+            levels: levels.iter().map(|l| l / mean).collect(),
+            key: 0,
+        })
+    }
+
+    /// The same process drawing its windows from `key` (a run's seed, mixed).
+    pub fn seeded(self, key: u64) -> SpeedProcess {
+        SpeedProcess { key, ..self }
+    }
+
+    /// The levels, rescaled to mean 1.
+    pub fn levels(&self) -> &[f64] {
+        &self.levels
+    }
+
+    /// The factor of window `index` (`[index * window_ns, (index + 1) * window_ns)`).
+    pub fn factor(&self, index: u64) -> f64 {
+        let draw = splitmix64(self.key ^ splitmix64(index));
+        self.levels[(draw % self.levels.len() as u64) as usize]
+    }
+
+    /// When work that takes `work_ns` at the model's speed, started at `start_ns`, ends: each
+    /// window it crosses runs it at that window's factor.
+    pub fn end_ns(&self, start_ns: u64, work_ns: u64) -> u64 {
+        let mut t = start_ns;
+        let mut left = work_ns as f64;
+        loop {
+            let index = t / self.window_ns;
+            let factor = self.factor(index);
+            let window_end = index.saturating_add(1).saturating_mul(self.window_ns);
+            let inside = window_end.saturating_sub(t) as f64;
+            if left * factor <= inside || window_end == u64::MAX {
+                return t.saturating_add((left * factor).round() as u64);
+            }
+            left -= inside / factor;
+            t = window_end;
+        }
+    }
 }
 
 /// Why a list of windows was refused: the index of the offending window (0-based, in the order
@@ -95,13 +179,35 @@ impl Slowdowns {
         let order = sorted_disjoint(&spans)?;
         Ok(Slowdowns {
             windows: order.into_iter().map(|i| windows[i]).collect(),
+            process: None,
         })
     }
 
-    /// Whether there is no window (execution always at normal speed).
+    /// Execution at the speed of `process` throughout.
+    pub fn varying(process: SpeedProcess) -> Slowdowns {
+        Slowdowns {
+            windows: Vec::new(),
+            process: Some(process),
+        }
+    }
+
+    /// The same slowdowns, a speed process among them drawing its windows from `key`.
+    pub fn seeded(&self, key: u64) -> Slowdowns {
+        Slowdowns {
+            windows: self.windows.clone(),
+            process: self.process.clone().map(|p| p.seeded(key)),
+        }
+    }
+
+    /// The speed process, if execution runs at one.
+    pub fn process(&self) -> Option<&SpeedProcess> {
+        self.process.as_ref()
+    }
+
+    /// Whether there is no window and no speed process (execution always at normal speed).
     #[inline]
     pub fn is_empty(&self) -> bool {
-        self.windows.is_empty()
+        self.windows.is_empty() && self.process.is_none()
     }
 
     /// The windows, sorted by start.
@@ -114,6 +220,9 @@ impl Slowdowns {
     /// normal time.
     #[inline]
     pub fn end_ns(&self, start_ns: u64, work_ns: u64) -> u64 {
+        if let Some(process) = &self.process {
+            return process.end_ns(start_ns, work_ns);
+        }
         // The first window that ends after the start; earlier ones cannot touch this work.
         let first = self.windows.partition_point(|w| w.to_ns <= start_ns);
         let end_ns = start_ns.saturating_add(work_ns);
@@ -257,6 +366,66 @@ mod tests {
         assert!(
             Slowdowns::new(&[w(0, 10, 2.0), w(10, 20, 3.0)]).is_ok(),
             "touching is fine"
+        );
+    }
+
+    #[test]
+    fn a_speed_process_runs_each_window_at_its_own_drawn_level() {
+        // Levels 1 and 3, rescaled to mean 1: 0.5 and 1.5.
+        let p = SpeedProcess::new(&[1.0, 3.0], 100).unwrap().seeded(42);
+        assert_eq!(p.levels(), &[0.5, 1.5]);
+        let f0 = p.factor(0);
+        let f1 = p.factor(1);
+        // 40 ns of work from 80: 20 ns of window 0's time does 20/f0 of it, the rest runs at f1.
+        let left = 40.0 - 20.0 / f0;
+        let expected = if 40.0 * f0 <= 20.0 {
+            80 + (40.0 * f0).round() as u64
+        } else {
+            100 + (left * f1).round() as u64
+        };
+        assert_eq!(p.end_ns(80, 40), expected);
+        let s = Slowdowns::varying(SpeedProcess::new(&[1.0, 3.0], 100).unwrap()).seeded(42);
+        assert_eq!(s.end_ns(80, 40), expected, "through Slowdowns alike");
+        assert!(!s.is_empty());
+        // One level: the model's own speed.
+        let one = SpeedProcess::new(&[2.5], 10).unwrap();
+        assert_eq!(one.end_ns(5, 1_000), 1_005);
+    }
+
+    #[test]
+    fn a_speed_process_draws_each_level_as_often_and_by_its_seed_alone() {
+        let p = SpeedProcess::new(&[0.8, 1.0, 1.2, 2.0], 1_000).unwrap();
+        let a = p.clone().seeded(1);
+        let b = p.clone().seeded(2);
+        let draws: Vec<f64> = (0..8_000).map(|i| a.factor(i)).collect();
+        assert_eq!(
+            draws,
+            (0..8_000).map(|i| a.factor(i)).collect::<Vec<_>>(),
+            "the same seed, the same windows"
+        );
+        assert_ne!(
+            draws,
+            (0..8_000).map(|i| b.factor(i)).collect::<Vec<_>>(),
+            "another seed, other windows"
+        );
+        for level in a.levels() {
+            let share = draws.iter().filter(|&&d| d == *level).count() as f64 / 8_000.0;
+            assert!((0.22..0.28).contains(&share), "{level}: {share}");
+        }
+        let mean = draws.iter().sum::<f64>() / draws.len() as f64;
+        assert!((mean - 1.0).abs() < 0.02, "mean factor {mean}");
+    }
+
+    #[test]
+    fn bad_speed_levels_and_windows_are_refused_saying_why() {
+        assert!(SpeedProcess::new(&[], 10).unwrap_err().contains("empty"));
+        let err = SpeedProcess::new(&[1.0, 0.0], 10).unwrap_err();
+        assert!(err.contains("[1]") && err.contains("above 0"), "{err}");
+        assert!(SpeedProcess::new(&[1.0, f64::NAN], 10).is_err());
+        assert!(
+            SpeedProcess::new(&[1.0], 0)
+                .unwrap_err()
+                .contains("speed_window")
         );
     }
 }
