@@ -13,6 +13,7 @@ use capsim_trace::Trace;
 use crate::host_cpu::{HostCpu, RunCpu, ServerProcess, fit_host_cpu, own_cpu_ns};
 use crate::missed_release::{OpenLoopRecords, fit_missed_release};
 use crate::validation::scaled_trace;
+use crate::validation::speed_windows::{StatsPoller, WINDOW as SPEED_WINDOW, speed_windows};
 use crate::validation::triton::{ModelStats, ServerOverheads, model_stats};
 use crate::{EndpointError, EndpointOptions, LoadMode, MeasuredRun, Reporting, replay};
 
@@ -60,6 +61,10 @@ pub struct OpenRun {
     pub rate_rps: f64,
     /// What it sent and measured, request by request.
     pub measured: OpenLoopRecords,
+    /// The model's statistics read every [`SPEED_WINDOW`] while it ran (and once at its end),
+    /// each at its time since the run's start, ns: the machine's speed window by window
+    /// ([`ServerCalibration::apply_speed_levels`]).
+    pub speed_samples: Vec<(u64, ModelStats)>,
 }
 
 impl OpenRun {
@@ -205,6 +210,66 @@ impl ServerCalibration {
         )))
     }
 
+    /// Measures the machine's speed window by window over the open loops and sets
+    /// `execution.speed_levels` of `scenario` (calibrated otherwise: compute, path, host) to it:
+    /// in each [`SPEED_WINDOW`] of each loop, the server's compute over the scenario's for as
+    /// many batches of each size, timed by `scenario`'s simulation of the same loop (as
+    /// validate's windows are: [`speed_windows`]). On a shared machine the compute's speed
+    /// wanders from second to second (the classifier's on the 2-core VM, 0.85-1.66 in 2 s
+    /// windows of one run on 2026-12-07), and a slow spell that meets a burst makes a backlog
+    /// that one mean speed does not. Returns the line that says so; `Ok(None)` (the scenario
+    /// untouched) under [`MIN_SPEED_WINDOWS`] windows.
+    pub fn apply_speed_levels(
+        &self,
+        scenario: &mut capsim_sim::Scenario,
+    ) -> Result<Option<String>, EndpointError> {
+        let sim_error = |e: String| EndpointError::Protocol {
+            url: "the calibrated scenario".to_string(),
+            message: format!("timing the open loops' speed windows: {e}"),
+        };
+        let built = capsim_sim::build::build(scenario, &mut capsim_sim::Profiles::default())
+            .map_err(|e| sim_error(e.to_string()))?;
+        let mut levels = Vec::new();
+        for run in &self.open {
+            let (_, log) = capsim_sim::simulate_with_requests(
+                &built,
+                &run.measured.trace,
+                &capsim_sim::RunOptions::default(),
+            )
+            .map_err(|e| sim_error(e.to_string()))?;
+            let windows = speed_windows(&run.speed_samples, log.records());
+            levels.extend(windows.iter().map(|w| w.level));
+        }
+        if levels.len() < MIN_SPEED_WINDOWS {
+            return Ok(None);
+        }
+        let written: Vec<String> = levels.iter().map(|l| format!("{l:.3}")).collect();
+        scenario
+            .set(
+                "execution.speed_levels",
+                &format!("[{}]", written.join(", ")),
+            )
+            .and_then(|_| {
+                scenario.set(
+                    "execution.speed_window",
+                    &format!("\"{}s\"", SPEED_WINDOW.as_secs_f64()),
+                )
+            })
+            .map_err(|e| sim_error(e.to_string()))?;
+        let (low, high) = levels
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(lo, hi), &l| (lo.min(l), hi.max(l)));
+        Ok(Some(format!(
+            "execution.speed_levels: {} windows of {:.0} s of the {} open loops, the server's \
+             compute over the calibrated model's at {low:.2}-{high:.2}x (Triton's statistics read \
+             every {:.0} s; the simulation draws one level per window, rescaled to mean 1)",
+            levels.len(),
+            SPEED_WINDOW.as_secs_f64(),
+            self.open.len(),
+            SPEED_WINDOW.as_secs_f64(),
+        )))
+    }
+
     /// Fits `batcher.missed_release` of `scenario` (calibrated otherwise: compute, path, host)
     /// to the open loops at up to `MISSED_RELEASE_MAX_FRACTION` of capacity
     /// ([`fit_missed_release`]), counting requests late by over twice the light loop's mean end
@@ -237,6 +302,10 @@ impl ServerCalibration {
         Ok(Some(fit.describe()))
     }
 }
+
+/// The fewest windows of the open loops that `execution.speed_levels` is measured from: fewer
+/// say too little of how the machine's speed wanders to draw from.
+pub const MIN_SPEED_WINDOWS: usize = 4;
 
 /// The highest open loop (a fraction of the closed loops' highest throughput) that
 /// `batcher.missed_release` is fitted to. Nearer capacity the queue's own error outweighs it:
@@ -559,15 +628,18 @@ fn open_run(
         fraction * 100.0
     );
     let open = paced(trace, options, rate_rps, u64::MAX, &what)?;
-    let records =
-        checked_run(&open, options, LoadMode::Open, &what, OPEN_MAX_FAILED_SHARE)?.records;
+    let poller = StatsPoller::start(&options.base_url, &options.model);
+    let run = checked_run(&open, options, LoadMode::Open, &what, OPEN_MAX_FAILED_SHARE);
+    let last = model_stats(&options.base_url, &options.model).ok();
+    let speed_samples = poller.finish(last.as_ref());
     Ok(OpenRun {
         fraction,
         rate_rps,
         measured: OpenLoopRecords {
             trace: open,
-            records,
+            records: run?.records,
         },
+        speed_samples,
     })
 }
 
@@ -797,6 +869,7 @@ mod tests {
                 fraction,
                 rate_rps: 0.0,
                 measured: measured.clone(),
+                speed_samples: Vec::new(),
             })
             .collect();
         let mut scenario = scenario();
@@ -810,5 +883,101 @@ mod tests {
             .parse()
             .unwrap();
         assert!((share - 0.3).abs() <= 0.1, "fitted {share}: {line}");
+    }
+
+    /// Cumulative statistics of a server whose batches are those of `simulated`, each of its
+    /// compute times `level(window)` times the simulation's: read at the start and every 2 s.
+    fn statistics_at_levels(
+        simulated: &[RequestRecord],
+        level: impl Fn(u64) -> f64,
+    ) -> Vec<(u64, ModelStats)> {
+        use std::collections::{BTreeMap, BTreeSet};
+        let window_ns = SPEED_WINDOW.as_nanos() as u64;
+        let mut seen = BTreeSet::new();
+        let batches: Vec<&RequestRecord> = simulated
+            .iter()
+            .filter(|r| seen.insert(r.batch_id))
+            .collect();
+        let end = batches.iter().map(|b| b.exec_end_ns).max().unwrap_or(0);
+        let mut samples = Vec::new();
+        for k in 0..=end / window_ns + 1 {
+            let at = k * window_ns;
+            let mut by_size: BTreeMap<u32, (u64, f64)> = BTreeMap::new();
+            for b in batches.iter().filter(|b| b.exec_end_ns < at) {
+                let e = by_size.entry(b.batch_size).or_default();
+                e.0 += 1;
+                e.1 += (b.exec_end_ns - b.exec_start_ns) as f64 * level(b.exec_end_ns / window_ns);
+            }
+            let sizes: Vec<String> = by_size
+                .iter()
+                .map(|(size, (n, ns))| {
+                    format!(
+                        r#"{{"batch_size": {size}, "compute_input": {{"count": {n}, "ns": 0}},
+                        "compute_infer": {{"count": {n}, "ns": {:.0}}},
+                        "compute_output": {{"count": {n}, "ns": 0}}}}"#,
+                        ns
+                    )
+                })
+                .collect();
+            let json = format!(
+                r#"{{"model_stats": [{{"name": "m", "batch_stats": [{}]}}]}}"#,
+                sizes.join(",")
+            );
+            samples.push((at, ModelStats::parse(json.as_bytes(), "test").unwrap()));
+        }
+        samples
+    }
+
+    #[test]
+    fn the_speed_levels_are_the_open_loops_compute_window_by_window() {
+        use crate::missed_release::tests::{loops_measured_at, scenario};
+        let mut scenario = scenario();
+        let built =
+            capsim_sim::build::build(&scenario, &mut capsim_sim::Profiles::default()).unwrap();
+        let mut cal = calibration(None);
+        // A server as the scenario, but every other 2 s window at 1.5 times its compute.
+        let level = |window: u64| if window % 2 == 1 { 1.5 } else { 1.0 };
+        cal.open = loops_measured_at(0.0)
+            .into_iter()
+            .map(|measured| {
+                let (_, log) = capsim_sim::simulate_with_requests(
+                    &built,
+                    &measured.trace,
+                    &capsim_sim::RunOptions::default(),
+                )
+                .unwrap();
+                OpenRun {
+                    fraction: 0.2,
+                    rate_rps: 0.0,
+                    speed_samples: statistics_at_levels(log.records(), level),
+                    measured,
+                }
+            })
+            .collect();
+        let line = cal.apply_speed_levels(&mut scenario).unwrap().unwrap();
+        assert!(line.contains("1.00-1.50x"), "{line}");
+        let written = scenario.get("execution.speed_levels").unwrap().to_string();
+        let levels: Vec<f64> = written
+            .trim_matches(['[', ']'])
+            .split(',')
+            .map(|l| l.trim().parse().unwrap())
+            .collect();
+        // The loops (3,000 requests at 150 and 300 req/s) span 10 and 5 windows of 2 s; the last
+        // of each may hold too few batches to say.
+        assert!(levels.len() >= 12, "{written}");
+        let slow = levels.iter().filter(|&&l| (l - 1.5).abs() < 1e-3).count();
+        let normal = levels.iter().filter(|&&l| (l - 1.0).abs() < 1e-3).count();
+        assert_eq!(slow + normal, levels.len(), "{written}");
+        assert!(slow >= 5 && normal >= 5, "{written}");
+        assert!(scenario.pools()[0].slowdowns.process().is_some());
+        // Without the statistics read during the loops, nothing to say.
+        let mut bare = calibration(None);
+        bare.open = cal.open.clone();
+        for run in &mut bare.open {
+            run.speed_samples.clear();
+        }
+        let mut untouched = super::super::missed_release::tests::scenario();
+        assert!(bare.apply_speed_levels(&mut untouched).unwrap().is_none());
+        assert!(untouched.pools()[0].slowdowns.process().is_none());
     }
 }

@@ -108,6 +108,14 @@ pub fn run(url: &str, args: &CalibrateArgs) -> Result<()> {
         "  [host] not modelled: the server is not a process of this machine that capsim may \
          read (/proc), or its runs' CPU could not tell the per-request work from the compute's\n",
     );
+    // Before the missed releases: their fit simulates the open loops at the wandering speed.
+    note(
+        measured
+            .apply_speed_levels(&mut fitted.scenario)
+            .map_err(bad_input)?,
+        "  execution.speed_levels not measured: too few windows of the open loops held enough \
+         batches to read the machine's speed\n",
+    );
     note(
         measured
             .apply_missed_release(&mut fitted.scenario)

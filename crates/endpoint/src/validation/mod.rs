@@ -15,7 +15,7 @@ mod endpoint;
 mod live;
 mod live_loop;
 mod loads;
-mod speed_windows;
+pub(crate) mod speed_windows;
 mod trace_sim;
 pub mod triton;
 

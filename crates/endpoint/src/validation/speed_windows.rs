@@ -20,7 +20,7 @@ use super::comparison::{SpeedWindow, simulated_batches};
 use super::triton::{self, ModelStats};
 
 /// How often the statistics are read during a run.
-pub(super) const WINDOW: Duration = Duration::from_secs(2);
+pub(crate) const WINDOW: Duration = Duration::from_secs(2);
 
 /// A window with fewer of the server's batches of sizes the scenario ran than this keeps the
 /// scenario's speed: its level would be a handful of batches' spread, not the machine's speed.
@@ -32,7 +32,7 @@ const LOCAL_BATCHES: usize = 3;
 /// Reads a model's statistics every [`WINDOW`] on a thread of its own until [`finish`]ed.
 ///
 /// [`finish`]: StatsPoller::finish
-pub(super) struct StatsPoller {
+pub(crate) struct StatsPoller {
     start: Instant,
     stop: Arc<AtomicBool>,
     thread: JoinHandle<Vec<(u64, ModelStats)>>,
@@ -40,7 +40,7 @@ pub(super) struct StatsPoller {
 
 impl StatsPoller {
     /// Starts reading `model`'s statistics from `base_url` now and every [`WINDOW`] after.
-    pub(super) fn start(base_url: &str, model: &str) -> StatsPoller {
+    pub(crate) fn start(base_url: &str, model: &str) -> StatsPoller {
         let (url, model) = (base_url.to_string(), model.to_string());
         let start = Instant::now();
         let stop = Arc::new(AtomicBool::new(false));
@@ -71,7 +71,7 @@ impl StatsPoller {
 
     /// Stops the reads and returns them, each with its time since the start in ns, then
     /// `last` (the statistics read after the run) at its time.
-    pub(super) fn finish(self, last: Option<&ModelStats>) -> Vec<(u64, ModelStats)> {
+    pub(crate) fn finish(self, last: Option<&ModelStats>) -> Vec<(u64, ModelStats)> {
         let at = elapsed_ns(self.start);
         self.stop.store(true, Ordering::Relaxed);
         let mut samples = self.thread.join().unwrap_or_default();
@@ -95,7 +95,7 @@ fn elapsed_ns(start: Instant) -> u64 {
 /// window where it ran at least [`LOCAL_BATCHES`] of them, and by all of its batches of that size
 /// otherwise: a burst's batches carry its long inputs, on the server and in the simulation
 /// alike, so a burst does not read as a slow machine.
-pub(super) fn speed_windows(
+pub(crate) fn speed_windows(
     samples: &[(u64, ModelStats)],
     simulated: &[RequestRecord],
 ) -> Vec<SpeedWindow> {
