@@ -58,6 +58,20 @@ fn timeline(scenario: &str, trace: &Trace) -> Vec<Step> {
 
 const DONE: &str = "completed";
 
+/// The request records of `trace` through `scenario` with `seed`.
+fn records_at_seed(
+    scenario: &Scenario,
+    trace: &Trace,
+    seed: u64,
+) -> Vec<crate::record::RequestRecord> {
+    let options = RunOptions {
+        seed,
+        ..RunOptions::default()
+    };
+    let (_, log) = simulate_with_requests(scenario, trace, &options).unwrap();
+    log.records().to_vec()
+}
+
 /// (queued, batch formed, compute start, compute end, response) of each request, in ms.
 fn stage_times_ms(scenario: &str, arrivals_ms: &[u64]) -> (Run, Vec<[u64; 5]>) {
     let scenario = scenario_of(scenario);
@@ -230,12 +244,7 @@ fn a_speed_process_runs_each_window_at_a_drawn_level_and_each_seed_draws_its_own
     // their mean), 2 or 6 ms.
     let trace = trace_ms(&(0..60).map(|i| i * 10).collect::<Vec<_>>(), None);
     let computes = |seed: u64| -> Vec<u64> {
-        let options = RunOptions {
-            seed,
-            ..RunOptions::default()
-        };
-        let (_, log) = simulate_with_requests(&scenario, &trace, &options).unwrap();
-        log.records()
+        records_at_seed(&scenario, &trace, seed)
             .iter()
             .map(|r| r.exec_end_ns - r.exec_start_ns)
             .collect()
@@ -370,13 +379,7 @@ fn the_thread_runs_first_in_its_fraction_of_batch_ends_drawn_from_the_seed() {
     // Cycles whose r5 left at 12 ms in a batch of 4: the thread won that cycle's first race.
     let thread_won = |fraction: f64, seed: u64| {
         let s = format!("{DOC_TIMELINE}[replay]\nthread_first_fraction = {fraction}\n");
-        let scenario = scenario_of(&s);
-        let options = RunOptions {
-            seed,
-            ..RunOptions::default()
-        };
-        let (_, log) = simulate_with_requests(&scenario, &trace, &options).unwrap();
-        log.records()
+        records_at_seed(&scenario_of(&s), &trace, seed)
             .iter()
             .filter(|r| r.request % 7 == 5 && r.batch_size == 4)
             .count() as f64
