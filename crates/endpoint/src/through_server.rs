@@ -61,7 +61,7 @@ pub struct OpenRun {
     pub rate_rps: f64,
     /// What it sent and measured, request by request.
     pub measured: OpenLoopRecords,
-    /// The model's statistics read every [`SPEED_WINDOW`] while it ran (and once at its end),
+    /// The model's statistics read every 2 s while it ran (and once at its end),
     /// each at its time since the run's start, ns: the machine's speed window by window
     /// ([`ServerCalibration::apply_speed_levels`]).
     pub speed_samples: Vec<(u64, ModelStats)>,
@@ -212,13 +212,13 @@ impl ServerCalibration {
 
     /// Measures the machine's speed window by window over the open loops and sets
     /// `execution.speed_levels` of `scenario` (calibrated otherwise: compute, path, host) to it:
-    /// in each [`SPEED_WINDOW`] of each loop, the server's compute over the scenario's for as
+    /// in each 2 s window of each loop, the server's compute over the scenario's for as
     /// many batches of each size, timed by `scenario`'s simulation of the same loop (as
-    /// validate's windows are: [`speed_windows`]). On a shared machine the compute's speed
+    /// validate's windows are). On a shared machine the compute's speed
     /// wanders from second to second (the classifier's on the 2-core VM, 0.85-1.66 in 2 s
     /// windows of one run on 2026-12-07), and a slow spell that meets a burst makes a backlog
     /// that one mean speed does not. Returns the line that says so; `Ok(None)` (the scenario
-    /// untouched) under [`MIN_SPEED_WINDOWS`] windows.
+    /// untouched) under `MIN_SPEED_WINDOWS` windows.
     pub fn apply_speed_levels(
         &self,
         scenario: &mut capsim_sim::Scenario,
