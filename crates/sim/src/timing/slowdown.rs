@@ -33,6 +33,22 @@ pub struct SlowdownWindow {
     pub factor: f64,
 }
 
+/// Whether `factor` may stretch work: finite, above 0 and at most 1000.
+fn is_factor(factor: f64) -> bool {
+    factor.is_finite() && factor > 0.0 && factor <= 1000.0
+}
+
+/// Work with `left` ns to do at normal speed, run from `t` inside a window that ends at `to_ns`
+/// (`u64::MAX`: never) at `factor`: `Ok` with its end where it ends inside, else `Err` with the
+/// work left at the window's end.
+fn through_window(t: u64, to_ns: u64, factor: f64, left: f64) -> Result<u64, f64> {
+    let inside = to_ns.saturating_sub(t) as f64;
+    if left * factor <= inside || to_ns == u64::MAX {
+        return Ok(t.saturating_add((left * factor).round() as u64));
+    }
+    Err(left - inside / factor)
+}
+
 /// Sorted, non-overlapping slowdown windows, or a [`SpeedProcess`]. Empty: execution runs at its
 /// normal speed always.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -61,11 +77,7 @@ impl SpeedProcess {
         if levels.is_empty() {
             return Err("is empty; give at least one level (1: the model's speed)".to_string());
         }
-        if let Some((i, bad)) = levels
-            .iter()
-            .enumerate()
-            .find(|(_, l)| !(l.is_finite() && **l > 0.0 && **l <= 1000.0))
-        {
+        if let Some((i, bad)) = levels.iter().enumerate().find(|(_, l)| !is_factor(**l)) {
             return Err(format!(
                 "[{i}] is {bad}; each level must be above 0 and at most 1000"
             ));
@@ -104,14 +116,11 @@ impl SpeedProcess {
         let mut left = work_ns as f64;
         loop {
             let index = t / self.window_ns;
-            let factor = self.factor(index);
             let window_end = index.saturating_add(1).saturating_mul(self.window_ns);
-            let inside = window_end.saturating_sub(t) as f64;
-            if left * factor <= inside || window_end == u64::MAX {
-                return t.saturating_add((left * factor).round() as u64);
+            match through_window(t, window_end, self.factor(index), left) {
+                Ok(end_ns) => return end_ns,
+                Err(rest) => (left, t) = (rest, window_end),
             }
-            left -= inside / factor;
-            t = window_end;
         }
     }
 }
@@ -165,7 +174,7 @@ impl Slowdowns {
     /// at most 1000, and no two may overlap (they may touch).
     pub fn new(windows: &[SlowdownWindow]) -> Result<Slowdowns, SlowdownError> {
         for (index, w) in windows.iter().enumerate() {
-            if !(w.factor.is_finite() && w.factor > 0.0 && w.factor <= 1000.0) {
+            if !is_factor(w.factor) {
                 return Err(SlowdownError {
                     index,
                     message: format!(
@@ -246,12 +255,10 @@ impl Slowdowns {
                 left -= free;
                 t = w.from_ns;
             }
-            let inside = (w.to_ns - t) as f64;
-            if left * w.factor <= inside {
-                return t.saturating_add((left * w.factor).round() as u64);
+            match through_window(t, w.to_ns, w.factor, left) {
+                Ok(end_ns) => return end_ns,
+                Err(rest) => (left, t) = (rest, w.to_ns),
             }
-            left -= inside / w.factor;
-            t = w.to_ns;
         }
         t.saturating_add(left.round() as u64)
     }
