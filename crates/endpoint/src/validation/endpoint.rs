@@ -362,6 +362,28 @@ impl<'a> Validation<'a> {
         self.again(&built, on.options, on).map(Some)
     }
 
+    /// The records of sim's simulation of `scaled` with the scenario's speed held at its model's
+    /// (`execution.speed_levels` set to one level) where the scenario makes it wander; `None`
+    /// where it does not (sim's own records time the batches then).
+    fn at_model_speed(
+        &mut self,
+        scaled: &Trace,
+        options: &RunOptions,
+    ) -> Result<Option<Vec<RequestRecord>>, ValidationError> {
+        if self.target.pool.slowdowns.process().is_none() {
+            return Ok(None);
+        }
+        let mut scenario = self.target.scenario.clone();
+        scenario
+            .set("execution.speed_levels", "[1.0]")
+            .map_err(ValidationError::context(
+                "holding the scenario's speed at its model's",
+            ))?;
+        let built = build_scenario(&scenario, &mut self.target.profiles)?;
+        let (_, log) = simulate_with_requests(&built, scaled, options)?;
+        Ok(Some(log.records().to_vec()))
+    }
+
     /// trace-sim of the load just run (with `--server-trace`; `traced_before`, the trace files
     /// flushed before it), what the trace said, or why there is none.
     fn traced(
@@ -432,7 +454,11 @@ impl<'a> Validation<'a> {
             &figures,
             &server_shares,
         )?;
-        let compute_by_batch_size = drift(stats, sim_log.records());
+        // The scenario's time of each batch at its model's speed: a wandering speed
+        // (`execution.speed_levels`) drawn into sim's windows would pass for the server's.
+        let steady = self.at_model_speed(&scaled, &sim_options)?;
+        let timing = steady.as_deref().unwrap_or(sim_log.records());
+        let compute_by_batch_size = drift(stats, timing);
         let compute_level = ComputeDrift::overall_level(&compute_by_batch_size);
         let on = Again {
             scaled: &scaled,
@@ -444,7 +470,7 @@ impl<'a> Validation<'a> {
             Some(level) => self.at_speed(level, &on)?,
             None => None,
         };
-        let speed_windows = speed_windows(&run.speed_samples, sim_log.records());
+        let speed_windows = speed_windows(&run.speed_samples, timing);
         let sim_by_window = self.by_window(&speed_windows, &on)?;
         let run_sim = self.run_sim(&run, &scaled, &sim_options, &compute_by_batch_size, dir)?;
         std::fs::create_dir_all(dir).map_err(|source| ValidationError::OutDir {
