@@ -32,6 +32,7 @@
 
 #![warn(missing_docs)]
 
+pub mod batch_spread;
 pub mod host_cpu;
 mod http;
 mod kserve;
@@ -54,8 +55,8 @@ use capsim_trace::{Trace, percentile_sorted};
 pub use replay::{Measured, PREPARE_AHEAD, Replayed};
 pub use through_server::{
     ClosedLoopRun, LIGHT_RUN_NS, LightRun, MAX_FAILED_SHARE, OPEN_FRACTIONS,
-    OPEN_LOOP_MIN_REQUESTS, OpenRun, ServerCalibration, WARMUP_REQUESTS, calibrate_through_server,
-    default_concurrencies,
+    OPEN_LOOP_MIN_REQUESTS, OpenRun, SPEED_WINDOW, ServerCalibration, WARMUP_REQUESTS,
+    calibrate_through_server, default_concurrencies,
 };
 pub use validation::{
     BatchReport, BatchShares, CalibratedCapacity, ComputeDrift, EndpointRun, EndpointScenario,

@@ -10,10 +10,13 @@ use std::time::Duration;
 use capsim_sim::RequestRecord;
 use capsim_trace::Trace;
 
+use crate::batch_spread::{
+    IsolatedBatches, MIN_BATCHES_PER_SIZE, SpreadPlan, isolated_batches, pooled_ratios,
+};
 use crate::host_cpu::{HostCpu, RunCpu, ServerProcess, fit_host_cpu, own_cpu_ns};
 use crate::missed_release::{OpenLoopRecords, fit_missed_release};
 use crate::validation::scaled_trace;
-use crate::validation::speed_windows::{StatsPoller, WINDOW as SPEED_WINDOW, speed_windows};
+use crate::validation::speed_windows::{StatsPoller, speed_windows};
 use crate::validation::triton::{ModelStats, ServerOverheads, model_stats};
 use crate::{EndpointError, EndpointOptions, LoadMode, MeasuredRun, Reporting, replay};
 
@@ -61,7 +64,7 @@ pub struct OpenRun {
     pub rate_rps: f64,
     /// What it sent and measured, request by request.
     pub measured: OpenLoopRecords,
-    /// The model's statistics read every 2 s while it ran (and once at its end),
+    /// The model's statistics read every [`SPEED_WINDOW`] while it ran (and once at its end),
     /// each at its time since the run's start, ns: the machine's speed window by window
     /// ([`ServerCalibration::apply_speed_levels`]).
     pub speed_samples: Vec<(u64, ModelStats)>,
@@ -102,6 +105,9 @@ pub struct ServerCalibration {
     /// Each run's CPU (closed loops, open loops, the light loop) where the server's processes
     /// could be read.
     pub cpu_runs: Vec<RunCpu>,
+    /// The batches run each alone at the calibration's end, by size (none without a plan):
+    /// the compute's spread from batch to batch ([`Self::apply_residuals`]).
+    pub spread: Vec<IsolatedBatches>,
 }
 
 impl ServerCalibration {
@@ -212,7 +218,7 @@ impl ServerCalibration {
 
     /// Measures the machine's speed window by window over the open loops and sets
     /// `execution.speed_levels` of `scenario` (calibrated otherwise: compute, path, host) to it:
-    /// in each 2 s window of each loop, the server's compute over the scenario's for as
+    /// in each [`SPEED_WINDOW`] of each loop, the server's compute over the scenario's for as
     /// many batches of each size, timed by `scenario`'s simulation of the same loop (as
     /// validate's windows are). On a shared machine the compute's speed
     /// wanders from second to second (the classifier's on the 2-core VM, 0.85-1.66 in 2 s
@@ -260,13 +266,54 @@ impl ServerCalibration {
             .iter()
             .fold((f64::MAX, f64::MIN), |(lo, hi), &l| (lo.min(l), hi.max(l)));
         Ok(Some(format!(
-            "execution.speed_levels: {} windows of {:.0} s of the {} open loops, the server's \
+            "execution.speed_levels: {} windows of {} s of the {} open loops, the server's \
              compute over the calibrated model's at {low:.2}-{high:.2}x (Triton's statistics read \
-             every {:.0} s; the simulation draws one level per window, rescaled to mean 1)",
+             every {} s; the simulation draws one level per window, rescaled to mean 1)",
             levels.len(),
             SPEED_WINDOW.as_secs_f64(),
             self.open.len(),
             SPEED_WINDOW.as_secs_f64(),
+        )))
+    }
+
+    /// Sets `service.residuals` of `scenario` to the compute's spread from batch to batch: each
+    /// batch run alone ([`Self::spread`]) over its size's mean, pooled over the sizes with at
+    /// least [`MIN_BATCHES_PER_SIZE`] of them, so that the simulation draws each batch's time
+    /// from the server's own spread around the fitted mean. Returns the line that says so;
+    /// `Ok(None)` (the scenario untouched) without such batches.
+    pub fn apply_residuals(
+        &self,
+        scenario: &mut capsim_sim::Scenario,
+    ) -> Result<Option<String>, EndpointError> {
+        let ratios = pooled_ratios(&self.spread);
+        if ratios.is_empty() {
+            return Ok(None);
+        }
+        let written: Vec<String> = ratios.iter().map(|r| format!("{r:.4}")).collect();
+        scenario
+            .set("service.residuals", &format!("[{}]", written.join(", ")))
+            .map_err(|e| EndpointError::Protocol {
+                url: "the calibrated scenario".to_string(),
+                message: format!("setting the compute's spread: {e}"),
+            })?;
+        let at = |q: f64| capsim_trace::percentile_sorted(&ratios, q);
+        let counted: Vec<String> = self
+            .spread
+            .iter()
+            .filter(|b| b.compute_ns.len() >= MIN_BATCHES_PER_SIZE)
+            .map(|b| format!("{} of {} at {}", b.compute_ns.len(), b.rounds, b.size))
+            .collect();
+        Ok(Some(format!(
+            "service.residuals: {} batches, each alone on the server (rounds that ran as one \
+             batch: {}), each one's compute over its size's mean: p10 {:.2}, p50 {:.2}, p90 \
+             {:.2}, p99 {:.2}, max {:.2} (Triton's statistics before and after each batch)",
+            ratios.len(),
+            counted.join(", "),
+            at(0.10),
+            at(0.50),
+            at(0.90),
+            at(0.99),
+            ratios[ratios.len() - 1],
         )))
     }
 
@@ -302,6 +349,14 @@ impl ServerCalibration {
         Ok(Some(fit.describe()))
     }
 }
+
+/// The window of `execution.speed_levels` that a calibration reads: Triton's statistics every
+/// second through its open loops. The machine's slow spells last about a second (the
+/// classifier's on the 2-core VM, 2026-12-07), and a longer window averages them away: three
+/// calibrations on one server minutes apart read 0.91-1.19 in 2 s windows, 0.81-1.38 in 1 s
+/// and 0.74-1.45 in 0.5 s (finer, a window of the 20% loop holds too few batches to read).
+/// validate's windows stay at 2 s.
+pub const SPEED_WINDOW: Duration = Duration::from_secs(1);
 
 /// The fewest windows of the open loops that `execution.speed_levels` is measured from: fewer
 /// say too little of how the machine's speed wanders to draw from.
@@ -396,6 +451,7 @@ pub fn calibrate_through_server(
     warmup: &Trace,
     options: &EndpointOptions,
     concurrencies: &[u32],
+    spread: Option<&SpreadPlan>,
 ) -> Result<ServerCalibration, EndpointError> {
     closed_loop(warmup, options, 1).map_err(EndpointError::from)?;
     let mut readings = Readings::new(options)?;
@@ -473,6 +529,10 @@ pub fn calibrate_through_server(
             path: path_of(&since, &records, "in the light open loop"),
         });
     }
+    let spread = match spread {
+        Some(plan) => isolated_batches(trace, options, plan)?,
+        None => Vec::new(),
+    };
     let host = readings.meter.server.as_ref();
     Ok(ServerCalibration {
         stats,
@@ -482,6 +542,7 @@ pub fn calibrate_through_server(
         light,
         host: host.and_then(|s| fit_host_cpu(s.cores, &readings.cpu_runs)),
         cpu_runs: readings.cpu_runs,
+        spread,
     })
 }
 
@@ -628,7 +689,7 @@ fn open_run(
         fraction * 100.0
     );
     let open = paced(trace, options, rate_rps, u64::MAX, &what)?;
-    let poller = StatsPoller::start(&options.base_url, &options.model);
+    let poller = StatsPoller::start(&options.base_url, &options.model, SPEED_WINDOW);
     let run = checked_run(&open, options, LoadMode::Open, &what, OPEN_MAX_FAILED_SHARE);
     let last = model_stats(&options.base_url, &options.model).ok();
     let speed_samples = poller.finish(last.as_ref());
@@ -798,6 +859,7 @@ mod tests {
             }),
             host,
             cpu_runs: Vec::new(),
+            spread: Vec::new(),
         }
     }
 
@@ -886,7 +948,7 @@ mod tests {
     }
 
     /// Cumulative statistics of a server whose batches are those of `simulated`, each of its
-    /// compute times `level(window)` times the simulation's: read at the start and every 2 s.
+    /// compute times `level(window)` times the simulation's: read at the start and every [`SPEED_WINDOW`].
     fn statistics_at_levels(
         simulated: &[RequestRecord],
         level: impl Fn(u64) -> f64,
@@ -935,7 +997,7 @@ mod tests {
         let built =
             capsim_sim::build::build(&scenario, &mut capsim_sim::Profiles::default()).unwrap();
         let mut cal = calibration(None);
-        // A server as the scenario, but every other 2 s window at 1.5 times its compute.
+        // A server as the scenario, but every other window at 1.5 times its compute.
         let level = |window: u64| if window % 2 == 1 { 1.5 } else { 1.0 };
         cal.open = loops_measured_at(0.0)
             .into_iter()
@@ -962,9 +1024,9 @@ mod tests {
             .split(',')
             .map(|l| l.trim().parse().unwrap())
             .collect();
-        // The loops (3,000 requests at 150 and 300 req/s) span 10 and 5 windows of 2 s; the last
+        // The loops (3,000 requests at 150 and 300 req/s) span 20 and 10 windows of 1 s; the last
         // of each may hold too few batches to say.
-        assert!(levels.len() >= 12, "{written}");
+        assert!(levels.len() >= 24, "{written}");
         let slow = levels.iter().filter(|&&l| (l - 1.5).abs() < 1e-3).count();
         let normal = levels.iter().filter(|&&l| (l - 1.0).abs() < 1e-3).count();
         assert_eq!(slow + normal, levels.len(), "{written}");
@@ -979,5 +1041,47 @@ mod tests {
         let mut untouched = super::super::missed_release::tests::scenario();
         assert!(bare.apply_speed_levels(&mut untouched).unwrap().is_none());
         assert!(untouched.pools()[0].slowdowns.process().is_none());
+    }
+
+    #[test]
+    fn the_residuals_are_the_lone_batches_over_their_sizes_means() {
+        use crate::missed_release::tests::scenario;
+        let mut cal = calibration(None);
+        let batches = |size: u32, ms: &[u64]| IsolatedBatches {
+            size,
+            rounds: 12,
+            compute_ns: ms.iter().map(|m| m * 1_000_000).collect(),
+        };
+        // Sizes 1 and 8 at 1 ms and 4 ms, each with one batch twice its size's usual; size 32
+        // too thin to count.
+        cal.spread = vec![
+            batches(1, &[1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2]),
+            batches(8, &[4, 4, 4, 4, 4, 4, 4, 4, 4, 8]),
+            batches(32, &[50, 90]),
+        ];
+        let mut scenario = scenario();
+        let line = cal.apply_residuals(&mut scenario).unwrap().unwrap();
+        assert!(line.contains("21 batches"), "{line}");
+        assert!(line.contains("11 of 12 at 1, 10 of 12 at 8)"), "{line}");
+        let written = scenario.get("service.residuals").unwrap().to_string();
+        let ratios: Vec<f64> = written
+            .trim_matches(['[', ']'])
+            .split(',')
+            .map(|l| l.trim().parse().unwrap())
+            .collect();
+        assert_eq!(ratios.len(), 21);
+        // 1/(12/11) and 2/(12/11) at size 1, 4/4.4 and 8/4.4 at size 8.
+        assert_eq!(ratios[0], 0.9091);
+        assert_eq!(ratios[20], 1.8333);
+        assert!(ratios.contains(&1.8182));
+        // No lone batches, nothing to say.
+        let mut untouched = crate::missed_release::tests::scenario();
+        assert!(
+            calibration(None)
+                .apply_residuals(&mut untouched)
+                .unwrap()
+                .is_none()
+        );
+        assert!(untouched.get("service.residuals").is_none());
     }
 }

@@ -361,7 +361,8 @@ impl BatchMeansFit {
             ),
         }
         text.push_str(
-            "no residuals (the statistics hold means only) and no replay (they hold no arrivals)\n",
+            "no residuals from these means (the statistics hold means only) and no replay (they hold no \
+             arrivals)\n",
         );
         text
     }

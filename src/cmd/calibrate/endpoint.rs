@@ -6,6 +6,7 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
+use capsim_endpoint::batch_spread::SpreadPlan;
 use capsim_endpoint::triton::ServerOverheads;
 use capsim_endpoint::{
     EndpointOptions, OPEN_LOOP_MIN_REQUESTS, Protocol, ServerCalibration, WARMUP_REQUESTS,
@@ -71,8 +72,21 @@ pub fn run(url: &str, args: &CalibrateArgs) -> Result<()> {
     // timeouts of 30 s, not one per request (hours at one client).
     options.timeout = std::time::Duration::from_secs(30);
     options.stop_after_timeouts = Some(3);
-    let measured = calibrate_through_server(&trace, &open_trace, &warmup, &options, &concurrencies)
-        .map_err(bad_input)?;
+    // The compute's spread from batch to batch, at each size the batcher forms.
+    let spread = SpreadPlan::new(
+        pool.batcher.max_batch_size,
+        pool.batcher.max_queue_delay.0,
+        pool.execution.instance_count,
+    );
+    let measured = calibrate_through_server(
+        &trace,
+        &open_trace,
+        &warmup,
+        &options,
+        &concurrencies,
+        Some(&spread),
+    )
+    .map_err(bad_input)?;
     // The inputs the batches were formed from, as the server took them (cut to the pool's
     // longest; the open loops' trace, which holds the closed loops'): where they differ, the
     // fit learns the time per padded token.
@@ -107,6 +121,13 @@ pub fn run(url: &str, args: &CalibrateArgs) -> Result<()> {
             .map_err(bad_input)?,
         "  [host] not modelled: the server is not a process of this machine that capsim may \
          read (/proc), or its runs' CPU could not tell the per-request work from the compute's\n",
+    );
+    // Before the speed levels, whose windows time the open loops by the simulation.
+    note(
+        measured
+            .apply_residuals(&mut fitted.scenario)
+            .map_err(bad_input)?,
+        "  service.residuals not measured: too few rounds ran as one batch alone on the server\n",
     );
     // Before the missed releases: their fit simulates the open loops at the wandering speed.
     note(

@@ -30,7 +30,7 @@ use super::comparison::{
     SpeedWindow,
 };
 use super::loads::{scaled_trace, served_lengths};
-use super::speed_windows::{StatsPoller, speed_windows};
+use super::speed_windows::{StatsPoller, WINDOW, speed_windows};
 use super::trace_sim::{TraceSimInputs, flushed_trace_files, trace_sim};
 use super::triton::trace::{self, TraceSetting};
 use super::triton::{self, ModelStats, ServerOverheads};
@@ -789,7 +789,7 @@ fn measure(
     // Read every 2 s during the run too, for the server's speed window by window.
     let poller = before
         .is_ok()
-        .then(|| StatsPoller::start(&options.base_url, &options.model));
+        .then(|| StatsPoller::start(&options.base_url, &options.model, WINDOW));
     let measured = crate::replay(trace, options, &Reporting::of(scenario));
     let after = snapshot();
     let speed_samples = poller.map_or_else(Vec::new, |p| p.finish(after.as_ref().ok()));

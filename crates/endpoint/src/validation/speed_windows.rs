@@ -29,7 +29,7 @@ const MIN_BATCHES: u64 = 20;
 /// The simulation's batches of a size, ended in a window, that time that size there.
 const LOCAL_BATCHES: usize = 3;
 
-/// Reads a model's statistics every [`WINDOW`] on a thread of its own until [`finish`]ed.
+/// Reads a model's statistics at a fixed period on a thread of its own until [`finish`]ed.
 ///
 /// [`finish`]: StatsPoller::finish
 pub(crate) struct StatsPoller {
@@ -39,8 +39,9 @@ pub(crate) struct StatsPoller {
 }
 
 impl StatsPoller {
-    /// Starts reading `model`'s statistics from `base_url` now and every [`WINDOW`] after.
-    pub(crate) fn start(base_url: &str, model: &str) -> StatsPoller {
+    /// Starts reading `model`'s statistics from `base_url` now and every `every` after
+    /// ([`WINDOW`] in validate).
+    pub(crate) fn start(base_url: &str, model: &str, every: Duration) -> StatsPoller {
         let (url, model) = (base_url.to_string(), model.to_string());
         let start = Instant::now();
         let stop = Arc::new(AtomicBool::new(false));
@@ -52,7 +53,7 @@ impl StatsPoller {
                 if let Ok(stats) = triton::model_stats(&url, &model) {
                     samples.push((elapsed_ns(start), stats));
                 }
-                let next = WINDOW * (tick + 1);
+                let next = every * (tick + 1);
                 while start.elapsed() < next {
                     if stopped.load(Ordering::Relaxed) {
                         return samples;
