@@ -354,8 +354,10 @@ impl ServerCalibration {
 /// second through its open loops. The machine's slow spells last about a second (the
 /// classifier's on the 2-core VM, 2026-12-07), and a longer window averages them away: three
 /// calibrations on one server minutes apart read 0.91-1.19 in 2 s windows, 0.81-1.38 in 1 s
-/// and 0.74-1.45 in 0.5 s (finer, a window of the 20% loop holds too few batches to read).
-/// validate's windows stay at 2 s.
+/// and 0.74-1.45 in 0.5 s. Finer, a window's level is a few dozen batches' mean, and their own
+/// spread, which `service.residuals` draws already
+/// ([`ServerCalibration::apply_residuals`]), would read as the machine's speed. validate's
+/// windows stay at 2 s.
 pub const SPEED_WINDOW: Duration = Duration::from_secs(1);
 
 /// The fewest windows of the open loops that `execution.speed_levels` is measured from: fewer
@@ -444,7 +446,8 @@ pub const WARMUP_REQUESTS: usize = 8;
 /// trace's first [`WARMUP_REQUESTS`]) goes first from one client, outside the statistics; it
 /// also checks the server and the model ([`EndpointError::UnknownModel`] says to check
 /// --model). A run in which more than [`MAX_FAILED_SHARE`] of the requests failed is an error: a
-/// calibration is taken on a server that answers.
+/// calibration is taken on a server that answers. With a `spread` plan, batches run each alone
+/// last ([`isolated_batches`]): the compute's spread from batch to batch.
 pub fn calibrate_through_server(
     trace: &Trace,
     open_trace: &Trace,
