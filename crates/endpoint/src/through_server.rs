@@ -993,6 +993,17 @@ mod tests {
         samples
     }
 
+    /// The list of numbers the scenario holds at `key`, and as written.
+    fn numbers_at(scenario: &capsim_sim::Scenario, key: &str) -> (Vec<f64>, String) {
+        let written = scenario.get(key).unwrap().to_string();
+        let numbers = written
+            .trim_matches(['[', ']'])
+            .split(',')
+            .map(|l| l.trim().parse().unwrap())
+            .collect();
+        (numbers, written)
+    }
+
     #[test]
     fn the_speed_levels_are_the_open_loops_compute_window_by_window() {
         use crate::missed_release::tests::{loops_measured_at, scenario};
@@ -1021,12 +1032,7 @@ mod tests {
             .collect();
         let line = cal.apply_speed_levels(&mut scenario).unwrap().unwrap();
         assert!(line.contains("1.00-1.50x"), "{line}");
-        let written = scenario.get("execution.speed_levels").unwrap().to_string();
-        let levels: Vec<f64> = written
-            .trim_matches(['[', ']'])
-            .split(',')
-            .map(|l| l.trim().parse().unwrap())
-            .collect();
+        let (levels, written) = numbers_at(&scenario, "execution.speed_levels");
         // The loops (3,000 requests at 150 and 300 req/s) span 20 and 10 windows of 1 s; the last
         // of each may hold too few batches to say.
         assert!(levels.len() >= 24, "{written}");
@@ -1066,12 +1072,7 @@ mod tests {
         let line = cal.apply_residuals(&mut scenario).unwrap().unwrap();
         assert!(line.contains("21 batches"), "{line}");
         assert!(line.contains("11 of 12 at 1, 10 of 12 at 8)"), "{line}");
-        let written = scenario.get("service.residuals").unwrap().to_string();
-        let ratios: Vec<f64> = written
-            .trim_matches(['[', ']'])
-            .split(',')
-            .map(|l| l.trim().parse().unwrap())
-            .collect();
+        let (ratios, _) = numbers_at(&scenario, "service.residuals");
         assert_eq!(ratios.len(), 21);
         // 1/(12/11) and 2/(12/11) at size 1, 4/4.4 and 8/4.4 at size 8.
         assert_eq!(ratios[0], 0.9091);
