@@ -115,38 +115,41 @@ pub fn run(url: &str, args: &CalibrateArgs) -> Result<()> {
         None => text += why_not,
     };
     note(path, "");
+    apply_server_fits(&measured, &mut fitted.scenario, &mut note)?;
+    print!("{text}");
+    let toml = capsim_sim::build::toml_for_file(&fitted.scenario, out)?;
+    std::fs::write(out, header + &toml).with_context(|| format!("writing {}", out.display()))?;
+    Ok(())
+}
+
+/// The parts fitted to the server's runs beyond the compute and the path, in order, each
+/// applied to `scenario` and its line (or why not) handed to `note`.
+fn apply_server_fits(
+    measured: &ServerCalibration,
+    scenario: &mut Scenario,
+    note: &mut impl FnMut(Option<String>, &str),
+) -> Result<()> {
     note(
-        measured
-            .apply_host(&mut fitted.scenario)
-            .map_err(bad_input)?,
+        measured.apply_host(scenario).map_err(bad_input)?,
         "  [host] not modelled: the server is not a process of this machine that capsim may \
          read (/proc), or its runs' CPU could not tell the per-request work from the compute's\n",
     );
     // Before the speed levels, whose windows time the open loops by the simulation.
     note(
-        measured
-            .apply_residuals(&mut fitted.scenario)
-            .map_err(bad_input)?,
+        measured.apply_residuals(scenario).map_err(bad_input)?,
         "  service.residuals not measured: too few rounds ran as one batch alone on the server\n",
     );
     // Before the missed releases: their fit simulates the open loops at the wandering speed.
     note(
-        measured
-            .apply_speed_levels(&mut fitted.scenario)
-            .map_err(bad_input)?,
+        measured.apply_speed_levels(scenario).map_err(bad_input)?,
         "  execution.speed_levels not measured: too few windows of the open loops held enough \
          batches to read the machine's speed\n",
     );
     note(
-        measured
-            .apply_missed_release(&mut fitted.scenario)
-            .map_err(bad_input)?,
+        measured.apply_missed_release(scenario).map_err(bad_input)?,
         "  batcher.missed_release not fitted: no batching, no open loop or no client path to \
          compare with\n",
     );
-    print!("{text}");
-    let toml = capsim_sim::build::toml_for_file(&fitted.scenario, out)?;
-    std::fs::write(out, header + &toml).with_context(|| format!("writing {}", out.display()))?;
     Ok(())
 }
 
