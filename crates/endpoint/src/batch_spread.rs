@@ -91,9 +91,14 @@ pub struct IsolatedBatches {
 }
 
 impl IsolatedBatches {
-    /// Each batch's compute over its size's mean; none under [`MIN_BATCHES_PER_SIZE`] batches.
+    /// Whether enough batches ran alone ([`MIN_BATCHES_PER_SIZE`]) for their ratios to count.
+    pub fn counts(&self) -> bool {
+        self.compute_ns.len() >= MIN_BATCHES_PER_SIZE
+    }
+
+    /// Each batch's compute over its size's mean; none unless it [`counts`](Self::counts).
     pub fn ratios(&self) -> Vec<f64> {
-        if self.compute_ns.len() < MIN_BATCHES_PER_SIZE {
+        if !self.counts() {
             return Vec::new();
         }
         let mean = self.compute_ns.iter().sum::<u64>() as f64 / self.compute_ns.len() as f64;
@@ -119,6 +124,22 @@ pub fn isolated_batches(
         mode: LoadMode::Open,
         ..options.clone()
     };
+    // Each size's round, the same every time: its requests and its blockers (none where the
+    // trace holds fewer requests than the size).
+    let mut rounds = Vec::with_capacity(plan.sizes.len());
+    for &size in &plan.sizes {
+        let Some(batch) = lengths.get(..size as usize) else {
+            rounds.push(None);
+            continue;
+        };
+        let round = plan.round(batch, options.max_input_tokens.max(1));
+        let blockers = (round.arrival_ns.len() - batch.len()) as u64;
+        let round = Trace::from_columns(round).map_err(|e| EndpointError::Protocol {
+            url: options.base_url.clone(),
+            message: format!("building a round of {size} for the compute's spread: {e}"),
+        })?;
+        rounds.push(Some((round, blockers)));
+    }
     let mut measured: Vec<IsolatedBatches> = plan
         .sizes
         .iter()
@@ -128,26 +149,22 @@ pub fn isolated_batches(
             compute_ns: Vec::new(),
         })
         .collect();
+    // One reading between two rounds: the last round's after is the next one's before.
+    let mut before = model_stats(&options.base_url, &options.model)?;
     for _ in 0..SPREAD_ROUNDS {
-        for batches in measured.iter_mut() {
-            let size = batches.size as usize;
-            let Some(batch) = lengths.get(..size) else {
+        for (batches, round) in measured.iter_mut().zip(&rounds) {
+            let Some((round, blockers)) = round else {
                 continue;
             };
-            let round = plan.round(batch, options.max_input_tokens.max(1));
-            let blockers = (round.arrival_ns.len() - size) as u64;
-            let round = Trace::from_columns(round).map_err(|e| EndpointError::Protocol {
-                url: options.base_url.clone(),
-                message: format!("building a round of {size} for the compute's spread: {e}"),
-            })?;
-            let before = model_stats(&options.base_url, &options.model)?;
-            let run = replay(&round, &open, &Reporting::default())?;
+            let run = replay(round, &open, &Reporting::default())?;
             let after = model_stats(&options.base_url, &options.model)?;
             batches.rounds += 1;
             let all_answered = run.summary.requests.completed == run.summary.requests.total;
-            if all_answered && let Some(ns) = alone(&after.since(&before), batches.size, blockers) {
+            if all_answered && let Some(ns) = alone(&after.since(&before), batches.size, *blockers)
+            {
                 batches.compute_ns.push(ns);
             }
+            before = after;
         }
     }
     Ok(measured)

@@ -10,9 +10,7 @@ use std::time::Duration;
 use capsim_sim::RequestRecord;
 use capsim_trace::Trace;
 
-use crate::batch_spread::{
-    IsolatedBatches, MIN_BATCHES_PER_SIZE, SpreadPlan, isolated_batches, pooled_ratios,
-};
+use crate::batch_spread::{IsolatedBatches, SpreadPlan, isolated_batches, pooled_ratios};
 use crate::host_cpu::{HostCpu, RunCpu, ServerProcess, fit_host_cpu, own_cpu_ns};
 use crate::missed_release::{OpenLoopRecords, fit_missed_release};
 use crate::validation::scaled_trace;
@@ -105,7 +103,7 @@ pub struct ServerCalibration {
     /// Each run's CPU (closed loops, open loops, the light loop) where the server's processes
     /// could be read.
     pub cpu_runs: Vec<RunCpu>,
-    /// The batches run each alone at the calibration's end, by size (none without a plan):
+    /// The batches run each alone at the calibration's end, by size:
     /// the compute's spread from batch to batch ([`Self::apply_residuals`]).
     pub spread: Vec<IsolatedBatches>,
 }
@@ -278,8 +276,9 @@ impl ServerCalibration {
 
     /// Sets `service.residuals` of `scenario` to the compute's spread from batch to batch: each
     /// batch run alone ([`Self::spread`]) over its size's mean, pooled over the sizes with at
-    /// least [`MIN_BATCHES_PER_SIZE`] of them, so that the simulation draws each batch's time
-    /// from the server's own spread around the fitted mean. Returns the line that says so;
+    /// least [`MIN_BATCHES_PER_SIZE`](crate::batch_spread::MIN_BATCHES_PER_SIZE) of them, so
+    /// that the simulation draws each batch's time from the server's own spread around the
+    /// fitted mean. Returns the line that says so;
     /// `Ok(None)` (the scenario untouched) without such batches.
     pub fn apply_residuals(
         &self,
@@ -300,7 +299,7 @@ impl ServerCalibration {
         let counted: Vec<String> = self
             .spread
             .iter()
-            .filter(|b| b.compute_ns.len() >= MIN_BATCHES_PER_SIZE)
+            .filter(|b| b.counts())
             .map(|b| format!("{} of {} at {}", b.compute_ns.len(), b.rounds, b.size))
             .collect();
         Ok(Some(format!(
@@ -446,15 +445,15 @@ pub const WARMUP_REQUESTS: usize = 8;
 /// trace's first [`WARMUP_REQUESTS`]) goes first from one client, outside the statistics; it
 /// also checks the server and the model ([`EndpointError::UnknownModel`] says to check
 /// --model). A run in which more than [`MAX_FAILED_SHARE`] of the requests failed is an error: a
-/// calibration is taken on a server that answers. With a `spread` plan, batches run each alone
-/// last ([`isolated_batches`]): the compute's spread from batch to batch.
+/// calibration is taken on a server that answers. Last, batches run each alone as `spread`
+/// plans them ([`isolated_batches`]): the compute's spread from batch to batch.
 pub fn calibrate_through_server(
     trace: &Trace,
     open_trace: &Trace,
     warmup: &Trace,
     options: &EndpointOptions,
     concurrencies: &[u32],
-    spread: Option<&SpreadPlan>,
+    spread: &SpreadPlan,
 ) -> Result<ServerCalibration, EndpointError> {
     closed_loop(warmup, options, 1).map_err(EndpointError::from)?;
     let mut readings = Readings::new(options)?;
@@ -532,10 +531,7 @@ pub fn calibrate_through_server(
             path: path_of(&since, &records, "in the light open loop"),
         });
     }
-    let spread = match spread {
-        Some(plan) => isolated_batches(trace, options, plan)?,
-        None => Vec::new(),
-    };
+    let spread = isolated_batches(trace, options, spread)?;
     let host = readings.meter.server.as_ref();
     Ok(ServerCalibration {
         stats,

@@ -84,7 +84,7 @@ pub fn run(url: &str, args: &CalibrateArgs) -> Result<()> {
         &warmup,
         &options,
         &concurrencies,
-        Some(&spread),
+        &spread,
     )
     .map_err(bad_input)?;
     // The inputs the batches were formed from, as the server took them (cut to the pool's
