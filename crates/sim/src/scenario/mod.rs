@@ -928,6 +928,15 @@ mod tests {
         }
     }
 
+    /// Each of `cases` (a value and what its error says) set at `key` is refused, the error
+    /// naming the key.
+    fn assert_refused(s: &mut Scenario, key: &str, cases: &[(&str, &str)]) {
+        for (bad, says) in cases {
+            let err = s.set(key, bad).unwrap_err().to_string();
+            assert!(err.contains(key) && err.contains(says), "{bad}: {err}");
+        }
+    }
+
     #[test]
     fn speed_levels_make_a_speed_process_that_a_replays_measured_windows_replace() {
         let mut s = Scenario::from_toml_str(MINIMAL).unwrap();
@@ -935,20 +944,15 @@ mod tests {
         s.set("execution.speed_levels", "[0.9, 1.1, 2.0]").unwrap();
         let process = s.pools()[0].slowdowns.process().unwrap();
         assert_eq!(process.levels().len(), 3);
-        for (bad, says) in [
-            ("[]", "empty"),
-            ("[1.0, -1.0]", "[1]"),
-            ("[0.0]", "above 0"),
-        ] {
-            let err = s
-                .set("execution.speed_levels", bad)
-                .unwrap_err()
-                .to_string();
-            assert!(
-                err.contains("execution.speed_levels") && err.contains(says),
-                "{bad}: {err}"
-            );
-        }
+        assert_refused(
+            &mut s,
+            "execution.speed_levels",
+            &[
+                ("[]", "empty"),
+                ("[1.0, -1.0]", "[1]"),
+                ("[0.0]", "above 0"),
+            ],
+        );
         let err = s
             .set("execution.speed_window", "\"0s\"")
             .unwrap_err()
@@ -1058,20 +1062,15 @@ mod tests {
         assert!(graphs(&s).sizes().is_empty(), "[] runs eagerly");
         s.set("batcher.cuda_graph_sizes", "[1, 8, 64]").unwrap();
         assert_eq!(graphs(&s).sizes(), [1, 8, 64]);
-        for (bad, says) in [
-            ("[0, 8]", "holds 0"),
-            ("[8, 4]", "strictly increasing"),
-            ("[4, 4]", "strictly increasing"),
-        ] {
-            let err = s
-                .set("batcher.cuda_graph_sizes", bad)
-                .unwrap_err()
-                .to_string();
-            assert!(
-                err.contains("batcher.cuda_graph_sizes") && err.contains(says),
-                "{bad}: {err}"
-            );
-        }
+        assert_refused(
+            &mut s,
+            "batcher.cuda_graph_sizes",
+            &[
+                ("[0, 8]", "holds 0"),
+                ("[8, 4]", "strictly increasing"),
+                ("[4, 4]", "strictly increasing"),
+            ],
+        );
         let err = s
             .set("batcher.cuda_graph_sizes", "[-1]")
             .unwrap_err()
