@@ -62,9 +62,10 @@ pub use validation::{
     BatchReport, BatchShares, CalibratedCapacity, ComputeDrift, EndpointRun, EndpointScenario,
     EndpointValidation, FigureRow, Figures, Leveled, LiveError, LiveInputs, LiveLoad, LiveRecords,
     LiveServer, LiveValidation, LoadValidation, MachineSpeed, Measured as MeasuredFigures,
-    MeasuredPath, ReferenceShape, RunService, ServerBatchTime, ServerTimelineReport, ServiceModel,
-    Simulated, SpeedChange, SpeedWindow, Validation, ValidationError, check_loads, figure_rows,
-    figures_header, figures_text, measurement_mismatch, scaled_trace, served_lengths, triton,
+    MeasuredPath, ReferenceShape, RunService, SeedSpread, ServerBatchTime, ServerTimelineReport,
+    ServiceModel, Simulated, SpeedChange, SpeedWindow, Validation, ValidationError, check_loads,
+    figure_rows, figures_header, figures_text, measurement_mismatch, scaled_trace, served_lengths,
+    triton,
 };
 
 /// The protocol a server speaks.

@@ -159,6 +159,87 @@ impl Figures {
     }
 }
 
+/// How a simulation's end-to-end p99 spreads over its seeds, and where the measured run's falls
+/// among them. Each seed draws again whatever the scenario draws (the compute's spread, the speed
+/// windows, the batch ends slept through), as a rerun of the server draws its machine again: near
+/// the load where the queue tips over, one draw's p99 can be several times another's, and then no
+/// single figure, measured or simulated, pins the point down.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SeedSpread {
+    /// Each seed's end-to-end p99, ms, ascending.
+    pub e2e_p99_ms: Vec<f64>,
+    /// The share of seeds whose p99 lies below the measured run's, a tie counting half: about
+    /// 0.5 where the run sits inside the simulated spread; 0 or 1 where it lies outside it.
+    /// Over many runs of a model that draws the server's spread, it averages 0.5.
+    pub measured_rank: f64,
+}
+
+impl SeedSpread {
+    /// The spread of `draws`' p99 against `measured`'s; `None` with fewer than two draws.
+    pub fn of(draws: &[Figures], measured: &Figures) -> Option<SeedSpread> {
+        if draws.len() < 2 {
+            return None;
+        }
+        let mut p99: Vec<f64> = draws.iter().map(|f| f.e2e_p99_ms).collect();
+        p99.sort_by(f64::total_cmp);
+        let run = measured.e2e_p99_ms;
+        let below = p99.iter().filter(|&&p| p < run).count() as f64;
+        let ties = p99.iter().filter(|&&p| p == run).count() as f64;
+        Some(SeedSpread {
+            measured_rank: (below + ties / 2.0) / p99.len() as f64,
+            e2e_p99_ms: p99,
+        })
+    }
+
+    /// The seeds' median p99, ms.
+    pub fn median_ms(&self) -> f64 {
+        let (n, p) = (self.e2e_p99_ms.len(), &self.e2e_p99_ms);
+        if n % 2 == 1 {
+            p[n / 2]
+        } else {
+            (p[n / 2 - 1] + p[n / 2]) / 2.0
+        }
+    }
+
+    /// The largest seed's p99 over the smallest's.
+    pub fn ratio(&self) -> f64 {
+        let (lo, hi) = (
+            self.e2e_p99_ms[0],
+            self.e2e_p99_ms[self.e2e_p99_ms.len() - 1],
+        );
+        if lo > 0.0 { hi / lo } else { f64::INFINITY }
+    }
+
+    /// One line of the report: the seeds' range and median, where the run falls, and whether the
+    /// point sits where the queue tips over (seeds more than [`SeedSpread::TIPPING`] apart).
+    fn text(&self, measured_ms: f64) -> String {
+        let n = self.e2e_p99_ms.len();
+        let tipping = if self.ratio() > SeedSpread::TIPPING {
+            format!(
+                "; the seeds lie more than {}x apart: the queue tips over at this load in some \
+                 draws and not in others, and one run's p99 is one draw",
+                SeedSpread::TIPPING
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            "  sim end_to_end p99 by seed ({n}): {:.1}-{:.1} ms, median {:.1}; the run's {:.1} ms \
+             lies above {:.1} of them (rank {:.2}){tipping}",
+            self.e2e_p99_ms[0],
+            self.e2e_p99_ms[n - 1],
+            self.median_ms(),
+            measured_ms,
+            self.measured_rank * n as f64,
+            self.measured_rank,
+        )
+    }
+
+    /// The seeds' largest p99 over their smallest beyond which the report calls the load a
+    /// tipping point.
+    pub const TIPPING: f64 = 2.0;
+}
+
 /// A simulation's relative errors against the measurement (0.05: 5% above); `None` where the
 /// measurement is 0 or missing.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
@@ -577,6 +658,10 @@ pub struct LoadValidation {
     /// The seeds `sim`'s figures and batch shares are the mean of: more than one where the
     /// scenario draws batch ends slept through (`batcher.missed_release`).
     pub sim_seeds: u32,
+    /// How `sim`'s end-to-end p99 spreads over those seeds, and where the run's falls in it
+    /// (`None` with one seed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sim_spread: Option<SeedSpread>,
     /// The simulation with the server's own service times.
     pub run_sim: Option<Simulated>,
     /// Why there is no `run_sim`.
@@ -787,10 +872,13 @@ impl LoadValidation {
         if self.sim_seeds > 1 {
             let _ = writeln!(
                 out,
-                "  sim figures and batch shares: the mean of {} seeds (each draws the batch ends \
-                 slept through again)",
+                "  sim figures and batch shares: the mean of {} seeds (each draws again what the \
+                 scenario draws: the compute's spread, speed windows, batch ends slept through)",
                 self.sim_seeds
             );
+        }
+        if let Some(spread) = &self.sim_spread {
+            let _ = writeln!(out, "{}", spread.text(self.measured.figures.e2e_p99_ms));
         }
         if let Some(note) = &self.run_sim_missing {
             let _ = writeln!(out, "  run-sim: not available: {note}");
@@ -1254,6 +1342,7 @@ mod tests {
             server_batch_shares: BatchShares::from_counts([(1, 6), (2, 4)]),
             sim,
             sim_seeds: 1,
+            sim_spread: None,
             run_sim: None,
             run_sim_missing: Some("the server reported no batches".to_string()),
             run_service: None,
@@ -1415,5 +1504,57 @@ mod tests {
         let level = ComputeDrift::overall_level(&drift).unwrap();
         assert!((level - 17.0 / 14.0).abs() < 1e-12, "{level}");
         assert_eq!(ComputeDrift::overall_level(&drift[2..]), None);
+    }
+
+    /// Figures whose p99 only matters.
+    fn p99(ms: f64) -> Figures {
+        Figures {
+            throughput_rps: 100.0,
+            e2e_p50_ms: 1.0,
+            e2e_p90_ms: 2.0,
+            e2e_p99_ms: ms,
+            queue_mean_ms: None,
+        }
+    }
+
+    #[test]
+    fn the_seed_spread_sorts_the_seeds_and_ranks_the_run_among_them_a_tie_counting_half() {
+        let draws = [p99(60.0), p99(20.0), p99(40.0), p99(30.0)];
+        let spread = SeedSpread::of(&draws, &p99(40.0)).unwrap();
+        assert_eq!(spread.e2e_p99_ms, [20.0, 30.0, 40.0, 60.0]);
+        // 20 and 30 below, 40 a tie: 2.5 of 4.
+        assert_eq!(spread.measured_rank, 2.5 / 4.0);
+        assert_eq!(spread.median_ms(), 35.0);
+        assert_eq!(spread.ratio(), 3.0);
+        assert_eq!(
+            SeedSpread::of(&draws, &p99(100.0)).unwrap().measured_rank,
+            1.0
+        );
+        assert_eq!(
+            SeedSpread::of(&draws, &p99(10.0)).unwrap().measured_rank,
+            0.0
+        );
+        assert_eq!(
+            SeedSpread::of(&draws[..3], &p99(1.0)).unwrap().median_ms(),
+            40.0
+        );
+        assert_eq!(SeedSpread::of(&draws[..1], &p99(40.0)), None);
+    }
+
+    #[test]
+    fn the_report_names_a_tipping_point_only_where_the_seeds_lie_more_than_twice_apart() {
+        let wide = SeedSpread::of(&[p99(50.0), p99(120.0), p99(60.0)], &p99(200.0)).unwrap();
+        let text = wide.text(200.0);
+        assert!(
+            text.contains("p99 by seed (3): 50.0-120.0 ms, median 60.0; the run's 200.0 ms lies above 3.0 of them (rank 1.00)")
+                && text.contains("more than 2x apart"),
+            "{text}"
+        );
+        let narrow = SeedSpread::of(&[p99(50.0), p99(90.0)], &p99(70.0)).unwrap();
+        let text = narrow.text(70.0);
+        assert!(
+            text.contains("rank 0.50") && !text.contains("apart"),
+            "{text}"
+        );
     }
 }

@@ -25,8 +25,8 @@ use capsim_sim::{BuiltScenario, Profiles, Scenario, SimError};
 
 pub use comparison::{
     BatchShares, CalibratedCapacity, ComputeDrift, EndpointValidation, Figures, LoadValidation,
-    Measured, MeasuredPath, RunService, ServerBatchTime, ServerTimelineReport, Simulated,
-    SpeedWindow,
+    Measured, MeasuredPath, RunService, SeedSpread, ServerBatchTime, ServerTimelineReport,
+    Simulated, SpeedWindow,
 };
 pub use endpoint::{EndpointRun, EndpointScenario, ServiceModel, Validation};
 pub use live::measurement_mismatch;
