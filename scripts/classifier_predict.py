@@ -24,14 +24,16 @@ the 20% target, where their pooled p99 was 16.5 ms.
 
     cargo build --release
     .venv/bin/python scripts/classifier_predict.py [--servers 3] [--loads 0.3,0.6] [--repeats 2]
-        [--duration 60s] [--calibrate-once]
+        [--duration 60s] [--calibrate-once] [--no-pool]
     .venv/bin/python scripts/classifier_predict.py --stored   # the stored runs' tables again
 
 Prints one markdown row per run (end-to-end p50 and p99 measured and predicted, the worst
 batch-share gap, validate's `compute_level`: the server's own compute over the run against the
 calibrated scenario's for the same batches (the machine's speed drift, shown and not used),
-the `batcher.missed_release` the run was predicted with (its calibration's fit, which moves
-the p99 at 30%), whether the run meets every target: p50 within 10%, p99 within 20%, shares
+the `batcher.missed_release` the run was predicted with (its calibration's fit pooled with
+every earlier calibration's of the campaign, `calibrate --pool`; with --no-pool its own fit,
+which moves the p99 at 30% by itself), the sim's p99 over its 16 seeds with the run's rank among
+them, whether the run meets every target: p50 within 10%, p99 within 20%, shares
 within 5 points; and validate's sim at the server's speed, the calibrated model with every
 batch's compute times that level, and at its speed window by window (Triton's statistics read
 every 2 s): replays of the machine's speed alone, which tell its drift from the model's error)
@@ -74,31 +76,37 @@ def poisson_trace(out: Path) -> Path:
     return path
 
 
-def calibrate(url: str, scenario: Path, out: Path, label: str, trace: Path) -> Path:
-    """`capsim calibrate --endpoint` through the server, its open loops at `trace`'s arrivals:
-    OUT/LABEL.toml, its report in OUT/LABEL.txt."""
+def calibrate(url: str, scenario: Path, out: Path, label: str, trace: Path,
+              earlier: list) -> Path:
+    """`capsim calibrate --endpoint` through the server, its open loops at `trace`'s arrivals,
+    the share of batch ends slept through pooled with the `earlier` calibrations' (`--pool`;
+    appended to with this one): OUT/LABEL.toml, its report in OUT/LABEL.txt."""
     calibrated = out / f"{label}.toml"
+    pool = [arg for path in earlier for arg in ("--pool", str(path))]
     with open(out / f"{label}.txt", "w") as log:
         subprocess.run([str(tc.CAPSIM), "calibrate", "--endpoint", url, "--model", MODEL,
-                        "--scenario", str(scenario), "--trace", str(trace), "-o", str(calibrated)],
-                       check=True, stdout=log, stderr=subprocess.STDOUT)
+                        "--scenario", str(scenario), "--trace", str(trace), "-o", str(calibrated)]
+                       + pool, check=True, stdout=log, stderr=subprocess.STDOUT)
+    earlier.append(calibrated)
     return calibrated
 
 
 def one_server(out: Path, loads: list, repeats: int, duration: str, poisson: Path,
-               each: bool) -> None:
+               each: bool, earlier) -> None:
     """A fresh Triton: calibrate once (or, with `each`, right before every run), validate every
-    run on it, stop it."""
+    run on it, stop it. Each calibration pools its share with `earlier`'s (None: not pooled)."""
     scenario = cc.start_server(out, traced=False)
     try:
         url = f"http://127.0.0.1:{json.loads((out / 'ports.json').read_text())['http']}"
-        calibrated = None if each else calibrate(url, scenario, out, "calibrated", DEMO)
+        calibrated = None if each else calibrate(url, scenario, out, "calibrated", DEMO,
+                                                  [] if earlier is None else earlier)
         runs = [("demo", DEMO, load, k) for load in loads for k in range(repeats)]
         runs += [("poisson", poisson, load, 0) for load in loads]
         for name, trace, load, k in runs:
             label = f"{name}-{load:g}-{k + 1}"
             if each:
-                calibrated = calibrate(url, scenario, out, f"{label}-calibrated", trace)
+                calibrated = calibrate(url, scenario, out, f"{label}-calibrated", trace,
+                                       [] if earlier is None else earlier)
             with open(out / f"{label}.txt", "w") as log:
                 subprocess.run([str(tc.CAPSIM), "validate", "--endpoint", url, "--model", MODEL,
                                 "--scenario", str(calibrated), "--trace",
@@ -234,6 +242,9 @@ def main() -> None:
     parser.add_argument("--duration", default="60s")
     parser.add_argument("--calibrate-once", action="store_true",
                         help="calibrate once per server, not right before every run")
+    parser.add_argument("--no-pool", action="store_true",
+                        help="each calibration's own share of batch ends slept through, not "
+                             "pooled with the campaign's earlier calibrations (--pool)")
     parser.add_argument("--out", default=str(ROOT / "output" / "classifier-predict"))
     parser.add_argument("--stored", action="store_true",
                         help="print the table of the runs stored under --out, run nothing")
@@ -243,9 +254,11 @@ def main() -> None:
         out.mkdir(parents=True, exist_ok=True)
         poisson = poisson_trace(out)
         loads = [float(x) for x in args.loads.split(",")]
+        # Every calibration of the campaign so far, pooled into the next one's share.
+        earlier = None if args.no_pool else []
         for k in range(args.servers):
             one_server(out / f"s{k + 1}", loads, args.repeats, args.duration, poisson,
-                       not args.calibrate_once)
+                       not args.calibrate_once, earlier)
     table(out)
     conditions(out)
 

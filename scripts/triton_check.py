@@ -197,10 +197,13 @@ def row(out: Path, label: str, load_label: str) -> str:
     queue = (f"{t['server_queue_p50_ms']:.2f} / {t['sim_queue_p50_ms']:.2f} | "
              f"{t['server_queue_p99_ms']:.2f} / {t['sim_queue_p99_ms']:.2f}" if t else "– | –")
     delay = v["measured"].get("schedule_delay_p99_ms")
+    spread = v.get("sim_spread")  # absent from runs stored before 2026-12-07 22:00
+    by_seed = (f"{spread['e2e_p99_ms'][0]:.2f}-{spread['e2e_p99_ms'][-1]:.2f} "
+               f"({spread['measured_rank']:.2f})" if spread else "–")
     return (f"| {label} | {load_label} ({v['rate_rps']:.0f}/s) | {shares} "
             f"| {' / '.join(gap(s) for _, s in sims)} | {queue} "
             f"| {measured['e2e_p50_ms']:.2f}: {errors('e2e_p50')} "
-            f"| {measured['e2e_p99_ms']:.2f}: {errors('e2e_p99')} "
+            f"| {measured['e2e_p99_ms']:.2f}: {errors('e2e_p99')} | {by_seed} "
             f"| {'–' if delay is None else f'{delay:.2f}'} |")
 
 
@@ -236,8 +239,9 @@ def main() -> None:
           "| worst share gap pp: sim / run-sim / trace-sim "
           "| queue p50 ms: Triton / trace-sim | queue p99 ms: Triton / trace-sim "
           "| e2e p50 ms measured: sim / run-sim / trace-sim "
-          "| e2e p99 ms measured: sim / run-sim / trace-sim | schedule delay p99 ms |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| e2e p99 ms measured: sim / run-sim / trace-sim "
+          "| sim p99 ms by seed (the run's rank) | schedule delay p99 ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     labels = list(SETTINGS)
     # Loads whose Triton died in every try: reported, and the run goes on to the next.
     lost = []

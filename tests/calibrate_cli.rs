@@ -589,3 +589,58 @@ fn a_bad_idle_curve_is_refused_with_the_flag_and_an_example() {
     ]);
     assert_user_error(&output, &["--idle-curve", "fast", "0,1ms,4ms"]);
 }
+
+/// `calibrate --endpoint --pool`: an earlier calibration of another deployment, or a file that
+/// holds no fitted share, is refused before anything is sent (the URL here answers nothing), with
+/// the file named; a file that does not parse names itself too.
+#[test]
+fn endpoint_pool_refuses_another_deployments_calibration_before_measuring() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scenario = root().join("scenarios/bert-dynamic-batching.toml");
+    let base = std::fs::read_to_string(&scenario).expect("the shipped scenario");
+    let write = |name: &str, text: String| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).expect("write");
+        path
+    };
+    // Another batcher (a 5 ms delay), with a share; the same batcher without one; not TOML.
+    let other = write(
+        "other.toml",
+        base.replace("max_queue_delay = \"2ms\"", "max_queue_delay = \"5ms\"")
+            .replace("[batcher]", "[batcher]\nmissed_release = 0.1"),
+    );
+    let bare = write("bare.toml", base.clone());
+    let broken = write("broken.toml", "[batcher\n".to_string());
+    let out = dir.path().join("fitted.toml");
+    let calibrate = |pool: &Path| {
+        capsim(&[
+            "calibrate",
+            "--endpoint",
+            "http://127.0.0.1:9",
+            "--model",
+            "text_classifier",
+            "--scenario",
+            scenario.to_str().expect("utf-8"),
+            "--trace",
+            root().join("traces/demo.parquet").to_str().expect("utf-8"),
+            "-o",
+            out.to_str().expect("utf-8"),
+            "--pool",
+            pool.to_str().expect("utf-8"),
+        ])
+    };
+    assert_user_error(
+        &calibrate(&other),
+        &[
+            "cannot pool the calibration",
+            "other.toml",
+            "same deployment",
+        ],
+    );
+    assert_user_error(
+        &calibrate(&bare),
+        &["bare.toml", "holds no batcher.missed_release"],
+    );
+    assert_user_error(&calibrate(&broken), &["broken.toml"]);
+    assert!(!out.exists(), "nothing written");
+}

@@ -165,6 +165,12 @@ pub struct CalibrateArgs {
     /// five times as many.
     #[arg(long, value_name = "N", requires = "endpoint")]
     pub requests: Option<usize>,
+    /// With --endpoint: an earlier calibration of the same deployment (a file this command
+    /// wrote for the same batcher) to pool with this one (repeatable): the share of batch ends
+    /// slept through (`batcher.missed_release`) becomes the mean of theirs and this one's, as
+    /// one calibration's share moves with the minutes its open loop ran in.
+    #[arg(long, value_name = "CALIBRATED.toml", requires = "endpoint")]
+    pub pool: Vec<PathBuf>,
 }
 
 /// The ONNX model and the profile to write, which every mode but --operators needs.

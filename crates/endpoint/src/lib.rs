@@ -252,6 +252,14 @@ pub enum EndpointError {
         /// What is wrong.
         message: String,
     },
+    /// An earlier calibration cannot be pooled with this one (`calibrate --endpoint --pool`).
+    #[error("cannot pool the calibration {}: {message}", path.display())]
+    Pool {
+        /// The earlier calibration's file.
+        path: std::path::PathBuf,
+        /// What is wrong.
+        message: String,
+    },
     /// The async runtime could not start.
     #[error("cannot start the load generator's runtime: {0}")]
     Runtime(#[from] std::io::Error),

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use capsim_endpoint::batch_spread::SpreadPlan;
+use capsim_endpoint::missed_release::{earlier_shares, pool_missed_release};
 use capsim_endpoint::triton::ServerOverheads;
 use capsim_endpoint::{
     EndpointOptions, OPEN_LOOP_MIN_REQUESTS, Protocol, ServerCalibration, WARMUP_REQUESTS,
@@ -41,6 +42,13 @@ pub fn run(url: &str, args: &CalibrateArgs) -> Result<()> {
         ));
     };
     let scenario = Scenario::from_path(scenario_path).map_err(bad_input)?;
+    // Checked before measuring: a file of another deployment fails now, not after the runs.
+    let earlier = args
+        .pool
+        .iter()
+        .map(|path| Ok((path.clone(), Scenario::from_path(path).map_err(bad_input)?)))
+        .collect::<Result<Vec<_>>>()?;
+    let earlier = earlier_shares(&scenario, &earlier).map_err(bad_input)?;
     let pool = &scenario.pools()[0];
     let concurrencies = if args.concurrency.is_empty() {
         default_concurrencies(pool.batcher.max_batch_size, pool.execution.instance_count)
@@ -115,7 +123,7 @@ pub fn run(url: &str, args: &CalibrateArgs) -> Result<()> {
         None => text += why_not,
     };
     note(path, "");
-    apply_server_fits(&measured, &mut fitted.scenario, &mut note)?;
+    apply_server_fits(&measured, &mut fitted.scenario, &earlier, &mut note)?;
     print!("{text}");
     let toml = capsim_sim::build::toml_for_file(&fitted.scenario, out)?;
     std::fs::write(out, header + &toml).with_context(|| format!("writing {}", out.display()))?;
@@ -123,10 +131,12 @@ pub fn run(url: &str, args: &CalibrateArgs) -> Result<()> {
 }
 
 /// The parts fitted to the server's runs beyond the compute and the path, in order, each
-/// applied to `scenario` and its line (or why not) handed to `note`.
+/// applied to `scenario` and its line (or why not) handed to `note`; the share of batch ends
+/// slept through pooled with the `earlier` calibrations' (`--pool`).
 fn apply_server_fits(
     measured: &ServerCalibration,
     scenario: &mut Scenario,
+    earlier: &[f64],
     note: &mut impl FnMut(Option<String>, &str),
 ) -> Result<()> {
     note(
@@ -149,6 +159,14 @@ fn apply_server_fits(
         measured.apply_missed_release(scenario).map_err(bad_input)?,
         "  batcher.missed_release not fitted: no batching, no open loop or no client path to \
          compare with\n",
+    );
+    note(
+        pool_missed_release(scenario, earlier).map_err(bad_input)?,
+        if earlier.is_empty() {
+            ""
+        } else {
+            "  --pool: nothing pooled, as this calibration fitted no batcher.missed_release\n"
+        },
     );
     Ok(())
 }

@@ -223,14 +223,20 @@ impl SeedSpread {
         } else {
             String::new()
         };
+        // Seeds below the run's, a tie counting half: whole but for ties.
+        let below = self.measured_rank * n as f64;
+        let below = if below.fract() == 0.0 {
+            format!("{below:.0}")
+        } else {
+            format!("{below:.1}")
+        };
         format!(
             "  sim end_to_end p99 by seed ({n}): {:.1}-{:.1} ms, median {:.1}; the run's {:.1} ms \
-             lies above {:.1} of them (rank {:.2}){tipping}",
+             lies above {below} of them (rank {:.2}){tipping}",
             self.e2e_p99_ms[0],
             self.e2e_p99_ms[n - 1],
             self.median_ms(),
             measured_ms,
-            self.measured_rank * n as f64,
             self.measured_rank,
         )
     }
@@ -1546,15 +1552,18 @@ mod tests {
         let wide = SeedSpread::of(&[p99(50.0), p99(120.0), p99(60.0)], &p99(200.0)).unwrap();
         let text = wide.text(200.0);
         assert!(
-            text.contains("p99 by seed (3): 50.0-120.0 ms, median 60.0; the run's 200.0 ms lies above 3.0 of them (rank 1.00)")
+            text.contains("p99 by seed (3): 50.0-120.0 ms, median 60.0; the run's 200.0 ms lies above 3 of them (rank 1.00)")
                 && text.contains("more than 2x apart"),
             "{text}"
         );
         let narrow = SeedSpread::of(&[p99(50.0), p99(90.0)], &p99(70.0)).unwrap();
         let text = narrow.text(70.0);
         assert!(
-            text.contains("rank 0.50") && !text.contains("apart"),
+            text.contains("above 1 of them (rank 0.50)") && !text.contains("apart"),
             "{text}"
         );
+        let tied = SeedSpread::of(&[p99(50.0), p99(90.0)], &p99(50.0)).unwrap();
+        let text = tied.text(50.0);
+        assert!(text.contains("above 0.5 of them (rank 0.25)"), "{text}");
     }
 }

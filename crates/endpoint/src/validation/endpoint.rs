@@ -260,6 +260,15 @@ impl<'a> Validation<'a> {
         Ok(())
     }
 
+    /// sim's options: the run's seed, the service model validated.
+    fn sim_options(&self) -> RunOptions {
+        RunOptions {
+            seed: self.seed,
+            service_override: Some(self.service.service.clone()),
+            ..RunOptions::default()
+        }
+    }
+
     /// sim's figures and batch shares against the run's: the mean of [`SIM_SEEDS`] draws, the
     /// first seed's run (`first`) among them, what it predicts (the server's run is one draw
     /// too); with the seeds used and their p99s' spread.
@@ -438,11 +447,7 @@ impl<'a> Validation<'a> {
             None => None,
         };
         let run = measure(&scaled, &self.options, &self.target.scenario, warn)?;
-        let sim_options = RunOptions {
-            seed: self.seed,
-            service_override: Some(self.service.service.clone()),
-            ..RunOptions::default()
-        };
+        let sim_options = self.sim_options();
         let (sim_run, sim_log) = simulate_with_requests(&self.target.built, &scaled, &sim_options)?;
         let stats = run.stats.as_ref();
         let (figures, server_shares) = run.figures();
