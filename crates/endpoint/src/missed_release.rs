@@ -194,12 +194,12 @@ pub fn fit_missed_release(
 /// The share is the batcher's, a property of the server's software on its machine, yet one
 /// calibration's fit moves with the minutes it ran in. Over five passes of the classifier on the
 /// 2-core VM (2026-12-07, 88 runs, each calibrated on a fresh server right before it) the fitted
-/// shares ran from 0 to 0.39, and a run's p99 error followed its own calibration's share
+/// shares ran from 0 to 0.38, and a run's p99 error followed its own calibration's share
 /// (correlation 0.84 at the demo trace's 30%, 0.77 at the Poisson trace's) while the run's
 /// measured p99 did not (-0.14 to -0.31 within a pass): the spread is the fit's, not the
 /// server's. Re-simulated with the mean share of the calibrations before it in its pass (its own
 /// included), 37 of 45 runs at 30% met every target, against 29 with its own share alone; the
-/// 60% runs were unchanged (8 of 45 either way).
+/// 60% runs were unchanged (10 of 45 either way).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PooledShare {
     /// The pooled share: the mean of `own` and `earlier`.
@@ -294,13 +294,18 @@ pub fn pool_missed_release(
         return Ok(None);
     };
     let pooled = PooledShare::new(own, earlier.to_vec());
+    set_share(scenario, pooled.share)?;
+    Ok(Some(pooled.describe()))
+}
+
+/// Sets `batcher.missed_release` of the calibrated `scenario` to `share` (four decimals).
+pub(crate) fn set_share(scenario: &mut Scenario, share: f64) -> Result<(), EndpointError> {
     scenario
-        .set("batcher.missed_release", &format!("{:.4}", pooled.share))
+        .set("batcher.missed_release", &format!("{share:.4}"))
         .map_err(|e| EndpointError::Protocol {
             url: "the calibrated scenario".to_string(),
             message: e.to_string(),
-        })?;
-    Ok(Some(pooled.describe()))
+        })
 }
 
 /// The `batcher.missed_release` a scenario sets (a number), if it sets one.

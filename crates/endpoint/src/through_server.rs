@@ -12,7 +12,7 @@ use capsim_trace::Trace;
 
 use crate::batch_spread::{IsolatedBatches, SpreadPlan, isolated_batches, pooled_ratios};
 use crate::host_cpu::{HostCpu, RunCpu, ServerProcess, fit_host_cpu, own_cpu_ns};
-use crate::missed_release::{OpenLoopRecords, fit_missed_release};
+use crate::missed_release::{OpenLoopRecords, fit_missed_release, set_share};
 use crate::validation::scaled_trace;
 use crate::validation::speed_windows::{StatsPoller, speed_windows};
 use crate::validation::triton::{ModelStats, ServerOverheads, model_stats};
@@ -339,12 +339,7 @@ impl ServerCalibration {
         let Some(fit) = fit_missed_release(scenario, &loops, threshold_ns)? else {
             return Ok(None);
         };
-        scenario
-            .set("batcher.missed_release", &format!("{:.4}", fit.share))
-            .map_err(|e| EndpointError::Protocol {
-                url: "the calibrated scenario".to_string(),
-                message: e.to_string(),
-            })?;
+        set_share(scenario, fit.share)?;
         Ok(Some(fit.describe()))
     }
 }
