@@ -167,8 +167,10 @@ pub struct CalibrateArgs {
     pub requests: Option<usize>,
     /// With --endpoint: an earlier calibration of the same deployment (a file this command
     /// wrote for the same batcher) to pool with this one (repeatable): the share of batch ends
-    /// slept through (`batcher.missed_release`) becomes the mean of theirs and this one's, as
-    /// one calibration's share moves with the minutes its open loop ran in.
+    /// slept through (`batcher.missed_release`) becomes the mean of the shares those files hold
+    /// and this one's, as one calibration's share moves with the minutes its open loop ran in.
+    /// A file written with --pool holds a pooled share: a chain of calibrations each pooling
+    /// every earlier file weighs the first ones more.
     #[arg(long, value_name = "CALIBRATED.toml", requires = "endpoint")]
     pub pool: Vec<PathBuf>,
 }

@@ -188,8 +188,10 @@ pub fn fit_missed_release(
 }
 
 /// `batcher.missed_release` pooled over calibrations of one deployment (`capsim calibrate
-/// --endpoint --pool EARLIER.toml`): the mean of this calibration's fitted share and the
-/// earlier calibrations' shares.
+/// --endpoint --pool EARLIER.toml`): the mean of this calibration's fitted share and the shares
+/// the earlier calibrations' files hold (each one's own fit, or, for a file written with
+/// `--pool`, its pooled share, so that a chain pooling every earlier file weighs the first
+/// calibrations more).
 ///
 /// The share is the batcher's, a property of the server's software on its machine, yet one
 /// calibration's fit moves with the minutes it ran in. Over five passes of the classifier on the
