@@ -193,12 +193,7 @@ impl SeedSpread {
 
     /// The seeds' median p99, ms.
     pub fn median_ms(&self) -> f64 {
-        let (n, p) = (self.e2e_p99_ms.len(), &self.e2e_p99_ms);
-        if n % 2 == 1 {
-            p[n / 2]
-        } else {
-            (p[n / 2 - 1] + p[n / 2]) / 2.0
-        }
+        super::live::median(&mut self.e2e_p99_ms.clone())
     }
 
     /// The largest seed's p99 over the smallest's.
