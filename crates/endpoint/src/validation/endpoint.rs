@@ -271,7 +271,7 @@ impl<'a> Validation<'a> {
 
     /// sim's figures and batch shares against the run's: the mean of [`SIM_SEEDS`] draws, the
     /// first seed's run (`first`) among them, what it predicts (the server's run is one draw
-    /// too); with the seeds used and their p99s' spread.
+    /// too); with their p99s' spread.
     fn predicted(
         &self,
         built: &BuiltScenario,
@@ -280,11 +280,10 @@ impl<'a> Validation<'a> {
         first: &Summary,
         measured: &Figures,
         server_shares: &BatchShares,
-    ) -> Result<(Simulated, u32, Option<SeedSpread>), ValidationError> {
-        let seeds = SIM_SEEDS;
+    ) -> Result<(Simulated, Option<SeedSpread>), ValidationError> {
         let mut draws = vec![Figures::of(first)];
         let mut shares = vec![BatchShares::of(first)];
-        for k in 1..u64::from(seeds) {
+        for k in 1..u64::from(SIM_SEEDS) {
             let seeded = RunOptions {
                 seed: self.seed.wrapping_add(k),
                 ..sim_options.clone()
@@ -301,7 +300,7 @@ impl<'a> Validation<'a> {
             measured,
             server_shares,
         );
-        Ok((sim, seeds, SeedSpread::of(&draws, measured)))
+        Ok((sim, SeedSpread::of(&draws, measured)))
     }
 
     /// sim again with every batch's compute multiplied by `level`, the server's over the run
@@ -327,7 +326,7 @@ impl<'a> Validation<'a> {
         on: &Again,
     ) -> Result<Simulated, ValidationError> {
         let first = simulate(built, on.scaled, options)?;
-        let (sim, _, _) = self.predicted(
+        let (sim, _) = self.predicted(
             built,
             on.scaled,
             options,
@@ -451,7 +450,7 @@ impl<'a> Validation<'a> {
         let (sim_run, sim_log) = simulate_with_requests(&self.target.built, &scaled, &sim_options)?;
         let stats = run.stats.as_ref();
         let (figures, server_shares) = run.figures();
-        let (sim, sim_seeds, sim_spread) = self.predicted(
+        let (sim, sim_spread) = self.predicted(
             &self.target.built,
             &scaled,
             &sim_options,
@@ -498,7 +497,7 @@ impl<'a> Validation<'a> {
                 schedule_delay_p99_ms: summary.load.as_ref().map(|l| l.schedule_delay_p99_ms),
             },
             sim,
-            sim_seeds,
+            sim_seeds: SIM_SEEDS,
             sim_spread,
             run_sim: run_sim
                 .run
